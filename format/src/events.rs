@@ -1,0 +1,298 @@
+//! Plain event structs and their packed-column batches.
+//!
+//! Each event family has a flat `…Event` struct (what the recorder produces and the reports
+//! consume) and a protobuf `…Batch` of packed columns (what is on disk). [`Family`] converts
+//! between the two: times, and the one address column per family that is correlated from
+//! event to event, are zigzag deltas; the rest are stored as they are and left to zstd.
+use crate::error::{Error, ErrorKind};
+use ebtrace_proto::v1::{
+    record::Kind, AllocBatch, AllocKind, CpuSampleBatch, FreeBatch, FuncBatch, LockBatch,
+    LockSource, MemGrowthBatch, MemGrowthKind, OffCpuBatch, Record,
+};
+
+/// Running values that delta columns are relative to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Deltas {
+    time: u64,
+    addr: u64,
+}
+
+/// A batch type of packed columns and the event type it holds.
+pub trait Family: Default {
+    type Event;
+    /// Appends one event; `st` carries the previous event's time and address.
+    fn push(&mut self, st: &mut Deltas, e: &Self::Event);
+    /// Number of events in the batch.
+    fn len(&self) -> usize;
+    /// Whether the batch holds no event.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Decodes every event, checking that the columns agree in length.
+    fn decode(&self) -> Result<Vec<Self::Event>, Error>;
+    /// Wraps the batch in a record.
+    fn into_record(self) -> Record;
+}
+
+fn column_mismatch(batch: &str, column: &str, got: usize, want: usize) -> Error {
+    Error::new(
+        ErrorKind::Corrupt,
+        format!("{batch}: column {column} has {got} values for {want} events"),
+    )
+}
+
+macro_rules! push_col {
+    (plain, $col:expr, $v:expr, $st:ident) => {
+        $col.push($v.into())
+    };
+    (enumeration, $col:expr, $v:expr, $st:ident) => {
+        $col.push($v as i32)
+    };
+    (delta, $col:expr, $v:expr, $st:ident) => {{
+        $col.push(($v).wrapping_sub($st.addr) as i64);
+        $st.addr = $v;
+    }};
+}
+
+macro_rules! get_col {
+    (plain, $t:ty, $v:expr, $st:ident) => {
+        $v as $t
+    };
+    (enumeration, $t:ty, $v:expr, $st:ident) => {
+        <$t>::try_from($v).unwrap_or_default()
+    };
+    (delta, $t:ty, $v:expr, $st:ident) => {{
+        $st.addr = $st.addr.wrapping_add($v as u64);
+        $st.addr
+    }};
+}
+
+macro_rules! family {
+    ($(#[$m:meta])* $Event:ident in $Batch:ident as $Kind:ident {
+        $($(#[$fm:meta])* $f:ident : $t:ty = $enc:ident($col:ident)),* $(,)?
+    }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $Event {
+            /// Boottime ns.
+            pub time_ns: u64,
+            $($(#[$fm])* pub $f: $t,)*
+        }
+
+        impl Family for $Batch {
+            type Event = $Event;
+
+            fn push(&mut self, st: &mut Deltas, e: &$Event) {
+                if self.time_delta.is_empty() {
+                    self.base_time_ns = e.time_ns;
+                    *st = Deltas { time: e.time_ns, addr: 0 };
+                }
+                self.time_delta.push(e.time_ns.wrapping_sub(st.time) as i64);
+                st.time = e.time_ns;
+                $(push_col!($enc, self.$col, e.$f, st);)*
+            }
+
+            fn len(&self) -> usize {
+                self.time_delta.len()
+            }
+
+            fn decode(&self) -> Result<Vec<$Event>, Error> {
+                let n = self.time_delta.len();
+                $(if self.$col.len() != n {
+                    return Err(column_mismatch(stringify!($Batch), stringify!($col), self.$col.len(), n));
+                })*
+                let mut st = Deltas { time: self.base_time_ns, addr: 0 };
+                Ok((0..n)
+                    .map(|i| {
+                        st.time = st.time.wrapping_add(self.time_delta[i] as u64);
+                        $Event { time_ns: st.time, $($f: get_col!($enc, $t, self.$col[i], st),)* }
+                    })
+                    .collect())
+            }
+
+            fn into_record(self) -> Record {
+                Record { kind: Some(Kind::$Kind(self)) }
+            }
+        }
+    };
+}
+
+family! {
+    /// A traced allocation.
+    AllocEvent in AllocBatch as Allocs {
+        /// Process generation.
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        /// Stack id.
+        stack: u64 = plain(stack),
+        size: u64 = plain(size),
+        /// Returned block address.
+        address: u64 = delta(address_delta),
+        kind: AllocKind = enumeration(kind),
+    }
+}
+
+family! {
+    /// The free of a traced block.
+    FreeEvent in FreeBatch as Frees {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        address: u64 = delta(address_delta),
+    }
+}
+
+family! {
+    /// A lock wait (futex mode) or a wait-and-hold (uprobe mode).
+    LockEvent in LockBatch as Locks {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        mutex: u64 = plain(mutex),
+        wait_ns: u64 = plain(wait_ns),
+        hold_ns: u64 = plain(hold_ns),
+        waker_tid: u32 = plain(waker_tid),
+        waker_stack: u64 = plain(waker_stack),
+        futex_op: u32 = plain(futex_op),
+        source: LockSource = enumeration(source),
+        /// 0 or -errno.
+        result: i32 = plain(result),
+    }
+}
+
+family! {
+    /// An on-CPU sample.
+    CpuSample in CpuSampleBatch as CpuSamples {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        cpu: u32 = plain(cpu),
+    }
+}
+
+family! {
+    /// A block off the CPU.
+    OffCpuEvent in OffCpuBatch as Offcpu {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        duration_ns: u64 = plain(duration_ns),
+        waker_tid: u32 = plain(waker_tid),
+        waker_stack: u64 = plain(waker_stack),
+        state: u32 = plain(state),
+    }
+}
+
+family! {
+    /// Heap or mapping growth, or a first-touch page fault.
+    MemGrowthEvent in MemGrowthBatch as MemGrowth {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        kind: MemGrowthKind = enumeration(kind),
+        size: u64 = plain(size),
+        address: u64 = delta(address_delta),
+    }
+}
+
+/// A call of a probed function (`--func`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FuncEvent {
+    /// Entry time, boottime ns.
+    pub time_ns: u64,
+    pub generation: u32,
+    pub tid: u32,
+    pub stack: u64,
+    /// `ProbedFunction` id.
+    pub function: u64,
+    pub duration_ns: u64,
+    /// The first integer arguments, when recorded with `--args`.
+    pub args: Vec<u64>,
+    pub ret: u64,
+}
+
+/// Most arguments a reader accepts per call (the x86_64 integer argument registers).
+pub const MAX_FUNC_ARGS: usize = 6;
+
+impl Family for FuncBatch {
+    type Event = FuncEvent;
+
+    fn push(&mut self, st: &mut Deltas, e: &FuncEvent) {
+        if self.time_delta.is_empty() {
+            self.base_time_ns = e.time_ns;
+            *st = Deltas {
+                time: e.time_ns,
+                addr: 0,
+            };
+        }
+        self.time_delta.push(e.time_ns.wrapping_sub(st.time) as i64);
+        st.time = e.time_ns;
+        self.generation.push(e.generation);
+        self.tid.push(e.tid);
+        self.stack.push(e.stack);
+        self.function.push(e.function);
+        self.duration_ns.push(e.duration_ns);
+        let args = &e.args[..e.args.len().min(MAX_FUNC_ARGS)];
+        self.arg_count.push(args.len() as u32);
+        self.args.extend_from_slice(args);
+        self.ret.push(e.ret);
+    }
+
+    fn len(&self) -> usize {
+        self.time_delta.len()
+    }
+
+    fn decode(&self) -> Result<Vec<FuncEvent>, Error> {
+        let n = self.time_delta.len();
+        for (name, len) in [
+            ("generation", self.generation.len()),
+            ("tid", self.tid.len()),
+            ("stack", self.stack.len()),
+            ("function", self.function.len()),
+            ("duration_ns", self.duration_ns.len()),
+            ("arg_count", self.arg_count.len()),
+            ("ret", self.ret.len()),
+        ] {
+            if len != n {
+                return Err(column_mismatch("FuncBatch", name, len, n));
+            }
+        }
+        let total: u64 = self.arg_count.iter().map(|&c| u64::from(c)).sum();
+        if total != self.args.len() as u64
+            || self.arg_count.iter().any(|&c| c as usize > MAX_FUNC_ARGS)
+        {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "FuncBatch: arg counts add up to {total}, {} args",
+                    self.args.len()
+                ),
+            ));
+        }
+        let mut time = self.base_time_ns;
+        let mut arg = 0usize;
+        Ok((0..n)
+            .map(|i| {
+                time = time.wrapping_add(self.time_delta[i] as u64);
+                let c = self.arg_count[i] as usize;
+                let args = self.args[arg..arg + c].to_vec();
+                arg += c;
+                FuncEvent {
+                    time_ns: time,
+                    generation: self.generation[i],
+                    tid: self.tid[i],
+                    stack: self.stack[i],
+                    function: self.function[i],
+                    duration_ns: self.duration_ns[i],
+                    args,
+                    ret: self.ret[i],
+                }
+            })
+            .collect())
+    }
+
+    fn into_record(self) -> Record {
+        Record {
+            kind: Some(Kind::Funcs(self)),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! [`Tables`]: the definitions a reader has seen (strings, build-ids, stacks, processes,
+//! mappings), to turn the ids in events back into meaning.
+use ebtrace_proto::v1::{
+    record::Kind, Mapping, MappingSource, Process, ProcessEvent, Record, Stack,
+};
+use std::collections::HashMap;
+
+/// One process generation as reconstructed from its `Process` records.
+#[derive(Debug, Clone, Default)]
+pub struct GenerationInfo {
+    /// The record that started it (EXISTING, FORK or EXEC).
+    pub process: Process,
+    /// Exit time and code, if it exited during the recording.
+    pub exit: Option<(u64, i32)>,
+    /// Mappings in the order they were recorded.
+    pub mappings: Vec<Mapping>,
+}
+
+/// Definitions gathered from the record stream; feed every record to [`Tables::observe`].
+#[derive(Debug, Default)]
+pub struct Tables {
+    pub strings: HashMap<u64, Vec<u8>>,
+    pub build_ids: HashMap<u64, Vec<u8>>,
+    pub stacks: HashMap<u64, Stack>,
+    pub generations: HashMap<u32, GenerationInfo>,
+    /// Records that referenced an id that was not defined (yet), e.g. after a corrupt chunk.
+    pub dangling: u64,
+}
+
+impl Tables {
+    /// Remembers the definition in `r`, if it is one. Returns true if it was.
+    pub fn observe(&mut self, r: &Record) -> bool {
+        match &r.kind {
+            Some(Kind::String(s)) => {
+                self.strings.insert(s.id, s.value.clone());
+            }
+            Some(Kind::BuildId(b)) => {
+                self.build_ids.insert(b.id, b.value.clone());
+            }
+            Some(Kind::Stack(s)) => {
+                self.stacks.insert(s.id, s.clone());
+            }
+            Some(Kind::Process(p)) => {
+                if p.event() == ProcessEvent::Exit {
+                    match self.generations.get_mut(&p.generation) {
+                        Some(g) => g.exit = Some((p.time_ns, p.exit_code)),
+                        None => {
+                            self.dangling += 1;
+                            self.generations.insert(
+                                p.generation,
+                                GenerationInfo {
+                                    process: p.clone(),
+                                    exit: Some((p.time_ns, p.exit_code)),
+                                    mappings: Vec::new(),
+                                },
+                            );
+                        }
+                    }
+                } else {
+                    let g = self.generations.entry(p.generation).or_default();
+                    g.process = p.clone();
+                }
+            }
+            Some(Kind::Mapping(m)) => {
+                self.generations
+                    .entry(m.generation)
+                    .or_default()
+                    .mappings
+                    .push(m.clone());
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The string with id `id`, lossily as UTF-8 ("" for 0 or unknown).
+    pub fn string(&self, id: u64) -> std::borrow::Cow<'_, str> {
+        match self.strings.get(&id) {
+            Some(v) => String::from_utf8_lossy(v),
+            None => "".into(),
+        }
+    }
+
+    /// The build-id with id `id` as lowercase hex ("" for 0 or unknown).
+    pub fn build_id_hex(&self, id: u64) -> String {
+        self.build_ids.get(&id).map(|b| hex(b)).unwrap_or_default()
+    }
+
+    /// The mapping of `generation` that covers `addr` at `time_ns`: the latest recorded
+    /// one not after `time_ns` (or the earliest, for events before the first snapshot),
+    /// unless an UNMAP of the range came after it.
+    pub fn mapping_at(&self, generation: u32, addr: u64, time_ns: u64) -> Option<&Mapping> {
+        let g = self.generations.get(&generation)?;
+        let mut best: Option<&Mapping> = None;
+        for m in g
+            .mappings
+            .iter()
+            .filter(|m| m.start <= addr && addr < m.end)
+        {
+            let better = match best {
+                None => true,
+                Some(b) => {
+                    (m.time_ns <= time_ns && (b.time_ns > time_ns || m.time_ns >= b.time_ns))
+                        || (b.time_ns > time_ns && m.time_ns < b.time_ns)
+                }
+            };
+            if better {
+                best = Some(m);
+            }
+        }
+        best.filter(|m| m.source() != MappingSource::Unmap)
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}

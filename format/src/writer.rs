@@ -1,0 +1,441 @@
+//! [`TraceWriter`]: streams records into chunks, interns strings, build-ids and stacks, and
+//! gathers events into packed-column batches.
+use crate::events::{
+    AllocEvent, CpuSample, Deltas, Family, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent,
+    OffCpuEvent,
+};
+use crate::frame::{file_header, ChunkDescriptor};
+use ebtrace_proto::v1::{
+    record::Kind, AllocBatch, BuildId, CpuSampleBatch, FreeBatch, FuncBatch, Header,
+    InternedString, LockBatch, MemGrowthBatch, OffCpuBatch, Record, Stack, Trailer,
+};
+use prost::Message;
+use std::collections::HashMap;
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// When chunks are closed and how hard they are compressed.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Close the open chunk once it holds this many uncompressed bytes.
+    pub chunk_bytes: usize,
+    /// Close the open chunk once it has been open this long (checked on every write and by
+    /// [`TraceWriter::flush_if_due`]). `None` makes the output depend on the input only.
+    pub chunk_interval: Option<Duration>,
+    /// zstd level.
+    pub level: i32,
+    /// Events per batch record.
+    pub batch_events: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            chunk_bytes: 4 << 20,
+            chunk_interval: Some(Duration::from_secs(1)),
+            level: 3,
+            batch_events: 8192,
+        }
+    }
+}
+
+/// FxHash: interning keys are short and trusted (they come from our own recorder), so a
+/// fast non-DoS-resistant hash is the right trade on the write path.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64)
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+#[derive(Default)]
+struct Pending<B> {
+    batch: B,
+    deltas: Deltas,
+}
+
+/// Counters the writer keeps about what it wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Records written, including those still in the open chunk.
+    pub records: u64,
+    /// Chunks closed.
+    pub chunks: u64,
+    /// Bytes written to the output, compressed, including headers.
+    pub bytes_written: u64,
+    /// Interned strings, build-ids and stacks.
+    pub strings: u64,
+    pub build_ids: u64,
+    pub stacks: u64,
+}
+
+/// A streaming trace writer. Records go into the open chunk, which is compressed into one
+/// zstd frame and written out when it reaches [`WriterOptions::chunk_bytes`] or
+/// [`WriterOptions::chunk_interval`]. Events are gathered per family into batches of
+/// [`WriterOptions::batch_events`]; every batch is in the output by the time its chunk is.
+pub struct TraceWriter<W: Write> {
+    out: Option<W>,
+    opts: WriterOptions,
+    compressor: zstd::bulk::Compressor<'static>,
+    chunk: Vec<u8>,
+    chunk_records: u32,
+    chunk_opened: Option<Instant>,
+    stats: WriterStats,
+    strings: FxMap<Box<[u8]>, u64>,
+    build_ids: FxMap<Box<[u8]>, u64>,
+    stacks: FxMap<Box<[u64]>, u64>,
+    scratch: Vec<u64>,
+    allocs: Pending<AllocBatch>,
+    frees: Pending<FreeBatch>,
+    locks: Pending<LockBatch>,
+    funcs: Pending<FuncBatch>,
+    cpu: Pending<CpuSampleBatch>,
+    offcpu: Pending<OffCpuBatch>,
+    mem: Pending<MemGrowthBatch>,
+}
+
+impl<W: Write> std::fmt::Debug for TraceWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TraceWriter<io::BufWriter<File>> {
+    /// Creates (or truncates) `path` with mode 0600 and starts a trace in it.
+    pub fn create(path: &Path, header: Header, opts: WriterOptions) -> io::Result<Self> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)?;
+        // An existing file keeps its old mode through O_CREAT: traces hold stacks and
+        // arguments of the target, so make sure nobody else can read this one.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        TraceWriter::new(io::BufWriter::with_capacity(1 << 20, file), header, opts)
+    }
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts a trace on `out`: the file magic frame, then `header` as the first record
+    /// (its `format_version` is set to this crate's).
+    pub fn new(mut out: W, mut header: Header, opts: WriterOptions) -> io::Result<Self> {
+        let magic = file_header(crate::FORMAT_VERSION);
+        out.write_all(&magic)?;
+        let mut compressor = zstd::bulk::Compressor::new(opts.level)?;
+        compressor.include_checksum(true)?;
+        compressor.include_contentsize(true)?;
+        let mut w = TraceWriter {
+            out: Some(out),
+            compressor,
+            chunk: Vec::with_capacity(opts.chunk_bytes + (64 << 10)),
+            chunk_records: 0,
+            chunk_opened: None,
+            stats: WriterStats {
+                bytes_written: magic.len() as u64,
+                ..Default::default()
+            },
+            strings: FxMap::default(),
+            build_ids: FxMap::default(),
+            stacks: FxMap::default(),
+            scratch: Vec::new(),
+            allocs: Pending::default(),
+            frees: Pending::default(),
+            locks: Pending::default(),
+            funcs: Pending::default(),
+            cpu: Pending::default(),
+            offcpu: Pending::default(),
+            mem: Pending::default(),
+            opts,
+        };
+        header.format_version = crate::FORMAT_VERSION;
+        w.write_record(&Record {
+            kind: Some(Kind::Header(header)),
+        })?;
+        Ok(w)
+    }
+
+    /// What has been written so far.
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    /// Appends one record to the open chunk (closing the chunk if it is full or due).
+    pub fn write_record(&mut self, record: &Record) -> io::Result<()> {
+        self.append(record);
+        self.close_chunk_if_due()
+    }
+
+    fn append(&mut self, record: &Record) {
+        if self.chunk_opened.is_none() {
+            self.chunk_opened = Some(Instant::now());
+        }
+        // Encoding into a Vec cannot fail: it grows as needed.
+        record
+            .encode_length_delimited(&mut self.chunk)
+            .expect("Vec<u8> grows");
+        self.chunk_records += 1;
+        self.stats.records += 1;
+    }
+
+    fn close_chunk_if_due(&mut self) -> io::Result<()> {
+        let full = self.chunk.len() >= self.opts.chunk_bytes;
+        let old = match (self.opts.chunk_interval, self.chunk_opened) {
+            (Some(max), Some(opened)) => opened.elapsed() >= max,
+            _ => false,
+        };
+        if full || old {
+            self.close_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes pending batches and closes the open chunk if it has been open for
+    /// `chunk_interval`: the recorder calls this from its poll loop so that a quiet trace
+    /// still reaches the disk every second.
+    pub fn flush_if_due(&mut self) -> io::Result<()> {
+        if let (Some(max), Some(opened)) = (self.opts.chunk_interval, self.chunk_opened) {
+            if opened.elapsed() >= max {
+                return self.flush();
+            }
+        } else if self.chunk_opened.is_none() && self.has_pending_events() {
+            self.chunk_opened = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn has_pending_events(&self) -> bool {
+        !(self.allocs.batch.is_empty()
+            && self.frees.batch.is_empty()
+            && self.locks.batch.is_empty()
+            && self.funcs.batch.is_empty()
+            && self.cpu.batch.is_empty()
+            && self.offcpu.batch.is_empty()
+            && self.mem.batch.is_empty())
+    }
+
+    /// Writes pending batches, closes the open chunk and flushes the output.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.flush_batches();
+        self.close_chunk()?;
+        if let Some(out) = self.out.as_mut() {
+            out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush_batches(&mut self) {
+        fn take<B: Family>(p: &mut Pending<B>) -> Option<Record> {
+            (!p.batch.is_empty()).then(|| std::mem::take(&mut p.batch).into_record())
+        }
+        let records = [
+            take(&mut self.allocs),
+            take(&mut self.frees),
+            take(&mut self.locks),
+            take(&mut self.funcs),
+            take(&mut self.cpu),
+            take(&mut self.offcpu),
+            take(&mut self.mem),
+        ];
+        for r in records.into_iter().flatten() {
+            self.append(&r);
+        }
+    }
+
+    fn close_chunk(&mut self) -> io::Result<()> {
+        if self.chunk.is_empty() {
+            self.chunk_opened = None;
+            return Ok(());
+        }
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("trace writer finished"))?;
+        let compressed = self.compressor.compress(&self.chunk)?;
+        let desc = ChunkDescriptor {
+            compressed_len: compressed.len() as u64,
+            decompressed_len: self.chunk.len() as u64,
+            record_count: self.chunk_records,
+            sequence: self.stats.chunks as u32,
+        };
+        out.write_all(&desc.encode())?;
+        out.write_all(&compressed)?;
+        self.stats.bytes_written += (desc.encode().len() + compressed.len()) as u64;
+        self.stats.chunks += 1;
+        self.chunk.clear();
+        self.chunk_records = 0;
+        self.chunk_opened = None;
+        Ok(())
+    }
+
+    /// The id of `s`, writing its definition the first time.
+    pub fn intern_string(&mut self, s: &[u8]) -> io::Result<u64> {
+        if let Some(&id) = self.strings.get(s) {
+            return Ok(id);
+        }
+        let id = self.strings.len() as u64 + 1;
+        self.strings.insert(s.into(), id);
+        self.stats.strings += 1;
+        self.write_record(&Record {
+            kind: Some(Kind::String(InternedString {
+                id,
+                value: s.to_vec(),
+            })),
+        })?;
+        Ok(id)
+    }
+
+    /// The id of the build-id `b`, writing its definition the first time.
+    pub fn intern_build_id(&mut self, b: &[u8]) -> io::Result<u64> {
+        if let Some(&id) = self.build_ids.get(b) {
+            return Ok(id);
+        }
+        let id = self.build_ids.len() as u64 + 1;
+        self.build_ids.insert(b.into(), id);
+        self.stats.build_ids += 1;
+        self.write_record(&Record {
+            kind: Some(Kind::BuildId(BuildId {
+                id,
+                value: b.to_vec(),
+            })),
+        })?;
+        Ok(id)
+    }
+
+    /// The id of a stack of `generation` (user and kernel ips leaf first, `StackFlag` bits),
+    /// writing its definition the first time.
+    pub fn intern_stack(
+        &mut self,
+        generation: u32,
+        user: &[u64],
+        kernel: &[u64],
+        flags: u32,
+    ) -> io::Result<u64> {
+        self.scratch.clear();
+        self.scratch
+            .push(u64::from(generation) | (u64::from(flags) << 32));
+        self.scratch.push(user.len() as u64);
+        self.scratch.extend_from_slice(user);
+        self.scratch.extend_from_slice(kernel);
+        if let Some(&id) = self.stacks.get(&self.scratch[..]) {
+            return Ok(id);
+        }
+        let id = self.stacks.len() as u64 + 1;
+        self.stacks.insert(self.scratch.as_slice().into(), id);
+        self.stats.stacks += 1;
+        self.write_record(&Record {
+            kind: Some(Kind::Stack(Stack {
+                id,
+                generation,
+                user_ips: user.to_vec(),
+                kernel_ips: kernel.to_vec(),
+                flags,
+                copy: None,
+            })),
+        })?;
+        Ok(id)
+    }
+
+    /// Writes a stack that carries a raw copy of the user stack (never deduplicated: two
+    /// copies are rarely equal). Returns its id.
+    pub fn write_stack_copy(&mut self, mut stack: Stack) -> io::Result<u64> {
+        let id = self.stacks.len() as u64 + 1;
+        // Reserve the id with a key no interned stack can have (length field past the end).
+        self.stacks
+            .insert(vec![u64::MAX, id].into_boxed_slice(), id);
+        self.stats.stacks += 1;
+        stack.id = id;
+        self.write_record(&Record {
+            kind: Some(Kind::Stack(stack)),
+        })?;
+        Ok(id)
+    }
+
+    fn push<B: Family>(
+        &mut self,
+        select: fn(&mut Self) -> &mut Pending<B>,
+        e: &B::Event,
+    ) -> io::Result<()> {
+        let limit = self.opts.batch_events;
+        let p = select(self);
+        p.batch.push(&mut p.deltas, e);
+        if p.batch.len() >= limit {
+            let r = std::mem::take(&mut p.batch).into_record();
+            self.write_record(&r)?;
+        } else if self.chunk_opened.is_none() {
+            self.chunk_opened = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    pub fn alloc(&mut self, e: &AllocEvent) -> io::Result<()> {
+        self.push(|w| &mut w.allocs, e)
+    }
+    pub fn free(&mut self, e: &FreeEvent) -> io::Result<()> {
+        self.push(|w| &mut w.frees, e)
+    }
+    pub fn lock(&mut self, e: &LockEvent) -> io::Result<()> {
+        self.push(|w| &mut w.locks, e)
+    }
+    pub fn func(&mut self, e: &FuncEvent) -> io::Result<()> {
+        self.push(|w| &mut w.funcs, e)
+    }
+    pub fn cpu_sample(&mut self, e: &CpuSample) -> io::Result<()> {
+        self.push(|w| &mut w.cpu, e)
+    }
+    pub fn offcpu(&mut self, e: &OffCpuEvent) -> io::Result<()> {
+        self.push(|w| &mut w.offcpu, e)
+    }
+    pub fn mem_growth(&mut self, e: &MemGrowthEvent) -> io::Result<()> {
+        self.push(|w| &mut w.mem, e)
+    }
+
+    /// Writes pending batches, then `trailer` (with record and chunk counts filled in) if
+    /// given, closes the last chunk and returns the output.
+    pub fn finish(mut self, trailer: Option<Trailer>) -> io::Result<W> {
+        self.flush_batches();
+        if let Some(mut t) = trailer {
+            t.record_count = self.stats.records;
+            t.chunk_count = self.stats.chunks;
+            self.append(&Record {
+                kind: Some(Kind::Trailer(t)),
+            });
+        }
+        self.flush()?;
+        Ok(self.out.take().expect("finish runs once"))
+    }
+}
+
+impl<W: Write> Drop for TraceWriter<W> {
+    /// A writer dropped without `finish` (an error path, a panic) still writes what it has,
+    /// without a trailer, so the file reads back as a cut recording rather than losing the
+    /// open chunk.
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            let _ = self.flush();
+        }
+    }
+}

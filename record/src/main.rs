@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("ebrec: not built yet");
+    std::process::exit(2)
+}
