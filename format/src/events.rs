@@ -10,11 +10,28 @@ use ebtrace_proto::v1::{
     LockSource, MemGrowthBatch, MemGrowthKind, OffCpuBatch, Record,
 };
 
-/// Running values that delta columns are relative to.
-#[derive(Debug, Default, Clone, Copy)]
+/// Running values that delta columns are relative to: the previous event's time, and the
+/// previous address *of the same thread* (allocators keep per-thread arenas, so addresses
+/// of one thread are close to each other while those of two threads are gigabytes apart).
+#[derive(Debug, Default, Clone)]
 pub struct Deltas {
     time: u64,
     addr: u64,
+    by_tid: std::collections::HashMap<u32, u64>,
+}
+
+impl Deltas {
+    fn reset(&mut self, time: u64) {
+        self.time = time;
+        self.addr = 0;
+        self.by_tid.clear();
+    }
+    fn load(&mut self, tid: u32) {
+        self.addr = self.by_tid.get(&tid).copied().unwrap_or(0);
+    }
+    fn store(&mut self, tid: u32) {
+        self.by_tid.insert(tid, self.addr);
+    }
 }
 
 /// A batch type of packed columns and the event type it holds.
@@ -85,11 +102,13 @@ macro_rules! family {
             fn push(&mut self, st: &mut Deltas, e: &$Event) {
                 if self.time_delta.is_empty() {
                     self.base_time_ns = e.time_ns;
-                    *st = Deltas { time: e.time_ns, addr: 0 };
+                    st.reset(e.time_ns);
                 }
                 self.time_delta.push(e.time_ns.wrapping_sub(st.time) as i64);
                 st.time = e.time_ns;
+                st.load(e.tid);
                 $(push_col!($enc, self.$col, e.$f, st);)*
+                st.store(e.tid);
             }
 
             fn len(&self) -> usize {
@@ -101,11 +120,15 @@ macro_rules! family {
                 $(if self.$col.len() != n {
                     return Err(column_mismatch(stringify!($Batch), stringify!($col), self.$col.len(), n));
                 })*
-                let mut st = Deltas { time: self.base_time_ns, addr: 0 };
+                let mut st = Deltas::default();
+                st.reset(self.base_time_ns);
                 Ok((0..n)
                     .map(|i| {
                         st.time = st.time.wrapping_add(self.time_delta[i] as u64);
-                        $Event { time_ns: st.time, $($f: get_col!($enc, $t, self.$col[i], st),)* }
+                        st.load(self.tid[i]);
+                        let e = $Event { time_ns: st.time, $($f: get_col!($enc, $t, self.$col[i], st),)* };
+                        st.store(self.tid[i]);
+                        e
                     })
                     .collect())
             }
@@ -219,10 +242,7 @@ impl Family for FuncBatch {
     fn push(&mut self, st: &mut Deltas, e: &FuncEvent) {
         if self.time_delta.is_empty() {
             self.base_time_ns = e.time_ns;
-            *st = Deltas {
-                time: e.time_ns,
-                addr: 0,
-            };
+            st.reset(e.time_ns);
         }
         self.time_delta.push(e.time_ns.wrapping_sub(st.time) as i64);
         st.time = e.time_ns;

@@ -1,0 +1,426 @@
+//! `ebsym info`: what a user asks first about a trace from a bug ticket.
+//!
+//! JSON schema (`ebsym info --json`), stable: every field below is always present.
+//! ```text
+//! { "file": {"path", "bytes", "format_version", "chunks", "records"},
+//!   "header": {"recorder_version", "hostname", "kernel_release", "arch", "cpu_count",
+//!              "page_size", "boot_id", "clock", "options": {k: v}, "argv": [..],
+//!              "start_time": RFC 3339 or null},
+//!   "span": {"first_event_ns", "last_event_ns", "duration_ns"},   // boottime ns; null if no event
+//!   "processes": [{"generation", "pid", "ppid", "comm", "exe", "cmdline", "event",
+//!                  "start_time_ns", "exit_time_ns", "exit_code", "parent_generation",
+//!                  "binaries": [{"path", "build_id"}]}],
+//!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth"},
+//!   "stacks", "stack_copies",
+//!   "losses": [{"family", "reason", "count"}], "lost_total",
+//!   "ended": "clean" | "cut", "stop_reason", "damage": ["…"],
+//!   "symbolized": bool, "symbolized_addresses" }
+//! ```
+use crate::time;
+use ebtrace_format::events::Family;
+use ebtrace_format::proto::{record::Kind, EventFamily, Header, LossReason, Trailer};
+use ebtrace_format::{Tables, TraceReader};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+#[derive(Debug, Serialize)]
+pub struct Info {
+    pub file: FileInfo,
+    pub header: HeaderInfo,
+    pub span: Option<Span>,
+    pub processes: Vec<ProcessInfo>,
+    pub events: EventCounts,
+    pub stacks: u64,
+    pub stack_copies: u64,
+    pub losses: Vec<LossInfo>,
+    pub lost_total: u64,
+    pub ended: &'static str,
+    pub stop_reason: Option<String>,
+    pub damage: Vec<String>,
+    pub symbolized: bool,
+    pub symbolized_addresses: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FileInfo {
+    pub path: String,
+    pub bytes: u64,
+    pub format_version: u32,
+    pub chunks: u64,
+    pub records: u64,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct HeaderInfo {
+    pub recorder_version: String,
+    pub hostname: String,
+    pub kernel_release: String,
+    pub arch: String,
+    pub cpu_count: u32,
+    pub page_size: u32,
+    pub boot_id: String,
+    pub clock: String,
+    pub options: BTreeMap<String, String>,
+    pub argv: Vec<String>,
+    pub start_time: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Span {
+    pub first_event_ns: u64,
+    pub last_event_ns: u64,
+    pub duration_ns: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessInfo {
+    pub generation: u32,
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub exe: String,
+    pub cmdline: Vec<String>,
+    pub event: String,
+    pub start_time_ns: u64,
+    pub exit_time_ns: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub parent_generation: u32,
+    pub binaries: Vec<BinaryInfo>,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BinaryInfo {
+    pub path: String,
+    pub build_id: String,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct EventCounts {
+    pub alloc: u64,
+    pub free: u64,
+    pub lock: u64,
+    pub func: u64,
+    pub cpu: u64,
+    pub offcpu: u64,
+    pub mem_growth: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LossInfo {
+    pub family: String,
+    pub reason: String,
+    pub count: u64,
+}
+
+/// Lowercase name of an enum value without its prefix, e.g. `ALLOC_KIND_MALLOC` → "malloc".
+pub fn enum_name(full: &str, prefix: &str) -> String {
+    full.strip_prefix(prefix)
+        .unwrap_or(full)
+        .to_ascii_lowercase()
+}
+
+fn family_name(v: i32) -> String {
+    EventFamily::try_from(v)
+        .map(|f| enum_name(f.as_str_name(), "EVENT_FAMILY_"))
+        .unwrap_or_else(|_| format!("family {v}"))
+}
+
+fn reason_name(v: i32) -> String {
+    LossReason::try_from(v)
+        .map(|f| enum_name(f.as_str_name(), "LOSS_REASON_"))
+        .unwrap_or_else(|_| format!("reason {v}"))
+}
+
+/// Reads the whole trace at `path` and summarizes it.
+pub fn summarize(path: &Path) -> Result<Info, ebtrace_format::Error> {
+    let mut reader = TraceReader::open(path)?;
+    let mut tables = Tables::default();
+    let mut header: Option<Header> = None;
+    let mut trailer: Option<Trailer> = None;
+    let mut events = EventCounts::default();
+    let mut span: Option<(u64, u64)> = None;
+    let mut losses: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut symbolized = false;
+    let mut symbolized_addresses = 0u64;
+    let mut bad_batches = 0u64;
+    let mut widen = |t0: u64, t1: u64| {
+        span = Some(match span {
+            None => (t0, t1),
+            Some((a, b)) => (a.min(t0), b.max(t1)),
+        })
+    };
+    fn times<B: Family>(b: &B, t: impl Fn(&B::Event) -> u64) -> Option<(u64, u64, u64)> {
+        let evs = b.decode().ok()?;
+        let lo = evs.iter().map(&t).min()?;
+        let hi = evs.iter().map(&t).max()?;
+        Some((lo, hi, evs.len() as u64))
+    }
+    for record in reader.by_ref() {
+        if tables.observe(&record) {
+            continue;
+        }
+        let Some(kind) = record.kind else { continue };
+        let counted = match &kind {
+            Kind::Allocs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.alloc)),
+            Kind::Frees(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.free)),
+            Kind::Locks(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.lock)),
+            Kind::Funcs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.func)),
+            Kind::CpuSamples(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.cpu)),
+            Kind::Offcpu(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.offcpu)),
+            Kind::MemGrowth(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.mem_growth)),
+            Kind::Header(h) => {
+                header.get_or_insert_with(|| h.clone());
+                continue;
+            }
+            Kind::Trailer(t) => {
+                trailer = Some(t.clone());
+                continue;
+            }
+            Kind::Lost(l) => {
+                *losses
+                    .entry((family_name(l.family), reason_name(l.reason)))
+                    .or_default() += l.count;
+                continue;
+            }
+            Kind::SymbolizerInfo(_) => {
+                symbolized = true;
+                continue;
+            }
+            Kind::SymbolizedAddress(_) => {
+                symbolized_addresses += 1;
+                continue;
+            }
+            _ => continue,
+        };
+        match counted {
+            Some(((lo, hi, n), counter)) => {
+                *counter += n;
+                widen(lo, hi);
+            }
+            None => bad_batches += 1,
+        }
+    }
+    let h = header.unwrap_or_default();
+    let mut damage: Vec<String> = reader.damage().iter().map(|d| d.to_string()).collect();
+    if bad_batches > 0 {
+        damage.push(format!(
+            "{bad_batches} event batches with inconsistent columns skipped"
+        ));
+    }
+    if tables.dangling > 0 {
+        damage.push(format!(
+            "{} records refer to undefined processes",
+            tables.dangling
+        ));
+    }
+    let mut processes: Vec<ProcessInfo> = tables
+        .generations
+        .iter()
+        .map(|(&generation, g)| {
+            let p = &g.process;
+            let binaries: BTreeSet<BinaryInfo> = g
+                .mappings
+                .iter()
+                .filter(|m| m.perms & 4 != 0 && m.path != 0)
+                .map(|m| BinaryInfo {
+                    path: tables.string(m.path).into_owned(),
+                    build_id: tables.build_id_hex(m.build_id),
+                })
+                .filter(|b| !b.path.starts_with('['))
+                .collect();
+            ProcessInfo {
+                generation,
+                pid: p.pid,
+                ppid: p.ppid,
+                comm: tables.string(p.comm).into_owned(),
+                exe: tables.string(p.exe).into_owned(),
+                cmdline: p
+                    .cmdline
+                    .iter()
+                    .map(|&s| tables.string(s).into_owned())
+                    .collect(),
+                event: enum_name(p.event().as_str_name(), "PROCESS_EVENT_"),
+                start_time_ns: p.start_time_ns,
+                exit_time_ns: g.exit.map(|e| e.0),
+                exit_code: g.exit.map(|e| e.1),
+                parent_generation: p.parent_generation,
+                binaries: binaries.into_iter().collect(),
+            }
+        })
+        .collect();
+    processes.sort_by_key(|p| (p.start_time_ns, p.generation));
+    let stack_copies = tables.stacks.values().filter(|s| s.copy.is_some()).count() as u64;
+    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let lost_total = losses.values().sum();
+    Ok(Info {
+        file: FileInfo {
+            path: path.display().to_string(),
+            bytes,
+            format_version: reader.version(),
+            chunks: reader.chunks(),
+            records: reader.records(),
+        },
+        header: HeaderInfo {
+            start_time: (h.start_realtime_ns != 0).then(|| time::rfc3339(h.start_realtime_ns)),
+            recorder_version: h.recorder_version,
+            hostname: h.hostname,
+            kernel_release: h.kernel_release,
+            arch: h.arch,
+            cpu_count: h.cpu_count,
+            page_size: h.page_size,
+            boot_id: h.boot_id,
+            clock: h.clock,
+            options: h.options.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+            argv: h.argv,
+        },
+        span: span.map(|(a, b)| Span {
+            first_event_ns: a,
+            last_event_ns: b,
+            duration_ns: b - a,
+        }),
+        processes,
+        events,
+        stacks: tables.stacks.len() as u64,
+        stack_copies,
+        losses: losses
+            .into_iter()
+            .map(|((family, reason), count)| LossInfo {
+                family,
+                reason,
+                count,
+            })
+            .collect(),
+        lost_total,
+        ended: if trailer.is_some() { "clean" } else { "cut" },
+        stop_reason: trailer.map(|t| t.stop_reason),
+        damage,
+        symbolized,
+        symbolized_addresses,
+    })
+}
+
+impl Info {
+    /// The report for people.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let h = &self.header;
+        let _ = writeln!(
+            s,
+            "trace      {} ({} bytes, format {}, {} chunks, {} records)",
+            self.file.path,
+            self.file.bytes,
+            self.file.format_version,
+            self.file.chunks,
+            self.file.records
+        );
+        let _ = writeln!(s, "recorder   {}", h.recorder_version);
+        let _ = writeln!(
+            s,
+            "host       {} ({} {}, {} CPUs, page {} B, boot {})",
+            h.hostname, h.kernel_release, h.arch, h.cpu_count, h.page_size, h.boot_id
+        );
+        if !h.argv.is_empty() {
+            let _ = writeln!(s, "command    {}", h.argv.join(" "));
+        }
+        if !h.options.is_empty() {
+            let opts: Vec<String> = h.options.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(s, "options    {}", opts.join(" "));
+        }
+        if let Some(t) = &h.start_time {
+            let _ = writeln!(s, "started    {t}");
+        }
+        match &self.span {
+            Some(sp) => {
+                let _ = writeln!(
+                    s,
+                    "events in  {} (boottime {} .. {} ns)",
+                    time::duration(sp.duration_ns),
+                    sp.first_event_ns,
+                    sp.last_event_ns
+                );
+            }
+            None => {
+                let _ = writeln!(s, "events in  (no events)");
+            }
+        }
+        let state = match (&self.stop_reason, self.ended) {
+            (Some(r), _) => format!("clean (stopped: {r})"),
+            (None, _) => {
+                "CUT: no trailer, the recorder did not finish (killed, crashed or still running)"
+                    .into()
+            }
+        };
+        let _ = writeln!(s, "ended      {state}");
+        for d in &self.damage {
+            let _ = writeln!(s, "DAMAGE     {d}");
+        }
+        let _ = writeln!(
+            s,
+            "symbolized {}",
+            if self.symbolized {
+                format!("yes ({} addresses)", self.symbolized_addresses)
+            } else {
+                "no".into()
+            }
+        );
+        let e = &self.events;
+        let _ = writeln!(s, "\nevents");
+        for (name, n) in [
+            ("alloc", e.alloc),
+            ("free", e.free),
+            ("lock", e.lock),
+            ("func", e.func),
+            ("cpu", e.cpu),
+            ("offcpu", e.offcpu),
+            ("mem_growth", e.mem_growth),
+        ] {
+            if n > 0 {
+                let _ = writeln!(s, "  {name:<11}{n:>12}");
+            }
+        }
+        let _ = writeln!(s, "  {:<11}{:>12}", "stacks", self.stacks);
+        if self.stack_copies > 0 {
+            let _ = writeln!(s, "  {:<11}{:>12}", "stack copies", self.stack_copies);
+        }
+        if self.losses.is_empty() {
+            let _ = writeln!(s, "\nlosses     none");
+        } else {
+            let _ = writeln!(s, "\nlosses     {} events in all", self.lost_total);
+            for l in &self.losses {
+                let _ = writeln!(s, "  {:<11}{:<16}{:>10}", l.family, l.reason, l.count);
+            }
+        }
+        let _ = writeln!(s, "\nprocesses  {}", self.processes.len());
+        for p in &self.processes {
+            let exit = match (p.exit_time_ns, p.exit_code) {
+                (Some(_), Some(c)) => format!(", exited {c}"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                s,
+                "  pid {} gen {} ({}{}) {} [{}]",
+                p.pid,
+                p.generation,
+                p.event,
+                exit,
+                p.comm,
+                if p.cmdline.is_empty() {
+                    p.exe.clone()
+                } else {
+                    p.cmdline.join(" ")
+                }
+            );
+            for b in &p.binaries {
+                let id = if b.build_id.is_empty() {
+                    "(no build-id)"
+                } else {
+                    &b.build_id
+                };
+                let _ = writeln!(s, "    {id}  {}", b.path);
+            }
+        }
+        s
+    }
+}
