@@ -1,4 +1,521 @@
+//! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
+//! an ebtrace trace file. It never reads DWARF and never symbolizes.
+mod elf;
+mod perf;
+mod probes;
+mod procfs;
+mod session;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use ebtrace_format::proto::{Header, KeyValue, Trailer};
+use ebtrace_format::{TraceWriter, WriterOptions};
+use probes::{LockMode, ProbeConfig, Probes};
+use std::ffi::{CString, OsString};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ebrec",
+    version,
+    about = "Record allocations, leaks and lock contention of C++ processes with eBPF"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Record events of running processes (-p), of a command it starts (-- CMD), or of all.
+    #[command(after_help = "Examples:
+  ebrec record -o trace.pb.zst --alloc=4096 -p 1234
+  ebrec record -o trace.pb.zst --alloc --lock=100 -- ./server --port 8080
+  ebrec record -o trace.pb.zst --alloc=1024 --sample 10 --all --duration 30
+  ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
+    Record(RecordArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RecordArgs {
+    /// Trace file to write (created 0600).
+    #[arg(short, long, default_value = "trace.pb.zst")]
+    output: PathBuf,
+    /// Trace this running process (repeatable).
+    #[arg(short, long = "pid")]
+    pid: Vec<u32>,
+    /// Trace every process (uprobes then cost every process a trap per call).
+    #[arg(long)]
+    all: bool,
+    /// Allocations of at least MIN_BYTES (default 0: all), with frees of traced blocks.
+    #[arg(long, value_name = "MIN_BYTES", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
+    alloc: Option<u64>,
+    /// The allocator library to probe instead of the one found in the target (jemalloc,
+    /// tcmalloc); repeatable.
+    #[arg(long, value_name = "PATH")]
+    alloc_lib: Vec<PathBuf>,
+    /// Keep one allocation in N, at random.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    sample: u32,
+    /// Lock waits of at least MIN_US microseconds (default 0: all contended waits).
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
+    lock: Option<u64>,
+    /// futex: contended waits only, at no cost for uncontended locks; uprobe: exact wait and
+    /// hold of every pthread_mutex lock (a trap per lock call).
+    #[arg(long, value_enum, default_value = "futex")]
+    lock_mode: LockModeArg,
+    /// Stop after SECONDS.
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Size of each BPF ring buffer in bytes (a power of two, at least one page).
+    #[arg(long, default_value_t = 8 << 20)]
+    ringbuf_size: u32,
+    /// Most user frames per stack (at most 127).
+    #[arg(long, default_value_t = 127, value_parser = clap::value_parser!(u32).range(1..=127))]
+    stack_depth: u32,
+    /// No live status line.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The command to start and trace from its first instruction.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum LockModeArg {
+    Futex,
+    Uprobe,
+}
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
 fn main() {
-    eprintln!("ebrec: not built yet");
-    std::process::exit(2)
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Record(a) => record(a),
+    };
+    if let Err(e) = r {
+        let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+        eprintln!("ebrec: {}", chain.join(": "));
+        std::process::exit(1);
+    }
+}
+
+/// The launched command, held on a pipe until the probes are attached.
+struct Launched {
+    pid: u32,
+    release: Option<std::os::fd::OwnedFd>,
+    exe: PathBuf,
+}
+
+fn find_in_path(cmd: &OsString) -> Option<PathBuf> {
+    let p = Path::new(cmd);
+    if p.components().count() > 1 {
+        return Some(p.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(p))
+            .find(|c| c.is_file())
+    })
+}
+
+fn launch(cmd: &[OsString]) -> Result<Launched> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let exe = find_in_path(&cmd[0])
+        .with_context(|| format!("command not found: {}", cmd[0].to_string_lossy()))?;
+    let args: Vec<CString> = cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let file = CString::new(exe.as_os_str().as_bytes())?;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid out array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: ebrec is single-threaded here; the child only calls async-signal-safe
+    // functions (read, close, execv, write, _exit) before exec.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        unsafe {
+            libc::close(fds[1]);
+            let mut b = 0u8;
+            // Wait until the parent has attached (it closes its end).
+            while libc::read(fds[0], (&mut b as *mut u8).cast(), 1) < 0 {}
+            libc::close(fds[0]);
+            libc::execv(file.as_ptr(), argv.as_ptr());
+            let msg = b"ebrec: cannot execute the command\n";
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: fds[0] and fds[1] are ours; the child has its own copies.
+    unsafe { libc::close(fds[0]) };
+    let release = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+    Ok(Launched {
+        pid: pid as u32,
+        release: Some(release),
+        exe,
+    })
+}
+
+fn header(a: &RecordArgs) -> Header {
+    let (host, release, arch) = procfs::uname();
+    let mut options = Vec::new();
+    let mut opt = |k: &str, v: String| {
+        options.push(KeyValue {
+            key: k.into(),
+            value: v,
+        })
+    };
+    if let Some(m) = a.alloc {
+        opt("alloc", m.to_string());
+        opt("sample", a.sample.to_string());
+    }
+    if let Some(m) = a.lock {
+        opt("lock", m.to_string());
+        opt("lock-mode", format!("{:?}", a.lock_mode).to_lowercase());
+    }
+    for l in &a.alloc_lib {
+        opt("alloc-lib", l.display().to_string());
+    }
+    opt("stack-mode", "fp".into());
+    opt("stack-depth", a.stack_depth.to_string());
+    opt("ringbuf-size", a.ringbuf_size.to_string());
+    if a.all {
+        opt("all", "true".into());
+    }
+    Header {
+        format_version: 0,
+        recorder_version: format!("ebrec {}", env!("CARGO_PKG_VERSION")),
+        hostname: host,
+        kernel_release: release,
+        arch,
+        page_size: procfs::page_size() as u32,
+        cpu_count: procfs::possible_cpus().unwrap_or(1) as u32,
+        boot_id: procfs::boot_id(),
+        clock: "boottime".into(),
+        options,
+        argv: std::env::args().collect(),
+        start_time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+        start_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+        clock_ticks_per_sec: procfs::clock_ticks() as u32,
+    }
+}
+
+fn record(a: RecordArgs) -> Result<()> {
+    let targets =
+        usize::from(!a.pid.is_empty()) + usize::from(a.all) + usize::from(!a.command.is_empty());
+    if targets != 1 {
+        bail!("say what to trace: -p PID (repeatable), --all, or -- CMD ARGS...");
+    }
+    if a.alloc.is_none() && a.lock.is_none() {
+        bail!("say what to record: --alloc[=MIN_BYTES] and/or --lock[=MIN_US]");
+    }
+    if !a.ringbuf_size.is_power_of_two() || (a.ringbuf_size as usize) < procfs::page_size() {
+        bail!(
+            "--ringbuf-size must be a power of two of at least one page ({} bytes)",
+            procfs::page_size()
+        );
+    }
+    for &pid in &a.pid {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process with pid {pid}");
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("ebrec: not root: this needs CAP_BPF and CAP_PERFMON (and CAP_SYS_PTRACE for other users' processes)");
+    }
+    let lock_mode = match a.lock_mode {
+        LockModeArg::Futex => LockMode::Futex,
+        LockModeArg::Uprobe => LockMode::Uprobe,
+    };
+    let cfg = ProbeConfig {
+        alloc_min: a.alloc,
+        sample_every: a.sample.max(1),
+        lock_min_ns: a.lock.map(|us| us * 1000),
+        lock_mode,
+        stack_depth: a.stack_depth,
+        ringbuf_bytes: a.ringbuf_size,
+        all: a.all,
+    };
+
+    let mut launched = if a.command.is_empty() {
+        None
+    } else {
+        Some(launch(&a.command)?)
+    };
+    let result = record_with(&a, &cfg, &mut launched);
+    if let Some(l) = &mut launched {
+        // Never leave the command blocked: release it even when setting up failed.
+        if result.is_err() {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(l.pid as i32, libc::SIGKILL) };
+            l.release.take();
+            let mut st = 0;
+            unsafe { libc::waitpid(l.pid as i32, &mut st, 0) };
+        }
+    }
+    result
+}
+
+fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched>) -> Result<()> {
+    let mut alloc_obj = std::mem::MaybeUninit::uninit();
+    let mut lock_obj = std::mem::MaybeUninit::uninit();
+    let mut probes = Probes::load(cfg, &mut alloc_obj, &mut lock_obj)?;
+
+    // Where to probe, and for whom.
+    let mut pids: Vec<i32> = a.pid.iter().map(|&p| p as i32).collect();
+    if let Some(l) = launched.as_ref() {
+        pids.push(l.pid as i32);
+    }
+    if a.all {
+        pids = vec![-1];
+    }
+    for &pid in &pids {
+        let (lookup_pid, exe) = match launched.as_ref() {
+            Some(l) if l.pid as i32 == pid => (None, Some(l.exe.clone())),
+            _ if pid == -1 => (None, None),
+            _ => (Some(pid as u32), None),
+        };
+        let mut alloc_sites = Vec::new();
+        if cfg.alloc_min.is_some() {
+            let libs = if a.alloc_lib.is_empty() {
+                probes::find_provider(lookup_pid, exe.as_deref(), "malloc")
+                    .context("no allocator to probe (give one with --alloc-lib PATH)")?
+            } else {
+                a.alloc_lib.clone()
+            };
+            for lib in libs {
+                alloc_sites.extend(probes::sites(&lib, probes::ALLOC_FUNCS)?);
+            }
+        }
+        let mut lock_sites = Vec::new();
+        if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
+            for lib in probes::find_provider(lookup_pid, exe.as_deref(), "pthread_mutex_lock")? {
+                lock_sites.extend(probes::sites(&lib, probes::LOCK_FUNCS)?);
+            }
+            if lock_sites.is_empty() {
+                bail!("no pthread_mutex_lock to probe in the target");
+            }
+        }
+        probes.attach_uprobes(&alloc_sites, &lock_sites, pid)?;
+        if pid > 0 {
+            probes.add_target(pid as u32)?;
+        }
+    }
+    if !a.quiet {
+        for s in &probes.attached {
+            eprintln!("ebrec: attached {s}");
+        }
+        if cfg.alloc_min.is_some() {
+            eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold");
+        }
+        if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
+            eprintln!("ebrec: note: --lock-mode uprobe costs a trap at every pthread_mutex lock and unlock, contended or not");
+        }
+    }
+
+    // Side band: maps, forks, execs, exits, as they happen.
+    let mut side = perf::SideBandReader::default();
+    for &pid in &pids {
+        side.add(pid, 64).context("opening the perf side band")?;
+    }
+
+    let mut w = TraceWriter::create(&a.output, header(a), WriterOptions::default())
+        .with_context(|| format!("cannot create {}", a.output.display()))?;
+    let _ = &mut w;
+    let probes_ref = &probes;
+    let mut s = session::Session::new(w, probes_ref, !a.all);
+    s.clock_sync()?;
+    let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    for &pid in &a.pid {
+        s.snapshot(pid, now)?;
+        s.live.insert(pid);
+    }
+    if let Some(l) = launched.as_ref() {
+        s.live.insert(l.pid);
+        s.launched = Some(l.pid);
+    }
+
+    let pending = std::rc::Rc::new(std::cell::RefCell::new(Vec::<u8>::with_capacity(1 << 20)));
+    let mut rbb = libbpf_rs::RingBufferBuilder::new();
+    let push = |p: std::rc::Rc<std::cell::RefCell<Vec<u8>>>| {
+        move |data: &[u8]| -> i32 {
+            let mut b = p.borrow_mut();
+            b.extend_from_slice(&(data.len() as u32).to_ne_bytes());
+            b.extend_from_slice(data);
+            0
+        }
+    };
+    if let Some(al) = &probes_ref.alloc {
+        rbb.add(&al.maps.events, push(pending.clone()))?;
+    }
+    if let Some(lk) = &probes_ref.lock {
+        rbb.add(&lk.maps.events, push(pending.clone()))?;
+    }
+    let rb = rbb.build()?;
+
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    if let Some(l) = launched.as_mut() {
+        l.release.take(); // closing our end lets the command exec
+    }
+
+    let started = Instant::now();
+    let deadline = a.duration.map(|d| started + Duration::from_secs_f64(d));
+    let tty = std::io::stderr().is_terminal() && !a.quiet;
+    let mut last_stats = Instant::now();
+    let mut last_sync = Instant::now();
+    let mut last_kept = 0u64;
+    let stop_reason;
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        session::drain_once(&mut s, &rb, &pending, &mut side)?;
+        if let Some(l) = launched.as_ref() {
+            let mut st = 0;
+            // SAFETY: st is a valid out pointer.
+            let r = unsafe { libc::waitpid(l.pid as i32, &mut st, libc::WNOHANG) };
+            if r == l.pid as i32 {
+                let code = if libc::WIFEXITED(st) {
+                    libc::WEXITSTATUS(st)
+                } else {
+                    128 + libc::WTERMSIG(st)
+                };
+                session::drain_once(&mut s, &rb, &pending, &mut side)?;
+                s.launched_exited(l.pid, code)?;
+            }
+        }
+        for &pid in &a.pid {
+            // SAFETY: signal 0 only checks existence.
+            if s.live.contains(&pid) && unsafe { libc::kill(pid as i32, 0) } != 0 {
+                s.live.remove(&pid);
+            }
+        }
+        s.w.flush_if_due()?;
+        let sig = SIGNAL.load(Ordering::SeqCst);
+        if sig != 0 {
+            stop_reason = format!(
+                "signal {}",
+                if sig == libc::SIGINT {
+                    "SIGINT"
+                } else {
+                    "SIGTERM"
+                }
+            );
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop_reason = "duration".to_string();
+            break;
+        }
+        if !a.all && s.live.is_empty() {
+            stop_reason = "targets exited".to_string();
+            break;
+        }
+        if last_stats.elapsed() >= Duration::from_secs(1) {
+            last_stats = Instant::now();
+            let fam = s.stats(procfs::clock_ns(libc::CLOCK_BOOTTIME))?;
+            if tty {
+                let kept: u64 = s.kept.iter().sum();
+                let lost: u64 = fam.iter().map(|f| f.lost).sum();
+                eprint!(
+                    "\rebrec: {:>6.1} s  {:>8} events  {:>7.0}/s  {:>7.2} MiB  lost {}   ",
+                    started.elapsed().as_secs_f64(),
+                    kept,
+                    (kept - last_kept) as f64,
+                    s.w.stats().bytes_written as f64 / (1 << 20) as f64,
+                    lost
+                );
+                last_kept = kept;
+            }
+        }
+        if last_sync.elapsed() >= Duration::from_secs(10) {
+            last_sync = Instant::now();
+            s.clock_sync()?;
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    // Last events, then the final counters and the trailer.
+    std::thread::sleep(Duration::from_millis(20));
+    session::drain_once(&mut s, &rb, &pending, &mut side)?;
+    let end = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    s.clock_sync()?;
+    let families = s.stats(end)?;
+    let programs = probes_ref.program_stats();
+    let elapsed = started.elapsed().as_secs_f64();
+    let processes = s.processes();
+    let malformed = s.malformed;
+    let sideband_lost = s.sideband_lost();
+    let out = s.w.finish(Some(Trailer {
+        end_time_ns: end,
+        end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+        stop_reason: stop_reason.clone(),
+        families: families.clone(),
+        ..Default::default()
+    }))?;
+    drop(out);
+    let bytes = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
+
+    // What it cost.
+    eprintln!(
+        "ebrec: {} after {:.1} s: {} processes, {} ({:.2} MiB)",
+        stop_reason,
+        elapsed,
+        processes,
+        a.output.display(),
+        bytes as f64 / (1 << 20) as f64
+    );
+    for f in &families {
+        let name = match f.family {
+            1 => "alloc",
+            2 => "free",
+            3 => "lock",
+            _ => "other",
+        };
+        eprintln!(
+            "ebrec:   {name:<6} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
+            f.kept, f.lost, f.filtered, f.hits
+        );
+    }
+    if malformed > 0 || sideband_lost > 0 {
+        eprintln!("ebrec:   malformed events {malformed}, side-band records lost {sideband_lost}");
+    }
+    let total_ns: u64 = programs.iter().map(|p| p.1).sum();
+    let total_runs: u64 = programs.iter().map(|p| p.2).sum();
+    if total_runs > 0 {
+        eprintln!(
+            "ebrec:   BPF run time {:.1} ms for {} program runs ({:.0} ns per run; uprobes add the trap itself, ~1 µs per call):",
+            total_ns as f64 / 1e6,
+            total_runs,
+            total_ns as f64 / total_runs as f64
+        );
+        for (name, ns, n) in &programs {
+            eprintln!(
+                "ebrec:     {name:<22} {n:>10} runs {:>8.0} ns/run",
+                *ns as f64 / *n as f64
+            );
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,208 @@
+/* Allocations and frees: uprobes on the malloc family and free. An allocation of at least
+ * `min_size` bytes (one in `sample_every`) becomes an event with its user stack, and its
+ * address goes into `live`; a free is sent only for an address in `live`, so the leak report
+ * works without sending every free. */
+#include "common.bpf.h"
+
+const volatile __u64 min_size = 0;
+const volatile __u32 sample_every = 1;
+
+/* Calls between entry and return, per thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct alloc_event);
+} inflight SEC(".maps");
+
+struct block_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 addr;
+};
+
+/* Traced blocks not yet freed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__type(key, struct block_key);
+	__type(value, __u8);
+} live SEC(".maps");
+
+/* A zeroed template, so that the 1 KiB value is not built on the 512-byte BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct alloc_event);
+} zero SEC(".maps");
+
+/* Force the event types into BTF for the skeleton. */
+struct alloc_event _alloc_event = {};
+struct free_event _free_event = {};
+
+static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __u64 arg)
+{
+	count(FAM_ALLOC, CTR_HITS);
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pt;
+	bool old_traced = false;
+	if (kind == AK_REALLOC || kind == AK_REALLOCARRAY) {
+		struct block_key k = { .pid = pt >> 32, .addr = arg };
+		old_traced = arg && bpf_map_lookup_elem(&live, &k);
+	}
+	bool keep = size >= min_size;
+	if (keep && sample_every > 1 && bpf_get_prandom_u32() % sample_every)
+		keep = false;
+	if (!keep) {
+		count(FAM_ALLOC, CTR_FILTERED);
+		if (!old_traced)
+			return 0;
+	}
+	__u32 z = 0;
+	struct alloc_event *tmpl = bpf_map_lookup_elem(&zero, &z);
+	if (!tmpl)
+		return 0;
+	if (bpf_map_update_elem(&inflight, &tid, tmpl, BPF_ANY)) {
+		count(FAM_ALLOC, CTR_LOST_MAP_FULL);
+		return 0;
+	}
+	struct alloc_event *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (!e)
+		return 0;
+	e->kind = kind;
+	e->size = keep ? size : 0;
+	e->arg = arg;
+	e->old_traced = old_traced;
+	e->flags = 0;
+	e->nframes = keep ? user_stack(ctx, e->ips, &e->flags, true) : 0;
+	/* kind 0 marks "only the free of the old block matters". */
+	if (!keep)
+		e->kind = 0;
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(malloc_enter, __u64 size)
+{
+	return enter(ctx, AK_MALLOC, size, 0);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(calloc_enter, __u64 n, __u64 size)
+{
+	/* Operands past 32 bits may overflow: calloc fails then, and ~0 never passes a
+	 * threshold-free filter unnoticed (the failed call returns NULL and is not sent). */
+	__u64 total = ((n | size) >> 32) ? ~0ULL : n * size;
+	return enter(ctx, AK_CALLOC, total, 0);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(realloc_enter, __u64 ptr, __u64 size)
+{
+	return enter(ctx, AK_REALLOC, size, ptr);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(reallocarray_enter, __u64 ptr, __u64 n, __u64 size)
+{
+	return enter(ctx, AK_REALLOCARRAY, n * size, ptr);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(posix_memalign_enter, __u64 memptr, __u64 align, __u64 size)
+{
+	return enter(ctx, AK_POSIX_MEMALIGN, size, memptr);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(aligned_alloc_enter, __u64 align, __u64 size)
+{
+	return enter(ctx, AK_ALIGNED_ALLOC, size, 0);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(memalign_enter, __u64 align, __u64 size)
+{
+	return enter(ctx, AK_MEMALIGN, size, 0);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(valloc_enter, __u64 size)
+{
+	return enter(ctx, AK_VALLOC, size, 0);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(pvalloc_enter, __u64 size)
+{
+	return enter(ctx, AK_PVALLOC, size, 0);
+}
+
+static __always_inline void send_free(__u32 pid, __u64 addr)
+{
+	struct free_event *f = bpf_ringbuf_reserve(&events, sizeof(*f), 0);
+	if (!f) {
+		count(FAM_FREE, CTR_LOST_RINGBUF);
+		return;
+	}
+	fill_header(&f->h, EV_FREE);
+	f->addr = addr;
+	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
+}
+
+SEC("uretprobe")
+int BPF_URETPROBE(alloc_return, __u64 ret)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pt;
+	__u32 pid = pt >> 32;
+	struct alloc_event *e = bpf_map_lookup_elem(&inflight, &tid);
+	if (!e)
+		return 0;
+	__u64 addr = ret;
+	if (e->kind == AK_POSIX_MEMALIGN) {
+		addr = 0;
+		if (ret == 0)
+			bpf_probe_read_user(&addr, sizeof(addr), (void *)e->arg);
+	}
+	if (e->old_traced && (addr || e->size == 0)) {
+		/* realloc moved or freed a traced block (realloc(p, 0) frees and may return NULL) */
+		struct block_key k = { .pid = pid, .addr = e->arg };
+		if (bpf_map_delete_elem(&live, &k) == 0)
+			send_free(pid, e->arg);
+	}
+	if (e->kind && addr) {
+		fill_header(&e->h, EV_ALLOC);
+		e->addr = addr;
+		__u32 n = e->nframes;
+		if (n > MAX_FRAMES)
+			n = MAX_FRAMES;
+		__u64 size = __builtin_offsetof(struct alloc_event, ips) + n * sizeof(__u64);
+		if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP)) {
+			count(FAM_ALLOC, CTR_LOST_RINGBUF);
+		} else {
+			struct block_key k = { .pid = pid, .addr = addr };
+			__u8 one = 1;
+			if (bpf_map_update_elem(&live, &k, &one, BPF_ANY))
+				count(FAM_FREE, CTR_LOST_MAP_FULL);
+		}
+	}
+	bpf_map_delete_elem(&inflight, &tid);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_UPROBE(free_enter, __u64 ptr)
+{
+	if (!ptr)
+		return 0;
+	count(FAM_FREE, CTR_HITS);
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct block_key k = { .pid = pid, .addr = ptr };
+	if (bpf_map_delete_elem(&live, &k) == 0)
+		send_free(pid, ptr);
+	else
+		count(FAM_FREE, CTR_FILTERED);
+	return 0;
+}

@@ -1,0 +1,105 @@
+/* Every struct that crosses from the BPF programs to user space. Rust gets these types from
+ * the generated skeletons (`types::…`), so C and Rust cannot disagree on a layout. */
+#ifndef EBTRACE_EVENTS_H
+#define EBTRACE_EVENTS_H
+
+/* Most user frames kept per stack (the kernel's own limit is 127; one more slot holds the
+ * caller read from [sp] at a function-entry probe). */
+#define MAX_FRAMES 128
+
+enum event_type {
+	EV_ALLOC = 1,
+	EV_FREE = 2,
+	EV_LOCK = 3,
+};
+
+/* Flags of a captured stack; the same bits as StackFlag in trace.proto. */
+enum stack_flags {
+	SF_USER_TRUNCATED = 1,
+	SF_USER_ERROR = 4,
+	SF_CALLER_FROM_SP = 8,
+};
+
+/* Counter slots of the per-CPU `counters` array: family * CTR_STRIDE + counter. */
+enum counter {
+	CTR_HITS = 0,		/* probe hits for the family (calls seen) */
+	CTR_FILTERED = 1,	/* hits discarded on purpose (threshold, sampling) */
+	CTR_LOST_RINGBUF = 2,	/* events lost: ring buffer full */
+	CTR_LOST_MAP_FULL = 3,	/* events lost, or blocks untracked: a kernel map was full */
+	CTR_STRIDE = 4,
+};
+
+/* Families as in trace.proto's EventFamily. */
+enum family {
+	FAM_ALLOC = 1,
+	FAM_FREE = 2,
+	FAM_LOCK = 3,
+	FAM_COUNT = 4,
+};
+
+/* Allocation kinds, as in trace.proto's AllocKind. */
+enum alloc_kind {
+	AK_MALLOC = 1,
+	AK_CALLOC = 2,
+	AK_REALLOC = 3,
+	AK_REALLOCARRAY = 4,
+	AK_POSIX_MEMALIGN = 5,
+	AK_ALIGNED_ALLOC = 6,
+	AK_MEMALIGN = 7,
+	AK_VALLOC = 8,
+	AK_PVALLOC = 9,
+};
+
+struct event_header {
+	__u32 type;
+	__u32 pid;	/* tgid */
+	__u32 tid;
+	__u32 cpu;
+	__u64 time_ns;	/* boottime */
+};
+
+/* An allocation. Sent with only `nframes` of `ips`. Also the per-thread in-flight state
+ * between the entry and the return probe, so that the event leaves from the map value
+ * without a copy. */
+struct alloc_event {
+	struct event_header h;
+	__u64 size;
+	__u64 addr;
+	__u64 arg;	/* in flight: realloc's old pointer, posix_memalign's memptr */
+	__u32 kind;
+	__u32 nframes;
+	__u32 flags;
+	__u32 old_traced; /* in flight: realloc of a traced block */
+	__u64 ips[MAX_FRAMES];
+};
+
+struct free_event {
+	struct event_header h;
+	__u64 addr;
+};
+
+enum lock_source {
+	LS_FUTEX = 1,
+	LS_UPROBE = 2,
+};
+
+/* A lock wait (futex) or wait-and-hold (uprobe). `ips[0..nframes)` is the waiter's (or
+ * acquirer's) stack, `ips[MAX_FRAMES..MAX_FRAMES+waker_nframes)` the waker's. Sent up to
+ * the last used slot. */
+struct lock_event {
+	struct event_header h;
+	__u64 uaddr;
+	__u64 wait_ns;
+	__u64 hold_ns;
+	__u32 waker_tid;
+	__u32 op;
+	__s32 ret;
+	__u32 source;
+	__u32 nframes;
+	__u32 waker_nframes;
+	__u32 flags;
+	__u32 waker_flags;
+	__u64 ips[2 * MAX_FRAMES];
+};
+
+#endif

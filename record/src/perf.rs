@@ -1,0 +1,317 @@
+//! perf_event_open, for two jobs libbpf does not do for us:
+//! - uprobes with `inherit`, so that a probe on a target also covers the children it forks
+//!   from their first instruction, with no race against the recorder attaching to them;
+//! - the side band: a dummy software event per CPU whose ring buffer the kernel fills with
+//!   MMAP2 (with the build-id read by the kernel), FORK, EXIT and COMM/exec records at the
+//!   moment they happen, so a process that exits before user space looks still has its maps.
+use perf_event_open_sys as sys;
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+fn open(attr: &mut sys::bindings::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // SAFETY: attr is a valid, fully initialized perf_event_attr that outlives the call.
+    let fd = unsafe {
+        sys::perf_event_open(attr, pid, cpu, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as _)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn uprobe_pmu_type() -> io::Result<u32> {
+    let s = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?;
+    s.trim()
+        .parse()
+        .map_err(|_| io::Error::other("bad uprobe PMU type"))
+}
+
+/// A uprobe (or uretprobe) perf event on `path` at file `offset` for process `pid`
+/// (-1: every process), inherited by its future children and threads.
+pub fn uprobe(path: &CStr, offset: u64, retprobe: bool, pid: i32) -> io::Result<OwnedFd> {
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        type_: uprobe_pmu_type()?,
+        config: u64::from(retprobe),
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
+    attr.__bindgen_anon_4.config2 = offset;
+    attr.set_inherit(u64::from(pid != -1));
+    open(&mut attr, pid, -1)
+}
+
+/// Side-band records the recorder uses.
+#[derive(Debug, Clone)]
+pub enum SideBand {
+    Mmap {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        /// (major, minor, inode) when the kernel did not send a build-id.
+        inode: Option<(u32, u32, u64)>,
+        build_id: Option<Vec<u8>>,
+        prot: u32,
+        flags: u32,
+        path: Vec<u8>,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        ptid: u32,
+        time: u64,
+    },
+    Exit {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        time: u64,
+    },
+    Exec {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        comm: Vec<u8>,
+    },
+    Lost {
+        count: u64,
+        cpu: u32,
+    },
+}
+
+/// One CPU's side-band ring buffer.
+#[derive(Debug)]
+struct Ring {
+    fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+    data_size: usize,
+    cpu: u32,
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: base/len are the mapping made in SideBandReader::open.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Reads MMAP2/FORK/EXIT/COMM records for some processes (inherited by their children).
+#[derive(Debug, Default)]
+pub struct SideBandReader {
+    rings: Vec<Ring>,
+    scratch: Vec<u8>,
+}
+
+const SAMPLE_ID_LEN: usize = 16; // u32 pid, u32 tid, u64 time
+
+impl SideBandReader {
+    /// Opens side-band events for `pid` (-1: every process) on every CPU.
+    pub fn add(&mut self, pid: i32, pages: usize) -> io::Result<()> {
+        let ncpu = crate::procfs::possible_cpus()?;
+        for cpu in 0..ncpu {
+            let mut attr = sys::bindings::perf_event_attr {
+                size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+                type_: sys::bindings::PERF_TYPE_SOFTWARE,
+                config: sys::bindings::PERF_COUNT_SW_DUMMY as u64,
+                sample_type: (sys::bindings::PERF_SAMPLE_TID | sys::bindings::PERF_SAMPLE_TIME)
+                    as u64,
+                clockid: libc::CLOCK_BOOTTIME,
+                ..Default::default()
+            };
+            attr.set_inherit(u64::from(pid != -1));
+            attr.set_mmap(1);
+            attr.set_mmap2(1);
+            attr.set_comm(1);
+            attr.set_comm_exec(1);
+            attr.set_task(1);
+            attr.set_sample_id_all(1);
+            attr.set_use_clockid(1);
+            attr.set_build_id(1);
+            attr.set_watermark(1);
+            attr.__bindgen_anon_2.wakeup_watermark = 1 << 30;
+            let fd = match open(&mut attr, pid, cpu as i32) {
+                Ok(fd) => fd,
+                // CPUs that are possible but offline.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => continue,
+                Err(e) => return Err(e),
+            };
+            let page = crate::procfs::page_size();
+            let len = page * (1 + pages);
+            // SAFETY: mapping a perf fd is how its ring buffer is read; checked below.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            self.rings.push(Ring {
+                fd,
+                base: base.cast(),
+                len,
+                data_size: page * pages,
+                cpu: cpu as u32,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads every pending record of every CPU.
+    pub fn drain(&mut self, out: &mut Vec<SideBand>) {
+        for i in 0..self.rings.len() {
+            self.drain_ring(i, out);
+        }
+    }
+
+    fn drain_ring(&mut self, i: usize, out: &mut Vec<SideBand>) {
+        let ring = &self.rings[i];
+        let meta = ring.base.cast::<sys::bindings::perf_event_mmap_page>();
+        // SAFETY: meta points at the mapped control page; the kernel writes data_head,
+        // we write data_tail, as the perf ABI documents (acquire head, release tail).
+        let (head, tail) = unsafe {
+            let head = std::ptr::read_volatile(&(*meta).data_head);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            (head, (*meta).data_tail)
+        };
+        let data = unsafe { ring.base.add(crate::procfs::page_size()) };
+        let size = ring.data_size as u64;
+        let mut pos = tail;
+        while pos + 8 <= head {
+            let off = (pos % size) as usize;
+            let mut hdr = [0u8; 8];
+            copy_wrapped(data, ring.data_size, off, &mut hdr);
+            let ty = u32::from_ne_bytes(hdr[0..4].try_into().unwrap());
+            let misc = u16::from_ne_bytes(hdr[4..6].try_into().unwrap());
+            let rsize = u16::from_ne_bytes(hdr[6..8].try_into().unwrap()) as usize;
+            if rsize < 8 || pos + rsize as u64 > head {
+                break;
+            }
+            self.scratch.resize(rsize, 0);
+            copy_wrapped(data, ring.data_size, off, &mut self.scratch);
+            if let Some(r) = parse(ty, misc, &self.scratch[8..], ring.cpu) {
+                out.push(r);
+            }
+            pos += rsize as u64;
+        }
+        // SAFETY: as above.
+        unsafe {
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            std::ptr::write_volatile(&mut (*meta).data_tail, pos);
+        }
+        let _ = &ring.fd;
+    }
+}
+
+fn copy_wrapped(data: *const u8, size: usize, off: usize, dst: &mut [u8]) {
+    let first = dst.len().min(size - off);
+    // SAFETY: off < size and first <= size - off; the rest wraps to the start.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.add(off), dst.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(data, dst.as_mut_ptr().add(first), dst.len() - first);
+    }
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    b.get(i..i + 4)
+        .map(|s| u32::from_ne_bytes(s.try_into().unwrap()))
+        .unwrap_or(0)
+}
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    b.get(i..i + 8)
+        .map(|s| u64::from_ne_bytes(s.try_into().unwrap()))
+        .unwrap_or(0)
+}
+
+fn cstr(b: &[u8]) -> Vec<u8> {
+    b.split(|&c| c == 0).next().unwrap_or_default().to_vec()
+}
+
+fn parse(ty: u32, misc: u16, body: &[u8], cpu: u32) -> Option<SideBand> {
+    let time_of = |b: &[u8]| u64_at(b, b.len().saturating_sub(8));
+    let misc = u32::from(misc);
+    match ty {
+        sys::bindings::PERF_RECORD_MMAP2 => {
+            if body.len() < 72 + SAMPLE_ID_LEN {
+                return None;
+            }
+            let has_build_id = misc & sys::bindings::PERF_RECORD_MISC_MMAP_BUILD_ID != 0;
+            let (inode, build_id) = if has_build_id {
+                // union { u8 build_id_size; u8, u16 reserved; u8 build_id[20] } at 32
+                let n = (body[32] as usize).min(20);
+                (None, Some(body[36..36 + n].to_vec()))
+            } else {
+                (
+                    Some((u32_at(body, 32), u32_at(body, 36), u64_at(body, 40))),
+                    None,
+                )
+            };
+            Some(SideBand::Mmap {
+                pid: u32_at(body, 0),
+                tid: u32_at(body, 4),
+                start: u64_at(body, 8),
+                len: u64_at(body, 16),
+                pgoff: u64_at(body, 24),
+                inode,
+                build_id,
+                prot: u32_at(body, 56),
+                flags: u32_at(body, 60),
+                path: cstr(&body[64..body.len() - SAMPLE_ID_LEN]),
+                time: time_of(body),
+            })
+        }
+        sys::bindings::PERF_RECORD_FORK | sys::bindings::PERF_RECORD_EXIT => {
+            let (pid, ppid, tid, ptid, time) = (
+                u32_at(body, 0),
+                u32_at(body, 4),
+                u32_at(body, 8),
+                u32_at(body, 12),
+                u64_at(body, 16),
+            );
+            Some(if ty == sys::bindings::PERF_RECORD_FORK {
+                SideBand::Fork {
+                    pid,
+                    ppid,
+                    tid,
+                    ptid,
+                    time,
+                }
+            } else {
+                SideBand::Exit {
+                    pid,
+                    ppid,
+                    tid,
+                    time,
+                }
+            })
+        }
+        sys::bindings::PERF_RECORD_COMM
+            if misc & sys::bindings::PERF_RECORD_MISC_COMM_EXEC != 0 =>
+        {
+            Some(SideBand::Exec {
+                pid: u32_at(body, 0),
+                tid: u32_at(body, 4),
+                comm: cstr(body.get(8..body.len().saturating_sub(SAMPLE_ID_LEN))?),
+                time: time_of(body),
+            })
+        }
+        sys::bindings::PERF_RECORD_LOST => Some(SideBand::Lost {
+            count: u64_at(body, 8),
+            cpu,
+        }),
+        _ => None,
+    }
+}

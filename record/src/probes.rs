@@ -1,0 +1,483 @@
+//! Loading the BPF skeletons, attaching them to targets, and reading their counters.
+use crate::elf::Symbols;
+use crate::perf;
+use crate::procfs;
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+pub mod alloc_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/alloc.skel.rs"));
+}
+pub mod lock_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/lock.skel.rs"));
+}
+use alloc_skel::{AllocSkel, AllocSkelBuilder};
+use lock_skel::{LockSkel, LockSkelBuilder};
+
+/// Event types of `bpf/events.h`.
+pub use alloc_skel::types::{alloc_event, event_header, free_event};
+pub use lock_skel::types::lock_event;
+
+// SAFETY: plain C structs of integers; any bytes are a valid value.
+unsafe impl plain::Plain for alloc_event {}
+unsafe impl plain::Plain for free_event {}
+unsafe impl plain::Plain for lock_event {}
+unsafe impl plain::Plain for event_header {}
+
+pub const EV_ALLOC: u32 = 1;
+pub const EV_FREE: u32 = 2;
+pub const EV_LOCK: u32 = 3;
+pub const MAX_FRAMES: usize = 128;
+pub const FAM_COUNT: usize = 4;
+pub const CTR_STRIDE: usize = 4;
+pub const CTR_HITS: usize = 0;
+pub const CTR_FILTERED: usize = 1;
+pub const CTR_LOST_RINGBUF: usize = 2;
+pub const CTR_LOST_MAP_FULL: usize = 3;
+
+/// Reads a possibly short event into a zeroed full-size struct (events are sent only up to
+/// their last used stack slot).
+pub fn read_event<T: plain::Plain + Default>(data: &[u8]) -> T {
+    let mut t = T::default();
+    let n = data.len().min(std::mem::size_of::<T>());
+    // SAFETY: T is Plain (any bytes valid) and we copy at most size_of::<T>() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (&mut t as *mut T).cast::<u8>(), n) };
+    t
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockMode {
+    Futex,
+    Uprobe,
+}
+
+/// What to load.
+#[derive(Debug, Clone)]
+pub struct ProbeConfig {
+    pub alloc_min: Option<u64>,
+    pub sample_every: u32,
+    pub lock_min_ns: Option<u64>,
+    pub lock_mode: LockMode,
+    pub stack_depth: u32,
+    pub ringbuf_bytes: u32,
+    pub all: bool,
+}
+
+/// A function to probe in a binary.
+#[derive(Debug, Clone)]
+pub struct Site {
+    pub lib: PathBuf,
+    pub symbol: &'static str,
+    pub offset: u64,
+}
+
+pub struct Probes<'obj> {
+    pub alloc: Option<AllocSkel<'obj>>,
+    pub lock: Option<LockSkel<'obj>>,
+    links: Vec<Link>,
+    pub attached: Vec<String>,
+    _stats_fd: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for Probes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probes")
+            .field("attached", &self.attached)
+            .finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    static VERIFIER_LOG: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn libbpf_print(level: libbpf_rs::PrintLevel, msg: String) {
+    if std::env::var_os("EBREC_DEBUG").is_some() {
+        eprint!("libbpf: {msg}");
+    }
+    if level != libbpf_rs::PrintLevel::Debug {
+        VERIFIER_LOG.with(|l| {
+            let mut l = l.borrow_mut();
+            l.extend(msg.lines().map(String::from));
+            let n = l.len();
+            if n > 40 {
+                l.drain(..n - 40);
+            }
+        });
+    }
+}
+
+fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
+    let log = VERIFIER_LOG.with(|l| l.borrow().clone());
+    let perm = matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
+        || e.to_string().contains("Operation not permitted");
+    if perm {
+        return anyhow::anyhow!(
+            "loading the {what} BPF programs was refused: run ebrec as root or with CAP_BPF and CAP_PERFMON ({e})"
+        );
+    }
+    let tail: Vec<&String> = log
+        .iter()
+        .rev()
+        .take(8)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    anyhow::anyhow!(
+        "loading the {what} BPF programs failed: {e}{}",
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " | last lines of the log: {}",
+                tail.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
+        }
+    )
+}
+
+impl<'obj> Probes<'obj> {
+    pub fn load(
+        cfg: &ProbeConfig,
+        alloc_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+    ) -> Result<Self> {
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
+        // Kernel BPF stats (run time per program) stay on while this fd is open.
+        // SAFETY: plain syscall wrapper.
+        let stats_fd = unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        };
+        let stats_fd = (stats_fd >= 0).then(|| {
+            // SAFETY: a fresh fd we own.
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(stats_fd) }
+        });
+        let depth = cfg.stack_depth.clamp(1, 127);
+        let alloc = match cfg.alloc_min {
+            None => None,
+            Some(min) => {
+                let mut open = AllocSkelBuilder::default()
+                    .open(alloc_obj)
+                    .map_err(|e| load_error("allocation", e))?;
+                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+                ro.min_size = min;
+                ro.sample_every = cfg.sample_every.max(1);
+                ro.max_frames = depth;
+                open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
+                Some(open.load().map_err(|e| load_error("allocation", e))?)
+            }
+        };
+        let lock = match cfg.lock_min_ns {
+            None => None,
+            Some(min) => {
+                let mut open = LockSkelBuilder::default()
+                    .open(lock_obj)
+                    .map_err(|e| load_error("lock", e))?;
+                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+                ro.min_wait_ns = min;
+                ro.min_hold_ns = min;
+                ro.max_frames = depth;
+                ro.all_processes = cfg.all;
+                open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
+                // Only the programs of the chosen mode get loaded.
+                let futex = cfg.lock_mode == LockMode::Futex;
+                for mut p in open.open_object_mut().progs_mut() {
+                    let name = p.name().to_string_lossy().into_owned();
+                    let is_futex = name.starts_with("futex_") || name.starts_with("lock_");
+                    p.set_autoload(is_futex == futex);
+                }
+                Some(open.load().map_err(|e| load_error("lock", e))?)
+            }
+        };
+        let mut p = Probes {
+            alloc,
+            lock,
+            links: Vec::new(),
+            attached: Vec::new(),
+            _stats_fd: stats_fd,
+        };
+        if let Some(l) = &p.lock {
+            if cfg.lock_mode == LockMode::Futex {
+                for prog in [
+                    &l.progs.futex_enter,
+                    &l.progs.futex_exit,
+                    &l.progs.lock_fork,
+                    &l.progs.lock_exit,
+                ] {
+                    let link = prog.attach().context("attaching the futex tracepoints")?;
+                    p.links.push(link);
+                }
+                p.attached
+                    .push("tp_btf/sys_enter, sys_exit (futex), sched_process_fork/exit".into());
+            }
+        }
+        Ok(p)
+    }
+
+    /// Marks `pid` as a target of the in-kernel filters (futex mode).
+    pub fn add_target(&mut self, pid: u32) -> Result<()> {
+        if let Some(l) = &self.lock {
+            l.maps
+                .targets
+                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the uprobes of the allocation and lock families to `pid` (-1: all), for the
+    /// sites found in `libs`.
+    pub fn attach_uprobes(
+        &mut self,
+        alloc_sites: &[Site],
+        lock_sites: &[Site],
+        pid: i32,
+    ) -> Result<()> {
+        let mut links = Vec::new();
+        let mut attached = Vec::new();
+        if let Some(a) = &self.alloc {
+            let pr = &a.progs;
+            for s in alloc_sites {
+                let prog = match s.symbol {
+                    "malloc" => &pr.malloc_enter,
+                    "calloc" => &pr.calloc_enter,
+                    "realloc" => &pr.realloc_enter,
+                    "reallocarray" => &pr.reallocarray_enter,
+                    "posix_memalign" => &pr.posix_memalign_enter,
+                    "aligned_alloc" => &pr.aligned_alloc_enter,
+                    "memalign" => &pr.memalign_enter,
+                    "valloc" => &pr.valloc_enter,
+                    "pvalloc" => &pr.pvalloc_enter,
+                    "free" => &pr.free_enter,
+                    _ => continue,
+                };
+                links.push(attach(prog, s, false, pid)?);
+                if s.symbol != "free" {
+                    links.push(attach(&pr.alloc_return, s, true, pid)?);
+                }
+                attached.push(format!("{} in {}", s.symbol, s.lib.display()));
+            }
+        }
+        if let Some(l) = &self.lock {
+            let pr = &l.progs;
+            for s in lock_sites {
+                match s.symbol {
+                    "pthread_mutex_lock" => {
+                        links.push(attach(&pr.mutex_lock_enter, s, false, pid)?);
+                        links.push(attach(&pr.mutex_lock_return, s, true, pid)?);
+                    }
+                    "pthread_mutex_trylock" => {
+                        links.push(attach(&pr.mutex_trylock_enter, s, false, pid)?);
+                        links.push(attach(&pr.mutex_lock_return, s, true, pid)?);
+                    }
+                    "pthread_mutex_unlock" => {
+                        links.push(attach(&pr.mutex_unlock_enter, s, false, pid)?)
+                    }
+                    _ => continue,
+                }
+                attached.push(format!("{} in {}", s.symbol, s.lib.display()));
+            }
+        }
+        self.links.extend(links);
+        self.attached.extend(attached);
+        Ok(())
+    }
+
+    /// Per-CPU counters of every loaded object, summed by (family, counter) and kept per CPU
+    /// for the loss counters.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        let mut read = |map: &dyn MapCore| {
+            for key in 0..(FAM_COUNT * CTR_STRIDE) as u32 {
+                if let Ok(Some(per_cpu)) = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY) {
+                    for (cpu, v) in per_cpu.iter().enumerate() {
+                        let v = u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8]));
+                        if v > 0 {
+                            *c.values.entry((key as usize, cpu as u32)).or_default() += v;
+                        }
+                    }
+                }
+            }
+        };
+        if let Some(a) = &self.alloc {
+            read(&a.maps.counters);
+        }
+        if let Some(l) = &self.lock {
+            read(&l.maps.counters);
+        }
+        c
+    }
+
+    /// (program name, run time ns, run count) of every loaded program.
+    pub fn program_stats(&self) -> Vec<(String, u64, u64)> {
+        let mut out = Vec::new();
+        let mut add = |p: &libbpf_rs::Program<'_>| {
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: info is a valid out buffer of len bytes.
+            let r = unsafe {
+                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                    p.as_fd().as_raw_fd(),
+                    &mut info,
+                    &mut len,
+                )
+            };
+            if r == 0 && info.run_cnt > 0 {
+                out.push((
+                    p.name().to_string_lossy().into_owned(),
+                    info.run_time_ns,
+                    info.run_cnt,
+                ));
+            }
+        };
+        if let Some(a) = &self.alloc {
+            for p in a.object().progs() {
+                add(&p);
+            }
+        }
+        if let Some(l) = &self.lock {
+            for p in l.object().progs() {
+                add(&p);
+            }
+        }
+        out
+    }
+}
+
+fn attach(prog: &libbpf_rs::ProgramMut<'_>, s: &Site, ret: bool, pid: i32) -> Result<Link> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(s.lib.as_os_str().as_bytes())?;
+    let fd = perf::uprobe(&path, s.offset, ret, pid)
+        .with_context(|| format!("uprobe on {} in {} (pid {pid})", s.symbol, s.lib.display()))?;
+    // The link owns the perf fd from here and closes it on detach.
+    let raw = fd.into_raw_fd();
+    prog.attach_perf_event(raw)
+        .with_context(|| format!("attaching to {} in {}", s.symbol, s.lib.display()))
+}
+
+/// Summed counter values, keyed by (family * CTR_STRIDE + counter, cpu).
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    pub values: BTreeMap<(usize, u32), u64>,
+}
+
+impl Counters {
+    pub fn total(&self, family: usize, counter: usize) -> u64 {
+        let key = family * CTR_STRIDE + counter;
+        self.values
+            .range((key, 0)..(key + 1, 0))
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+pub const ALLOC_FUNCS: &[&str] = &[
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+    "valloc",
+    "pvalloc",
+    "free",
+];
+pub const LOCK_FUNCS: &[&str] = &[
+    "pthread_mutex_lock",
+    "pthread_mutex_trylock",
+    "pthread_mutex_unlock",
+];
+
+/// The probe sites for `funcs` in the library at `lib`: one per distinct address (glibc's
+/// aligned_alloc and memalign are one function: probing both would count each call twice).
+pub fn sites(lib: &Path, funcs: &[&'static str]) -> Result<Vec<Site>> {
+    let syms = Symbols::read(lib).map_err(|e| anyhow::anyhow!(e))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for &f in funcs {
+        let Some(addr) = syms.address(f) else {
+            continue;
+        };
+        let Some(offset) = syms.file_offset(addr) else {
+            continue;
+        };
+        if seen.insert(offset) {
+            out.push(Site {
+                lib: lib.to_path_buf(),
+                symbol: f,
+                offset,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The libraries of `pid` that provide `needed` (e.g. "malloc"): an interposing allocator
+/// (the executable itself, jemalloc, tcmalloc) wins over libc.
+pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Result<Vec<PathBuf>> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(exe) = exe {
+        candidates.push(exe.to_path_buf());
+    }
+    let maps = match pid {
+        Some(pid) => procfs::maps(pid).with_context(|| format!("reading /proc/{pid}/maps"))?,
+        None => procfs::maps(std::process::id())?,
+    };
+    let see_pid = pid.unwrap_or(std::process::id());
+    for m in maps
+        .iter()
+        .filter(|m| m.perms & 4 != 0 && m.path.starts_with(b"/"))
+    {
+        let p = procfs::path_in(see_pid, &m.path);
+        if !candidates.contains(&p) {
+            candidates.push(p);
+        }
+    }
+    let mut libc = Vec::new();
+    let mut others = Vec::new();
+    for c in candidates {
+        let Ok(syms) = Symbols::read(&c) else {
+            continue;
+        };
+        if syms.address(needed).is_none() {
+            continue;
+        }
+        let name = c
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with("libc.so") || name.starts_with("libc-") {
+            libc.push(c);
+        } else if name.starts_with("ld-linux") || name.starts_with("ld-") {
+            // the dynamic loader's private minimal malloc: never what the program calls
+        } else {
+            others.push(c);
+        }
+    }
+    if needed == "malloc" && !others.is_empty() {
+        return Ok(others);
+    }
+    libc.extend(others);
+    if libc.is_empty() {
+        bail!(
+            "no {needed} found in {}",
+            match pid {
+                Some(p) => format!("process {p}"),
+                None => "the command or ebrec's own libc".into(),
+            }
+        );
+    }
+    Ok(libc)
+}

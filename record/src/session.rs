@@ -1,0 +1,639 @@
+//! The recording loop: drains the BPF ring buffers and the perf side band, keeps process
+//! generations and their mappings, and writes everything to the trace.
+use crate::perf::{SideBand, SideBandReader};
+use crate::probes::{self, Probes};
+use crate::procfs;
+use anyhow::Result;
+use ebtrace_format::events::{AllocEvent, FreeEvent, LockEvent};
+use ebtrace_format::proto::{
+    record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, LockSource, LossReason, Lost,
+    Mapping, MappingSource, Process, ProcessEvent, ProgramStats, Record, StackFlag, Stats,
+};
+use ebtrace_format::TraceWriter;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+
+/// A mapping as the recorder keeps it (to copy into a child's generation at fork).
+#[derive(Debug, Clone)]
+struct MapRec {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: u64,
+    build_id: u64,
+    inode: u64,
+    dev: u64,
+    perms: u32,
+}
+
+#[derive(Debug)]
+struct Gen {
+    pid: u32,
+    start_ns: u64,
+    comm: u64,
+    exe: u64,
+    cmdline: Vec<u64>,
+    maps: Vec<MapRec>,
+}
+
+/// Everything the loop keeps between iterations.
+pub struct Session<'a> {
+    pub w: TraceWriter<BufWriter<File>>,
+    gens: Vec<Gen>,
+    by_pid: HashMap<u32, Vec<u32>>,
+    build_ids: HashMap<(u64, u64, Vec<u8>), u64>,
+    /// Processes whose end stops the recording when they are all gone.
+    pub live: HashSet<u32>,
+    /// Exit codes from waitpid, for the Process EXIT record of the launched command.
+    pub exit_codes: HashMap<u32, i32>,
+    exited: HashMap<u32, u64>,
+    pub kept: [u64; 4],
+    pub malformed: u64,
+    last_counters: BTreeMap<(usize, u32), u64>,
+    sideband_lost: u64,
+    pub probes: &'a Probes<'a>,
+    pub follow: bool,
+    frames: Vec<u64>,
+    waker_frames: Vec<u64>,
+    /// The launched command, whose EXIT record waits for its code from waitpid.
+    pub launched: Option<u32>,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("gens", &self.gens.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn boot_of_ticks(ticks: u64) -> u64 {
+    ticks * (1_000_000_000 / procfs::clock_ticks().max(1))
+}
+
+impl<'a> Session<'a> {
+    pub fn new(w: TraceWriter<BufWriter<File>>, probes: &'a Probes<'a>, follow: bool) -> Self {
+        Session {
+            w,
+            gens: Vec::new(),
+            by_pid: HashMap::new(),
+            build_ids: HashMap::new(),
+            live: HashSet::new(),
+            exit_codes: HashMap::new(),
+            exited: HashMap::new(),
+            kept: [0; 4],
+            malformed: 0,
+            last_counters: BTreeMap::new(),
+            sideband_lost: 0,
+            probes,
+            follow,
+            frames: Vec::with_capacity(probes::MAX_FRAMES),
+            waker_frames: Vec::with_capacity(probes::MAX_FRAMES),
+            launched: None,
+        }
+    }
+
+    pub fn clock_sync(&mut self) -> Result<()> {
+        let r = Record {
+            kind: Some(Kind::ClockSync(ClockSync {
+                boottime_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+                monotonic_ns: procfs::clock_ns(libc::CLOCK_MONOTONIC),
+                realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+            })),
+        };
+        self.w.write_record(&r)?;
+        Ok(())
+    }
+
+    fn new_gen(&mut self, pid: u32, start_ns: u64, comm: u64, exe: u64, cmdline: Vec<u64>) -> u32 {
+        self.gens.push(Gen {
+            pid,
+            start_ns,
+            comm,
+            exe,
+            cmdline,
+            maps: Vec::new(),
+        });
+        let id = self.gens.len() as u32;
+        self.by_pid.entry(pid).or_default().push(id);
+        id
+    }
+
+    /// The generation of `pid` at `time`.
+    fn gen_at(&self, pid: u32, time: u64) -> Option<u32> {
+        let ids = self.by_pid.get(&pid)?;
+        let mut best = ids[0];
+        for &id in ids {
+            if self.gens[id as usize - 1].start_ns <= time {
+                best = id;
+            }
+        }
+        Some(best)
+    }
+
+    /// The generation of `pid` at `time`, recording the process from /proc if it is new
+    /// (already running when tracing began, or seen first through an event).
+    fn gen_or_snapshot(&mut self, pid: u32, time: u64) -> Result<u32> {
+        if let Some(g) = self.gen_at(pid, time) {
+            return Ok(g);
+        }
+        self.snapshot(pid, time)
+    }
+
+    /// Records a running process as an EXISTING generation with its current maps.
+    pub fn snapshot(&mut self, pid: u32, now: u64) -> Result<u32> {
+        let info = procfs::proc_info(pid).unwrap_or_default();
+        let comm = self.w.intern_string(&info.comm)?;
+        let exe = self.w.intern_string(&info.exe)?;
+        let cmdline = info
+            .cmdline
+            .iter()
+            .map(|a| self.w.intern_string(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let start_ns = boot_of_ticks(info.start_ticks);
+        let g = self.new_gen(pid, start_ns, comm, exe, cmdline.clone());
+        self.w.write_record(&Record {
+            kind: Some(Kind::Process(Process {
+                generation: g,
+                pid,
+                start_time_ns: start_ns,
+                ppid: info.ppid,
+                comm,
+                exe,
+                cmdline,
+                pid_ns: info.pid_ns,
+                event: ProcessEvent::Existing as i32,
+                time_ns: now,
+                parent_generation: 0,
+                exit_code: 0,
+                ns_pid: info.ns_pid,
+            })),
+        })?;
+        for m in procfs::maps(pid).unwrap_or_default() {
+            if m.perms & 4 == 0 || m.path.is_empty() {
+                continue;
+            }
+            let bid = if m.path.starts_with(b"/") {
+                let mf = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+                let file = if mf.exists() {
+                    mf
+                } else {
+                    procfs::path_in(pid, &m.path)
+                };
+                self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(&file))?
+            } else {
+                0
+            };
+            let path = self.w.intern_string(&m.path)?;
+            self.add_mapping(
+                g,
+                MapRec {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    path,
+                    build_id: bid,
+                    inode: m.inode,
+                    dev: m.dev,
+                    perms: m.perms,
+                },
+                now,
+                MappingSource::Snapshot,
+            )?;
+        }
+        Ok(g)
+    }
+
+    fn build_id_of(
+        &mut self,
+        dev: u64,
+        inode: u64,
+        path: &[u8],
+        read: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Result<u64> {
+        let key = (dev, inode, path.to_vec());
+        if let Some(&id) = self.build_ids.get(&key) {
+            return Ok(id);
+        }
+        let id = match read() {
+            Some(b) if !b.is_empty() => self.w.intern_build_id(&b)?,
+            _ => 0,
+        };
+        self.build_ids.insert(key, id);
+        Ok(id)
+    }
+
+    fn add_mapping(&mut self, g: u32, m: MapRec, time: u64, source: MappingSource) -> Result<()> {
+        self.w.write_record(&Record {
+            kind: Some(Kind::Mapping(Mapping {
+                generation: g,
+                start: m.start,
+                end: m.end,
+                file_offset: m.offset,
+                path: m.path,
+                build_id: m.build_id,
+                inode: m.inode,
+                dev: m.dev,
+                perms: m.perms,
+                time_ns: time,
+                source: source as i32,
+            })),
+        })?;
+        self.gens[g as usize - 1].maps.push(m);
+        Ok(())
+    }
+
+    /// Applies side-band records (in time order).
+    pub fn side_band(&mut self, mut recs: Vec<SideBand>) -> Result<()> {
+        let time = |r: &SideBand| match r {
+            SideBand::Mmap { time, .. }
+            | SideBand::Fork { time, .. }
+            | SideBand::Exit { time, .. }
+            | SideBand::Exec { time, .. } => *time,
+            SideBand::Lost { .. } => 0,
+        };
+        recs.sort_by_key(time);
+        for r in recs {
+            match r {
+                SideBand::Fork {
+                    pid,
+                    ppid,
+                    tid,
+                    time,
+                    ..
+                } if pid == tid && pid != ppid => {
+                    let parent = self.gen_at(ppid, time);
+                    let (comm, exe, cmdline, maps) = match parent {
+                        Some(p) => {
+                            let p = &self.gens[p as usize - 1];
+                            (p.comm, p.exe, p.cmdline.clone(), p.maps.clone())
+                        }
+                        None => (0, 0, Vec::new(), Vec::new()),
+                    };
+                    let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Process(Process {
+                            generation: g,
+                            pid,
+                            start_time_ns: time,
+                            ppid,
+                            comm,
+                            exe,
+                            cmdline,
+                            event: ProcessEvent::Fork as i32,
+                            time_ns: time,
+                            parent_generation: parent.unwrap_or(0),
+                            ..Default::default()
+                        })),
+                    })?;
+                    for m in maps {
+                        self.add_mapping(g, m, time, MappingSource::Fork)?;
+                    }
+                    if self.follow {
+                        self.live.insert(pid);
+                    }
+                }
+                SideBand::Fork { .. } => {}
+                SideBand::Exec {
+                    pid, time, comm, ..
+                } => {
+                    let parent = self.gen_at(pid, time);
+                    let info = procfs::proc_info(pid).unwrap_or_default();
+                    let comm = self.w.intern_string(&comm)?;
+                    let exe = self.w.intern_string(&info.exe)?;
+                    let cmdline = info
+                        .cmdline
+                        .iter()
+                        .map(|a| self.w.intern_string(a))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Process(Process {
+                            generation: g,
+                            pid,
+                            start_time_ns: time,
+                            ppid: info.ppid,
+                            comm,
+                            exe,
+                            cmdline,
+                            pid_ns: info.pid_ns,
+                            event: ProcessEvent::Exec as i32,
+                            time_ns: time,
+                            parent_generation: parent.unwrap_or(0),
+                            ns_pid: info.ns_pid,
+                            ..Default::default()
+                        })),
+                    })?;
+                }
+                SideBand::Mmap {
+                    pid,
+                    time,
+                    start,
+                    len,
+                    pgoff,
+                    inode,
+                    build_id,
+                    prot,
+                    flags,
+                    path,
+                    ..
+                } => {
+                    let g = self.gen_or_snapshot(pid, time)?;
+                    let (dev, ino) = inode
+                        .map(|(ma, mi, ino)| ((u64::from(ma) << 20) | u64::from(mi), ino))
+                        .unwrap_or((0, 0));
+                    let bid = match build_id {
+                        Some(b) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
+                        None if path.starts_with(b"/") => {
+                            let file = procfs::path_in(pid, &path);
+                            self.build_id_of(dev, ino, &path, || crate::elf::build_id(&file))?
+                        }
+                        None => 0,
+                    };
+                    let mut perms = 0;
+                    if prot & libc::PROT_READ as u32 != 0 {
+                        perms |= 1;
+                    }
+                    if prot & libc::PROT_WRITE as u32 != 0 {
+                        perms |= 2;
+                    }
+                    if prot & libc::PROT_EXEC as u32 != 0 {
+                        perms |= 4;
+                    }
+                    if flags & libc::MAP_SHARED as u32 != 0 {
+                        perms |= 8;
+                    }
+                    let path = self.w.intern_string(&path)?;
+                    self.add_mapping(
+                        g,
+                        MapRec {
+                            start,
+                            end: start + len,
+                            offset: pgoff,
+                            path,
+                            build_id: bid,
+                            inode: ino,
+                            dev,
+                            perms,
+                        },
+                        time,
+                        MappingSource::Mmap,
+                    )?;
+                }
+                SideBand::Exit { pid, tid, time, .. } if pid == tid => {
+                    self.exited.insert(pid, time);
+                    self.live.remove(&pid);
+                    if !self.exit_codes.contains_key(&pid) {
+                        // the launched command's exit is written once waitpid gives its code
+                        if !self.awaiting_code(pid) {
+                            self.write_exit(pid, time, 0)?;
+                        }
+                    }
+                }
+                SideBand::Exit { .. } => {}
+                SideBand::Lost { count, cpu } => {
+                    self.sideband_lost += count;
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Lost(Lost {
+                            time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+                            family: EventFamily::Process as i32,
+                            reason: LossReason::RingbufFull as i32,
+                            count,
+                            cpu,
+                        })),
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn awaiting_code(&self, pid: u32) -> bool {
+        self.launched == Some(pid)
+    }
+
+    /// Writes the EXIT record of `pid` (the launched command's, once waitpid has its code).
+    pub fn write_exit(&mut self, pid: u32, time: u64, code: i32) -> Result<()> {
+        let Some(g) = self.gen_at(pid, time) else {
+            return Ok(());
+        };
+        self.w.write_record(&Record {
+            kind: Some(Kind::Process(Process {
+                generation: g,
+                pid,
+                event: ProcessEvent::Exit as i32,
+                time_ns: time,
+                exit_code: code,
+                ..Default::default()
+            })),
+        })?;
+        Ok(())
+    }
+
+    /// The launched command exited with `code` (from waitpid).
+    pub fn launched_exited(&mut self, pid: u32, code: i32) -> Result<()> {
+        self.exit_codes.insert(pid, code);
+        self.live.remove(&pid);
+        let time = self
+            .exited
+            .get(&pid)
+            .copied()
+            .unwrap_or_else(|| procfs::clock_ns(libc::CLOCK_BOOTTIME));
+        self.write_exit(pid, time, code)
+    }
+
+    fn user_stack(&mut self, g: u32, ips: &[u64], n: u32, flags: u32, waker: bool) -> Result<u64> {
+        let n = (n as usize).min(ips.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        let frames = if waker {
+            &mut self.waker_frames
+        } else {
+            &mut self.frames
+        };
+        frames.clear();
+        frames.extend_from_slice(&ips[..n]);
+        // At an entry probe frame 1 is the caller read from [sp]; if the kernel had added
+        // it too (functions starting with push %rbp), frame 2 repeats it.
+        if flags & StackFlag::CallerFromSp as u32 != 0
+            && frames.len() >= 3
+            && frames[1] == frames[2]
+        {
+            frames.remove(2);
+        }
+        let frames = std::mem::take(frames);
+        let id = self.w.intern_stack(g, &frames, &[], flags);
+        if waker {
+            self.waker_frames = frames;
+        } else {
+            self.frames = frames;
+        }
+        Ok(id?)
+    }
+
+    /// Decodes and writes one BPF event.
+    pub fn event(&mut self, data: &[u8]) -> Result<()> {
+        if data.len() < std::mem::size_of::<probes::event_header>() {
+            self.malformed += 1;
+            return Ok(());
+        }
+        let h: probes::event_header = probes::read_event(data);
+        let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
+        match h.r#type {
+            probes::EV_ALLOC => {
+                let e: probes::alloc_event = probes::read_event(data);
+                let stack = self.user_stack(g, &e.ips, e.nframes, e.flags, false)?;
+                self.w.alloc(&AllocEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    size: e.size,
+                    address: e.addr,
+                    kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
+                })?;
+                self.kept[1] += 1;
+            }
+            probes::EV_FREE => {
+                let e: probes::free_event = probes::read_event(data);
+                self.w.free(&FreeEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    address: e.addr,
+                })?;
+                self.kept[2] += 1;
+            }
+            probes::EV_LOCK => {
+                let e: probes::lock_event = probes::read_event(data);
+                let stack =
+                    self.user_stack(g, &e.ips[..probes::MAX_FRAMES], e.nframes, e.flags, false)?;
+                let waker_stack = self.user_stack(
+                    g,
+                    &e.ips[probes::MAX_FRAMES..],
+                    e.waker_nframes,
+                    e.waker_flags,
+                    true,
+                )?;
+                self.w.lock(&LockEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    mutex: e.uaddr,
+                    wait_ns: e.wait_ns,
+                    hold_ns: e.hold_ns,
+                    waker_tid: e.waker_tid,
+                    waker_stack,
+                    futex_op: e.op,
+                    source: LockSource::try_from(e.source as i32).unwrap_or_default(),
+                    result: e.ret,
+                })?;
+                self.kept[3] += 1;
+            }
+            _ => self.malformed += 1,
+        }
+        Ok(())
+    }
+
+    /// Cumulative stats, and Lost records for what was lost since the last call.
+    pub fn stats(&mut self, now: u64) -> Result<Vec<FamilyStats>> {
+        let c = self.probes.counters();
+        for (&(key, cpu), &v) in &c.values {
+            let family = key / probes::CTR_STRIDE;
+            let reason = match key % probes::CTR_STRIDE {
+                probes::CTR_LOST_RINGBUF => LossReason::RingbufFull,
+                probes::CTR_LOST_MAP_FULL => LossReason::MapFull,
+                _ => continue,
+            };
+            let before = self.last_counters.insert((key, cpu), v).unwrap_or(0);
+            if v > before {
+                self.w.write_record(&Record {
+                    kind: Some(Kind::Lost(Lost {
+                        time_ns: now,
+                        family: family as i32,
+                        reason: reason as i32,
+                        count: v - before,
+                        cpu,
+                    })),
+                })?;
+            }
+        }
+        let families: Vec<FamilyStats> = [EventFamily::Alloc, EventFamily::Free, EventFamily::Lock]
+            .into_iter()
+            .map(|f| {
+                let i = f as usize;
+                FamilyStats {
+                    family: f as i32,
+                    kept: self.kept[i],
+                    lost: c.total(i, probes::CTR_LOST_RINGBUF)
+                        + c.total(i, probes::CTR_LOST_MAP_FULL),
+                    filtered: c.total(i, probes::CTR_FILTERED),
+                    hits: c.total(i, probes::CTR_HITS),
+                }
+            })
+            .filter(|f| f.hits > 0 || f.kept > 0 || f.lost > 0)
+            .collect();
+        let programs = self
+            .probes
+            .program_stats()
+            .into_iter()
+            .map(|(name, run_time_ns, run_count)| ProgramStats {
+                name,
+                run_time_ns,
+                run_count,
+            })
+            .collect();
+        self.w.write_record(&Record {
+            kind: Some(Kind::Stats(Stats {
+                time_ns: now,
+                families: families.clone(),
+                bytes_written: self.w.stats().bytes_written,
+                programs,
+            })),
+        })?;
+        Ok(families)
+    }
+
+    pub fn sideband_lost(&self) -> u64 {
+        self.sideband_lost
+    }
+
+    pub fn processes(&self) -> usize {
+        self.by_pid.len()
+    }
+}
+
+/// Drains the side band and the ring buffers once, in the order that keeps attribution
+/// right: ring buffers first into `pending` (those events happened before the side-band
+/// drain started), then the side band, then the pending events.
+pub fn drain_once(
+    s: &mut Session<'_>,
+    rb: &libbpf_rs::RingBuffer<'_>,
+    pending: &std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
+    side: &mut SideBandReader,
+) -> Result<()> {
+    let _ = rb.consume();
+    let mut recs = Vec::new();
+    side.drain(&mut recs);
+    s.side_band(recs)?;
+    let buf = std::mem::take(&mut *pending.borrow_mut());
+    let mut off = 0;
+    while off + 4 <= buf.len() {
+        let n = u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap()) as usize;
+        off += 4;
+        let data = &buf[off..(off + n).min(buf.len())];
+        off += n;
+        s.event(data)?;
+    }
+    let mut buf = buf;
+    buf.clear();
+    let mut p = pending.borrow_mut();
+    if p.is_empty() {
+        *p = buf; // keep the capacity
+    }
+    Ok(())
+}
