@@ -277,6 +277,7 @@ fn record(a: RecordArgs) -> Result<()> {
 fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched>) -> Result<()> {
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
+    perf::remove_stale_probes();
     let mut probes = Probes::load(cfg, &mut alloc_obj, &mut lock_obj)?;
 
     // Where to probe, and for whom.

@@ -5,7 +5,6 @@
 //!   MMAP2 (with the build-id read by the kernel), FORK, EXIT and COMM/exec records at the
 //!   moment they happen, so a process that exits before user space looks still has its maps.
 use perf_event_open_sys as sys;
-use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -21,27 +20,161 @@ fn open(attr: &mut sys::bindings::perf_event_attr, pid: i32, cpu: i32) -> io::Re
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn uprobe_pmu_type() -> io::Result<u32> {
-    let s = std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?;
-    s.trim()
-        .parse()
-        .map_err(|_| io::Error::other("bad uprobe PMU type"))
+/// Where tracefs is, mounting it if it is not (ebrec runs as root).
+fn tracefs() -> io::Result<std::path::PathBuf> {
+    for d in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        let p = std::path::Path::new(d);
+        if p.join("uprobe_events").exists() {
+            return Ok(p.to_path_buf());
+        }
+    }
+    let target = c"/sys/kernel/tracing";
+    // SAFETY: plain mount(2) with NUL-terminated strings.
+    let r = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::other(format!(
+            "tracefs is not mounted and mounting it failed: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok("/sys/kernel/tracing".into())
 }
 
-/// A uprobe (or uretprobe) perf event on `path` at file `offset` for process `pid`
-/// (-1: every process), inherited by its future children and threads.
-pub fn uprobe(path: &CStr, offset: u64, retprobe: bool, pid: i32) -> io::Result<OwnedFd> {
-    let mut attr = sys::bindings::perf_event_attr {
-        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
-        type_: uprobe_pmu_type()?,
-        config: u64::from(retprobe),
-        ..Default::default()
+/// A uprobe defined in tracefs' uprobe_events, removed again on drop.
+///
+/// Why not the perf uprobe PMU, which needs no tracefs: an inherited PMU uprobe event is
+/// re-initialized in the *forking target's* context, where the kernel re-reads the probe's
+/// path through our user pointer; that fails and makes the target's fork() fail with
+/// EFAULT (seen here with kernel 6.18). Tracefs probes are tracepoints: inheriting them
+/// reads nothing from user memory, so children are traced from their first instruction.
+#[derive(Debug)]
+pub struct TraceProbe {
+    dir: std::path::PathBuf,
+    name: String,
+    pub id: u64,
+}
+
+static PROBE_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn group() -> String {
+    format!("ebrec_{}", std::process::id())
+}
+
+impl TraceProbe {
+    pub fn new(path: &std::path::Path, offset: u64, retprobe: bool) -> io::Result<Self> {
+        use std::io::Write;
+        let dir = tracefs()?;
+        let seq = PROBE_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("{}/p{seq}", group());
+        let p = path.to_string_lossy();
+        if p.contains(char::is_whitespace) {
+            return Err(io::Error::other(format!(
+                "cannot probe a path with spaces: {p}"
+            )));
+        }
+        let def = format!(
+            "{}:{name} {p}:{offset:#x}",
+            if retprobe { 'r' } else { 'p' }
+        );
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("uprobe_events"))?
+            .write_all(def.as_bytes())
+            .map_err(|e| io::Error::other(format!("defining uprobe {def:?}: {e}")))?;
+        let id = std::fs::read_to_string(dir.join("events").join(&name).join("id"))?
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::other("bad tracepoint id"))?;
+        Ok(TraceProbe { dir, name, id })
+    }
+
+    /// A perf event for this probe on `pid`, inherited by its future children and threads
+    /// when `inherit`.
+    pub fn open(&self, pid: i32, inherit: bool) -> io::Result<OwnedFd> {
+        let mut attr = sys::bindings::perf_event_attr {
+            size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+            type_: sys::bindings::PERF_TYPE_TRACEPOINT,
+            config: self.id,
+            ..Default::default()
+        };
+        attr.__bindgen_anon_1.sample_period = 1;
+        attr.set_inherit(u64::from(inherit));
+        if pid == -1 {
+            // A system-wide tracepoint event is per CPU; libbpf attaches one program per
+            // event, so the caller opens one per CPU.
+            return Err(io::Error::other("use open_cpu for pid -1"));
+        }
+        open(&mut attr, pid, -1)
+    }
+
+    /// A perf event for every process on one CPU.
+    pub fn open_cpu(&self, cpu: i32) -> io::Result<OwnedFd> {
+        let mut attr = sys::bindings::perf_event_attr {
+            size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+            type_: sys::bindings::PERF_TYPE_TRACEPOINT,
+            config: self.id,
+            ..Default::default()
+        };
+        attr.__bindgen_anon_1.sample_period = 1;
+        open(&mut attr, -1, cpu)
+    }
+}
+
+impl Drop for TraceProbe {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("uprobe_events"))
+        {
+            let _ = f.write_all(format!("-:{}", self.name).as_bytes());
+        }
+    }
+}
+
+/// Removes probes left by ebrec processes that died without cleaning up (kill -9).
+pub fn remove_stale_probes() {
+    use std::io::Write;
+    let Ok(dir) = tracefs() else { return };
+    let Ok(text) = std::fs::read_to_string(dir.join("uprobe_events")) else {
+        return;
     };
-    attr.__bindgen_anon_1.sample_period = 1;
-    attr.__bindgen_anon_3.config1 = path.as_ptr() as u64;
-    attr.__bindgen_anon_4.config2 = offset;
-    attr.set_inherit(u64::from(pid != -1));
-    open(&mut attr, pid, -1)
+    for line in text.lines() {
+        // "p:ebrec_123/p4 /path:0x..."
+        let Some(name) = line
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.split_once(':'))
+            .map(|x| x.1)
+        else {
+            continue;
+        };
+        let Some(pid) = name
+            .strip_prefix("ebrec_")
+            .and_then(|r| r.split('/').next())
+        else {
+            continue;
+        };
+        let alive = pid
+            .parse::<u32>()
+            .is_ok_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.join("uprobe_events"))
+            {
+                let _ = f.write_all(format!("-:{name}").as_bytes());
+            }
+        }
+    }
 }
 
 /// Side-band records the recorder uses.

@@ -6,7 +6,6 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -83,6 +82,11 @@ pub struct Probes<'obj> {
     pub alloc: Option<AllocSkel<'obj>>,
     pub lock: Option<LockSkel<'obj>>,
     links: Vec<Link>,
+    /// Inherited perf events without a program: they only tell the kernel which processes
+    /// (the targets and all their descendants) the probes are for. See `attach`.
+    filter_fds: Vec<OwnedFd>,
+    /// Dropped after the events (field order): a probe in use cannot be removed.
+    trace_probes: Vec<perf::TraceProbe>,
     pub attached: Vec<String>,
     _stats_fd: Option<OwnedFd>,
 }
@@ -205,6 +209,8 @@ impl<'obj> Probes<'obj> {
             alloc,
             lock,
             links: Vec::new(),
+            filter_fds: Vec::new(),
+            trace_probes: Vec::new(),
             attached: Vec::new(),
             _stats_fd: stats_fd,
         };
@@ -246,6 +252,7 @@ impl<'obj> Probes<'obj> {
     ) -> Result<()> {
         let mut links = Vec::new();
         let mut attached = Vec::new();
+        let tp = (&mut self.trace_probes, &mut self.filter_fds);
         if let Some(a) = &self.alloc {
             let pr = &a.progs;
             for s in alloc_sites {
@@ -262,9 +269,16 @@ impl<'obj> Probes<'obj> {
                     "free" => &pr.free_enter,
                     _ => continue,
                 };
-                links.push(attach(prog, s, false, pid)?);
+                links.extend(attach(&mut *tp.0, &mut *tp.1, prog, s, false, pid)?);
                 if s.symbol != "free" {
-                    links.push(attach(&pr.alloc_return, s, true, pid)?);
+                    links.extend(attach(
+                        &mut *tp.0,
+                        &mut *tp.1,
+                        &pr.alloc_return,
+                        s,
+                        true,
+                        pid,
+                    )?);
                 }
                 attached.push(format!("{} in {}", s.symbol, s.lib.display()));
             }
@@ -274,16 +288,49 @@ impl<'obj> Probes<'obj> {
             for s in lock_sites {
                 match s.symbol {
                     "pthread_mutex_lock" => {
-                        links.push(attach(&pr.mutex_lock_enter, s, false, pid)?);
-                        links.push(attach(&pr.mutex_lock_return, s, true, pid)?);
+                        links.extend(attach(
+                            &mut *tp.0,
+                            &mut *tp.1,
+                            &pr.mutex_lock_enter,
+                            s,
+                            false,
+                            pid,
+                        )?);
+                        links.extend(attach(
+                            &mut *tp.0,
+                            &mut *tp.1,
+                            &pr.mutex_lock_return,
+                            s,
+                            true,
+                            pid,
+                        )?);
                     }
                     "pthread_mutex_trylock" => {
-                        links.push(attach(&pr.mutex_trylock_enter, s, false, pid)?);
-                        links.push(attach(&pr.mutex_lock_return, s, true, pid)?);
+                        links.extend(attach(
+                            &mut *tp.0,
+                            &mut *tp.1,
+                            &pr.mutex_trylock_enter,
+                            s,
+                            false,
+                            pid,
+                        )?);
+                        links.extend(attach(
+                            &mut *tp.0,
+                            &mut *tp.1,
+                            &pr.mutex_lock_return,
+                            s,
+                            true,
+                            pid,
+                        )?);
                     }
-                    "pthread_mutex_unlock" => {
-                        links.push(attach(&pr.mutex_unlock_enter, s, false, pid)?)
-                    }
+                    "pthread_mutex_unlock" => links.extend(attach(
+                        &mut *tp.0,
+                        &mut *tp.1,
+                        &pr.mutex_unlock_enter,
+                        s,
+                        false,
+                        pid,
+                    )?),
                     _ => continue,
                 }
                 attached.push(format!("{} in {}", s.symbol, s.lib.display()));
@@ -355,15 +402,48 @@ impl<'obj> Probes<'obj> {
     }
 }
 
-fn attach(prog: &libbpf_rs::ProgramMut<'_>, s: &Site, ret: bool, pid: i32) -> Result<Link> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = CString::new(s.lib.as_os_str().as_bytes())?;
-    let fd = perf::uprobe(&path, s.offset, ret, pid)
-        .with_context(|| format!("uprobe on {} in {} (pid {pid})", s.symbol, s.lib.display()))?;
-    // The link owns the perf fd from here and closes it on detach.
-    let raw = fd.into_raw_fd();
-    prog.attach_perf_event(raw)
-        .with_context(|| format!("attaching to {} in {}", s.symbol, s.lib.display()))
+/// Attaches `prog` to a uprobe at `s` for `pid` (-1: every process) and its descendants.
+///
+/// Two perf events per target, on purpose. An inherited event that carries the program
+/// would be copied into every child, program included, and when such a child exits the
+/// kernel detaches *the program itself* from the shared tracepoint, for everyone (seen here
+/// on 6.18: children and threads after the first child's exit went unrecorded). So the
+/// program goes on a non-inherited event, and a second, inherited event without a program
+/// makes the probe fire in the target's descendants: the kernel runs a tracepoint's programs
+/// whenever any of its events wants the current process.
+fn attach(
+    probes: &mut Vec<perf::TraceProbe>,
+    filters: &mut Vec<OwnedFd>,
+    prog: &libbpf_rs::ProgramMut<'_>,
+    s: &Site,
+    ret: bool,
+    pid: i32,
+) -> Result<Vec<Link>> {
+    let what = || format!("{} in {}", s.symbol, s.lib.display());
+    let probe = perf::TraceProbe::new(&s.lib, s.offset, ret)
+        .with_context(|| format!("uprobe on {}", what()))?;
+    let fds = if pid == -1 {
+        (0..procfs::possible_cpus()?)
+            .filter_map(|cpu| probe.open_cpu(cpu as i32).ok())
+            .collect::<Vec<_>>()
+    } else {
+        filters.push(
+            probe
+                .open(pid, true)
+                .with_context(|| format!("perf event for {} (pid {pid})", what()))?,
+        );
+        vec![probe
+            .open(pid, false)
+            .with_context(|| format!("perf event for {} (pid {pid})", what()))?]
+    };
+    probes.push(probe);
+    fds.into_iter()
+        .map(|fd| {
+            // The link owns the perf fd from here and closes it on detach.
+            prog.attach_perf_event(fd.into_raw_fd())
+                .with_context(|| format!("attaching to {}", what()))
+        })
+        .collect()
 }
 
 /// Summed counter values, keyed by (family * CTR_STRIDE + counter, cpu).

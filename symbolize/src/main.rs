@@ -29,6 +29,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every record of a trace, one per line (Rust debug notation, events decoded), for
+    /// debugging the recorder or the format.
+    ///
+    /// Example: `ebsym dump trace.pb.zst | grep Alloc`
+    Dump {
+        /// The trace file.
+        trace: PathBuf,
+    },
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -42,6 +50,49 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 writeln!(out)?;
             } else {
                 out.write_all(info.to_text().as_bytes())?;
+            }
+        }
+        Command::Dump { trace } => {
+            use ebtrace_format::events::Family;
+            use ebtrace_format::proto::record::Kind;
+            let mut r = ebtrace_format::TraceReader::open(&trace)
+                .with_context(|| format!("cannot read {}", trace.display()))?;
+            for rec in r.by_ref() {
+                match rec.kind {
+                    Some(Kind::Allocs(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::Frees(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::Locks(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::Funcs(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::CpuSamples(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::Offcpu(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::MemGrowth(b)) => b
+                        .decode()?
+                        .iter()
+                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(k) => writeln!(out, "{k:?}")?,
+                    None => writeln!(out, "(unknown record kind)")?,
+                }
+            }
+            for d in r.damage() {
+                writeln!(out, "DAMAGE {d}")?;
             }
         }
     }
