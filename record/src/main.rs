@@ -377,6 +377,11 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+    // Tests and scripts wait for this line before starting the workload of a -p target.
+    eprintln!(
+        "ebrec: recording to {} (Ctrl-C to stop)",
+        a.output.display()
+    );
     if let Some(l) = launched.as_mut() {
         l.release.take(); // closing our end lets the command exec
     }
