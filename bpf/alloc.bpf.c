@@ -29,6 +29,14 @@ struct {
 	__type(value, __u8);
 } live SEC(".maps");
 
+/* Processes with blocks in `live`, so that an exit walks the map only when it must. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} has_blocks SEC(".maps");
+
 /* A zeroed template, so that the 1 KiB value is not built on the 512-byte BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -186,6 +194,8 @@ int BPF_URETPROBE(alloc_return, __u64 ret)
 			__u8 one = 1;
 			if (bpf_map_update_elem(&live, &k, &one, BPF_ANY))
 				count(FAM_FREE, CTR_LOST_MAP_FULL);
+			else if (!bpf_map_lookup_elem(&has_blocks, &pid))
+				bpf_map_update_elem(&has_blocks, &pid, &one, BPF_ANY);
 		}
 	}
 	bpf_map_delete_elem(&inflight, &tid);
@@ -204,5 +214,41 @@ int BPF_UPROBE(free_enter, __u64 ptr)
 		send_free(pid, ptr);
 	else
 		count(FAM_FREE, CTR_FILTERED);
+	return 0;
+}
+
+/* Blocks of a process that exits or execs can never be freed: forget them, so that the map
+ * does not fill up over a long recording. (The trace keeps them: they are the leaks of a
+ * process that ended, which is exactly what the leak report shows.) */
+static long forget_block(void *map, struct block_key *k, __u8 *v, __u32 *pid)
+{
+	if (k->pid == *pid)
+		bpf_map_delete_elem(map, k);
+	return 0;
+}
+
+static __always_inline void forget_process(__u32 pid)
+{
+	if (!bpf_map_lookup_elem(&has_blocks, &pid))
+		return;
+	bpf_for_each_map_elem(&live, forget_block, &pid, 0);
+	bpf_map_delete_elem(&has_blocks, &pid);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(alloc_exit, struct task_struct *task)
+{
+	__u32 tid = BPF_CORE_READ(task, pid);
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&inflight, &tid);
+	if (tid == pid)
+		forget_process(pid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(alloc_exec, struct task_struct *task)
+{
+	forget_process(BPF_CORE_READ(task, tgid));
 	return 0;
 }

@@ -118,7 +118,7 @@ struct Launched {
 fn find_in_path(cmd: &OsString) -> Option<PathBuf> {
     let p = Path::new(cmd);
     if p.components().count() > 1 {
-        return Some(p.to_path_buf());
+        return p.is_file().then(|| p.to_path_buf());
     }
     std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
@@ -236,10 +236,6 @@ fn record(a: RecordArgs) -> Result<()> {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             bail!("no process with pid {pid}");
         }
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("ebrec: not root: this needs CAP_BPF and CAP_PERFMON (and CAP_SYS_PTRACE for other users' processes)");
     }
     let lock_mode = match a.lock_mode {
         LockModeArg::Futex => LockMode::Futex,

@@ -180,7 +180,8 @@ impl<'obj> Probes<'obj> {
                 ro.sample_every = cfg.sample_every.max(1);
                 ro.max_frames = depth;
                 open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
-                Some(open.load().map_err(|e| load_error("allocation", e))?)
+                let skel = open.load().map_err(|e| load_error("allocation", e))?;
+                Some(skel)
             }
         };
         let lock = match cfg.lock_min_ns {
@@ -214,6 +215,16 @@ impl<'obj> Probes<'obj> {
             attached: Vec::new(),
             _stats_fd: stats_fd,
         };
+        if let Some(a) = &p.alloc {
+            // Only the targets' exits matter, but the tracepoint sees all: the programs
+            // return at once for a pid with no blocks (an empty map walk).
+            for prog in [&a.progs.alloc_exit, &a.progs.alloc_exec] {
+                p.links.push(
+                    prog.attach()
+                        .context("attaching the process exit/exec tracepoints")?,
+                );
+            }
+        }
         if let Some(l) = &p.lock {
             if cfg.lock_mode == LockMode::Futex {
                 for prog in [

@@ -710,4 +710,56 @@ fn errors_a_user_can_act_on() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("say what to record"));
     let out = ebrec(&["record", "-o", "/tmp/x.pb.zst", "--alloc"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("say what to trace"));
+    let out = ebrec(&[
+        "record",
+        "-o",
+        "/tmp/x.pb.zst",
+        "--alloc",
+        "--",
+        "/nonexistent/cmd",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("command not found: /nonexistent/cmd") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
+fn without_privileges_one_clear_line() {
+    if !root() {
+        return;
+    }
+    let dir = tmp();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            env!("CARGO_BIN_EXE_ebrec"),
+        ])
+        .args([
+            "record",
+            "-o",
+            trace.to_str().unwrap(),
+            "--alloc",
+            "--",
+            "/bin/true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("run ebrec as root or with CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
 }
