@@ -434,9 +434,12 @@ fn attach(
     let probe = perf::TraceProbe::new(&s.lib, s.offset, ret)
         .with_context(|| format!("uprobe on {}", what()))?;
     let fds = if pid == -1 {
-        (0..procfs::possible_cpus()?)
-            .filter_map(|cpu| probe.open_cpu(cpu as i32).ok())
-            .collect::<Vec<_>>()
+        // One system-wide event makes the probe fire in every process on every CPU (the
+        // program belongs to the tracepoint, not to the event; a second event would be
+        // refused with EEXIST).
+        vec![probe
+            .open_cpu(0)
+            .with_context(|| format!("perf event for {}", what()))?]
     } else {
         filters.push(
             probe
