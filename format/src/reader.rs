@@ -365,8 +365,13 @@ impl<R: Read> TraceReader<R> {
         let mut pat = [0u8; 8];
         pat[..4].copy_from_slice(&CHUNK_FRAME_MAGIC.to_le_bytes());
         pat[4..].copy_from_slice(&CHUNK_DESCRIPTOR_PAYLOAD.to_le_bytes());
-        // The window holds bytes already taken from the input that may still start a chunk.
+        // The window holds bytes already taken from the input that may still start a chunk:
+        // the bad descriptor, then what an earlier resync put back and was not read yet
+        // (those bytes come before the input's; dropping them loses the chunks they hold).
         let mut win: Vec<u8> = consumed[1..].to_vec();
+        win.extend_from_slice(&self.carry[self.carry_pos..]);
+        self.carry.clear();
+        self.carry_pos = 0;
         let mut skipped = 1u64;
         loop {
             if let Some(p) = win.windows(8).position(|w| w == pat) {
