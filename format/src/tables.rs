@@ -66,7 +66,7 @@ impl Tables {
                     .entry(m.generation)
                     .or_default()
                     .mappings
-                    .push(m.clone());
+                    .push(*m);
             }
             _ => return false,
         }
@@ -91,23 +91,16 @@ impl Tables {
     /// unless an UNMAP of the range came after it.
     pub fn mapping_at(&self, generation: u32, addr: u64, time_ns: u64) -> Option<&Mapping> {
         let g = self.generations.get(&generation)?;
-        let mut best: Option<&Mapping> = None;
-        for m in g
+        let covering = g
             .mappings
             .iter()
-            .filter(|m| m.start <= addr && addr < m.end)
-        {
-            let better = match best {
-                None => true,
-                Some(b) => {
-                    (m.time_ns <= time_ns && (b.time_ns > time_ns || m.time_ns >= b.time_ns))
-                        || (b.time_ns > time_ns && m.time_ns < b.time_ns)
-                }
-            };
-            if better {
-                best = Some(m);
-            }
-        }
+            .filter(|m| m.start <= addr && addr < m.end);
+        // max_by_key keeps the last of equals: of two records at the same time, the later.
+        let best = covering
+            .clone()
+            .filter(|m| m.time_ns <= time_ns)
+            .max_by_key(|m| m.time_ns)
+            .or_else(|| covering.min_by_key(|m| m.time_ns));
         best.filter(|m| m.source() != MappingSource::Unmap)
     }
 }

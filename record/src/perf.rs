@@ -182,7 +182,6 @@ pub fn remove_stale_probes() {
 pub enum SideBand {
     Mmap {
         pid: u32,
-        tid: u32,
         time: u64,
         start: u64,
         len: u64,
@@ -194,22 +193,21 @@ pub enum SideBand {
         flags: u32,
         path: Vec<u8>,
     },
+    /// A new task: a process when pid != ppid, else a thread.
     Fork {
         pid: u32,
         ppid: u32,
         tid: u32,
-        ptid: u32,
         time: u64,
     },
+    /// A task ended: the process when tid == pid.
     Exit {
         pid: u32,
-        ppid: u32,
         tid: u32,
         time: u64,
     },
     Exec {
         pid: u32,
-        tid: u32,
         time: u64,
         comm: Vec<u8>,
     },
@@ -394,7 +392,6 @@ fn parse(ty: u32, misc: u16, body: &[u8], cpu: u32) -> Option<SideBand> {
             };
             Some(SideBand::Mmap {
                 pid: u32_at(body, 0),
-                tid: u32_at(body, 4),
                 start: u64_at(body, 8),
                 len: u64_at(body, 16),
                 pgoff: u64_at(body, 24),
@@ -407,11 +404,11 @@ fn parse(ty: u32, misc: u16, body: &[u8], cpu: u32) -> Option<SideBand> {
             })
         }
         sys::bindings::PERF_RECORD_FORK | sys::bindings::PERF_RECORD_EXIT => {
-            let (pid, ppid, tid, ptid, time) = (
+            // u32 pid, ppid, tid, ptid; u64 time
+            let (pid, ppid, tid, time) = (
                 u32_at(body, 0),
                 u32_at(body, 4),
                 u32_at(body, 8),
-                u32_at(body, 12),
                 u64_at(body, 16),
             );
             Some(if ty == sys::bindings::PERF_RECORD_FORK {
@@ -419,16 +416,10 @@ fn parse(ty: u32, misc: u16, body: &[u8], cpu: u32) -> Option<SideBand> {
                     pid,
                     ppid,
                     tid,
-                    ptid,
                     time,
                 }
             } else {
-                SideBand::Exit {
-                    pid,
-                    ppid,
-                    tid,
-                    time,
-                }
+                SideBand::Exit { pid, tid, time }
             })
         }
         sys::bindings::PERF_RECORD_COMM
@@ -436,7 +427,6 @@ fn parse(ty: u32, misc: u16, body: &[u8], cpu: u32) -> Option<SideBand> {
         {
             Some(SideBand::Exec {
                 pid: u32_at(body, 0),
-                tid: u32_at(body, 4),
                 comm: cstr(body.get(8..body.len().saturating_sub(SAMPLE_ID_LEN))?),
                 time: time_of(body),
             })

@@ -30,7 +30,6 @@ struct MapRec {
 
 #[derive(Debug)]
 struct Gen {
-    pid: u32,
     start_ns: u64,
     comm: u64,
     exe: u64,
@@ -109,7 +108,6 @@ impl<'a> Session<'a> {
 
     fn new_gen(&mut self, pid: u32, start_ns: u64, comm: u64, exe: u64, cmdline: Vec<u64>) -> u32 {
         self.gens.push(Gen {
-            pid,
             start_ns,
             comm,
             exe,
