@@ -1,7 +1,7 @@
 //! `ebsym`: offline symbolization and reports of ebtrace traces.
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -9,11 +9,58 @@ use std::path::PathBuf;
     name = "ebsym",
     version,
     about = "Symbolize and analyze ebtrace traces (trace.pb.zst) offline",
-    after_help = "Examples:\n  ebsym info trace.pb.zst\n  ebsym info trace.pb.zst --json | jq .events"
+    after_help = "Examples:\n  ebsym trace.pb.zst --debug-dir ./dbg     # writes trace.sym.pb.zst\n  ebsym addr2line -e ./app -f -i -C 0x401234\n  ebsym info trace.pb.zst\n  ebsym info trace.pb.zst --json | jq .events",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    symbolize: SymbolizeArgs,
+}
+
+/// `ebsym TRACE …`: symbolize a trace.
+#[derive(clap::Args, Debug)]
+struct SymbolizeArgs {
+    /// The trace to symbolize; writes TRACE with `.pb.zst` replaced by `.sym.pb.zst`.
+    ///
+    /// Example: `ebsym trace.pb.zst --debug-dir ./dbg -o out.pb.zst`
+    trace: Option<PathBuf>,
+    /// Output file (default: TRACE with `.pb.zst` replaced by `.sym.pb.zst`).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    find: FindArgs,
+    /// Keep C++ names mangled.
+    #[arg(long)]
+    no_demangle: bool,
+}
+
+/// Where debug files are looked for.
+#[derive(clap::Args, Debug, Clone)]
+struct FindArgs {
+    /// A directory of debug files: a `.build-id/xx/rest.debug` tree, or the binaries'
+    /// paths mirrored (`DIR/usr/bin/app` or `DIR/usr/bin/app.debug`). Repeatable; searched
+    /// first, in order. Example: `--debug-dir ./dbg`
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    debug_dirs: Vec<PathBuf>,
+    /// Take the recorded paths of binaries under this directory (a copy of the recording
+    /// host's or a container's root file system). Example: `--root /srv/rootfs`
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    root: PathBuf,
+}
+
+impl FindArgs {
+    fn options(&self, demangle: bool) -> ebtrace_symbolize::Options {
+        let mut o = ebtrace_symbolize::Options {
+            demangle,
+            ..Default::default()
+        };
+        o.locator.debug_dirs = self.debug_dirs.clone();
+        o.locator.root = self.root.clone();
+        o
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -37,11 +84,120 @@ enum Command {
         /// The trace file.
         trace: PathBuf,
     },
+    /// A drop-in for binutils `addr2line`, with the same output format: addresses from the
+    /// arguments, or one per line on stdin.
+    ///
+    /// Example: `ebsym addr2line -e ./app -f -i -C 0x1130 0x1200`
+    Addr2line(Addr2lineArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct Addr2lineArgs {
+    /// The binary the addresses are in (its debug file is found as for traces).
+    #[arg(
+        short = 'e',
+        long = "exe",
+        value_name = "BINARY",
+        default_value = "a.out"
+    )]
+    exe: PathBuf,
+    /// Print the function name before each location.
+    #[arg(short = 'f', long = "functions")]
+    functions: bool,
+    /// Also print the frames the address is inlined into.
+    #[arg(short = 'i', long = "inlines")]
+    inlines: bool,
+    /// Demangle C++ names.
+    #[arg(short = 'C', long = "demangle")]
+    demangle: bool,
+    /// Print the address before its frames.
+    #[arg(short = 'a', long = "addresses")]
+    addresses: bool,
+    #[command(flatten)]
+    find: FindArgs,
+    /// Hex addresses, with or without 0x; read from stdin when none is given.
+    addrs: Vec<String>,
+}
+
+fn default_output(trace: &std::path::Path) -> PathBuf {
+    let s = trace.as_os_str().to_string_lossy();
+    match s.strip_suffix(".pb.zst") {
+        Some(stem) => PathBuf::from(format!("{stem}.sym.pb.zst")),
+        None => PathBuf::from(format!("{s}.sym.pb.zst")),
+    }
+}
+
+fn addr2line(a: Addr2lineArgs, out: &mut impl Write) -> anyhow::Result<()> {
+    use ebtrace_symbolize::binutils::{format, parse_address, Flags};
+    if !a.exe.exists() {
+        anyhow::bail!("'{}': No such file", a.exe.display());
+    }
+    let mut options = a.find.options(a.demangle);
+    options.binutils_names = true;
+    let sym = ebtrace_symbolize::Symbolizer::new(options);
+    let module = sym.open_binary(&a.exe);
+    let flags = Flags {
+        functions: a.functions,
+        inlines: a.inlines,
+        addresses: a.addresses,
+    };
+    let one = |text: &str, out: &mut dyn Write| -> anyhow::Result<()> {
+        let addr = parse_address(text).unwrap_or(0);
+        out.write_all(format(addr, &module.resolve(addr), flags).as_bytes())?;
+        Ok(())
+    };
+    if a.addrs.is_empty() {
+        // One answer per line, flushed, so a script can talk to it through a pipe.
+        for line in std::io::stdin().lock().lines() {
+            let line = line?;
+            one(&line, out)?;
+            out.flush()?;
+        }
+    } else {
+        for text in &a.addrs {
+            one(text, out)?;
+        }
+    }
+    Ok(())
+}
+
+fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
+    let trace = a.trace.expect("checked by the caller");
+    let output = a.output.unwrap_or_else(|| default_output(&trace));
+    let options = a.find.options(!a.no_demangle);
+    let report = ebtrace_symbolize::trace::symbolize_trace(&trace, &output, &options)?;
+    for d in &report.input_damage {
+        eprintln!("ebsym: {}: {d}", trace.display());
+    }
+    for m in &report.modules {
+        eprintln!("ebsym: {}", m.summary_line());
+    }
+    if report.no_mapping > 0 {
+        eprintln!("ebsym: {} frames outside any mapping", report.no_mapping);
+    }
+    if report.no_build_id > 0 {
+        eprintln!(
+            "ebsym: {} frames in mappings without a build-id",
+            report.no_build_id
+        );
+    }
+    eprintln!("ebsym: wrote {}", output.display());
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    match cli.command {
+    let command = match cli.command {
+        Some(c) => c,
+        None if cli.symbolize.trace.is_some() => return symbolize(cli.symbolize),
+        None => {
+            use clap::CommandFactory;
+            Cli::command().print_help()?;
+            std::process::exit(2);
+        }
+    };
+    match command {
+        Command::Addr2line(a) => addr2line(a, &mut out)?,
         Command::Info { trace, json } => {
             let info = ebtrace_analyze::info::summarize(&trace)
                 .with_context(|| format!("cannot read {}", trace.display()))?;

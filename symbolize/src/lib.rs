@@ -1,0 +1,461 @@
+//! The ebtrace symbolizer: ELF virtual addresses of a binary (known by build-id and
+//! recorded path) → function, file:line and inlined frames, from DWARF (4 and 5,
+//! compressed sections, dwz supplementary files, split DWARF) or, failing that, the symbol
+//! table. An address that cannot be resolved gets a [`Reason`]: that is an answer, not an
+//! error, so one bad address never stops a batch.
+//!
+//! ```no_run
+//! use ebtrace_symbolize::{Options, Symbolizer};
+//! let sym = Symbolizer::new(Options::default());
+//! let module = sym.open(Some(&[0x12, 0x34][..]), "/usr/bin/app".as_ref());
+//! for addr in [0x1130, 0x1200] {
+//!     match module.resolve(addr) {
+//!         Ok(frames) => for f in frames { println!("{:?} {:?}:{}", f.function, f.file, f.line) },
+//!         Err(why) => println!("{addr:#x}: {}", why.reason),
+//!     }
+//! }
+//! ```
+pub mod binutils;
+pub mod dwarf;
+pub mod elf;
+pub mod find;
+pub mod trace;
+
+use dwarf::{DwarfContext, SplitDwarfPlaces};
+use elf::{Load, SymbolTable};
+use find::{Locator, Searched};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One frame of an address: innermost first, inlined frames then their container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Frame {
+    /// The function name, demangled unless [`Options::demangle`] is off.
+    pub function: Option<String>,
+    pub file: Option<String>,
+    /// 0 when unknown.
+    pub line: u32,
+    /// 0 when unknown.
+    pub column: u32,
+    /// True for an inlined call; false for the function that contains the address.
+    pub inlined: bool,
+    /// Offset of the address from its symbol's start (the containing frame only).
+    pub offset: Option<u64>,
+    /// The name came from the symbol table, not from DWARF (no file:line).
+    pub from_symtab: bool,
+    /// The DWARF discriminator of the address's line-table row (innermost frame only;
+    /// 0 when none).
+    pub discriminator: u32,
+}
+
+/// Why an address or a whole module stayed unresolved. The same values as the
+/// `UnresolvedReason` of the trace schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// No file with the build-id was found.
+    NoFile,
+    /// Only a symbol table: function names but no file:line.
+    SymtabOnly,
+    /// No symbol covers the address.
+    NoSymbol,
+    /// The address is outside every recorded mapping.
+    NoMapping,
+    /// A file was found but its build-id differs (refused).
+    BuildIdMismatch,
+    /// The file or its DWARF could not be parsed.
+    BadFile,
+    /// The mapping is anonymous or has no build-id.
+    NoBuildId,
+}
+
+impl Reason {
+    /// The schema's enum value.
+    pub fn to_proto(self) -> ebtrace_proto::v1::UnresolvedReason {
+        use ebtrace_proto::v1::UnresolvedReason as U;
+        match self {
+            Reason::NoFile => U::NoFile,
+            Reason::SymtabOnly => U::SymtabOnly,
+            Reason::NoSymbol => U::NoSymbol,
+            Reason::NoMapping => U::NoMapping,
+            Reason::BuildIdMismatch => U::BuildIdMismatch,
+            Reason::BadFile => U::BadFile,
+            Reason::NoBuildId => U::NoBuildId,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reason::NoFile => "no file",
+            Reason::SymtabOnly => "stripped, symbol table only",
+            Reason::NoSymbol => "no symbol",
+            Reason::NoMapping => "outside any mapping",
+            Reason::BuildIdMismatch => "build-id mismatch",
+            Reason::BadFile => "bad file",
+            Reason::NoBuildId => "no build-id",
+        })
+    }
+}
+
+/// An unresolved address: the reason, and for module-wide reasons a detail.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Unresolved {
+    pub reason: Reason,
+    pub detail: Option<String>,
+}
+
+impl From<Reason> for Unresolved {
+    fn from(reason: Reason) -> Self {
+        Unresolved {
+            reason,
+            detail: None,
+        }
+    }
+}
+
+/// The answer for one address.
+pub type Lookup = Result<Vec<Frame>, Unresolved>;
+
+/// How to find files and name things.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub locator: Locator,
+    /// Demangle C++ (Itanium) names.
+    pub demangle: bool,
+    /// Name the innermost frame as binutils does: in C++, a function that DWARF names
+    /// without a linkage name (a `static inline` C helper such as
+    /// `__gthread_mutex_unlock`) takes the name of the symbol that contains the address.
+    pub binutils_names: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            locator: Locator::default(),
+            demangle: true,
+            binutils_names: false,
+        }
+    }
+}
+
+/// Opens modules (the files of one build-id) with fixed options.
+#[derive(Debug, Clone, Default)]
+pub struct Symbolizer {
+    pub options: Options,
+}
+
+/// Where a module's symbols come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Dwarf,
+    Symtab,
+}
+
+/// The files of one build-id, opened, and the resolver over them.
+pub struct Module {
+    pub build_id: Option<Vec<u8>>,
+    /// The file that gives symbols (the DWARF file, or the one with the symbol table).
+    pub debug_file: Option<PathBuf>,
+    /// The binary, when found.
+    pub binary: Option<PathBuf>,
+    /// What was searched, in order.
+    pub searched: Vec<Searched>,
+    /// Where symbols come from, or why there are none.
+    pub status: Result<Source, Unresolved>,
+    loads: Vec<Load>,
+    dwarf: Option<DwarfContext>,
+    symbols: SymbolTable,
+    demangle: bool,
+    binutils_names: bool,
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("build_id", &self.build_id.as_deref().map(elf::hex))
+            .field("debug_file", &self.debug_file)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Symbolizer {
+    pub fn new(options: Options) -> Symbolizer {
+        Symbolizer { options }
+    }
+
+    /// Finds and opens the files of `build_id`, recorded at `recorded_path`.
+    pub fn open(&self, build_id: Option<&[u8]>, recorded_path: &Path) -> Module {
+        self.open_inner(build_id, recorded_path, None)
+    }
+
+    /// Opens a binary given by path (as `addr2line -e` does), taking its build-id from it.
+    pub fn open_binary(&self, path: &Path) -> Module {
+        let id = elf::ElfFile::open(path)
+            .ok()
+            .and_then(|f| f.info().ok())
+            .and_then(|i| i.build_id);
+        self.open_inner(id.as_deref(), path, Some(path))
+    }
+
+    fn open_inner(
+        &self,
+        build_id: Option<&[u8]>,
+        recorded: &Path,
+        binary: Option<&Path>,
+    ) -> Module {
+        let located = self.options.locator.locate(build_id, recorded, binary);
+        let mut m = Module {
+            build_id: build_id.map(<[u8]>::to_vec),
+            debug_file: None,
+            binary: located.binary.as_ref().map(|b| b.file.path.clone()),
+            status: Err(Reason::NoFile.into()),
+            searched: located.searched.clone(),
+            loads: Vec::new(),
+            dwarf: None,
+            symbols: SymbolTable::default(),
+            demangle: self.options.demangle,
+            binutils_names: self.options.binutils_names,
+        };
+        // PT_LOADs: from the binary. A debug file made by `objcopy --only-keep-debug`
+        // keeps the program headers but not their file offsets (its segments are NOBITS),
+        // so only the segments that still have file bytes are trusted from it.
+        if let Some(b) = &located.binary {
+            m.loads = b.info.loads.clone();
+        } else if let Some(d) = &located.debug {
+            m.loads = d
+                .info
+                .loads
+                .iter()
+                .filter(|l| l.filesz > 0)
+                .copied()
+                .collect();
+        }
+        let mut bad = None;
+        if let Some(d) = &located.debug {
+            let places = SplitDwarfPlaces {
+                dwo_dirs: located.dwo_dirs.clone(),
+            };
+            match DwarfContext::load(
+                &d.file,
+                located.sup.as_ref().map(|s| &s.file),
+                located.dwp.as_ref(),
+                places,
+            ) {
+                Ok(ctx) => {
+                    m.dwarf = Some(ctx);
+                    m.debug_file = Some(d.file.path.clone());
+                    m.status = Ok(Source::Dwarf);
+                }
+                Err(e) => bad = Some(format!("{}: {e}", d.file.path.display())),
+            }
+            if let Ok(obj) = d.file.object() {
+                m.symbols = SymbolTable::load(&obj);
+            }
+        }
+        if m.symbols.is_empty() {
+            if let Some(b) = &located.binary {
+                if let Ok(obj) = b.file.object() {
+                    m.symbols = SymbolTable::load(&obj);
+                }
+                if m.dwarf.is_none() && !m.symbols.is_empty() {
+                    m.debug_file = Some(b.file.path.clone());
+                }
+            }
+        }
+        if m.dwarf.is_none() {
+            m.status = if !m.symbols.is_empty() {
+                Ok(Source::Symtab)
+            } else if let Some(detail) = bad {
+                Err(Unresolved {
+                    reason: Reason::BadFile,
+                    detail: Some(detail),
+                })
+            } else if located.binary.is_some() || located.debug.is_some() {
+                Err(Unresolved {
+                    reason: Reason::NoSymbol,
+                    detail: Some("no DWARF and no symbol table".into()),
+                })
+            } else {
+                let id = build_id.map(elf::hex).unwrap_or_else(|| "(none)".into());
+                let searched: Vec<String> = m.searched.iter().map(|s| s.to_string()).collect();
+                let reason = if located.saw_mismatch() {
+                    Reason::BuildIdMismatch
+                } else {
+                    Reason::NoFile
+                };
+                Err(Unresolved {
+                    reason,
+                    detail: Some(format!(
+                        "no file with build-id {id} (searched: {})",
+                        searched.join(", ")
+                    )),
+                })
+            };
+        }
+        m
+    }
+
+    /// Demangles `name` if it is an Itanium C++ name; else returns it as is.
+    pub fn demangle(name: &str) -> String {
+        demangle(name)
+    }
+}
+
+fn demangle(name: &str) -> String {
+    if name.starts_with("_Z") {
+        if let Some(s) = cxa_demangle(name) {
+            return s;
+        }
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle() {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[link(name = "stdc++")]
+extern "C" {
+    fn __cxa_demangle(
+        mangled: *const std::ffi::c_char,
+        buf: *mut std::ffi::c_char,
+        len: *mut usize,
+        status: *mut std::ffi::c_int,
+    ) -> *mut std::ffi::c_char;
+    fn free(p: *mut std::ffi::c_void);
+}
+
+/// The C++ runtime's demangler: the same code (libiberty's cp-demangle) as binutils and
+/// c++filt, so names match theirs exactly. `cpp_demangle` gets some pack expansions wrong
+/// (`void (S::*&&)(long)` comes out as `void (S&&::*)(long)`, whole parameters vanish).
+fn cxa_demangle(name: &str) -> Option<String> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut status: std::ffi::c_int = 0;
+    // SAFETY: `c` is a valid NUL-terminated string; a null buffer asks __cxa_demangle to
+    // malloc the result, which we copy and then free exactly once.
+    unsafe {
+        let p = __cxa_demangle(
+            c.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut status,
+        );
+        if p.is_null() {
+            return None;
+        }
+        let s = std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned();
+        free(p.cast());
+        (status == 0).then_some(s)
+    }
+}
+
+impl Module {
+    /// The ELF virtual address of file offset `offset`, through the PT_LOAD segments.
+    pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
+        elf::ElfInfo {
+            loads: self.loads.clone(),
+            ..Default::default()
+        }
+        .offset_to_vaddr(offset)
+    }
+
+    /// The PT_LOAD segments used to normalize addresses.
+    pub fn loads(&self) -> &[Load] {
+        &self.loads
+    }
+
+    fn name(&self, raw: String) -> String {
+        if self.demangle {
+            demangle(&raw)
+        } else {
+            raw
+        }
+    }
+
+    /// The frames of ELF virtual address `addr`, innermost first.
+    pub fn resolve(&self, addr: u64) -> Lookup {
+        if let Err(u) = &self.status {
+            return Err(u.clone());
+        }
+        let sym = self.symbols.find(addr);
+        if let Some(ctx) = &self.dwarf {
+            let raw = match ctx.frames(addr) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Err(Unresolved {
+                        reason: Reason::BadFile,
+                        detail: Some(e),
+                    })
+                }
+            };
+            if !raw.is_empty() {
+                let n = raw.len();
+                let discriminator = ctx.discriminator(addr);
+                let frames = raw
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let last = i + 1 == n;
+                        // A line-table row without a DIE for its function: name it from
+                        // the symbol table, as binutils does.
+                        let mut function = f.function;
+                        let is_cxx = matches!(
+                            f.language,
+                            Some(
+                                gimli::DW_LANG_C_plus_plus
+                                    | gimli::DW_LANG_C_plus_plus_03
+                                    | gimli::DW_LANG_C_plus_plus_11
+                                    | gimli::DW_LANG_C_plus_plus_14
+                                    | gimli::DW_LANG_C_plus_plus_17
+                                    | gimli::DW_LANG_C_plus_plus_20
+                            )
+                        );
+                        let linkage = function.as_deref().is_some_and(|n| n.starts_with("_Z"));
+                        if self.binutils_names && i == 0 && is_cxx && !linkage {
+                            if let Some(s) = sym {
+                                function = Some(s.name.clone());
+                            }
+                        }
+                        // A line-table row without a DIE for its function: name it from
+                        // the symbol table, as binutils does.
+                        let function = function
+                            .or_else(|| last.then(|| sym.map(|s| s.name.clone())).flatten())
+                            .map(|n| self.name(n));
+                        Frame {
+                            function,
+                            file: f.file,
+                            line: f.line,
+                            column: f.column,
+                            inlined: !last,
+                            offset: if last {
+                                sym.map(|s| addr - s.address)
+                            } else {
+                                None
+                            },
+                            from_symtab: false,
+                            discriminator: if i == 0 { discriminator } else { 0 },
+                        }
+                    })
+                    .collect();
+                return Ok(frames);
+            }
+        }
+        match sym {
+            Some(s) => Ok(vec![Frame {
+                function: Some(self.name(s.name.clone())),
+                file: None,
+                line: 0,
+                column: 0,
+                inlined: false,
+                offset: Some(addr - s.address),
+                from_symtab: true,
+                discriminator: 0,
+            }]),
+            None => Err(Reason::NoSymbol.into()),
+        }
+    }
+}

@@ -1,0 +1,489 @@
+//! Symbolizing a trace file: every user frame of every `Stack` is normalized (runtime
+//! address → mapping → file offset → ELF virtual address), the addresses are grouped by
+//! build-id and resolved per build-id in parallel, and a new trace is written: the input's
+//! records copied through, then a `SymbolizerInfo`, one `ModuleResolution` per build-id and
+//! one `SymbolizedAddress` per (build-id, looked-up address).
+//!
+//! The output depends on the input and the files found only: everything is sorted, the
+//! writer closes chunks by size only, and `SymbolizerInfo.realtime_ns` honours
+//! `SOURCE_DATE_EPOCH`.
+//!
+//! ```no_run
+//! use ebtrace_symbolize::{trace::symbolize_trace, Options};
+//! let report = symbolize_trace("t.pb.zst".as_ref(), "t.sym.pb.zst".as_ref(), &Options::default()).unwrap();
+//! for m in &report.modules { eprintln!("{}", m.summary_line()); }
+//! ```
+use crate::{elf::hex, Frame, Lookup, Options, Reason, Symbolizer};
+use ebtrace_format::proto::{
+    record::Kind, InternedString, KeyValue, Mapping, MappingSource, ModuleResolution, Record,
+    SymbolFrame, SymbolizedAddress, SymbolizerInfo, UnresolvedReason,
+};
+use ebtrace_format::{Tables, TraceReader, TraceWriter, WriterOptions};
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// What went wrong while symbolizing a trace (not an unresolved address: those are
+/// answers).
+#[derive(Debug)]
+pub struct Error {
+    pub kind: ErrorKind,
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Reading the input trace failed.
+    Input,
+    /// Writing the output failed.
+    Output,
+}
+
+impl Error {
+    fn new(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as _)
+    }
+}
+
+/// What happened to one build-id.
+#[derive(Debug, Clone)]
+pub struct ModuleReport {
+    pub build_id: Vec<u8>,
+    /// The recorded path of the binary.
+    pub path: String,
+    pub debug_file: Option<PathBuf>,
+    /// Addresses with frames (DWARF or symbol table).
+    pub resolved: u64,
+    /// Of the resolved ones, those named from the symbol table only (no file:line).
+    pub symtab_only: u64,
+    /// Unresolved addresses by reason.
+    pub unresolved: BTreeMap<Reason, u64>,
+    /// The module-wide reason and detail, when nothing resolved.
+    pub status: Option<crate::Unresolved>,
+}
+
+impl ModuleReport {
+    /// One line for stderr: `path (build-id): N resolved, M unresolved (reason: k, …)`.
+    pub fn summary_line(&self) -> String {
+        let unresolved: u64 = self.unresolved.values().sum();
+        let mut s = format!(
+            "{} ({}): {} resolved, {} unresolved",
+            self.path,
+            hex(&self.build_id),
+            self.resolved,
+            unresolved
+        );
+        if self.symtab_only > 0 {
+            s = s.replacen(
+                " resolved,",
+                &format!(" resolved ({} symbol table only),", self.symtab_only),
+                1,
+            );
+        }
+        if unresolved > 0 {
+            let reasons: Vec<String> = self
+                .unresolved
+                .iter()
+                .map(|(r, n)| format!("{r}: {n}"))
+                .collect();
+            s += &format!(" ({})", reasons.join(", "));
+        }
+        match (&self.debug_file, &self.status) {
+            (_, Some(u)) => {
+                if let Some(d) = &u.detail {
+                    s += &format!("; {d}");
+                }
+            }
+            (Some(d), None) => s += &format!("; symbols from {}", d.display()),
+            _ => {}
+        }
+        s
+    }
+}
+
+/// What [`symbolize_trace`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub modules: Vec<ModuleReport>,
+    /// Frames outside every recorded mapping.
+    pub no_mapping: u64,
+    /// Frames in mappings without a build-id (anonymous, JIT, `[vdso]` without one).
+    pub no_build_id: u64,
+    /// Damage found in the input (it was read as far as possible).
+    pub input_damage: Vec<String>,
+}
+
+/// Addresses of one build-id to resolve.
+#[derive(Debug, Default)]
+struct Work {
+    build_id: Vec<u8>,
+    /// Recorded paths seen for it; the smallest is used (deterministic).
+    paths: BTreeSet<Vec<u8>>,
+    /// File offsets of the looked-up addresses.
+    offsets: BTreeSet<u64>,
+}
+
+struct Resolved {
+    report: ModuleReport,
+    searched: Vec<String>,
+    addresses: Vec<(u64, Lookup)>,
+}
+
+/// The mapping that gives meaning to `addr` in `generation`: the latest recorded one that
+/// covers it. Stacks carry no time, so an unmap recorded later does not hide a mapping.
+fn mapping_for(tables: &Tables, generation: u32, addr: u64) -> Option<&Mapping> {
+    if let Some(m) = tables.mapping_at(generation, addr, u64::MAX) {
+        return Some(m);
+    }
+    tables
+        .generations
+        .get(&generation)?
+        .mappings
+        .iter()
+        .filter(|m| m.start <= addr && addr < m.end && m.source() != MappingSource::Unmap)
+        .max_by_key(|m| m.time_ns)
+}
+
+/// Reads `input`, resolves every user frame of its stacks and writes `output`.
+pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result<Report, Error> {
+    let open = || {
+        TraceReader::open(input).map_err(|e| {
+            Error::new(
+                ErrorKind::Input,
+                format!("cannot read {}", input.display()),
+                e,
+            )
+        })
+    };
+
+    // Pass 1: the definitions.
+    let mut tables = Tables::default();
+    let mut header = None;
+    let mut max_string_id = 0;
+    let mut reader = open()?;
+    for rec in reader.by_ref() {
+        match &rec.kind {
+            Some(Kind::Header(h)) if header.is_none() => header = Some(h.clone()),
+            Some(Kind::String(s)) => max_string_id = max_string_id.max(s.id),
+            _ => {}
+        }
+        tables.observe(&rec);
+    }
+    let mut report = Report {
+        input_damage: reader.damage().iter().map(|d| d.to_string()).collect(),
+        ..Default::default()
+    };
+
+    // Normalize: group the looked-up addresses by build-id.
+    let mut work: BTreeMap<u64, Work> = BTreeMap::new();
+    let mut stack_ids: Vec<&u64> = tables.stacks.keys().collect();
+    stack_ids.sort();
+    for id in stack_ids {
+        let stack = &tables.stacks[id];
+        for (i, &ip) in stack.user_ips.iter().enumerate() {
+            // Frames past the leaf are return addresses: the call is the byte before.
+            let addr = if i > 0 { ip.wrapping_sub(1) } else { ip };
+            let Some(m) = mapping_for(&tables, stack.generation, addr) else {
+                report.no_mapping += 1;
+                continue;
+            };
+            let Some(build_id) = tables
+                .build_ids
+                .get(&m.build_id)
+                .filter(|_| m.build_id != 0)
+            else {
+                report.no_build_id += 1;
+                continue;
+            };
+            let w = work.entry(m.build_id).or_default();
+            w.build_id = build_id.clone();
+            w.paths
+                .insert(tables.strings.get(&m.path).cloned().unwrap_or_default());
+            w.offsets.insert(addr - m.start + m.file_offset);
+        }
+    }
+
+    // Resolve, one build-id per task.
+    let symbolizer = Symbolizer::new(options.clone());
+    let work: Vec<(u64, Work)> = work.into_iter().collect();
+    let resolved: Vec<(u64, Resolved)> = work
+        .par_iter()
+        .map(|(id, w)| (*id, resolve_module(&symbolizer, w)))
+        .collect();
+
+    // Pass 2: copy the input through, then append the results.
+    let file = create_private(output).map_err(|e| {
+        Error::new(
+            ErrorKind::Output,
+            format!("cannot create {}", output.display()),
+            e,
+        )
+    })?;
+    let wopts = WriterOptions {
+        chunk_interval: None,
+        ..Default::default()
+    };
+    let out_err = |e: io::Error| {
+        Error::new(
+            ErrorKind::Output,
+            format!("cannot write {}", output.display()),
+            e,
+        )
+    };
+    let mut w = TraceWriter::new(
+        io::BufWriter::with_capacity(1 << 20, file),
+        header.unwrap_or_default(),
+        wopts,
+    )
+    .map_err(out_err)?;
+    let mut trailer = None;
+    let mut seen_header = false;
+    for rec in open()? {
+        match rec.kind {
+            Some(Kind::Header(_)) if !seen_header => seen_header = true,
+            Some(Kind::Trailer(t)) => trailer = Some(t),
+            _ => w.write_record(&rec).map_err(out_err)?,
+        }
+    }
+    let mut strings = Strings {
+        next: max_string_id + 1,
+        ids: HashMap::new(),
+    };
+    let realtime_ns = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(|s| s * 1_000_000_000)
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+    let mut kv = vec![KeyValue {
+        key: "root".into(),
+        value: options.locator.root.display().to_string(),
+    }];
+    for d in &options.locator.debug_dirs {
+        kv.push(KeyValue {
+            key: "debug-dir".into(),
+            value: d.display().to_string(),
+        });
+    }
+    kv.push(KeyValue {
+        key: "demangle".into(),
+        value: options.demangle.to_string(),
+    });
+    w.write_record(&Record {
+        kind: Some(Kind::SymbolizerInfo(SymbolizerInfo {
+            symbolizer_version: format!("ebsym {}", env!("CARGO_PKG_VERSION")),
+            realtime_ns,
+            options: kv,
+        })),
+    })
+    .map_err(out_err)?;
+    for (build_id, r) in resolved {
+        write_module(&mut w, &mut strings, build_id, &r).map_err(out_err)?;
+        report.modules.push(r.report);
+    }
+    w.finish(trailer).map_err(out_err)?;
+    Ok(report)
+}
+
+fn create_private(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // A trace holds the target's stacks: keep an existing file private too.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+fn resolve_module(symbolizer: &Symbolizer, w: &Work) -> Resolved {
+    use std::os::unix::ffi::OsStrExt;
+    let path_bytes = w.paths.iter().next().cloned().unwrap_or_default();
+    let path = std::ffi::OsStr::from_bytes(&path_bytes);
+    let module = symbolizer.open(Some(&w.build_id), Path::new(path));
+    let mut report = ModuleReport {
+        build_id: w.build_id.clone(),
+        path: String::from_utf8_lossy(&path_bytes).into_owned(),
+        debug_file: module.debug_file.clone(),
+        resolved: 0,
+        symtab_only: 0,
+        unresolved: BTreeMap::new(),
+        status: module.status.clone().err(),
+    };
+    let mut vaddrs = BTreeSet::new();
+    for &off in &w.offsets {
+        match module.offset_to_vaddr(off) {
+            Some(v) => {
+                vaddrs.insert(v);
+            }
+            None => {
+                // Without the file we cannot turn the offset into an address: the
+                // module's reason is the answer.
+                let reason = module
+                    .status
+                    .as_ref()
+                    .err()
+                    .map(|u| u.reason)
+                    .unwrap_or(Reason::NoMapping);
+                *report.unresolved.entry(reason).or_default() += 1;
+            }
+        }
+    }
+    let addresses: Vec<(u64, Lookup)> =
+        vaddrs.into_iter().map(|v| (v, module.resolve(v))).collect();
+    for (_, l) in &addresses {
+        match l {
+            Ok(f) if f.iter().all(|f| f.from_symtab) => {
+                report.resolved += 1;
+                report.symtab_only += 1;
+            }
+            Ok(_) => report.resolved += 1,
+            Err(u) => *report.unresolved.entry(u.reason).or_default() += 1,
+        }
+    }
+    report.unresolved.retain(|_, n| *n > 0);
+    Resolved {
+        report,
+        searched: module.searched.iter().map(|s| s.to_string()).collect(),
+        addresses,
+    }
+}
+
+/// Strings this run adds, with ids past every id of the input: the writer's own interner
+/// starts at 1 and knows nothing of the copied records' ids.
+struct Strings {
+    next: u64,
+    ids: HashMap<Vec<u8>, u64>,
+}
+
+impl Strings {
+    fn id<W: io::Write>(&mut self, w: &mut TraceWriter<W>, s: &[u8]) -> io::Result<u64> {
+        if s.is_empty() {
+            return Ok(0);
+        }
+        if let Some(&id) = self.ids.get(s) {
+            return Ok(id);
+        }
+        let id = self.next;
+        self.next += 1;
+        self.ids.insert(s.to_vec(), id);
+        w.write_record(&Record {
+            kind: Some(Kind::String(InternedString {
+                id,
+                value: s.to_vec(),
+            })),
+        })?;
+        Ok(id)
+    }
+}
+
+fn write_module<W: io::Write>(
+    w: &mut TraceWriter<W>,
+    strings: &mut Strings,
+    build_id: u64,
+    r: &Resolved,
+) -> io::Result<()> {
+    let debug_file = match &r.report.debug_file {
+        Some(p) => strings.id(w, p.as_os_str().as_encoded_bytes())?,
+        None => 0,
+    };
+    let mut searched = Vec::new();
+    for s in &r.searched {
+        searched.push(strings.id(w, s.as_bytes())?);
+    }
+    let (status, detail) = match &r.report.status {
+        Some(u) => (
+            u.reason.to_proto(),
+            strings.id(w, u.detail.as_deref().unwrap_or("").as_bytes())?,
+        ),
+        None if r.report.debug_file.is_some()
+            && r.addresses
+                .iter()
+                .all(|(_, l)| matches!(l, Ok(f) if f.iter().all(|f| f.from_symtab))) =>
+        {
+            (UnresolvedReason::SymtabOnly, 0)
+        }
+        None => (UnresolvedReason::None, 0),
+    };
+    w.write_record(&Record {
+        kind: Some(Kind::ModuleResolution(ModuleResolution {
+            build_id,
+            debug_file,
+            searched,
+            status: status as i32,
+            detail,
+        })),
+    })?;
+    for (addr, lookup) in &r.addresses {
+        let (frames, reason) = match lookup {
+            Ok(frames) => {
+                let mut out = Vec::with_capacity(frames.len());
+                for f in frames {
+                    out.push(symbol_frame(w, strings, f)?);
+                }
+                let symtab = frames.iter().all(|f| f.from_symtab);
+                let reason = if symtab {
+                    UnresolvedReason::SymtabOnly
+                } else {
+                    UnresolvedReason::None
+                };
+                (out, reason)
+            }
+            Err(u) => (Vec::new(), u.reason.to_proto()),
+        };
+        w.write_record(&Record {
+            kind: Some(Kind::SymbolizedAddress(SymbolizedAddress {
+                build_id,
+                address: *addr,
+                frames,
+                reason: reason as i32,
+            })),
+        })?;
+    }
+    Ok(())
+}
+
+fn symbol_frame<W: io::Write>(
+    w: &mut TraceWriter<W>,
+    strings: &mut Strings,
+    f: &Frame,
+) -> io::Result<SymbolFrame> {
+    Ok(SymbolFrame {
+        function: strings.id(w, f.function.as_deref().unwrap_or("").as_bytes())?,
+        file: strings.id(w, f.file.as_deref().unwrap_or("").as_bytes())?,
+        line: f.line,
+        column: f.column,
+        inlined: f.inlined,
+        offset: f.offset.unwrap_or(0),
+    })
+}

@@ -1,0 +1,5 @@
+//! ebsym's integration tests: `ebsym addr2line` against binutils on test programs built
+//! in every DWARF variant, and whole traces symbolized end to end.
+mod addr2line;
+mod common;
+mod trace;
