@@ -340,27 +340,26 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work) -> Resolved {
         unresolved: BTreeMap::new(),
         status: module.status.clone().err(),
     };
-    let mut vaddrs = BTreeSet::new();
-    for &off in &w.offsets {
-        match module.offset_to_vaddr(off) {
-            Some(v) => {
-                vaddrs.insert(v);
-            }
-            None => {
+    // Keyed by file offset (what a reader of the trace can compute from the mappings);
+    // resolved at the ELF virtual address the PT_LOAD segments give for it.
+    let addresses: Vec<(u64, Lookup)> = w
+        .offsets
+        .iter()
+        .map(|&off| {
+            let lookup = match module.offset_to_vaddr(off) {
+                Some(v) => module.resolve(v),
                 // Without the file we cannot turn the offset into an address: the
                 // module's reason is the answer.
-                let reason = module
+                None => Err(module
                     .status
                     .as_ref()
                     .err()
-                    .map(|u| u.reason)
-                    .unwrap_or(Reason::NoMapping);
-                *report.unresolved.entry(reason).or_default() += 1;
-            }
-        }
-    }
-    let addresses: Vec<(u64, Lookup)> =
-        vaddrs.into_iter().map(|v| (v, module.resolve(v))).collect();
+                    .cloned()
+                    .unwrap_or_else(|| Reason::NoMapping.into())),
+            };
+            (off, lookup)
+        })
+        .collect();
     for (_, l) in &addresses {
         match l {
             Ok(f) if f.iter().all(|f| f.from_symtab) => {
