@@ -8,4 +8,6 @@
 //! ```
 
 pub mod info;
+pub mod model;
+pub mod reports;
 pub mod time;

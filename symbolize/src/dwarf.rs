@@ -118,8 +118,19 @@ pub struct SplitDwarfPlaces {
 
 /// An address → frames resolver for one DWARF file, with its supplementary file, `.dwp`
 /// package and `.dwo` files.
+///
+/// `addr2line::Context` parses units lazily through `OnceCell`s, so it is `Send` but not
+/// `Sync`. A `DwarfContext` splits the text addresses into equal slices ("slots") and
+/// gives each slot its own context over one shared `gimli::Dwarf`, made on first use:
+/// lookups in different slots run in parallel, and as a compilation unit's code is
+/// mostly contiguous, each unit is parsed by one context only (a unit across a slot
+/// boundary, by two). Contexts given one address after another in turn would each end
+/// up parsing every unit: that costs the parsing N times and the memory N times.
 pub struct DwarfContext {
-    ctx: addr2line::Context<Reader>,
+    dwarf: Arc<gimli::Dwarf<Reader>>,
+    /// `[lo, hi)` of the executable sections.
+    text: (u64, u64),
+    slots: Vec<Mutex<Option<addr2line::Context<Reader>>>>,
     dwp: Option<gimli::DwarfPackage<Reader>>,
     places: SplitDwarfPlaces,
     /// Kept alive for the `Bytes` that point into them; also what was used.
@@ -128,6 +139,11 @@ pub struct DwarfContext {
     dwos: Mutex<std::collections::HashMap<u64, Option<Arc<gimli::Dwarf<Reader>>>>>,
     /// Per line program (by offset): the address ranges whose row has a discriminator.
     discriminators: Mutex<std::collections::HashMap<usize, Arc<DiscriminatorRanges>>>,
+    /// Split DWARF: the skeleton unit (in the main file, which holds the line tables) of
+    /// each dwo id; made on the first split unit met.
+    skeletons: std::sync::OnceLock<std::collections::HashMap<u64, gimli::UnitHeader<Reader>>>,
+    /// Split DWARF: the language of each split unit, by dwo id.
+    languages: Mutex<std::collections::HashMap<u64, Option<gimli::DwLang>>>,
 }
 
 impl std::fmt::Debug for DwarfContext {
@@ -180,95 +196,92 @@ impl DwarfContext {
             }
             None => None,
         };
-        let ctx = addr2line::Context::from_dwarf(dwarf).map_err(|e| e.to_string())?;
+        let dwarf = Arc::new(dwarf);
+        let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| e.to_string())?;
+        let text = text_range(file);
+        // One slot per thread is enough when addresses are spread evenly; four balance
+        // the load when they cluster.
+        let threads = rayon::current_num_threads().max(1);
+        let n = if threads == 1 || text.1 <= text.0 {
+            1
+        } else {
+            (threads * 4).min(64)
+        };
+        let mut slots: Vec<_> = (0..n).map(|_| Mutex::new(None)).collect();
+        slots[0] = Mutex::new(Some(ctx));
         Ok(DwarfContext {
-            ctx,
+            dwarf,
+            text,
+            slots,
             dwp,
             places,
             files,
             dwos: Mutex::new(Default::default()),
             discriminators: Mutex::new(Default::default()),
+            skeletons: Default::default(),
+            languages: Default::default(),
         })
+    }
+
+    /// The slot of `addr`: slots are equal slices of the text, in address order, so the
+    /// slot of sorted addresses never decreases.
+    pub fn slot_of(&self, addr: u64) -> usize {
+        let (lo, hi) = self.text;
+        let n = self.slots.len() as u128;
+        if n == 1 || addr < lo {
+            return 0;
+        }
+        let i = (addr - lo) as u128 * n / (hi - lo) as u128;
+        i.min(n - 1) as usize
+    }
+
+    /// Runs `f` with the context of slot `slot` (made on first use), holding it for the
+    /// whole call: a caller with many addresses of one slot takes it once.
+    pub fn with_slot<T>(&self, slot: usize, f: impl FnOnce(&Lookup<'_>) -> T) -> Result<T, String> {
+        let mut guard = self.slots[slot]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if guard.is_none() {
+            let ctx = addr2line::Context::from_arc_dwarf(self.dwarf.clone())
+                .map_err(|e| e.to_string())?;
+            *guard = Some(ctx);
+        }
+        let ctx = guard.as_ref().expect("set above");
+        Ok(f(&Lookup { dwarf: self, ctx }))
     }
 
     /// The frames of `addr`, innermost first; empty when no unit covers it.
     pub fn frames(&self, addr: u64) -> Result<Vec<RawFrame>, String> {
-        let mut lookup = self.ctx.find_frames(addr);
-        let mut iter = loop {
-            match lookup {
-                addr2line::LookupResult::Output(r) => break r.map_err(|e| e.to_string())?,
-                addr2line::LookupResult::Load { load, continuation } => {
-                    let dwo = self.load_dwo(load);
-                    lookup = addr2line::LookupContinuation::resume(continuation, dwo);
-                }
-            }
-        };
-        let mut out = Vec::new();
-        while let Some(f) = iter.next().map_err(|e| e.to_string())? {
-            let (function, language) = match &f.function {
-                Some(n) => (
-                    Some(n.raw_name().map_err(|e| e.to_string())?.into_owned()),
-                    n.language,
-                ),
-                None => (None, None),
-            };
-            let (file, line, column) = match &f.location {
-                Some(l) => (
-                    l.file.map(str::to_string),
-                    l.line.unwrap_or(0),
-                    l.column.unwrap_or(0),
-                ),
-                None => (None, 0, 0),
-            };
-            out.push(RawFrame {
-                function,
-                language,
-                file,
-                line,
-                column,
-            });
-        }
-        Ok(out)
+        self.with_slot(self.slot_of(addr), |l| l.frames(addr))?
     }
 
     /// The discriminator of the line-table row of `addr` (0 when none), which binutils
     /// prints after the line.
     pub fn discriminator(&self, addr: u64) -> u32 {
-        let mut lookup = self.ctx.find_dwarf_and_unit(addr);
-        let unit = loop {
-            match lookup {
-                addr2line::LookupResult::Output(r) => break r,
-                addr2line::LookupResult::Load { load, continuation } => {
-                    let dwo = self.load_dwo(load);
-                    lookup = addr2line::LookupContinuation::resume(continuation, dwo);
+        self.with_slot(self.slot_of(addr), |l| l.discriminator(addr))
+            .unwrap_or(0)
+    }
+
+    /// The line program of the skeleton unit of split unit `dwo_id`: a split unit's rows
+    /// are in the main file, not in its `.dwo`.
+    fn skeleton_line_program(
+        &self,
+        dwo_id: gimli::DwoId,
+    ) -> Option<gimli::IncompleteLineProgram<Reader>> {
+        let map = self.skeletons.get_or_init(|| {
+            let mut m = std::collections::HashMap::new();
+            let mut headers = self.dwarf.units();
+            while let Ok(Some(h)) = headers.next() {
+                if let Ok(unit) = self.dwarf.unit(h.clone()) {
+                    if let Some(id) = unit.dwo_id {
+                        m.insert(id.0, h);
+                    }
                 }
             }
-        };
-        let Some(unit) = unit else { return 0 };
-        let Some(program) = unit.unit.line_program.as_ref() else {
-            return 0;
-        };
-        let key = program.header().offset().0;
-        let cached = self
-            .discriminators
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned());
-        let ranges = match cached {
-            Some(r) => r,
-            None => {
-                let r = Arc::new(discriminator_ranges(program.clone()));
-                if let Ok(mut m) = self.discriminators.lock() {
-                    m.insert(key, r.clone());
-                }
-                r
-            }
-        };
-        let i = ranges.partition_point(|&(begin, _, _)| begin <= addr);
-        match i.checked_sub(1).map(|i| ranges[i]) {
-            Some((_, end, d)) if addr < end => d,
-            _ => 0,
-        }
+            m
+        });
+        let header = map.get(&dwo_id.0)?.clone();
+        self.dwarf.unit(header).ok()?.line_program
     }
 
     fn load_dwo(
@@ -314,6 +327,178 @@ impl DwarfContext {
         candidates
             .iter()
             .find_map(|p| open_dwo(p, load.dwo_id, &load.parent))
+    }
+}
+
+/// The `[lo, hi)` range of the executable sections of `file` (their addresses stay in a
+/// debug file made by `objcopy --only-keep-debug`, where they are NOBITS); `(0, 0)` when
+/// there are none.
+fn text_range(file: &ElfFile) -> (u64, u64) {
+    let Ok(obj) = file.object() else {
+        return (0, 0);
+    };
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for s in obj.sections() {
+        let exec = match s.flags() {
+            object::SectionFlags::Elf { sh_flags, .. } => {
+                sh_flags.contains(object::elf::SHF_EXECINSTR)
+            }
+            _ => s.kind() == object::SectionKind::Text,
+        };
+        if exec && s.size() > 0 {
+            lo = lo.min(s.address());
+            hi = hi.max(s.address() + s.size());
+        }
+    }
+    if lo < hi {
+        (lo, hi)
+    } else {
+        (0, 0)
+    }
+}
+
+/// A [`DwarfContext`] with the `addr2line::Context` of one slot held by the caller:
+/// lookups through it need no other lock (but for the split DWARF and discriminator
+/// caches that all contexts share).
+pub struct Lookup<'a> {
+    dwarf: &'a DwarfContext,
+    ctx: &'a addr2line::Context<Reader>,
+}
+
+impl std::fmt::Debug for Lookup<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lookup").finish_non_exhaustive()
+    }
+}
+
+impl Lookup<'_> {
+    /// The frames of `addr`, innermost first; empty when no unit covers it.
+    pub fn frames(&self, addr: u64) -> Result<Vec<RawFrame>, String> {
+        let mut lookup = self.ctx.find_frames(addr);
+        let mut iter = loop {
+            match lookup {
+                addr2line::LookupResult::Output(r) => break r.map_err(|e| e.to_string())?,
+                addr2line::LookupResult::Load { load, continuation } => {
+                    let dwo = self.dwarf.load_dwo(load);
+                    lookup = addr2line::LookupContinuation::resume(continuation, dwo);
+                }
+            }
+        };
+        let mut out = Vec::new();
+        while let Some(f) = iter.next().map_err(|e| e.to_string())? {
+            let (function, language) = match &f.function {
+                Some(n) => (
+                    Some(n.raw_name().map_err(|e| e.to_string())?.into_owned()),
+                    n.language,
+                ),
+                None => (None, None),
+            };
+            let (file, line, column) = match &f.location {
+                Some(l) => (
+                    l.file.map(str::to_string),
+                    l.line.unwrap_or(0),
+                    l.column.unwrap_or(0),
+                ),
+                None => (None, 0, 0),
+            };
+            out.push(RawFrame {
+                function,
+                language,
+                file,
+                line,
+                column,
+            });
+        }
+        // addr2line takes the language from the skeleton unit, which split DWARF leaves
+        // without one: take it from the split unit.
+        if out
+            .iter()
+            .any(|f| f.function.is_some() && f.language.is_none())
+        {
+            if let Some(lang) = self.split_unit_language(addr) {
+                for f in out.iter_mut().filter(|f| f.function.is_some()) {
+                    f.language.get_or_insert(lang);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The `DW_AT_language` of the split unit that covers `addr`, if it is one.
+    fn split_unit_language(&self, addr: u64) -> Option<gimli::DwLang> {
+        let unit = self.unit(addr)?;
+        let (gimli::DwarfFileType::Dwo, Some(id)) = (unit.dwarf.file_type, unit.unit.dwo_id) else {
+            return None;
+        };
+        if let Some(hit) = self.dwarf.languages.lock().ok()?.get(&id.0) {
+            return *hit;
+        }
+        let mut entries = unit.unit.entries();
+        let lang = match entries.next_dfs() {
+            Ok(Some(root)) => match root.attr_value(gimli::DW_AT_language) {
+                Some(gimli::AttributeValue::Language(l)) => Some(l),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Ok(mut m) = self.dwarf.languages.lock() {
+            m.insert(id.0, lang);
+        }
+        lang
+    }
+
+    /// The unit that covers `addr` (the split unit, for split DWARF).
+    fn unit(&self, addr: u64) -> Option<gimli::UnitRef<'_, Reader>> {
+        let mut lookup = self.ctx.find_dwarf_and_unit(addr);
+        loop {
+            match lookup {
+                addr2line::LookupResult::Output(r) => break r,
+                addr2line::LookupResult::Load { load, continuation } => {
+                    let dwo = self.dwarf.load_dwo(load);
+                    lookup = addr2line::LookupContinuation::resume(continuation, dwo);
+                }
+            }
+        }
+    }
+
+    /// The discriminator of the line-table row of `addr` (0 when none), which binutils
+    /// prints after the line.
+    pub fn discriminator(&self, addr: u64) -> u32 {
+        let Some(unit) = self.unit(addr) else {
+            return 0;
+        };
+        let skeleton;
+        let program = match (unit.dwarf.file_type, unit.unit.dwo_id) {
+            (gimli::DwarfFileType::Dwo, Some(id)) => {
+                skeleton = self.dwarf.skeleton_line_program(id);
+                skeleton.as_ref()
+            }
+            _ => unit.unit.line_program.as_ref(),
+        };
+        let Some(program) = program else {
+            return 0;
+        };
+        let key = program.header().offset().0;
+        let discriminators = &self.dwarf.discriminators;
+        let cached = discriminators
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned());
+        let ranges = match cached {
+            Some(r) => r,
+            None => {
+                let r = Arc::new(discriminator_ranges(program.clone()));
+                if let Ok(mut m) = discriminators.lock() {
+                    m.insert(key, r.clone());
+                }
+                r
+            }
+        };
+        let i = ranges.partition_point(|&(begin, _, _)| begin <= addr);
+        match i.checked_sub(1).map(|i| ranges[i]) {
+            Some((_, end, d)) if addr < end => d,
+            _ => 0,
+        }
     }
 }
 

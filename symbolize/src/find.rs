@@ -7,7 +7,8 @@
 //! Order (see `architecture.md`): `--debug-dir`s (`.build-id/xx/rest.debug`, then the
 //! recorded path mirrored, with and without `.debug`), the binary at its recorded path
 //! under `--root`, the binary's `.gnu_debuglink` (CRC checked), `/usr/lib/debug/.build-id`,
-//! then debuginfod (not yet: [`Locator::debuginfod`] is the hook).
+//! then debuginfod ([`Locator::debuginfod`]: the debug file, and the binary when it is
+//! missing; the servers asked are listed with their answers).
 use crate::elf::{hex, ElfFile, ElfInfo};
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
@@ -28,6 +29,8 @@ pub enum Outcome {
     NoDebugInfo,
     /// Taken.
     Used,
+    /// A server that did not answer with the file (not a 404): why.
+    Unavailable(String),
 }
 
 /// One candidate and what happened to it.
@@ -47,6 +50,7 @@ impl fmt::Display for Searched {
             Outcome::CrcMismatch => write!(f, "debuglink CRC mismatch"),
             Outcome::NoDebugInfo => write!(f, "no debug info"),
             Outcome::Used => write!(f, "used"),
+            Outcome::Unavailable(why) => write!(f, "{why}"),
         }
     }
 }
@@ -92,9 +96,9 @@ pub struct Locator {
     pub root: PathBuf,
     /// The system debug directories (default `/usr/lib/debug`).
     pub system_dirs: Vec<PathBuf>,
-    /// The last resort for a build-id: debuginfod, when it lands. Returns a local path.
-    #[allow(clippy::type_complexity)]
-    pub debuginfod: Option<std::sync::Arc<dyn Fn(&[u8]) -> Option<PathBuf> + Send + Sync>>,
+    /// The last resort for a build-id: debuginfod servers (shared by every lookup of a
+    /// run, so that a dead server is asked once).
+    pub debuginfod: Option<std::sync::Arc<crate::debuginfod::Client>>,
 }
 
 impl fmt::Debug for Locator {
@@ -103,7 +107,10 @@ impl fmt::Debug for Locator {
             .field("debug_dirs", &self.debug_dirs)
             .field("root", &self.root)
             .field("system_dirs", &self.system_dirs)
-            .field("debuginfod", &self.debuginfod.is_some())
+            .field(
+                "debuginfod",
+                &self.debuginfod.as_ref().map(|c| &c.config().urls),
+            )
             .finish()
     }
 }
@@ -335,10 +342,33 @@ impl Locator {
             }
         }
 
-        // 5. debuginfod: the hook for the next step.
-        if let (None, Some(id), Some(fetch)) = (&debug, build_id, &self.debuginfod) {
-            if let Some(p) = fetch(id) {
-                debug = s.try_debug(&p, &check, &mut nodebug);
+        // 5. debuginfod: the debug file, then the binary if it is still missing (for its
+        // PT_LOADs and symbols; and its DWARF, if it has some and no debug file came).
+        if let (Some(id), Some(client)) = (build_id, &self.debuginfod) {
+            use crate::debuginfod::Kind;
+            if debug.is_none() {
+                let got = client.fetch(id, Kind::Debuginfo);
+                s.searched.extend(got.searched);
+                if let Some(p) = got.path {
+                    debug = s.try_debug(&p, &check, &mut nodebug);
+                }
+            }
+            if bin.is_none() && nodebug.is_empty() {
+                let got = client.fetch(id, Kind::Executable);
+                s.searched.extend(got.searched);
+                if let Some(p) = got.path {
+                    if let Some(f) = s.try_file(&p, &check) {
+                        if debug.is_none() && f.info.has_dwarf {
+                            s.record(&p, Outcome::Used);
+                            debug = Some(f.clone());
+                        } else if debug.is_none() {
+                            s.record(&p, Outcome::NoDebugInfo);
+                        } else {
+                            s.record(&p, Outcome::Used);
+                        }
+                        bin = Some(f);
+                    }
+                }
             }
         }
 

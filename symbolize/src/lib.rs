@@ -16,6 +16,7 @@
 //! }
 //! ```
 pub mod binutils;
+pub mod debuginfod;
 pub mod dwarf;
 pub mod elf;
 pub mod find;
@@ -24,8 +25,11 @@ pub mod trace;
 use dwarf::{DwarfContext, SplitDwarfPlaces};
 use elf::{Load, SymbolTable};
 use find::{Locator, Searched};
+use rayon::prelude::*;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// One frame of an address: innermost first, inlined frames then their container.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -169,7 +173,21 @@ pub struct Module {
     symbols: SymbolTable,
     demangle: bool,
     binutils_names: bool,
+    /// Answers already given, by address (bounded: cleared when full).
+    cache: Mutex<HashMap<u64, Arc<Lookup>>>,
+    /// Demangled names by raw name (bounded: cleared when full).
+    names: Mutex<HashMap<String, String>>,
 }
+
+/// At most this many answers are kept per module (about a kilobyte each with C++ names
+/// and inline chains).
+const CACHE_MAX: usize = 1 << 14;
+
+/// At most this many demangled names are kept per module.
+const NAMES_MAX: usize = 1 << 16;
+
+/// Addresses per parallel task of [`Module::resolve_many`] for a module without DWARF.
+const CHUNK: usize = 1024;
 
 impl fmt::Debug for Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -218,6 +236,8 @@ impl Symbolizer {
             symbols: SymbolTable::default(),
             demangle: self.options.demangle,
             binutils_names: self.options.binutils_names,
+            cache: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
         };
         // PT_LOADs: from the binary. A debug file made by `objcopy --only-keep-debug`
         // keeps the program headers but not their file offsets (its segments are NOBITS),
@@ -356,11 +376,11 @@ fn cxa_demangle(name: &str) -> Option<String> {
 impl Module {
     /// The ELF virtual address of file offset `offset`, through the PT_LOAD segments.
     pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
-        elf::ElfInfo {
-            loads: self.loads.clone(),
-            ..Default::default()
-        }
-        .offset_to_vaddr(offset)
+        // As `ElfInfo::offset_to_vaddr`, without copying the segments.
+        self.loads
+            .iter()
+            .find(|l| l.offset <= offset && offset < l.offset + l.filesz.max(1))
+            .map(|l| offset - l.offset + l.vaddr)
     }
 
     /// The PT_LOAD segments used to normalize addresses.
@@ -369,11 +389,21 @@ impl Module {
     }
 
     fn name(&self, raw: String) -> String {
-        if self.demangle {
-            demangle(&raw)
-        } else {
-            raw
+        if !self.demangle || !raw.starts_with("_Z") {
+            return raw;
         }
+        // The same functions come back address after address: demangle each once.
+        if let Some(hit) = self.names.lock().ok().and_then(|n| n.get(&raw).cloned()) {
+            return hit;
+        }
+        let out = demangle(&raw);
+        if let Ok(mut names) = self.names.lock() {
+            if names.len() >= NAMES_MAX {
+                names.clear();
+            }
+            names.insert(raw, out.clone());
+        }
+        out
     }
 
     /// The frames of ELF virtual address `addr`, innermost first.
@@ -381,8 +411,98 @@ impl Module {
         if let Err(u) = &self.status {
             return Err(u.clone());
         }
+        if let Some(hit) = self.cache.lock().ok().and_then(|c| c.get(&addr).cloned()) {
+            return (*hit).clone();
+        }
+        let out = match &self.dwarf {
+            Some(ctx) => ctx
+                .with_slot(ctx.slot_of(addr), |l| self.resolve_uncached(Some(l), addr))
+                .unwrap_or_else(|e| {
+                    Err(Unresolved {
+                        reason: Reason::BadFile,
+                        detail: Some(e),
+                    })
+                }),
+            None => self.resolve_uncached(None, addr),
+        };
+        let out = Arc::new(out);
+        self.remember(std::iter::once((addr, &out)));
+        Arc::unwrap_or_clone(out)
+    }
+
+    /// The frames of each of `addrs`, in the same order: [`Module::resolve`] for all,
+    /// spread over rayon's threads (one task per DWARF slot, see
+    /// [`dwarf::DwarfContext`]). Repeated and already resolved addresses are resolved
+    /// once, and their answers are shared, not copied. The answers do not depend on the
+    /// number of threads.
+    pub fn resolve_many(&self, addrs: &[u64]) -> Vec<Arc<Lookup>> {
+        if let Err(u) = &self.status {
+            return vec![Arc::new(Err(u.clone())); addrs.len()];
+        }
+        let mut todo: Vec<u64> = addrs.to_vec();
+        todo.sort_unstable();
+        todo.dedup();
+        let mut known: HashMap<u64, Arc<Lookup>> = HashMap::with_capacity(todo.len());
+        if let Ok(cache) = self.cache.lock() {
+            todo.retain(|a| match cache.get(a) {
+                Some(hit) => {
+                    known.insert(*a, hit.clone());
+                    false
+                }
+                None => true,
+            });
+        }
+        // Tasks: the addresses of one DWARF slot each (in order, as slots are slices of
+        // the text); fixed-size chunks without DWARF.
+        let groups: Vec<&[u64]> = match &self.dwarf {
+            Some(ctx) => todo
+                .chunk_by(|a, b| ctx.slot_of(*a) == ctx.slot_of(*b))
+                .collect(),
+            None => todo.chunks(CHUNK).collect(),
+        };
+        let fresh: Vec<Vec<(u64, Arc<Lookup>)>> = groups
+            .into_par_iter()
+            .map(|addrs| {
+                let one = |l: Option<&dwarf::Lookup<'_>>| -> Vec<(u64, Arc<Lookup>)> {
+                    addrs
+                        .iter()
+                        .map(|&a| (a, Arc::new(self.resolve_uncached(l, a))))
+                        .collect()
+                };
+                match &self.dwarf {
+                    Some(ctx) => ctx
+                        .with_slot(ctx.slot_of(addrs[0]), |l| one(Some(l)))
+                        .unwrap_or_else(|e| {
+                            let u = Arc::new(Err(Unresolved {
+                                reason: Reason::BadFile,
+                                detail: Some(e),
+                            }));
+                            addrs.iter().map(|&a| (a, u.clone())).collect()
+                        }),
+                    None => one(None),
+                }
+            })
+            .collect();
+        self.remember(fresh.iter().flatten().map(|(a, l)| (*a, l)));
+        known.extend(fresh.into_iter().flatten());
+        addrs.iter().map(|a| known[a].clone()).collect()
+    }
+
+    fn remember<'a>(&self, answers: impl Iterator<Item = (u64, &'a Arc<Lookup>)>) {
+        let Ok(mut cache) = self.cache.lock() else {
+            return;
+        };
+        for (a, l) in answers {
+            if cache.len() >= CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(a, l.clone());
+        }
+    }
+
+    fn resolve_uncached(&self, lookup: Option<&dwarf::Lookup<'_>>, addr: u64) -> Lookup {
         let sym = self.symbols.find(addr);
-        if let Some(ctx) = &self.dwarf {
+        if let Some(ctx) = lookup {
             let raw = match ctx.frames(addr) {
                 Ok(r) => r,
                 Err(e) => {
@@ -457,5 +577,43 @@ impl Module {
             }]),
             None => Err(Reason::NoSymbol.into()),
         }
+    }
+}
+
+/// Answers addresses read one per line from `input` in binutils' `addr2line` format, as
+/// `ebsym addr2line` does with no address arguments.
+///
+/// Lines are taken in batches: one line (waiting for it if needed), then every further
+/// complete line that `input` already holds in its buffer, without waiting for more. A
+/// batch is resolved in parallel ([`Module::resolve_many`]), written in input order and
+/// flushed, so a script that writes one address and waits for its answer gets it at
+/// once, and a pipe of many addresses fills every core.
+pub fn addr2line_stream<R: std::io::Read, W: std::io::Write>(
+    module: &Module,
+    flags: binutils::Flags,
+    input: &mut std::io::BufReader<R>,
+    out: &mut W,
+) -> std::io::Result<()> {
+    use std::io::BufRead;
+    /// At most this many addresses per batch (bounds the memory of one batch).
+    const BATCH_MAX: usize = 1 << 14;
+    let mut line = String::new();
+    let mut addrs = Vec::new();
+    loop {
+        addrs.clear();
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        addrs.push(binutils::parse_address(&line).unwrap_or(0));
+        while addrs.len() < BATCH_MAX && input.buffer().contains(&b'\n') {
+            line.clear();
+            input.read_line(&mut line)?;
+            addrs.push(binutils::parse_address(&line).unwrap_or(0));
+        }
+        for (addr, lookup) in addrs.iter().zip(module.resolve_many(&addrs)) {
+            out.write_all(binutils::format(*addr, &lookup, flags).as_bytes())?;
+        }
+        out.flush()?;
     }
 }

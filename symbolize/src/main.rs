@@ -1,4 +1,6 @@
 //! `ebsym`: offline symbolization and reports of ebtrace traces.
+mod reports_cli;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::io::{BufRead, Write};
@@ -9,7 +11,7 @@ use std::path::PathBuf;
     name = "ebsym",
     version,
     about = "Symbolize and analyze ebtrace traces (trace.pb.zst) offline",
-    after_help = "Examples:\n  ebsym trace.pb.zst --debug-dir ./dbg     # writes trace.sym.pb.zst\n  ebsym addr2line -e ./app -f -i -C 0x401234\n  ebsym info trace.pb.zst\n  ebsym info trace.pb.zst --json | jq .events",
+    after_help = "Examples:\n  ebsym trace.pb.zst --debug-dir ./dbg     # writes trace.sym.pb.zst\n  ebsym trace.pb.zst --debuginfod http://127.0.0.1:8002\n  ebsym addr2line -e ./app -f -i -C 0x401234\n  ebsym info trace.pb.zst\n  ebsym info trace.pb.zst --json | jq .events",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -49,6 +51,21 @@ struct FindArgs {
     /// host's or a container's root file system). Example: `--root /srv/rootfs`
     #[arg(long, value_name = "DIR", default_value = "/")]
     root: PathBuf,
+    /// A debuginfod server, asked last for files not found locally (the debug file, and
+    /// the binary when it is missing). Repeatable; default: the space-separated URLs of
+    /// `DEBUGINFOD_URLS`. Downloads go to the standard cache (`$DEBUGINFOD_CACHE_PATH`,
+    /// else `$XDG_CACHE_HOME/debuginfod_client`, else `~/.cache/debuginfod_client`).
+    /// Example: `--debuginfod http://127.0.0.1:8002`
+    #[arg(long = "debuginfod", value_name = "URL")]
+    debuginfod: Vec<String>,
+    /// Never ask a debuginfod server (files already in its cache are not used either).
+    #[arg(long, conflicts_with = "debuginfod")]
+    no_debuginfod: bool,
+    /// Seconds one debuginfod download may take, connect to last byte (connecting alone
+    /// is given 2 s; a server that fails is not asked again in this run).
+    /// Example: `--debuginfod-timeout 120`
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    debuginfod_timeout: f64,
 }
 
 impl FindArgs {
@@ -59,12 +76,95 @@ impl FindArgs {
         };
         o.locator.debug_dirs = self.debug_dirs.clone();
         o.locator.root = self.root.clone();
+        let urls = if self.no_debuginfod {
+            Vec::new()
+        } else if !self.debuginfod.is_empty() {
+            self.debuginfod.clone()
+        } else {
+            ebtrace_symbolize::debuginfod::urls_from_env()
+        };
+        if !urls.is_empty() {
+            use ebtrace_symbolize::debuginfod::{Client, Config};
+            let mut config = Config::new(urls);
+            if self.debuginfod_timeout.is_finite() && self.debuginfod_timeout > 0.0 {
+                config.timeout = std::time::Duration::from_secs_f64(self.debuginfod_timeout);
+            }
+            o.locator.debuginfod = Some(std::sync::Arc::new(Client::new(config)));
+        }
         o
     }
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The top stacks of one event kind, by a measure.
+    ///
+    /// Example: `ebsym top trace.pb.zst --kind alloc --by bytes -n 20`
+    Top {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// alloc, lock, func, cpu, offcpu, memgrowth.
+        #[arg(long, default_value = "alloc")]
+        kind: String,
+        /// alloc: bytes, count; lock: wait, hold, count; func: latency, count; cpu:
+        /// samples; offcpu: time, count.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Allocations still outstanding at the end of the recording or when their process
+    /// exited, by stack, with count, bytes, age and whether the process was still alive.
+    ///
+    /// Example: `ebsym leaks trace.pb.zst`
+    Leaks {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+    },
+    /// Contended locks: waits (and holds, where recorded) per mutex and stack, with p99,
+    /// the kind (mutex, condvar, other) and the stack of the thread that released it.
+    ///
+    /// Example: `ebsym locks trace.pb.zst --by hold`
+    Locks {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// wait, hold, count.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Per probed function: calls, p50/p90/p99/max latency.
+    ///
+    /// Example: `ebsym latency trace.pb.zst`
+    Latency {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+    },
+    /// Folded stacks (`root;...;leaf value`) for flamegraph.pl or inferno.
+    ///
+    /// Example: `ebsym folded trace.pb.zst --kind alloc > alloc.folded`
+    Folded {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        #[arg(long, default_value = "alloc")]
+        kind: String,
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// A flame graph SVG (inferno), with the palette and unit of the kind.
+    ///
+    /// Example: `ebsym flamegraph trace.pb.zst --kind alloc --by bytes -o alloc.svg`
+    Flamegraph {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        #[arg(long, default_value = "alloc")]
+        kind: String,
+        #[arg(long)]
+        by: Option<String>,
+        /// The SVG to write.
+        #[arg(short, long, default_value = "flamegraph.svg")]
+        output: PathBuf,
+        /// Title (default: after the kind).
+        #[arg(long)]
+        title: Option<String>,
+    },
     /// What is in a trace: host, time span, processes and binaries, events, losses, whether
     /// it ended cleanly and whether it is symbolized.
     ///
@@ -198,6 +298,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match command {
         Command::Addr2line(a) => addr2line(a, &mut out)?,
+        Command::Top { args, kind, by } => reports_cli::top(&args, &kind, by.as_deref(), &mut out)?,
+        Command::Leaks { args } => reports_cli::leaks(&args, &mut out)?,
+        Command::Locks { args, by } => reports_cli::top(&args, "lock", by.as_deref(), &mut out)?,
+        Command::Latency { args } => reports_cli::top(&args, "func", None, &mut out)?,
+        Command::Folded { args, kind, by } => {
+            reports_cli::folded(&args, &kind, by.as_deref(), &mut out)?
+        }
+        Command::Flamegraph {
+            args,
+            kind,
+            by,
+            output,
+            title,
+        } => reports_cli::flamegraph(&args, &kind, by.as_deref(), title.as_deref(), &output)?,
         Command::Info { trace, json } => {
             let info = ebtrace_analyze::info::summarize(&trace)
                 .with_context(|| format!("cannot read {}", trace.display()))?;

@@ -33,7 +33,18 @@ fn blocks(s: &str) -> Vec<String> {
 }
 
 /// Compares binutils on `reference` with ebsym on `bin` (plus `ebsym_args`).
-fn compare(reference: &Path, bin: &Path, ebsym_args: &[&str], addrs: &[u64]) {
+pub(crate) fn compare(reference: &Path, bin: &Path, ebsym_args: &[&str], addrs: &[u64]) {
+    compare_env(reference, bin, ebsym_args, &[], addrs)
+}
+
+/// [`compare`], with `env` set for ebsym.
+pub(crate) fn compare_env(
+    reference: &Path,
+    bin: &Path,
+    ebsym_args: &[&str],
+    env: &[(&str, &Path)],
+    addrs: &[u64],
+) {
     assert!(addrs.len() > 200, "too few addresses: {}", addrs.len());
     let input: String = addrs.iter().map(|a| format!("{a:#x}\n")).collect();
     for flags in FLAG_SETS {
@@ -50,6 +61,7 @@ fn compare(reference: &Path, bin: &Path, ebsym_args: &[&str], addrs: &[u64]) {
                 .arg("-e")
                 .arg(bin)
                 .args(ebsym_args)
+                .envs(env.iter().copied())
                 .args(*flags),
             &input,
         );
@@ -97,6 +109,7 @@ fn compare(reference: &Path, bin: &Path, ebsym_args: &[&str], addrs: &[u64]) {
             .arg("-e")
             .arg(bin)
             .args(ebsym_args)
+            .envs(env.iter().copied())
             .arg("-i"),
         &input,
     );
@@ -204,4 +217,90 @@ fn addresses_from_arguments_and_unknown_ones() {
         String::from_utf8(theirs).unwrap(),
         String::from_utf8(ours).unwrap()
     );
+}
+
+/// Whether section `name` is in `bin`.
+fn has_section(bin: &Path, name: &str) -> bool {
+    let out = run_ok(Command::new("readelf").arg("-SW").arg(bin));
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .any(|w| w == name)
+}
+
+#[test]
+fn dwz_supplementary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = build("shop", dir.path(), "shop", &[]);
+    let b = build(
+        "shop",
+        dir.path(),
+        "shop-other",
+        &["-DEBTRACE_OTHER_BUILD=1"],
+    );
+    let (a_ref, b_ref) = (
+        dir.path().join("shop.ref"),
+        dir.path().join("shop-other.ref"),
+    );
+    std::fs::copy(&a, &a_ref).unwrap();
+    std::fs::copy(&b, &b_ref).unwrap();
+    // Relative names, as distributions ship them (`.gnu_debugaltlink` = "common.debug").
+    run_ok(
+        Command::new("dwz")
+            .args(["-m", "common.debug", "shop", "shop-other"])
+            .current_dir(dir.path()),
+    );
+    for (bin, reference) in [(&a, &a_ref), (&b, &b_ref)] {
+        assert!(has_section(bin, ".gnu_debugaltlink"), "dwz did not run");
+        compare(reference, bin, &[], &sample_addresses(reference, 25));
+    }
+}
+
+/// Builds `shop` with `-gsplit-dwarf` (and `flags`) and the same without, in `dir`:
+/// (split binary, reference binary). The code is the same; only the DWARF moves.
+fn split_dwarf_pair(dir: &Path, flags: &[&str]) -> (std::path::PathBuf, std::path::PathBuf) {
+    let reference = build("shop", dir, "shop.ref", flags);
+    let split_flags: Vec<&str> = flags.iter().copied().chain(["-gsplit-dwarf"]).collect();
+    let bin = build("shop", dir, "shop", &split_flags);
+    assert_eq!(functions(&bin), functions(&reference), "same code");
+    (bin, reference)
+}
+
+fn dwo_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "dwo"))
+        .collect()
+}
+
+#[test]
+fn split_dwarf_dwo_files() {
+    // binutils cannot read split DWARF: compare with the same program built without it.
+    for flags in [&["-gdwarf-5"][..], &["-gdwarf-4"][..]] {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, reference) = split_dwarf_pair(dir.path(), flags);
+        assert!(!dwo_files(dir.path()).is_empty(), "{flags:?}: no .dwo");
+        compare(&reference, &bin, &[], &sample_addresses(&reference, 25));
+    }
+}
+
+#[test]
+fn split_dwarf_dwp_package() {
+    // GNU dwp handles gcc's DWARF 4 split units (it crashes on DWARF 5 ones).
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, reference) = split_dwarf_pair(dir.path(), &["-gdwarf-4"]);
+    let dwp = dir.path().join("shop.dwp");
+    run_ok(
+        Command::new("timeout")
+            .arg("120")
+            .arg("dwp")
+            .arg("-e")
+            .arg(&bin)
+            .arg("-o")
+            .arg(&dwp),
+    );
+    for dwo in dwo_files(dir.path()) {
+        std::fs::remove_file(dwo).unwrap();
+    }
+    compare(&reference, &bin, &[], &sample_addresses(&reference, 25));
 }

@@ -2,8 +2,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// `ebsym`, kept off any debuginfod server the environment names.
 pub fn ebsym() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ebsym"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ebsym"));
+    c.env_remove("DEBUGINFOD_URLS");
+    c
 }
 
 pub fn run_ok(cmd: &mut Command) -> Output {

@@ -2,4 +2,5 @@
 //! in every DWARF variant, and whole traces symbolized end to end.
 mod addr2line;
 mod common;
+mod debuginfod;
 mod trace;

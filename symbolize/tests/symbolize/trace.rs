@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const BASE: u64 = 0x5555_5555_4000;
+pub(crate) const BASE: u64 = 0x5555_5555_4000;
 
 /// A binary mapped in the synthetic process.
-struct Image {
+pub(crate) struct Image {
     /// Recorded path.
     path: PathBuf,
     build_id: Vec<u8>,
@@ -22,7 +22,7 @@ struct Image {
 }
 
 impl Image {
-    fn new(bin: &Path, recorded: &Path, base: u64) -> Image {
+    pub(crate) fn new(bin: &Path, recorded: &Path, base: u64) -> Image {
         let f = ebtrace_symbolize::elf::ElfFile::open(bin).unwrap();
         let info = f.info().unwrap();
         Image {
@@ -39,7 +39,7 @@ impl Image {
 }
 
 /// Writes a trace with one process that maps `images` and has `stacks` (runtime ips).
-fn write_trace(path: &Path, images: &[Image], stacks: &[Vec<u64>]) {
+pub(crate) fn write_trace(path: &Path, images: &[Image], stacks: &[Vec<u64>]) {
     let header = pb::Header {
         recorder_version: "test".into(),
         arch: "x86_64".into(),
@@ -92,14 +92,14 @@ fn write_trace(path: &Path, images: &[Image], stacks: &[Vec<u64>]) {
 }
 
 /// The symbolizer records of a trace, and its strings.
-struct Symbolized {
-    tables: Tables,
-    modules: Vec<ModuleResolution>,
-    addresses: BTreeMap<(u64, u64), SymbolizedAddress>,
-    has_trailer: bool,
+pub(crate) struct Symbolized {
+    pub(crate) tables: Tables,
+    pub(crate) modules: Vec<ModuleResolution>,
+    pub(crate) addresses: BTreeMap<(u64, u64), SymbolizedAddress>,
+    pub(crate) has_trailer: bool,
 }
 
-fn read_back(path: &Path) -> Symbolized {
+pub(crate) fn read_back(path: &Path) -> Symbolized {
     let mut r = TraceReader::open(path).unwrap();
     let mut s = Symbolized {
         tables: Tables::default(),
@@ -122,13 +122,13 @@ fn read_back(path: &Path) -> Symbolized {
     s
 }
 
-fn symbolize(trace: &Path, out: &Path, args: &[&str]) -> String {
+pub(crate) fn symbolize(trace: &Path, out: &Path, args: &[&str]) -> String {
     let o = run_ok(ebsym().arg(trace).arg("-o").arg(out).args(args));
     String::from_utf8(o.stderr).unwrap()
 }
 
 /// The (function, file:line) chain binutils gives for `vaddr`, innermost first.
-fn binutils_chain(bin: &Path, vaddr: u64) -> Vec<(String, String)> {
+pub(crate) fn binutils_chain(bin: &Path, vaddr: u64) -> Vec<(String, String)> {
     let out = run_ok(
         Command::new("addr2line")
             .args(["-f", "-i", "-C", "-e"])
@@ -146,7 +146,7 @@ fn binutils_chain(bin: &Path, vaddr: u64) -> Vec<(String, String)> {
         .collect()
 }
 
-fn function_address(bin: &Path, mangled: &str) -> (u64, u64) {
+pub(crate) fn function_address(bin: &Path, mangled: &str) -> (u64, u64) {
     functions(bin)
         .into_iter()
         .find(|(_, _, n)| n == mangled)
@@ -155,15 +155,15 @@ fn function_address(bin: &Path, mangled: &str) -> (u64, u64) {
 }
 
 /// The shop binary, stripped, with its debug file in a build-id tree under `dbg`.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-    full: PathBuf,
-    bin: PathBuf,
-    dbg: PathBuf,
+pub(crate) struct Fixture {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) dir: PathBuf,
+    pub(crate) full: PathBuf,
+    pub(crate) bin: PathBuf,
+    pub(crate) dbg: PathBuf,
 }
 
-fn fixture(program: &str) -> Fixture {
+pub(crate) fn fixture(program: &str) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let bin = build(program, &dir, program, &[]);

@@ -1,0 +1,302 @@
+//! One pass over a trace: events are folded into per-stack aggregates as they stream by
+//! (memory grows with distinct stacks, not with events), then stacks are resolved with the
+//! symbolizer's records, which come at the end of a symbolized trace.
+use ebtrace_format::events::Family;
+use ebtrace_format::proto::{record::Kind, EventFamily, Header, LossReason, Record};
+use ebtrace_format::{Tables, TraceReader};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// What to keep: the report's filters.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    pub comms: Vec<String>,
+    /// Seconds into the trace (from the header's start time).
+    pub from: Option<f64>,
+    pub to: Option<f64>,
+}
+
+/// A frame as reports show it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    pub function: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub inlined: bool,
+    pub module: String,
+    /// Runtime address, hex.
+    pub address: String,
+}
+
+impl Frame {
+    /// `function (file:line)`, with inlined frames marked.
+    pub fn display(&self) -> String {
+        let mut s = self.function.clone();
+        if let (Some(f), Some(l)) = (&self.file, self.line) {
+            s.push_str(&format!(" ({f}:{l})"));
+        }
+        if self.inlined {
+            s.push_str(" [inlined]");
+        }
+        s
+    }
+}
+
+/// Losses a report must state.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Losses {
+    /// Events lost while recording, by "family/reason".
+    pub recorded: BTreeMap<String, u64>,
+    /// Frames that stayed unresolved, by reason.
+    pub unresolved_frames: BTreeMap<String, u64>,
+    /// Whether the recording ended without a trailer, and damage met while reading.
+    pub cut: bool,
+    pub damage: Vec<String>,
+    /// Whether the trace had symbolization records at all.
+    pub symbolized: bool,
+}
+
+/// A loaded trace: the definitions, the symbols, and the caller's aggregates.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub tables: Tables,
+    pub header: Header,
+    /// (build-id id, file offset) -> frames, innermost first.
+    symbols: HashMap<(u64, u64), (Vec<ebtrace_format::proto::SymbolFrame>, i32)>,
+    pub losses: Losses,
+    pub first_event_ns: Option<u64>,
+}
+
+/// Called for every event that passes the filter.
+pub trait Sink {
+    fn event(&mut self, ev: &Event<'_>);
+}
+
+/// One event, of whichever family.
+#[derive(Debug)]
+pub enum Event<'a> {
+    Alloc(&'a ebtrace_format::events::AllocEvent),
+    Free(&'a ebtrace_format::events::FreeEvent),
+    Lock(&'a ebtrace_format::events::LockEvent),
+    Func(&'a ebtrace_format::events::FuncEvent),
+    Cpu(&'a ebtrace_format::events::CpuSample),
+    OffCpu(&'a ebtrace_format::events::OffCpuEvent),
+    MemGrowth(&'a ebtrace_format::events::MemGrowthEvent),
+}
+
+impl Event<'_> {
+    pub fn time_generation_tid(&self) -> (u64, u32, u32) {
+        match self {
+            Event::Alloc(e) => (e.time_ns, e.generation, e.tid),
+            Event::Free(e) => (e.time_ns, e.generation, e.tid),
+            Event::Lock(e) => (e.time_ns, e.generation, e.tid),
+            Event::Func(e) => (e.time_ns, e.generation, e.tid),
+            Event::Cpu(e) => (e.time_ns, e.generation, e.tid),
+            Event::OffCpu(e) => (e.time_ns, e.generation, e.tid),
+            Event::MemGrowth(e) => (e.time_ns, e.generation, e.tid),
+        }
+    }
+}
+
+fn family_name(v: i32) -> String {
+    EventFamily::try_from(v)
+        .map(|f| crate::info::enum_name(f.as_str_name(), "EVENT_FAMILY_"))
+        .unwrap_or_else(|_| v.to_string())
+}
+
+impl Loaded {
+    fn passes(&self, f: &Filter, ev: &Event<'_>) -> bool {
+        let (time, generation, tid) = ev.time_generation_tid();
+        if !f.tids.is_empty() && !f.tids.contains(&tid) {
+            return false;
+        }
+        if f.from.is_some() || f.to.is_some() {
+            let t = time.saturating_sub(self.header.start_time_ns) as f64 / 1e9;
+            if f.from.is_some_and(|from| t < from) || f.to.is_some_and(|to| t >= to) {
+                return false;
+            }
+        }
+        if !f.pids.is_empty() || !f.comms.is_empty() {
+            let Some(g) = self.tables.generations.get(&generation) else {
+                return false;
+            };
+            if !f.pids.is_empty() && !f.pids.contains(&g.process.pid) {
+                return false;
+            }
+            if !f.comms.is_empty() {
+                let comm = self.tables.string(g.process.comm);
+                if !f.comms.iter().any(|c| *c == comm) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Reads the trace at `path`, feeding every event that passes `filter` to `sink`.
+    pub fn read(
+        path: &Path,
+        filter: &Filter,
+        sink: &mut dyn Sink,
+    ) -> Result<Loaded, ebtrace_format::Error> {
+        let mut reader = TraceReader::open(path)?;
+        let mut l = Loaded::default();
+        let mut trailer = false;
+        for record in reader.by_ref() {
+            l.record(record, filter, sink, &mut trailer);
+        }
+        l.losses.cut = !trailer;
+        l.losses.damage = reader.damage().iter().map(|d| d.to_string()).collect();
+        Ok(l)
+    }
+
+    fn record(&mut self, record: Record, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
+        if self.tables.observe(&record) {
+            return;
+        }
+        macro_rules! events {
+            ($b:expr, $v:ident) => {
+                match $b.decode() {
+                    Ok(evs) => {
+                        for e in &evs {
+                            let ev = Event::$v(e);
+                            if self.passes(filter, &ev) {
+                                let t = ev.time_generation_tid().0;
+                                self.first_event_ns =
+                                    Some(self.first_event_ns.map_or(t, |f| f.min(t)));
+                                sink.event(&ev);
+                            }
+                        }
+                    }
+                    Err(e) => self.losses.damage.push(e.to_string()),
+                }
+            };
+        }
+        match record.kind {
+            Some(Kind::Header(h)) => self.header = h,
+            Some(Kind::Trailer(_)) => *trailer = true,
+            Some(Kind::Lost(lost)) => {
+                let reason = LossReason::try_from(lost.reason)
+                    .map(|r| crate::info::enum_name(r.as_str_name(), "LOSS_REASON_"))
+                    .unwrap_or_default();
+                *self
+                    .losses
+                    .recorded
+                    .entry(format!("{}/{reason}", family_name(lost.family)))
+                    .or_default() += lost.count;
+            }
+            Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
+            Some(Kind::SymbolizedAddress(a)) => {
+                self.symbols
+                    .insert((a.build_id, a.address), (a.frames, a.reason));
+            }
+            Some(Kind::Allocs(b)) => events!(b, Alloc),
+            Some(Kind::Frees(b)) => events!(b, Free),
+            Some(Kind::Locks(b)) => events!(b, Lock),
+            Some(Kind::Funcs(b)) => events!(b, Func),
+            Some(Kind::CpuSamples(b)) => events!(b, Cpu),
+            Some(Kind::Offcpu(b)) => events!(b, OffCpu),
+            Some(Kind::MemGrowth(b)) => events!(b, MemGrowth),
+            _ => {}
+        }
+    }
+
+    /// The frames of stack `id`, leaf first, inlined frames expanded (innermost first).
+    /// Counts unresolved frames in `losses` (once per call: call it once per stack).
+    pub fn frames(&mut self, id: u64) -> Vec<Frame> {
+        let Some(stack) = self.tables.stacks.get(&id) else {
+            *self
+                .losses
+                .unresolved_frames
+                .entry("unknown stack id".into())
+                .or_default() += 1;
+            return Vec::new();
+        };
+        let generation = stack.generation;
+        let ips: Vec<u64> = stack
+            .user_ips
+            .iter()
+            .chain(stack.kernel_ips.iter())
+            .copied()
+            .collect();
+        let n_user = stack.user_ips.len();
+        let mut out = Vec::with_capacity(ips.len());
+        for (i, &ip) in ips.iter().enumerate() {
+            let leaf = i == 0 || i == n_user;
+            let address = format!("{ip:#x}");
+            if i >= n_user {
+                out.push(Frame {
+                    function: format!("[kernel] {address}"),
+                    file: None,
+                    line: None,
+                    inlined: false,
+                    module: "[kernel]".into(),
+                    address,
+                });
+                continue;
+            }
+            let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX) else {
+                *self
+                    .losses
+                    .unresolved_frames
+                    .entry("outside any mapping".into())
+                    .or_default() += 1;
+                out.push(Frame {
+                    function: format!("[unknown] {address}"),
+                    file: None,
+                    line: None,
+                    inlined: false,
+                    module: String::new(),
+                    address,
+                });
+                continue;
+            };
+            let module = self.tables.string(m.path).into_owned();
+            let offset = (if leaf { ip } else { ip - 1 })
+                .wrapping_sub(m.start)
+                .wrapping_add(m.file_offset);
+            let short = module.rsplit('/').next().unwrap_or(&module).to_string();
+            match self.symbols.get(&(m.build_id, offset)) {
+                Some((frames, _)) if !frames.is_empty() => {
+                    for f in frames {
+                        out.push(Frame {
+                            function: self.tables.string(f.function).into_owned(),
+                            file: (f.file != 0).then(|| self.tables.string(f.file).into_owned()),
+                            line: (f.line != 0).then_some(f.line),
+                            inlined: f.inlined,
+                            module: module.clone(),
+                            address: address.clone(),
+                        });
+                    }
+                }
+                other => {
+                    let reason = match other {
+                        Some((_, r)) => ebtrace_format::proto::UnresolvedReason::try_from(*r)
+                            .map(|r| crate::info::enum_name(r.as_str_name(), "UNRESOLVED_REASON_"))
+                            .unwrap_or_default(),
+                        None if m.build_id == 0 => "no build-id".into(),
+                        None if !self.losses.symbolized => "not symbolized".into(),
+                        None => "not in the symbolization".into(),
+                    };
+                    *self
+                        .losses
+                        .unresolved_frames
+                        .entry(format!("{short}: {reason}"))
+                        .or_default() += 1;
+                    out.push(Frame {
+                        function: format!("{short}+{offset:#x}"),
+                        file: None,
+                        line: None,
+                        inlined: false,
+                        module,
+                        address,
+                    });
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,157 @@
+//! The report subcommands of ebsym: top, leaks, locks, latency, folded, flamegraph. A trace
+//! that is not symbolized yet is symbolized on the fly (into a temporary file) with the same
+//! options as `ebsym TRACE`.
+use crate::FindArgs;
+use anyhow::{bail, Context, Result};
+use ebtrace_analyze::model::Filter;
+use ebtrace_analyze::reports::{self, EventKind};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Options every report takes.
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// The trace (raw or symbolized).
+    pub trace: PathBuf,
+    /// Only these processes (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Only these threads (repeatable).
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Only processes with this comm (repeatable).
+    #[arg(long = "comm", value_name = "COMM")]
+    pub comms: Vec<String>,
+    /// Only events at least this many seconds into the trace.
+    #[arg(long, value_name = "SECONDS")]
+    pub from: Option<f64>,
+    /// Only events before this many seconds into the trace.
+    #[arg(long, value_name = "SECONDS")]
+    pub to: Option<f64>,
+    /// Rows to show.
+    #[arg(short = 'n', default_value_t = 20)]
+    pub n: usize,
+    /// JSON for scripts (schema in analyze/src/reports.rs and the README).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub find: FindArgs,
+    /// Keep C++ names mangled.
+    #[arg(long)]
+    pub no_demangle: bool,
+}
+
+impl ReportArgs {
+    fn filter(&self) -> Filter {
+        Filter {
+            pids: self.pids.clone(),
+            tids: self.tids.clone(),
+            comms: self.comms.clone(),
+            from: self.from,
+            to: self.to,
+        }
+    }
+}
+
+/// A symbolized trace to read: the input itself, or a temporary symbolized copy.
+pub struct Input {
+    pub path: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn is_symbolized(path: &Path) -> Result<bool> {
+    use ebtrace_format::proto::record::Kind;
+    let r = ebtrace_format::TraceReader::open(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    for rec in r {
+        if matches!(rec.kind, Some(Kind::SymbolizerInfo(_))) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+pub fn symbolized(a: &ReportArgs) -> Result<Input> {
+    if is_symbolized(&a.trace)? {
+        return Ok(Input {
+            path: a.trace.clone(),
+            _tmp: None,
+        });
+    }
+    let tmp = tempfile::tempdir()?;
+    let out = tmp.path().join("sym.pb.zst");
+    let report =
+        ebtrace_symbolize::trace::symbolize_trace(&a.trace, &out, &a.find.options(!a.no_demangle))
+            .with_context(|| format!("cannot symbolize {}", a.trace.display()))?;
+    let _ = report;
+    Ok(Input {
+        path: out,
+        _tmp: Some(tmp),
+    })
+}
+
+fn kind_and_by(kind: &str, by: Option<&str>) -> Result<(EventKind, String)> {
+    let k = EventKind::parse(kind).with_context(|| {
+        format!("unknown --kind {kind} (alloc, lock, func, cpu, offcpu, memgrowth)")
+    })?;
+    let by = by.unwrap_or(k.measures()[0]);
+    if !k.measures().contains(&by) {
+        bail!(
+            "--by {by} does not apply to --kind {kind} (use one of: {})",
+            k.measures().join(", ")
+        );
+    }
+    Ok((k, by.to_string()))
+}
+
+fn print(report: &reports::Report, json: bool, out: &mut dyn Write) -> Result<()> {
+    if json {
+        serde_json::to_writer_pretty(&mut *out, report)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(report.to_text().as_bytes())?;
+    }
+    Ok(())
+}
+
+pub fn top(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let (k, by) = kind_and_by(kind, by)?;
+    let input = symbolized(a)?;
+    let r = reports::top(&input.path, k, &by, &a.filter(), a.n)?;
+    print(&r, a.json, out)
+}
+
+pub fn leaks(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let input = symbolized(a)?;
+    let r = reports::leaks(&input.path, &a.filter(), a.n)?;
+    print(&r, a.json, out)
+}
+
+pub fn folded(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let (k, by) = kind_and_by(kind, by)?;
+    let input = symbolized(a)?;
+    let (lines, losses) = reports::folded(&input.path, k, &by, &a.filter())?;
+    for l in &lines {
+        writeln!(out, "{l}")?;
+    }
+    eprint!("{}", reports::losses_text(&losses));
+    Ok(())
+}
+
+pub fn flamegraph(
+    a: &ReportArgs,
+    kind: &str,
+    by: Option<&str>,
+    title: Option<&str>,
+    output: &Path,
+) -> Result<()> {
+    let (k, by) = kind_and_by(kind, by)?;
+    let input = symbolized(a)?;
+    let (lines, losses) = reports::folded(&input.path, k, &by, &a.filter())?;
+    let f = std::fs::File::create(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    reports::flamegraph(&lines, k, &by, title, std::io::BufWriter::new(f))?;
+    eprint!("{}", reports::losses_text(&losses));
+    eprintln!("ebsym: wrote {} ({} stacks)", output.display(), lines.len());
+    Ok(())
+}
