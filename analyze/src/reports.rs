@@ -221,7 +221,9 @@ pub fn top(
             }
             EventKind::Lock => {
                 *totals.entry("wait_ns".into()).or_default() += agg.a;
-                *totals.entry("hold_ns".into()).or_default() += agg.b;
+                if agg.b > 0 {
+                    *totals.entry("hold_ns".into()).or_default() += agg.b;
+                }
                 let waker = agg
                     .wakers
                     .iter()

@@ -383,8 +383,11 @@ impl<W: Write> TraceWriter<W> {
         let p = select(self);
         p.batch.push(&mut p.deltas, e);
         if p.batch.len() >= limit {
-            let r = std::mem::take(&mut p.batch).into_record();
-            self.write_record(&r)?;
+            // Every family's pending events go out together, allocations before frees, so
+            // that a free is never in the file before the allocation it frees (readers that
+            // pair them, like the leak report, can stream).
+            self.flush_batches();
+            self.close_chunk_if_due()?;
         } else if self.chunk_opened.is_none() {
             self.chunk_opened = Some(Instant::now());
         }

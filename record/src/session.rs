@@ -382,7 +382,11 @@ impl<'a> Session<'a> {
                 }
                 SideBand::Exit { pid, tid, time, .. } if pid == tid => {
                     self.exited.insert(pid, time);
-                    self.live.remove(&pid);
+                    // The launched command stays "live" until waitpid has its exit code,
+                    // so that its EXIT record is written before the recording stops.
+                    if !self.awaiting_code(pid) {
+                        self.live.remove(&pid);
+                    }
                     if !self.exit_codes.contains_key(&pid) {
                         // the launched command's exit is written once waitpid gives its code
                         if !self.awaiting_code(pid) {

@@ -282,6 +282,30 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!("ebsym: wrote {}", output.display());
+    // What a user looks at next: the top stacks of each kind the trace holds.
+    use ebtrace_analyze::reports::{top, EventKind};
+    let mut out = std::io::stdout().lock();
+    for kind in [
+        EventKind::Alloc,
+        EventKind::Lock,
+        EventKind::Func,
+        EventKind::Cpu,
+        EventKind::OffCpu,
+        EventKind::MemGrowth,
+    ] {
+        let r = top(&output, kind, kind.measures()[0], &Default::default(), 5)?;
+        if !r.rows.is_empty() {
+            writeln!(
+                out,
+                "== top {} stacks (ebsym top {} --kind {} for more)",
+                kind.name(),
+                output.display(),
+                kind.name()
+            )?;
+            out.write_all(r.to_text().as_bytes())?;
+            writeln!(out)?;
+        }
+    }
     Ok(())
 }
 

@@ -342,12 +342,25 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work) -> Resolved {
     };
     // Keyed by file offset (what a reader of the trace can compute from the mappings);
     // resolved at the ELF virtual address the PT_LOAD segments give for it.
+    // All of a module's addresses at once: spread over the cores (see
+    // `Module::resolve_many`), the same answers at any thread count.
+    let vaddrs: Vec<Option<u64>> = w
+        .offsets
+        .iter()
+        .map(|&o| module.offset_to_vaddr(o))
+        .collect();
+    let known: Vec<u64> = vaddrs.iter().flatten().copied().collect();
+    let mut answers = module.resolve_many(&known).into_iter();
     let addresses: Vec<(u64, Lookup)> = w
         .offsets
         .iter()
-        .map(|&off| {
-            let lookup = match module.offset_to_vaddr(off) {
-                Some(v) => module.resolve(v),
+        .zip(&vaddrs)
+        .map(|(&off, vaddr)| {
+            let lookup = match vaddr {
+                Some(_) => answers
+                    .next()
+                    .map(std::sync::Arc::unwrap_or_clone)
+                    .expect("one answer per known address"),
                 // Without the file we cannot turn the offset into an address: the
                 // module's reason is the answer.
                 None => Err(module
