@@ -763,3 +763,53 @@ fn without_privileges_one_clear_line() {
         "{err}"
     );
 }
+
+#[test]
+fn sampling_keeps_one_in_n() {
+    if !root() {
+        return;
+    }
+    let dir = tmp();
+    let trace = dir.path().join("t.pb.zst");
+    let prog = bin("alloc_workload");
+    let out = ebrec(&[
+        "record",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--alloc=4096",
+        "--sample",
+        "4",
+        "--",
+        prog.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = expect_line(&out, "alloc_workload");
+    let t = read_trace(&trace);
+    let mut r = Resolver::default();
+    let n = t
+        .allocs
+        .iter()
+        .filter(|a| r.frames(&t, a.stack, a.time_ns)[1] == "Warehouse::restock")
+        .count() as f64;
+    let all = want["functions"]["Warehouse::restock"]["malloc"]["calls"]
+        .as_f64()
+        .unwrap();
+    // Binomial(1000, 1/4): mean 250, sd 13.7; 6 sd either side.
+    assert!(
+        (n - all / 4.0).abs() < 85.0,
+        "kept {n} of {all} with --sample 4"
+    );
+    let alloc = t
+        .trailer
+        .unwrap()
+        .families
+        .into_iter()
+        .find(|f| f.family == 1)
+        .unwrap();
+    assert_eq!(alloc.kept + alloc.lost + alloc.filtered, alloc.hits);
+}
