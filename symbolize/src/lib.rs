@@ -437,7 +437,9 @@ impl Module {
     /// number of threads.
     pub fn resolve_many(&self, addrs: &[u64]) -> Vec<Arc<Lookup>> {
         if let Err(u) = &self.status {
-            return vec![Arc::new(Err(u.clone())); addrs.len()];
+            // One shared answer for all.
+            let answer = Arc::new(Err(u.clone()));
+            return addrs.iter().map(|_| answer.clone()).collect();
         }
         let mut todo: Vec<u64> = addrs.to_vec();
         todo.sort_unstable();

@@ -3,7 +3,7 @@ mod reports_cli;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
@@ -247,12 +247,10 @@ fn addr2line(a: Addr2lineArgs, out: &mut impl Write) -> anyhow::Result<()> {
         Ok(())
     };
     if a.addrs.is_empty() {
-        // One answer per line, flushed, so a script can talk to it through a pipe.
-        for line in std::io::stdin().lock().lines() {
-            let line = line?;
-            one(&line, out)?;
-            out.flush()?;
-        }
+        // Batches of what is already buffered, resolved over all cores; an interactive
+        // pipe still gets each answer at once.
+        let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
+        ebtrace_symbolize::addr2line_stream(&module, flags, &mut input, out)?;
     } else {
         for text in &a.addrs {
             one(text, out)?;
