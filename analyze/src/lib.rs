@@ -9,5 +9,6 @@
 
 pub mod info;
 pub mod model;
+pub mod pprof;
 pub mod reports;
 pub mod time;

@@ -19,6 +19,28 @@ pub struct Filter {
     pub to: Option<f64>,
 }
 
+impl Filter {
+    /// Whether the filter keeps every event.
+    pub fn is_empty(&self) -> bool {
+        self.pids.is_empty()
+            && self.tids.is_empty()
+            && self.comms.is_empty()
+            && self.from.is_none()
+            && self.to.is_none()
+    }
+}
+
+/// The recorded mapping a frame is in (for pprof's mappings).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MappingInfo {
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+    pub path: String,
+    /// Lowercase hex, "" when none.
+    pub build_id: String,
+}
+
 /// A frame as reports show it.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Frame {
@@ -68,6 +90,9 @@ pub struct Loaded {
     symbols: HashMap<(u64, u64), (Vec<ebtrace_format::proto::SymbolFrame>, i32)>,
     pub losses: Losses,
     pub first_event_ns: Option<u64>,
+    pub last_event_ns: Option<u64>,
+    /// (path id, build-id id) -> (path, file name, build-id hex), computed once.
+    modules: HashMap<(u64, u64), (String, String, String)>,
 }
 
 /// Called for every event that passes the filter.
@@ -167,6 +192,8 @@ impl Loaded {
                                 let t = ev.time_generation_tid().0;
                                 self.first_event_ns =
                                     Some(self.first_event_ns.map_or(t, |f| f.min(t)));
+                                self.last_event_ns =
+                                    Some(self.last_event_ns.map_or(t, |f| f.max(t)));
                                 sink.event(&ev);
                             }
                         }
@@ -207,13 +234,19 @@ impl Loaded {
     /// The frames of stack `id`, leaf first, inlined frames expanded (innermost first).
     /// Counts unresolved frames in `losses` (once per call: call it once per stack).
     pub fn frames(&mut self, id: u64) -> Vec<Frame> {
+        self.frames_and_mappings(id).0
+    }
+
+    /// [`Loaded::frames`], with the mapping of each frame (None for kernel frames and
+    /// frames outside any mapping).
+    pub fn frames_and_mappings(&mut self, id: u64) -> (Vec<Frame>, Vec<Option<MappingInfo>>) {
         let Some(stack) = self.tables.stacks.get(&id) else {
             *self
                 .losses
                 .unresolved_frames
                 .entry("unknown stack id".into())
                 .or_default() += 1;
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let generation = stack.generation;
         let ips: Vec<u64> = stack
@@ -224,7 +257,9 @@ impl Loaded {
             .collect();
         let n_user = stack.user_ips.len();
         let mut out = Vec::with_capacity(ips.len());
+        let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
+            maps.resize(out.len(), None);
             let leaf = i == 0 || i == n_user;
             let address = format!("{ip:#x}");
             if i >= n_user {
@@ -254,11 +289,27 @@ impl Loaded {
                 });
                 continue;
             };
-            let module = self.tables.string(m.path).into_owned();
+            let tables = &self.tables;
+            let (module, short, build_id) = self
+                .modules
+                .entry((m.path, m.build_id))
+                .or_insert_with(|| {
+                    let module = tables.string(m.path).into_owned();
+                    let short = module.rsplit('/').next().unwrap_or(&module).to_string();
+                    (module, short, tables.build_id_hex(m.build_id))
+                })
+                .clone();
+            let info = MappingInfo {
+                start: m.start,
+                end: m.end,
+                file_offset: m.file_offset,
+                path: module.clone(),
+                build_id,
+            };
+            let first = out.len();
             let offset = (if leaf { ip } else { ip - 1 })
                 .wrapping_sub(m.start)
                 .wrapping_add(m.file_offset);
-            let short = module.rsplit('/').next().unwrap_or(&module).to_string();
             match self.symbols.get(&(m.build_id, offset)) {
                 Some((frames, _)) if !frames.is_empty() => {
                     for f in frames {
@@ -296,7 +347,10 @@ impl Loaded {
                     });
                 }
             }
+            maps.resize(first, None);
+            maps.resize(out.len(), Some(info));
         }
-        out
+        maps.resize(out.len(), None);
+        (out, maps)
     }
 }

@@ -6,7 +6,7 @@
 //! `count`, `bytes`; leaks `count`, `bytes`, `oldest_ns`, `alive`; locks `count`, `wait_ns`,
 //! `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `waker_frames`; func `count`,
 //! `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`; cpu `count`; offcpu `count`, `total_ns`.
-use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink};
+use crate::model::{Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -74,6 +74,10 @@ pub struct Report {
     pub totals: BTreeMap<String, u64>,
     pub losses: Losses,
     pub rows: Vec<Value>,
+    /// Set when there are no rows to show: why (no events of the kind, with the losses
+    /// that may explain it; or, for leaks, that every allocation was freed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -166,6 +170,159 @@ fn frames_json(frames: &[Frame]) -> Value {
     serde_json::to_value(frames).unwrap_or(Value::Null)
 }
 
+/// One stack after merging (stack ids that symbolize alike, across processes), with what
+/// was aggregated under it.
+struct Merged {
+    sub: u64,
+    frames: Vec<Frame>,
+    mappings: Vec<Option<MappingInfo>>,
+    agg: Agg,
+}
+
+/// Reads the trace and folds events of `kind` into merged stacks, in a fixed order.
+fn merge(
+    path: &Path,
+    kind: EventKind,
+    filter: &Filter,
+) -> Result<(Loaded, Vec<Merged>), ebtrace_format::Error> {
+    let mut sink = TopSink {
+        kind,
+        by_stack: HashMap::new(),
+    };
+    let mut l = Loaded::read(path, filter, &mut sink)?;
+    type Key = (u64, Vec<(String, Option<String>, Option<u32>, bool)>);
+    let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
+    let mut keys: Vec<(u64, u64)> = sink.by_stack.keys().copied().collect();
+    keys.sort_unstable();
+    // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
+    let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
+    for key in keys {
+        let agg = sink.by_stack.remove(&key).unwrap();
+        if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
+            let (f, m) = l.frames_and_mappings(key.0);
+            resolved = Some((key.0, f, m));
+        }
+        let (_, frames, mappings) = resolved.as_ref().unwrap();
+        let e = merged
+            .entry((key.1, frame_key(frames)))
+            .or_insert_with(|| Merged {
+                sub: key.1,
+                frames: frames.clone(),
+                mappings: mappings.clone(),
+                agg: Agg::default(),
+            });
+        let m = &mut e.agg;
+        m.count += agg.count;
+        m.a += agg.a;
+        m.b += agg.b;
+        m.samples_a.extend(agg.samples_a);
+        m.samples_b.extend(agg.samples_b);
+        m.mutex = agg.mutex;
+        m.futex_op = agg.futex_op;
+        for (w, c) in agg.wakers {
+            *m.wakers.entry(w).or_default() += c;
+        }
+    }
+    Ok((l, merged.into_values().collect()))
+}
+
+/// The message a report gives instead of an empty table: no event of `what` (passed the
+/// filters), and how many events were lost while recording, which may be why.
+pub fn empty_note(what: &str, filter: &Filter, losses: &Losses) -> String {
+    let mut s = format!("no {what} events in this trace");
+    if !filter.is_empty() {
+        s.push_str(" match the filters");
+    }
+    let lost: u64 = losses.recorded.values().sum();
+    if lost > 0 {
+        let v: Vec<String> = losses
+            .recorded
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        s.push_str(&format!(
+            " (but {lost} events were lost while recording: {})",
+            v.join(", ")
+        ));
+    }
+    s
+}
+
+/// One merged stack and its values, for pprof, folded stacks and diffs.
+#[derive(Debug, Clone)]
+pub struct StackValues {
+    /// Leaf first, inlined frames expanded (innermost first).
+    pub frames: Vec<Frame>,
+    /// The mapping of each frame (None for kernel frames and frames outside any mapping).
+    pub mappings: Vec<Option<MappingInfo>>,
+    /// lock: the mutex; func: the probed function id; else 0.
+    pub sub: u64,
+    /// Events.
+    pub count: u64,
+    /// alloc and memgrowth: bytes; lock: wait ns; func and offcpu: total ns; cpu: samples.
+    pub total: u64,
+    /// lock: hold ns (0 when not recorded).
+    pub hold: u64,
+}
+
+impl StackValues {
+    /// The value `by` measures (as `top` sorts and `folded` prints).
+    pub fn measure(&self, kind: EventKind, by: &str) -> u64 {
+        match (kind, by) {
+            (EventKind::Cpu, _) => self.count,
+            (_, "count") => self.count,
+            (EventKind::Lock, "hold") => self.hold,
+            _ => self.total,
+        }
+    }
+}
+
+/// The merged stacks of one kind with their values: what `top` sorts and prints.
+#[derive(Debug)]
+pub struct Stacks {
+    pub kind: EventKind,
+    pub stacks: Vec<StackValues>,
+    pub losses: Losses,
+    pub header: ebtrace_format::proto::Header,
+    /// Boottime ns of the first and last event that passed the filter.
+    pub first_event_ns: Option<u64>,
+    pub last_event_ns: Option<u64>,
+    /// Set when no event passed: the message to give instead of an empty report.
+    pub note: Option<String>,
+}
+
+/// The merged stacks of `kind` with their values (the aggregation of `top`, with the
+/// mapping of every frame), in a fixed order.
+pub fn stacks(
+    path: &Path,
+    kind: EventKind,
+    filter: &Filter,
+) -> Result<Stacks, ebtrace_format::Error> {
+    let (l, merged) = merge(path, kind, filter)?;
+    let note = merged
+        .is_empty()
+        .then(|| empty_note(kind.name(), filter, &l.losses));
+    Ok(Stacks {
+        kind,
+        stacks: merged
+            .into_iter()
+            .map(|m| StackValues {
+                frames: m.frames,
+                mappings: m.mappings,
+                sub: m.sub,
+                count: m.agg.count,
+                total: m.agg.a,
+                hold: m.agg.b,
+            })
+            .collect(),
+        losses: l.losses,
+        header: l.header,
+        first_event_ns: l.first_event_ns,
+        last_event_ns: l.last_event_ns,
+        note,
+    })
+}
+
 /// `ebsym top` (and `locks`, `latency`): rows of stacks sorted by `by`.
 pub fn top(
     path: &Path,
@@ -174,63 +331,72 @@ pub fn top(
     filter: &Filter,
     n: usize,
 ) -> Result<Report, ebtrace_format::Error> {
-    let mut sink = TopSink {
-        kind,
-        by_stack: HashMap::new(),
-    };
-    let mut l = Loaded::read(path, filter, &mut sink)?;
-    // Resolve and merge.
-    let mut merged: BTreeMap<
-        (u64, Vec<(String, Option<String>, Option<u32>, bool)>),
-        (Vec<Frame>, Agg),
-    > = BTreeMap::new();
-    let mut keys: Vec<(u64, u64)> = sink.by_stack.keys().copied().collect();
-    keys.sort_unstable();
-    let mut resolved: HashMap<u64, Vec<Frame>> = HashMap::new();
-    for key in keys {
-        let agg = sink.by_stack.remove(&key).unwrap();
-        let frames = resolved
-            .entry(key.0)
-            .or_insert_with(|| l.frames(key.0))
-            .clone();
-        let e = merged
-            .entry((key.1, frame_key(&frames)))
-            .or_insert_with(|| (frames, Agg::default()));
-        e.1.count += agg.count;
-        e.1.a += agg.a;
-        e.1.b += agg.b;
-        e.1.samples_a.extend(agg.samples_a);
-        e.1.samples_b.extend(agg.samples_b);
-        e.1.mutex = agg.mutex;
-        e.1.futex_op = agg.futex_op;
-        for (w, c) in agg.wakers {
-            *e.1.wakers.entry(w).or_default() += c;
-        }
-    }
-    let mut totals = BTreeMap::new();
-    let mut rows: Vec<(u64, Value)> = Vec::new();
-    for ((sub, _), (frames, mut agg)) in merged {
+    let (mut l, merged) = merge(path, kind, filter)?;
+    let note = merged
+        .is_empty()
+        .then(|| empty_note(kind.name(), filter, &l.losses));
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let mut scored: Vec<(u64, Merged)> = Vec::with_capacity(merged.len());
+    for m in merged {
+        let agg = &m.agg;
         *totals.entry("count".to_string()).or_default() += agg.count;
-        let (measure, mut v) = match kind {
+        let measure = match kind {
             EventKind::Alloc | EventKind::MemGrowth => {
                 *totals.entry("bytes".into()).or_default() += agg.a;
-                (
-                    if by == "count" { agg.count } else { agg.a },
-                    json!({"count": agg.count, "bytes": agg.a}),
-                )
+                if by == "count" {
+                    agg.count
+                } else {
+                    agg.a
+                }
             }
             EventKind::Lock => {
                 *totals.entry("wait_ns".into()).or_default() += agg.a;
                 if agg.b > 0 {
                     *totals.entry("hold_ns".into()).or_default() += agg.b;
                 }
+                match by {
+                    "hold" => agg.b,
+                    "count" => agg.count,
+                    _ => agg.a,
+                }
+            }
+            EventKind::Func | EventKind::OffCpu => {
+                *totals.entry("total_ns".into()).or_default() += agg.a;
+                if by == "count" {
+                    agg.count
+                } else {
+                    agg.a
+                }
+            }
+            EventKind::Cpu => agg.count,
+        };
+        scored.push((measure, m));
+    }
+    // Largest first; ties in a fixed order (the frames) so output is deterministic. Only
+    // the rows shown are rendered.
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.frames.cmp(&b.1.frames)));
+    let mut rows: Vec<Value> = Vec::with_capacity(n.min(scored.len()));
+    for (
+        _,
+        Merged {
+            sub,
+            frames,
+            mut agg,
+            ..
+        },
+    ) in scored.into_iter().take(n)
+    {
+        let mut v = match kind {
+            EventKind::Alloc | EventKind::MemGrowth => {
+                json!({"count": agg.count, "bytes": agg.a})
+            }
+            EventKind::Lock => {
                 let waker = agg
                     .wakers
                     .iter()
                     .max_by_key(|(s, c)| (**c, std::cmp::Reverse(**s)))
                     .map(|(s, _)| *s);
                 let waker_frames = waker.map(|w| l.frames(w)).unwrap_or_default();
-                let has_hold = agg.b > 0;
                 let mut v = json!({
                     "count": agg.count,
                     "wait_ns": agg.a,
@@ -239,83 +405,101 @@ pub fn top(
                     "kind": lock_kind(&frames, agg.futex_op),
                     "waker_frames": frames_json(&waker_frames),
                 });
-                if has_hold {
+                if agg.b > 0 {
                     v["hold_ns"] = json!(agg.b);
                     v["hold_p99_ns"] = json!(pct(&mut agg.samples_b, 0.99));
                 }
-                (
-                    match by {
-                        "hold" => agg.b,
-                        "count" => agg.count,
-                        _ => agg.a,
-                    },
-                    v,
-                )
+                v
             }
             EventKind::Func => {
-                *totals.entry("total_ns".into()).or_default() += agg.a;
                 let max = agg.samples_a.iter().copied().max().unwrap_or(0);
-                let v = json!({
+                json!({
                     "count": agg.count, "total_ns": agg.a, "function_id": sub,
                     "p50_ns": pct(&mut agg.samples_a, 0.5), "p90_ns": pct(&mut agg.samples_a, 0.9),
                     "p99_ns": pct(&mut agg.samples_a, 0.99), "max_ns": max,
-                });
-                (if by == "count" { agg.count } else { agg.a }, v)
+                })
             }
-            EventKind::Cpu => (agg.count, json!({"count": agg.count})),
-            EventKind::OffCpu => {
-                *totals.entry("total_ns".into()).or_default() += agg.a;
-                (
-                    if by == "count" { agg.count } else { agg.a },
-                    json!({"count": agg.count, "total_ns": agg.a}),
-                )
-            }
+            EventKind::Cpu => json!({"count": agg.count}),
+            EventKind::OffCpu => json!({"count": agg.count, "total_ns": agg.a}),
         };
         v["frames"] = frames_json(&frames);
-        rows.push((measure, v));
+        rows.push(v);
     }
-    // Largest first; ties in a fixed order (the frames) so output is deterministic.
-    rows.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then_with(|| a.1["frames"].to_string().cmp(&b.1["frames"].to_string()))
-    });
-    let rows = rows.into_iter().take(n).map(|r| r.1).collect();
     Ok(Report {
         kind: kind.name().into(),
         by: by.into(),
         totals,
         losses: l.losses,
         rows,
+        note,
     })
 }
 
 struct LeakSink {
     /// (generation, address) -> [(time, stack, size)], oldest first.
-    live: HashMap<(u32, u64), Vec<(u64, u64, u64)>>,
+    live: HashMap<(u32, u64), Blocks>,
     last_ns: u64,
+    allocs: u64,
+}
+
+/// The live blocks at one address, oldest first: almost always one, kept inline.
+#[derive(Debug)]
+enum Blocks {
+    One((u64, u64, u64)),
+    Many(Vec<(u64, u64, u64)>),
+}
+
+impl Blocks {
+    fn as_slice(&self) -> &[(u64, u64, u64)] {
+        match self {
+            Blocks::One(b) => std::slice::from_ref(b),
+            Blocks::Many(v) => v,
+        }
+    }
 }
 
 impl Sink for LeakSink {
     fn event(&mut self, ev: &Event<'_>) {
+        use std::collections::hash_map::Entry;
         match ev {
             Event::Alloc(e) => {
+                self.allocs += 1;
                 self.last_ns = self.last_ns.max(e.time_ns);
-                let v = self.live.entry((e.generation, e.address)).or_default();
-                let i = v.partition_point(|x| x.0 <= e.time_ns);
-                v.insert(i, (e.time_ns, e.stack, e.size));
+                let block = (e.time_ns, e.stack, e.size);
+                match self.live.entry((e.generation, e.address)) {
+                    Entry::Vacant(v) => {
+                        v.insert(Blocks::One(block));
+                    }
+                    Entry::Occupied(mut o) => {
+                        let b = o.get_mut();
+                        if let Blocks::One(first) = *b {
+                            *b = Blocks::Many(vec![first]);
+                        }
+                        if let Blocks::Many(v) = b {
+                            let i = v.partition_point(|x| x.0 <= e.time_ns);
+                            v.insert(i, block);
+                        }
+                    }
+                }
             }
             Event::Free(e) => {
                 self.last_ns = self.last_ns.max(e.time_ns);
                 // Frees come in their own batches, possibly after a later allocation at the
                 // same address was stored: free the latest allocation made before it.
-                if let Some(v) = self.live.get_mut(&(e.generation, e.address)) {
-                    let i = v.partition_point(|x| x.0 <= e.time_ns);
-                    if i > 0 {
-                        v.remove(i - 1);
+                let key = (e.generation, e.address);
+                let empty = match self.live.get_mut(&key) {
+                    Some(Blocks::One(b)) => b.0 <= e.time_ns,
+                    Some(Blocks::Many(v)) => {
+                        let i = v.partition_point(|x| x.0 <= e.time_ns);
+                        if i > 0 {
+                            v.remove(i - 1);
+                        }
+                        v.is_empty()
                     }
-                    if v.is_empty() {
-                        self.live.remove(&(e.generation, e.address));
-                    }
+                    None => false,
+                };
+                if empty {
+                    self.live.remove(&key);
                 }
             }
             _ => {}
@@ -329,12 +513,13 @@ pub fn leaks(path: &Path, filter: &Filter, n: usize) -> Result<Report, ebtrace_f
     let mut sink = LeakSink {
         live: HashMap::new(),
         last_ns: 0,
+        allocs: 0,
     };
     let mut l = Loaded::read(path, filter, &mut sink)?;
     // (stack, generation) -> (count, bytes, oldest time)
     let mut by: BTreeMap<(u64, u32), (u64, u64, u64)> = BTreeMap::new();
     for ((generation, _), v) in &sink.live {
-        for &(t, stack, size) in v {
+        for &(t, stack, size) in v.as_slice() {
             let e = by.entry((stack, *generation)).or_insert((0, 0, u64::MAX));
             e.0 += 1;
             e.1 += size;
@@ -359,31 +544,79 @@ pub fn leaks(path: &Path, filter: &Filter, n: usize) -> Result<Report, ebtrace_f
         e.2 += bytes;
         e.3 = e.3.min(oldest);
     }
-    let mut totals = BTreeMap::new();
-    let mut rows: Vec<(u64, Value)> = merged
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows: Vec<(bool, Vec<Frame>, u64, u64, u64)> = merged
         .into_iter()
         .map(|((_, alive), (frames, count, bytes, oldest))| {
             *totals.entry("count".to_string()).or_default() += count;
             *totals.entry("bytes".to_string()).or_default() += bytes;
-            (bytes, json!({"count": count, "bytes": bytes, "oldest_ns": sink.last_ns.saturating_sub(oldest), "alive": alive, "frames": frames_json(&frames)}))
+            (alive, frames, count, bytes, oldest)
         })
         .collect();
+    // Largest first; ties in a fixed order. Only the rows shown are rendered.
     rows.sort_by(|a, b| {
-        b.0.cmp(&a.0)
-            .then_with(|| a.1["frames"].to_string().cmp(&b.1["frames"].to_string()))
+        b.3.cmp(&a.3)
+            .then_with(|| a.1.cmp(&b.1))
+            .then_with(|| a.0.cmp(&b.0))
     });
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .take(n)
+        .map(|(alive, frames, count, bytes, oldest)| {
+            json!({"count": count, "bytes": bytes, "oldest_ns": sink.last_ns.saturating_sub(oldest), "alive": alive, "frames": frames_json(&frames)})
+        })
+        .collect();
     if l.losses.recorded.keys().any(|k| k.starts_with("free/")) {
         l.losses
             .damage
             .push("frees were lost while recording: some blocks shown may have been freed".into());
     }
+    let note = if sink.allocs == 0 {
+        Some(empty_note("alloc", filter, &l.losses))
+    } else if totals.is_empty() {
+        Some(format!(
+            "no leaks: all {} traced allocations{} were freed",
+            sink.allocs,
+            if filter.is_empty() {
+                ""
+            } else {
+                " that match the filters"
+            }
+        ))
+    } else {
+        None
+    };
     Ok(Report {
         kind: "leaks".into(),
         by: "bytes".into(),
         totals,
         losses: l.losses,
-        rows: rows.into_iter().take(n).map(|r| r.1).collect(),
+        rows,
+        note,
     })
+}
+
+/// Folded stacks and what a report says with them.
+#[derive(Debug)]
+pub struct Folded {
+    /// `root;…;leaf value`, sorted.
+    pub lines: Vec<String>,
+    pub losses: Losses,
+    /// Set when there was no event to fold: why.
+    pub note: Option<String>,
+}
+
+/// The folded key of `frames` (leaf first): function names root to leaf, `;`-separated.
+pub fn folded_key(frames: &[Frame]) -> String {
+    if frames.is_empty() {
+        return "[no stack]".to_string();
+    }
+    let names: Vec<String> = frames
+        .iter()
+        .rev()
+        .map(|f| f.function.replace(';', ":"))
+        .collect();
+    names.join(";")
 }
 
 /// Folded stacks (`root;…;leaf value`), for flamegraph.pl and inferno.
@@ -392,41 +625,21 @@ pub fn folded(
     kind: EventKind,
     by: &str,
     filter: &Filter,
-) -> Result<(Vec<String>, Losses), ebtrace_format::Error> {
-    let r = top(path, kind, by, filter, usize::MAX)?;
-    let key = match (kind, by) {
-        (EventKind::Alloc | EventKind::MemGrowth, "count") => "count",
-        (EventKind::Alloc | EventKind::MemGrowth, _) => "bytes",
-        (EventKind::Lock, "hold") => "hold_ns",
-        (EventKind::Lock, "count") => "count",
-        (EventKind::Lock, _) => "wait_ns",
-        (EventKind::Func | EventKind::OffCpu, "count") => "count",
-        (EventKind::Func | EventKind::OffCpu, _) => "total_ns",
-        (EventKind::Cpu, _) => "count",
-    };
+) -> Result<Folded, ebtrace_format::Error> {
+    let st = stacks(path, kind, filter)?;
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for row in &r.rows {
-        let v = row[key].as_u64().unwrap_or(0);
+    for s in &st.stacks {
+        let v = s.measure(kind, by);
         if v == 0 {
             continue;
         }
-        let frames: Vec<Frame> = serde_json::from_value(row["frames"].clone()).unwrap_or_default();
-        let names: Vec<String> = frames
-            .iter()
-            .rev()
-            .map(|f| f.function.replace(';', ":"))
-            .collect();
-        let stack = if names.is_empty() {
-            "[no stack]".to_string()
-        } else {
-            names.join(";")
-        };
-        *lines.entry(stack).or_default() += v;
+        *lines.entry(folded_key(&s.frames)).or_default() += v;
     }
-    Ok((
-        lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect(),
-        r.losses,
-    ))
+    Ok(Folded {
+        lines: lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect(),
+        losses: st.losses,
+        note: st.note,
+    })
 }
 
 impl Report {
@@ -440,17 +653,8 @@ impl Report {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let _ = writeln!(s, "{} by {}: {}", self.kind, self.by, totals.join(", "));
-        if self.rows.is_empty() {
-            let _ = writeln!(
-                s,
-                "no {} events in this trace{}",
-                self.kind,
-                if self.losses.recorded.is_empty() {
-                    ""
-                } else {
-                    " (but events were lost: see below)"
-                }
-            );
+        if let Some(note) = &self.note {
+            let _ = writeln!(s, "{note}");
         }
         for (i, row) in self.rows.iter().enumerate() {
             let mut vals = Vec::new();
@@ -559,4 +763,207 @@ pub fn flamegraph(
     }
     inferno::flamegraph::from_lines(&mut o, lines.iter().map(String::as_str), out)
         .map_err(std::io::Error::other)
+}
+
+/// `ebsym diff`: per folded stack, its value before and after, sorted by how much it
+/// changed.
+///
+/// JSON: `{"kind", "by", "totals": {"before", "after", "delta"}, "rows": [{"before",
+/// "after", "delta", "frames"}], "losses_before", "losses_after", "notes"}`, frames leaf
+/// first (from the after trace when the stack is in both).
+#[derive(Debug, Serialize)]
+pub struct DiffReport {
+    pub kind: String,
+    pub by: String,
+    pub totals: DiffRow,
+    pub rows: Vec<DiffRow>,
+    pub losses_before: Losses,
+    pub losses_after: Losses,
+    /// Why a side has no rows (no events of the kind, lost events).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// The folded stacks of both sides, for [`diff_flamegraph`].
+    #[serde(skip)]
+    pub folded_before: Vec<String>,
+    #[serde(skip)]
+    pub folded_after: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Clone)]
+pub struct DiffRow {
+    pub before: u64,
+    pub after: u64,
+    pub delta: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frames: Option<Vec<Frame>>,
+}
+
+/// Compares the `kind` stacks of two traces by `by`; keeps the `n` rows that changed most.
+pub fn diff(
+    before: &Path,
+    after: &Path,
+    kind: EventKind,
+    by: &str,
+    filter: &Filter,
+    n: usize,
+) -> Result<DiffReport, ebtrace_format::Error> {
+    let b = stacks(before, kind, filter)?;
+    let a = stacks(after, kind, filter)?;
+    // folded key -> (before, after, frames)
+    let mut by_key: BTreeMap<String, (u64, u64, Vec<Frame>)> = BTreeMap::new();
+    for (side, st) in [(0, &b), (1, &a)] {
+        for s in &st.stacks {
+            let v = s.measure(kind, by);
+            if v == 0 {
+                continue;
+            }
+            let e = by_key
+                .entry(folded_key(&s.frames))
+                .or_insert_with(|| (0, 0, s.frames.clone()));
+            if side == 0 {
+                e.0 += v;
+            } else {
+                if e.1 == 0 {
+                    e.2 = s.frames.clone();
+                }
+                e.1 += v;
+            }
+        }
+    }
+    let fold = |i: usize| -> Vec<String> {
+        by_key
+            .iter()
+            .map(|(k, v)| (k, if i == 0 { v.0 } else { v.1 }))
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect()
+    };
+    let (folded_before, folded_after) = (fold(0), fold(1));
+    let (mut tb, mut ta) = (0u64, 0u64);
+    let mut rows: Vec<(String, DiffRow)> = by_key
+        .into_iter()
+        .map(|(k, (before, after, frames))| {
+            tb += before;
+            ta += after;
+            (
+                k,
+                DiffRow {
+                    before,
+                    after,
+                    delta: after as i64 - before as i64,
+                    frames: Some(frames),
+                },
+            )
+        })
+        .collect();
+    rows.sort_by(|x, y| {
+        y.1.delta
+            .unsigned_abs()
+            .cmp(&x.1.delta.unsigned_abs())
+            .then_with(|| y.1.delta.cmp(&x.1.delta))
+            .then_with(|| x.0.cmp(&y.0))
+    });
+    let notes = [("before", b.note), ("after", a.note)]
+        .into_iter()
+        .filter_map(|(side, note)| note.map(|n| format!("{side}: {n}")))
+        .collect();
+    Ok(DiffReport {
+        kind: kind.name().into(),
+        by: by.into(),
+        totals: DiffRow {
+            before: tb,
+            after: ta,
+            delta: ta as i64 - tb as i64,
+            frames: None,
+        },
+        rows: rows.into_iter().take(n).map(|r| r.1).collect(),
+        losses_before: b.losses,
+        losses_after: a.losses,
+        notes,
+        folded_before,
+        folded_after,
+    })
+}
+
+impl DiffReport {
+    /// The diff for people.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let t = &self.totals;
+        let _ = writeln!(
+            s,
+            "{} by {}: before {}, after {}, delta {:+}",
+            self.kind, self.by, t.before, t.after, t.delta
+        );
+        for n in &self.notes {
+            let _ = writeln!(s, "{n}");
+        }
+        for (i, r) in self.rows.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "\n#{} delta {:+}  before {}  after {}",
+                i + 1,
+                r.delta,
+                r.before,
+                r.after
+            );
+            for f in r.frames.iter().flatten() {
+                let _ = writeln!(s, "    {}", f.display());
+            }
+        }
+        let _ = write!(s, "\nbefore:");
+        s.push_str(&losses_text(&self.losses_before));
+        let _ = write!(s, "\nafter:");
+        s.push_str(&losses_text(&self.losses_after));
+        s
+    }
+}
+
+/// A differential flame graph (inferno): widths from the after trace, red where a stack
+/// grew, blue where it shrank. With `negate`, widths from the before trace (the inputs
+/// swapped and the differentials negated, so red still means grew), to see what shrank or
+/// disappeared.
+pub fn diff_flamegraph(
+    d: &DiffReport,
+    kind: EventKind,
+    title: Option<&str>,
+    negate: bool,
+    out: impl std::io::Write,
+) -> std::io::Result<()> {
+    use inferno::flamegraph::Options;
+    if d.folded_before.is_empty() && d.folded_after.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "no {} events to draw in either trace",
+            kind.name()
+        )));
+    }
+    let (first, second) = if negate {
+        (&d.folded_after, &d.folded_before)
+    } else {
+        (&d.folded_before, &d.folded_after)
+    };
+    let mut two = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options::default(),
+        first.join("\n").as_bytes(),
+        second.join("\n").as_bytes(),
+        &mut two,
+    )?;
+    let mut o = Options::default();
+    o.title = title.map(String::from).unwrap_or_else(|| {
+        format!(
+            "Differential flame graph: {} by {} ({})",
+            kind.name(),
+            d.by,
+            if negate {
+                "widths before, red grew, blue shrank"
+            } else {
+                "widths after, red grew, blue shrank"
+            }
+        )
+    });
+    o.count_name = kind.unit(&d.by).to_string();
+    o.negate_differentials = negate;
+    inferno::flamegraph::from_reader(&mut o, two.as_slice(), out).map_err(std::io::Error::other)
 }

@@ -15,5 +15,12 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/ebtrace.v1.rs"));
 }
 
+/// pprof's `profile.proto` (package `perftools.profiles`, Google's Apache-2.0 schema in
+/// `proto/profile.proto`), what `ebsym pprof` writes (gzip-compressed).
+#[allow(missing_debug_implementations, clippy::all)]
+pub mod pprof {
+    include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+}
+
 /// The format version this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;

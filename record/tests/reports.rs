@@ -57,6 +57,107 @@ fn expect_line(out: &Output, program: &str) -> Value {
         .expect("EXPECT line")
 }
 
+/// Records `program` (a testdata program, frame-pointer build) with `ebrec_args`, passing it
+/// `program_args`; returns the trace and the program's EXPECT line.
+fn record(
+    dir: &Path,
+    name: &str,
+    program: &str,
+    ebrec_args: &[&str],
+    program_args: &[&str],
+) -> (PathBuf, Value) {
+    let trace = dir.join(name);
+    let prog = build(program, Variant::FramePointer).unwrap();
+    let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap()];
+    args.extend_from_slice(ebrec_args);
+    args.push("--");
+    args.push(prog.to_str().unwrap());
+    args.extend_from_slice(program_args);
+    let out = run(Path::new(env!("CARGO_BIN_EXE_ebrec")), &args);
+    let want = expect_line(&out, program);
+    (trace, want)
+}
+
+/// The `pprof-format` npm package (an independent reader of profile.proto), installed once
+/// under the target directory; None (after saying so) when node or npm are missing, a
+/// failure when CI=true.
+fn pprof_format() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("node-pprof-format");
+    let ready = |d: &Path| d.join("node_modules/pprof-format/package.json").exists();
+    let fail = |why: String| -> Option<PathBuf> {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{why}, and CI=true: failing instead of skipping");
+        }
+        eprintln!("\n*** SKIPPED the pprof decoding: {why} ***\n");
+        None
+    };
+    if Command::new("node").arg("--version").output().is_err() {
+        return fail("node is not installed (apt-get install nodejs npm)".into());
+    }
+    if !ready(&dir) {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
+            .arg(&dir)
+            .arg("pprof-format@2")
+            .output();
+        match out {
+            Ok(o) if o.status.success() && ready(&dir) => {}
+            Ok(o) => {
+                return fail(format!(
+                    "npm install pprof-format failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ))
+            }
+            Err(e) => return fail(format!("npm is not installed ({e})")),
+        }
+    }
+    Some(dir)
+}
+
+/// `ebsym pprof` of `trace`, decoded by pprof-format (record/tests/pprof_decode.js).
+fn pprof_decoded(trace: &Path, kind: &str, out: &Path) -> Option<Value> {
+    let modules = pprof_format()?;
+    run(
+        &ebsym_path(),
+        &[
+            "pprof",
+            trace.to_str().unwrap(),
+            "--kind",
+            kind,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pprof_decode.js");
+    let o = run(
+        Path::new("node"),
+        &[
+            script.to_str().unwrap(),
+            out.to_str().unwrap(),
+            modules.to_str().unwrap(),
+        ],
+    );
+    let v = json(&o);
+    assert_eq!(v["string0"], "", "string_table[0] must be \"\"");
+    assert_eq!(
+        v["distinct_location_keys"].as_u64().unwrap() as usize,
+        v["locations"].as_array().unwrap().len(),
+        "one Location per (mapping, address)"
+    );
+    assert_eq!(
+        v["distinct_functions"], v["functions"],
+        "functions deduplicated"
+    );
+    Some(v)
+}
+
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -282,5 +383,219 @@ fn lock_report_matches_the_hold_times() {
             frames[1..post].iter().all(|f| f["inlined"] == true),
             "{frames:#?}"
         );
+    }
+
+    // pprof: the inlined functions are several Lines of one Location, innermost first and
+    // Ledger::post last; the totals are those of the report.
+    let Some(p) = pprof_decoded(&trace, "lock", &dir.path().join("lock.pb.gz")) else {
+        return;
+    };
+    assert_eq!(p["default_sample_type"], "delay");
+    assert_eq!(p["totals"]["contentions"], locks["totals"]["count"]);
+    assert_eq!(p["totals"]["delay"], locks["totals"]["wait_ns"]);
+    assert_eq!(p["totals"]["hold"], locks["totals"]["hold_ns"]);
+    let inlined = p["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| {
+            let lines = l["lines"].as_array().unwrap();
+            lines.len() > 1
+                && lines
+                    .last()
+                    .is_some_and(|x| function(x).starts_with("Ledger::post"))
+        })
+        .unwrap_or_else(|| panic!("no location with Ledger::post's inlined lines: {p:#}"));
+    assert!(
+        inlined["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| function(x).contains("mutex")),
+        "{inlined}"
+    );
+    assert!(!inlined["mapping"]["build_id"].as_str().unwrap().is_empty());
+}
+
+#[test]
+fn pprof_decodes_with_an_independent_reader_and_matches_top() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = record(
+        dir.path(),
+        "t.pb.zst",
+        "alloc_workload",
+        &["--alloc=4096"],
+        &[],
+    );
+    let ebsym = ebsym_path();
+    run(&ebsym, &[trace.to_str().unwrap()]);
+    let sym = dir.path().join("t.sym.pb.zst");
+    let s = sym.to_str().unwrap();
+    let top = json(&run(
+        &ebsym,
+        &["top", s, "--kind", "alloc", "-n", "1000", "--json"],
+    ));
+    let Some(p) = pprof_decoded(&sym, "alloc", &dir.path().join("alloc.pb.gz")) else {
+        return;
+    };
+    assert_eq!(
+        p["sample_types"],
+        serde_json::json!([["alloc_objects", "count"], ["alloc_space", "bytes"]])
+    );
+    assert_eq!(p["default_sample_type"], "alloc_space");
+    assert_eq!(p["totals"]["alloc_objects"], top["totals"]["count"]);
+    assert_eq!(p["totals"]["alloc_space"], top["totals"]["bytes"]);
+    assert_eq!(
+        p["samples"].as_u64().unwrap() as usize,
+        top["rows"].as_array().unwrap().len()
+    );
+    for l in p["locations"].as_array().unwrap() {
+        let m = &l["mapping"];
+        assert!(
+            m.is_object() && !m["build_id"].as_str().unwrap().is_empty(),
+            "location without a mapping with a build-id: {l}"
+        );
+    }
+    let restock = p["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["lines"][0]["function"] == "Warehouse::restock()")
+        .expect("a location in Warehouse::restock");
+    assert!(restock["mapping"]["filename"]
+        .as_str()
+        .unwrap()
+        .ends_with("alloc_workload-fp"));
+    assert!(restock["lines"][0]["line"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn diff_of_5_and_10_rounds_is_the_difference_of_the_expected_numbers() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (t5, want5) = record(
+        dir.path(),
+        "r5.pb.zst",
+        "alloc_workload",
+        &["--alloc=4096"],
+        &["--rounds", "5"],
+    );
+    let (t10, want10) = record(
+        dir.path(),
+        "r10.pb.zst",
+        "alloc_workload",
+        &["--alloc=4096"],
+        &["--rounds", "10"],
+    );
+    let ebsym = ebsym_path();
+    let svg = dir.path().join("diff.svg");
+    let d = json(&run(
+        &ebsym,
+        &[
+            "diff",
+            t5.to_str().unwrap(),
+            t10.to_str().unwrap(),
+            "--kind",
+            "alloc",
+            "-n",
+            "1000",
+            "--json",
+            "-o",
+            svg.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(d["kind"], "alloc");
+    assert_eq!(d["by"], "bytes");
+    let bytes = |w: &Value| {
+        w["functions"]["Warehouse::restock"]["malloc"]["bytes"]
+            .as_i64()
+            .unwrap()
+    };
+    let restock = row_by_caller(&d, "Warehouse::restock");
+    assert_eq!(restock["before"].as_i64().unwrap(), bytes(&want5));
+    assert_eq!(restock["after"].as_i64().unwrap(), bytes(&want10));
+    assert_eq!(
+        restock["delta"].as_i64().unwrap(),
+        bytes(&want10) - bytes(&want5)
+    );
+    let deltas: Vec<u64> = d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["delta"].as_i64().unwrap().unsigned_abs())
+        .collect();
+    assert!(deltas.windows(2).all(|w| w[0] >= w[1]), "{deltas:?}");
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        svg.starts_with("<?xml")
+            && svg.contains("Warehouse::restock")
+            && svg.contains("Differential"),
+        "{}",
+        &svg[..svg.len().min(500)]
+    );
+    // The text form names the same numbers.
+    let text = String::from_utf8(
+        run(
+            &ebsym,
+            &[
+                "diff",
+                t5.to_str().unwrap(),
+                t10.to_str().unwrap(),
+                "--kind",
+                "alloc",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains(&format!(
+            "delta +{}  before {}  after {}",
+            bytes(&want10) - bytes(&want5),
+            bytes(&want5),
+            bytes(&want10)
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn reports_are_the_same_at_1_and_4_threads() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = record(
+        dir.path(),
+        "t.pb.zst",
+        "alloc_workload",
+        &["--alloc=4096"],
+        &[],
+    );
+    let t = trace.to_str().unwrap();
+    let ebsym = ebsym_path();
+    // The raw trace: each run symbolizes it on the fly, with that many threads.
+    let at = |threads: &str, args: &[&str]| -> String {
+        let out = Command::new(&ebsym)
+            .args(args)
+            .env("RAYON_NUM_THREADS", threads)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for args in [
+        &["top", t, "--kind", "alloc", "-n", "100"][..],
+        &["leaks", t][..],
+        &["folded", t, "--kind", "alloc", "--by", "count"][..],
+    ] {
+        let one = at("1", args);
+        assert!(one.contains("run_alloc"), "{args:?}: {one}");
+        assert_eq!(one, at("4", args), "{args:?}");
     }
 }

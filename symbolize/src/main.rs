@@ -165,6 +165,49 @@ enum Command {
         #[arg(long)]
         title: Option<String>,
     },
+    /// A gzip-compressed pprof profile (profile.proto) of one kind, for `go tool pprof`,
+    /// Pyroscope, Parca or Grafana: sample types and units per kind, mappings with
+    /// build-ids, functions, inlined frames as several lines of a location.
+    ///
+    /// Example: `ebsym pprof trace.pb.zst --kind cpu -o cpu.pb.gz`
+    Pprof {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// alloc, lock, func, cpu, offcpu, memgrowth.
+        #[arg(long, default_value = "alloc")]
+        kind: String,
+        /// The default sample type (as for `top`).
+        #[arg(long)]
+        by: Option<String>,
+        /// The profile to write.
+        #[arg(short, long, default_value = "profile.pb.gz")]
+        output: PathBuf,
+    },
+    /// What grew and what shrank between two traces: per stack, the value before and
+    /// after and the delta, largest change first; with -o, a differential flame graph
+    /// (red grew, blue shrank).
+    ///
+    /// Example: `ebsym diff before.pb.zst after.pb.zst --kind alloc -o diff.svg`
+    Diff {
+        /// The before trace, and every option of the reports.
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// The after trace.
+        after: PathBuf,
+        #[arg(long, default_value = "alloc")]
+        kind: String,
+        #[arg(long)]
+        by: Option<String>,
+        /// Also write a differential flame graph SVG here.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Title of the flame graph.
+        #[arg(long)]
+        title: Option<String>,
+        /// Draw the before widths instead (what shrank or disappeared stands out).
+        #[arg(long)]
+        negate: bool,
+    },
     /// What is in a trace: host, time span, processes and binaries, events, losses, whether
     /// it ended cleanly and whether it is symbolized.
     ///
@@ -334,6 +377,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             output,
             title,
         } => reports_cli::flamegraph(&args, &kind, by.as_deref(), title.as_deref(), &output)?,
+        Command::Pprof {
+            args,
+            kind,
+            by,
+            output,
+        } => reports_cli::pprof(&args, &kind, by.as_deref(), &output)?,
+        Command::Diff {
+            args,
+            after,
+            kind,
+            by,
+            output,
+            title,
+            negate,
+        } => reports_cli::diff(
+            &args,
+            &after,
+            &kind,
+            by.as_deref(),
+            output.as_deref(),
+            title.as_deref(),
+            negate,
+            &mut out,
+        )?,
         Command::Info { trace, json } => {
             let info = ebtrace_analyze::info::summarize(&trace)
                 .with_context(|| format!("cannot read {}", trace.display()))?;

@@ -1,4 +1,5 @@
-//! The report subcommands of ebsym: top, leaks, locks, latency, folded, flamegraph. A trace
+//! The report subcommands of ebsym: top, leaks, locks, latency, folded, flamegraph, pprof,
+//! diff. A trace
 //! that is not symbolized yet is symbolized on the fly (into a temporary file) with the same
 //! options as `ebsym TRACE`.
 use crate::FindArgs;
@@ -72,18 +73,21 @@ fn is_symbolized(path: &Path) -> Result<bool> {
 }
 
 pub fn symbolized(a: &ReportArgs) -> Result<Input> {
-    if is_symbolized(&a.trace)? {
+    symbolized_path(a, &a.trace)
+}
+
+/// `trace` symbolized with the options of `a` (itself if it already is).
+pub fn symbolized_path(a: &ReportArgs, trace: &Path) -> Result<Input> {
+    if is_symbolized(trace)? {
         return Ok(Input {
-            path: a.trace.clone(),
+            path: trace.to_path_buf(),
             _tmp: None,
         });
     }
     let tmp = tempfile::tempdir()?;
     let out = tmp.path().join("sym.pb.zst");
-    let report =
-        ebtrace_symbolize::trace::symbolize_trace(&a.trace, &out, &a.find.options(!a.no_demangle))
-            .with_context(|| format!("cannot symbolize {}", a.trace.display()))?;
-    let _ = report;
+    ebtrace_symbolize::trace::symbolize_trace(trace, &out, &a.find.options(!a.no_demangle))
+        .with_context(|| format!("cannot symbolize {}", trace.display()))?;
     Ok(Input {
         path: out,
         _tmp: Some(tmp),
@@ -130,11 +134,14 @@ pub fn leaks(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
 pub fn folded(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized(a)?;
-    let (lines, losses) = reports::folded(&input.path, k, &by, &a.filter())?;
-    for l in &lines {
+    let f = reports::folded(&input.path, k, &by, &a.filter())?;
+    for l in &f.lines {
         writeln!(out, "{l}")?;
     }
-    eprint!("{}", reports::losses_text(&losses));
+    if let Some(note) = &f.note {
+        eprintln!("ebsym: {note}");
+    }
+    eprint!("{}", reports::losses_text(&f.losses));
     Ok(())
 }
 
@@ -147,11 +154,83 @@ pub fn flamegraph(
 ) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized(a)?;
-    let (lines, losses) = reports::folded(&input.path, k, &by, &a.filter())?;
+    let folded = reports::folded(&input.path, k, &by, &a.filter())?;
+    if let Some(note) = &folded.note {
+        bail!("nothing to draw: {note}");
+    }
     let f = std::fs::File::create(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
-    reports::flamegraph(&lines, k, &by, title, std::io::BufWriter::new(f))?;
-    eprint!("{}", reports::losses_text(&losses));
-    eprintln!("ebsym: wrote {} ({} stacks)", output.display(), lines.len());
+    reports::flamegraph(&folded.lines, k, &by, title, std::io::BufWriter::new(f))?;
+    eprint!("{}", reports::losses_text(&folded.losses));
+    eprintln!(
+        "ebsym: wrote {} ({} stacks)",
+        output.display(),
+        folded.lines.len()
+    );
+    Ok(())
+}
+
+/// `ebsym pprof`: a gzip-compressed pprof profile of one kind.
+pub fn pprof(a: &ReportArgs, kind: &str, by: Option<&str>, output: &Path) -> Result<()> {
+    let (k, by) = kind_and_by(kind, by)?;
+    let input = symbolized(a)?;
+    let st = ebtrace_analyze::reports::stacks(&input.path, k, &a.filter())?;
+    if let Some(note) = &st.note {
+        eprintln!("ebsym: {note} (writing an empty profile)");
+    }
+    let profile = ebtrace_analyze::pprof::profile(&st, &by);
+    let f = std::fs::File::create(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    ebtrace_analyze::pprof::write_gz(&profile, &mut w)?;
+    w.flush()?;
+    eprint!("{}", reports::losses_text(&st.losses));
+    eprintln!(
+        "ebsym: wrote {} ({} samples, {} locations, {} functions, {} mappings)",
+        output.display(),
+        profile.sample.len(),
+        profile.location.len(),
+        profile.function.len(),
+        profile.mapping.len()
+    );
+    Ok(())
+}
+
+/// `ebsym diff`: what grew and what shrank between two traces, as text, JSON or a
+/// differential flame graph.
+#[allow(clippy::too_many_arguments)]
+pub fn diff(
+    a: &ReportArgs,
+    after: &Path,
+    kind: &str,
+    by: Option<&str>,
+    output: Option<&Path>,
+    title: Option<&str>,
+    negate: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let (k, by) = kind_and_by(kind, by)?;
+    let before_input = symbolized(a)?;
+    let after_input = symbolized_path(a, after)?;
+    let d = reports::diff(
+        &before_input.path,
+        &after_input.path,
+        k,
+        &by,
+        &a.filter(),
+        a.n,
+    )?;
+    if let Some(output) = output {
+        let f = std::fs::File::create(output)
+            .with_context(|| format!("cannot create {}", output.display()))?;
+        reports::diff_flamegraph(&d, k, title, negate, std::io::BufWriter::new(f))?;
+        eprintln!("ebsym: wrote {}", output.display());
+    }
+    if a.json {
+        serde_json::to_writer_pretty(&mut *out, &d)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(d.to_text().as_bytes())?;
+    }
     Ok(())
 }

@@ -1,0 +1,268 @@
+//! pprof output (`ebsym pprof`): the merged stacks of one kind as a gzip-compressed
+//! `profile.proto` (Google's schema, `proto/profile.proto`), for `go tool pprof`, Pyroscope,
+//! Parca and Grafana.
+//!
+//! Sample types per kind: alloc `alloc_objects`/count, `alloc_space`/bytes; lock
+//! `contentions`/count, `delay`/nanoseconds (and `hold`/nanoseconds where holds were
+//! recorded); cpu `samples`/count; offcpu `time`/nanoseconds; func `calls`/count,
+//! `latency`/nanoseconds; memgrowth `growth_events`/count, `growth_space`/bytes. `--by`
+//! picks the default sample type. One Location per (mapping, address), its Lines the inline
+//! chain innermost first; Functions deduplicated by (name, file); Mappings with their
+//! build-ids and file names.
+use crate::model::{Frame, MappingInfo};
+use crate::reports::{EventKind, Stacks};
+use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
+use std::collections::HashMap;
+
+/// Sample types (type, unit) of `kind`, in the order of each sample's values.
+pub fn sample_types(kind: EventKind, has_hold: bool) -> Vec<(&'static str, &'static str)> {
+    match kind {
+        EventKind::Alloc => vec![("alloc_objects", "count"), ("alloc_space", "bytes")],
+        EventKind::MemGrowth => vec![("growth_events", "count"), ("growth_space", "bytes")],
+        EventKind::Lock if has_hold => vec![
+            ("contentions", "count"),
+            ("delay", "nanoseconds"),
+            ("hold", "nanoseconds"),
+        ],
+        EventKind::Lock => vec![("contentions", "count"), ("delay", "nanoseconds")],
+        EventKind::Cpu => vec![("samples", "count")],
+        EventKind::OffCpu => vec![("time", "nanoseconds")],
+        EventKind::Func => vec![("calls", "count"), ("latency", "nanoseconds")],
+    }
+}
+
+/// The sample type `--by` stands for.
+fn default_type(kind: EventKind, by: &str) -> &'static str {
+    match (kind, by) {
+        (EventKind::Alloc, "count") => "alloc_objects",
+        (EventKind::Alloc, _) => "alloc_space",
+        (EventKind::MemGrowth, "count") => "growth_events",
+        (EventKind::MemGrowth, _) => "growth_space",
+        (EventKind::Lock, "count") => "contentions",
+        (EventKind::Lock, "hold") => "hold",
+        (EventKind::Lock, _) => "delay",
+        (EventKind::Cpu, _) => "samples",
+        (EventKind::OffCpu, _) => "time",
+        (EventKind::Func, "count") => "calls",
+        (EventKind::Func, _) => "latency",
+    }
+}
+
+/// A location's identity: (mapping id, address, its lines as (function id, line)).
+type LocationKey = (u64, u64, Vec<(u64, i64)>);
+
+#[derive(Default)]
+struct Builder {
+    strings: Vec<String>,
+    string_ids: HashMap<String, i64>,
+    mappings: Vec<Mapping>,
+    mapping_ids: HashMap<MappingInfo, u64>,
+    functions: Vec<Function>,
+    function_ids: HashMap<(String, String), u64>,
+    locations: Vec<Location>,
+    location_ids: HashMap<LocationKey, u64>,
+}
+
+impl Builder {
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.string_ids.get(s) {
+            return i;
+        }
+        let i = self.strings.len() as i64;
+        self.strings.push(s.to_string());
+        self.string_ids.insert(s.to_string(), i);
+        i
+    }
+
+    fn mapping(&mut self, m: &MappingInfo) -> u64 {
+        if let Some(&id) = self.mapping_ids.get(m) {
+            return id;
+        }
+        let id = self.mappings.len() as u64 + 1;
+        let filename = self.string(&m.path);
+        let build_id = self.string(&m.build_id);
+        self.mappings.push(Mapping {
+            id,
+            memory_start: m.start,
+            memory_limit: m.end,
+            file_offset: m.file_offset,
+            filename,
+            build_id,
+            ..Default::default()
+        });
+        self.mapping_ids.insert(m.clone(), id);
+        id
+    }
+
+    fn function(&mut self, f: &Frame) -> u64 {
+        let key = (f.function.clone(), f.file.clone().unwrap_or_default());
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let name = self.string(&key.0);
+        let filename = self.string(&key.1);
+        self.functions.push(Function {
+            id,
+            name,
+            system_name: name,
+            filename,
+            start_line: 0,
+        });
+        self.function_ids.insert(key, id);
+        id
+    }
+
+    /// The location of one inline chain (innermost first, the containing function last).
+    fn location(&mut self, chain: &[Frame], mapping: Option<&MappingInfo>) -> u64 {
+        let mapping_id = mapping.map_or(0, |m| self.mapping(m));
+        let address = chain
+            .first()
+            .and_then(|f| u64::from_str_radix(f.address.trim_start_matches("0x"), 16).ok())
+            .unwrap_or(0);
+        let lines: Vec<(u64, i64)> = chain
+            .iter()
+            .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
+            .collect();
+        let symbolized = chain.iter().any(|f| f.file.is_some());
+        if symbolized && mapping_id != 0 {
+            let m = &mut self.mappings[mapping_id as usize - 1];
+            m.has_functions = true;
+            m.has_filenames = true;
+            m.has_line_numbers = true;
+            m.has_inline_frames = true;
+        }
+        let key = (mapping_id, address, lines);
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(Location {
+            id,
+            mapping_id,
+            address,
+            line: key
+                .2
+                .iter()
+                .map(|&(function_id, line)| Line { function_id, line })
+                .collect(),
+            is_folded: false,
+        });
+        self.location_ids.insert(key, id);
+        id
+    }
+}
+
+/// Splits leaf-first `frames` into inline chains: each ends at the first frame that is not
+/// inlined (the function the preceding ones were inlined into).
+fn chains(frames: &[Frame]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, f) in frames.iter().enumerate() {
+        if !f.inlined {
+            out.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if start < frames.len() {
+        out.push(start..frames.len());
+    }
+    out
+}
+
+/// The pprof profile of `st`, with `by` as the default sample type.
+pub fn profile(st: &Stacks, by: &str) -> Profile {
+    let mut b = Builder::default();
+    b.string("");
+    let has_hold = st.kind == EventKind::Lock && st.stacks.iter().any(|s| s.hold > 0);
+    let types = sample_types(st.kind, has_hold);
+    let sample_type: Vec<ValueType> = types
+        .iter()
+        .map(|(t, u)| ValueType {
+            r#type: b.string(t),
+            unit: b.string(u),
+        })
+        .collect();
+    let mutex_key = b.string("mutex");
+    let mut samples = Vec::with_capacity(st.stacks.len());
+    for s in &st.stacks {
+        let location_id = chains(&s.frames)
+            .into_iter()
+            .map(|r| {
+                let mapping = s.mappings.get(r.start).and_then(|m| m.as_ref());
+                b.location(&s.frames[r], mapping)
+            })
+            .collect();
+        let value = types
+            .iter()
+            .map(|(t, _)| match *t {
+                "alloc_objects" | "growth_events" | "contentions" | "samples" | "calls" => s.count,
+                "hold" => s.hold,
+                _ => s.total,
+            } as i64)
+            .collect();
+        let label = if st.kind == EventKind::Lock {
+            vec![Label {
+                key: mutex_key,
+                str: b.string(&format!("{:#x}", s.sub)),
+                ..Default::default()
+            }]
+        } else {
+            Vec::new()
+        };
+        samples.push(Sample {
+            location_id,
+            value,
+            label,
+        });
+    }
+    let default = default_type(st.kind, by);
+    let default_sample_type = if types.iter().any(|(t, _)| *t == default) {
+        b.string(default)
+    } else {
+        0
+    };
+    let mut comment = vec![b.string(&format!(
+        "ebtrace {} profile ({})",
+        st.kind.name(),
+        st.header.recorder_version
+    ))];
+    if !st.losses.recorded.is_empty() {
+        let v: Vec<String> = st
+            .losses
+            .recorded
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        comment.push(b.string(&format!("events lost while recording: {}", v.join(", "))));
+    }
+    let period_type = sample_type.first().copied();
+    Profile {
+        sample_type,
+        sample: samples,
+        mapping: b.mappings,
+        location: b.locations,
+        function: b.functions,
+        string_table: b.strings,
+        time_nanos: st.header.start_realtime_ns as i64,
+        duration_nanos: match (st.first_event_ns, st.last_event_ns) {
+            (Some(a), Some(z)) => (z - a) as i64,
+            _ => 0,
+        },
+        period_type,
+        period: 1,
+        comment,
+        default_sample_type,
+        ..Default::default()
+    }
+}
+
+/// Writes `p` gzip-compressed, as pprof reads it.
+pub fn write_gz(p: &Profile, out: impl std::io::Write) -> std::io::Result<()> {
+    use prost::Message;
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(out, flate2::Compression::default());
+    gz.write_all(&p.encode_to_vec())?;
+    gz.finish()?;
+    Ok(())
+}

@@ -1,0 +1,522 @@
+//! Golden-file tests of the reports: a synthetic trace, written with `TraceWriter` together
+//! with the symbolizer's records (so no binary is needed), rendered by top, leaks, locks,
+//! folded and diff in text and JSON and compared with `tests/golden/`. `EBTRACE_BLESS=1`
+//! rewrites the files. Also: empty traces and traces with only losses say so.
+use ebtrace_analyze::model::Filter;
+use ebtrace_analyze::reports::{self, EventKind};
+use ebtrace_format::events::{AllocEvent, FreeEvent, LockEvent};
+use ebtrace_format::{TraceWriter, WriterOptions};
+use ebtrace_proto::v1::{self as pb, record::Kind, Record};
+use std::path::{Path, PathBuf};
+
+const SHOP: u64 = 0x5555_0000_0000;
+const LIBC: u64 = 0x7f00_0000_0000;
+
+fn rec(k: Kind) -> Record {
+    Record { kind: Some(k) }
+}
+
+/// One symbolized address: (function, file, line, inlined), innermost first.
+type Sym<'a> = (u64, &'a [(&'a str, &'a str, u32, bool)]);
+
+fn header() -> pb::Header {
+    pb::Header {
+        recorder_version: "golden".into(),
+        hostname: "host".into(),
+        arch: "x86_64".into(),
+        start_time_ns: 1_000_000_000,
+        start_realtime_ns: 1_700_000_000_000_000_000,
+        ..Default::default()
+    }
+}
+
+fn writer() -> TraceWriter<Vec<u8>> {
+    let opts = WriterOptions {
+        chunk_interval: None,
+        ..Default::default()
+    };
+    TraceWriter::new(Vec::new(), header(), opts).unwrap()
+}
+
+/// A process that runs `rounds` rounds: each round allocates 4096 bytes 3 times in
+/// `Warehouse::restock` (freed), 100 bytes twice through an inlined helper (one leaked),
+/// and waits for a mutex twice.
+fn write_shop(path: &Path, rounds: u64) {
+    let mut w = writer();
+    let comm = w.intern_string(b"shop").unwrap();
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        comm,
+        event: pb::ProcessEvent::Existing as i32,
+        time_ns: 1_000_000_000,
+        ..Default::default()
+    })))
+    .unwrap();
+    let shop_path = w.intern_string(b"/usr/bin/shop").unwrap();
+    let shop_id = w.intern_build_id(&[0xab; 20]).unwrap();
+    let libc_path = w.intern_string(b"/lib/libc.so.6").unwrap();
+    let libc_id = w.intern_build_id(&[0xcd; 20]).unwrap();
+    for (start, path, build_id) in [(SHOP, shop_path, shop_id), (LIBC, libc_path, libc_id)] {
+        w.write_record(&rec(Kind::Mapping(pb::Mapping {
+            generation: 1,
+            start,
+            end: start + 0x10000,
+            file_offset: 0x1000,
+            path,
+            build_id,
+            perms: 5,
+            source: pb::MappingSource::Snapshot as i32,
+            ..Default::default()
+        })))
+        .unwrap();
+    }
+    let malloc = LIBC + 0x100;
+    let lock = LIBC + 0x300;
+    let restock = w
+        .intern_stack(1, &[malloc, SHOP + 0x1010, SHOP + 0x2020], &[], 0)
+        .unwrap();
+    // SHOP + 0x1810 has no symbolization record: an unresolved frame.
+    let helper = w
+        .intern_stack(
+            1,
+            &[malloc, SHOP + 0x1510, SHOP + 0x1810, SHOP + 0x2020],
+            &[],
+            0,
+        )
+        .unwrap();
+    let post = w
+        .intern_stack(1, &[lock, SHOP + 0x3010, SHOP + 0x2020], &[], 0)
+        .unwrap();
+    let unlock = w
+        .intern_stack(1, &[LIBC + 0x400, SHOP + 0x3110, SHOP + 0x2020], &[], 0)
+        .unwrap();
+    let mut t = 1_100_000_000;
+    let mut addr = 0x6000_0000;
+    for _ in 0..rounds {
+        let mut blocks = Vec::new();
+        for _ in 0..3 {
+            t += 1000;
+            addr += 0x2000;
+            w.alloc(&AllocEvent {
+                time_ns: t,
+                generation: 1,
+                tid: 42,
+                stack: restock,
+                size: 4096,
+                address: addr,
+                kind: pb::AllocKind::Malloc,
+            })
+            .unwrap();
+            blocks.push(addr);
+        }
+        for (i, size) in [100u64, 100].into_iter().enumerate() {
+            t += 1000;
+            addr += 0x2000;
+            w.alloc(&AllocEvent {
+                time_ns: t,
+                generation: 1,
+                tid: 43,
+                stack: helper,
+                size,
+                address: addr,
+                kind: pb::AllocKind::Malloc,
+            })
+            .unwrap();
+            if i == 0 {
+                blocks.push(addr);
+            }
+        }
+        for b in blocks {
+            t += 500;
+            w.free(&FreeEvent {
+                time_ns: t,
+                generation: 1,
+                tid: 42,
+                address: b,
+            })
+            .unwrap();
+        }
+        for (wait, hold) in [(2000u64, 5000u64), (6000, 7000)] {
+            t += 10_000;
+            w.lock(&LockEvent {
+                time_ns: t,
+                generation: 1,
+                tid: 44,
+                stack: post,
+                mutex: 0x7ffd_0000_1000,
+                wait_ns: wait,
+                hold_ns: hold,
+                waker_tid: 45,
+                waker_stack: unlock,
+                futex_op: 0,
+                source: pb::LockSource::Uprobe,
+                result: 0,
+            })
+            .unwrap();
+        }
+    }
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        event: pb::ProcessEvent::Exit as i32,
+        time_ns: t + 1000,
+        ..Default::default()
+    })))
+    .unwrap();
+    // What ebsym appends: file offsets (leaf: ip, callers: ip - 1, minus start plus the
+    // mapping's file offset).
+    let off = |base: u64, ip: u64| ip - base + 0x1000;
+    w.write_record(&rec(Kind::SymbolizerInfo(pb::SymbolizerInfo {
+        symbolizer_version: "golden".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    let syms: &[(u64, Sym<'_>)] = &[
+        (
+            libc_id,
+            (
+                off(LIBC, malloc),
+                &[("malloc", "malloc/malloc.c", 3281, false)],
+            ),
+        ),
+        (
+            libc_id,
+            (
+                off(LIBC, lock),
+                &[("pthread_mutex_lock", "nptl/pthread_mutex_lock.c", 80, false)],
+            ),
+        ),
+        (
+            libc_id,
+            (
+                off(LIBC, LIBC + 0x400),
+                &[(
+                    "pthread_mutex_unlock",
+                    "nptl/pthread_mutex_unlock.c",
+                    360,
+                    false,
+                )],
+            ),
+        ),
+        (
+            shop_id,
+            (
+                off(SHOP, SHOP + 0x1010 - 1),
+                &[("Warehouse::restock()", "shop.cpp", 98, false)],
+            ),
+        ),
+        (
+            shop_id,
+            (
+                off(SHOP, SHOP + 0x1510 - 1),
+                &[
+                    ("make_label(int)", "label.h", 12, true),
+                    ("Shelf::fill()", "shop.cpp", 140, false),
+                ],
+            ),
+        ),
+        (
+            shop_id,
+            (
+                off(SHOP, SHOP + 0x2020 - 1),
+                &[("main", "shop.cpp", 300, false)],
+            ),
+        ),
+        (
+            shop_id,
+            (
+                off(SHOP, SHOP + 0x3010 - 1),
+                &[
+                    ("std::mutex::lock()", "std_mutex.h", 113, true),
+                    ("Ledger::post(long)", "shop.cpp", 210, false),
+                ],
+            ),
+        ),
+        (
+            shop_id,
+            (
+                off(SHOP, SHOP + 0x3110 - 1),
+                &[("Ledger::post(long)", "shop.cpp", 215, false)],
+            ),
+        ),
+    ];
+    for &(build_id, (address, frames)) in syms {
+        let mut out = Vec::new();
+        for &(function, file, line, inlined) in frames {
+            out.push(pb::SymbolFrame {
+                function: w.intern_string(function.as_bytes()).unwrap(),
+                file: w.intern_string(file.as_bytes()).unwrap(),
+                line,
+                inlined,
+                ..Default::default()
+            });
+        }
+        w.write_record(&rec(Kind::SymbolizedAddress(pb::SymbolizedAddress {
+            build_id,
+            address,
+            frames: out,
+            reason: 0,
+        })))
+        .unwrap();
+    }
+    let bytes = w
+        .finish(Some(pb::Trailer {
+            stop_reason: "targets exited".into(),
+            ..Default::default()
+        }))
+        .unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// Compares `got` with `tests/golden/name`, or rewrites it when EBTRACE_BLESS=1.
+fn check(name: &str, got: &str) {
+    let path = golden_dir().join(name);
+    if std::env::var("EBTRACE_BLESS").as_deref() == Ok("1") {
+        std::fs::create_dir_all(golden_dir()).unwrap();
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} is missing: run with EBTRACE_BLESS=1 to write it",
+            path.display()
+        )
+    });
+    if want != got {
+        let first = want
+            .lines()
+            .zip(got.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(want.lines().count().min(got.lines().count()));
+        panic!(
+            "{} differs from the report (first at line {}); rerun with EBTRACE_BLESS=1 if \
+             the change is intended.\n--- got:\n{got}",
+            path.display(),
+            first + 1
+        );
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap() + "\n"
+}
+
+#[test]
+fn reports_match_the_golden_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("shop.pb.zst");
+    write_shop(&trace, 3);
+    let all = Filter::default();
+
+    let top = reports::top(&trace, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    check("top_alloc.txt", &top.to_text());
+    check("top_alloc.json", &json(&top));
+
+    let leaks = reports::leaks(&trace, &all, 20).unwrap();
+    check("leaks.txt", &leaks.to_text());
+    check("leaks.json", &json(&leaks));
+
+    let locks = reports::top(&trace, EventKind::Lock, "wait", &all, 20).unwrap();
+    check("locks.txt", &locks.to_text());
+    check("locks.json", &json(&locks));
+
+    let folded = reports::folded(&trace, EventKind::Alloc, "bytes", &all).unwrap();
+    check("folded_alloc.txt", &(folded.lines.join("\n") + "\n"));
+    check("folded_alloc.json", &json(&folded.lines));
+
+    let after = dir.path().join("shop5.pb.zst");
+    write_shop(&after, 5);
+    let diff = reports::diff(&trace, &after, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    check("diff_alloc.txt", &diff.to_text());
+    check("diff_alloc.json", &json(&diff));
+}
+
+#[test]
+fn the_numbers_are_what_the_trace_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("shop.pb.zst");
+    write_shop(&trace, 3);
+    let all = Filter::default();
+    let top = reports::top(&trace, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    assert_eq!(top.totals["count"], 15);
+    assert_eq!(top.totals["bytes"], 3 * (3 * 4096 + 200));
+    let leaks = reports::leaks(&trace, &all, 20).unwrap();
+    assert_eq!(leaks.rows.len(), 1);
+    assert_eq!(leaks.rows[0]["count"], 3);
+    assert_eq!(leaks.rows[0]["bytes"], 300);
+    assert_eq!(leaks.rows[0]["alive"], false);
+    let locks = reports::top(&trace, EventKind::Lock, "wait", &all, 20).unwrap();
+    assert_eq!(locks.totals["wait_ns"], 3 * 8000);
+    assert_eq!(locks.totals["hold_ns"], 3 * 12000);
+    let after = dir.path().join("shop5.pb.zst");
+    write_shop(&after, 5);
+    let d = reports::diff(&trace, &after, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    assert_eq!(d.rows[0].delta, 2 * 3 * 4096);
+    assert_eq!(d.rows[1].delta, 2 * 200);
+}
+
+#[test]
+fn pprof_has_inline_chains_as_lines_and_the_totals_of_top() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("shop.pb.zst");
+    write_shop(&trace, 3);
+    let st = reports::stacks(&trace, EventKind::Lock, &Filter::default()).unwrap();
+    let p = ebtrace_analyze::pprof::profile(&st, "wait");
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(s(0), "");
+    let types: Vec<(&str, &str)> = p
+        .sample_type
+        .iter()
+        .map(|t| (s(t.r#type), s(t.unit)))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("contentions", "count"),
+            ("delay", "nanoseconds"),
+            ("hold", "nanoseconds")
+        ]
+    );
+    assert_eq!(s(p.default_sample_type), "delay");
+    let total = |i: usize| p.sample.iter().map(|x| x.value[i]).sum::<i64>();
+    assert_eq!((total(0), total(1), total(2)), (6, 24000, 36000));
+    // Ledger::post's location: std::mutex::lock inlined into it, innermost first.
+    let f = |id: u64| s(p.function[id as usize - 1].name);
+    let post = p
+        .location
+        .iter()
+        .find(|l| l.line.len() == 2)
+        .expect("a location with an inline chain");
+    assert_eq!(f(post.line[0].function_id), "std::mutex::lock()");
+    assert_eq!(f(post.line[1].function_id), "Ledger::post(long)");
+    assert_eq!(post.address, SHOP + 0x3010);
+    let m = &p.mapping[post.mapping_id as usize - 1];
+    assert_eq!(s(m.build_id), "ab".repeat(20));
+    assert_eq!(s(m.filename), "/usr/bin/shop");
+    assert!(m.has_inline_frames);
+    // Round trip through gzip and prost.
+    let mut gz = Vec::new();
+    ebtrace_analyze::pprof::write_gz(&p, &mut gz).unwrap();
+    let mut raw = Vec::new();
+    use std::io::Read;
+    flate2::read::GzDecoder::new(gz.as_slice())
+        .read_to_end(&mut raw)
+        .unwrap();
+    use prost::Message;
+    assert_eq!(
+        ebtrace_proto::pprof::Profile::decode(raw.as_slice()).unwrap(),
+        p
+    );
+}
+
+/// A trace with a header, `lost` records and a trailer, nothing else.
+fn write_bare(path: &Path, lost: &[(pb::EventFamily, u64)]) {
+    let mut w = writer();
+    for &(family, count) in lost {
+        w.write_record(&rec(Kind::Lost(pb::Lost {
+            time_ns: 2_000_000_000,
+            family: family as i32,
+            reason: pb::LossReason::RingbufFull as i32,
+            count,
+            cpu: 0,
+        })))
+        .unwrap();
+    }
+    let bytes = w.finish(Some(pb::Trailer::default())).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn empty_and_loss_only_traces_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.pb.zst");
+    write_bare(&empty, &[]);
+    let lost = dir.path().join("lost.pb.zst");
+    write_bare(
+        &lost,
+        &[
+            (pb::EventFamily::Alloc, 12),
+            (pb::EventFamily::Free, 3),
+            (pb::EventFamily::Lock, 5),
+        ],
+    );
+    let all = Filter::default();
+    let but = " (but 20 events were lost while recording: alloc/ringbuf_full 12, \
+               free/ringbuf_full 3, lock/ringbuf_full 5)";
+    for (trace, tail) in [(&empty, ""), (&lost, but)] {
+        for (kind, by) in [
+            (EventKind::Alloc, "bytes"),
+            (EventKind::Lock, "wait"),
+            (EventKind::Func, "latency"),
+            (EventKind::Cpu, "samples"),
+            (EventKind::OffCpu, "time"),
+        ] {
+            let want = format!("no {} events in this trace{tail}", kind.name());
+            let r = reports::top(trace, kind, by, &all, 20).unwrap();
+            assert!(r.rows.is_empty());
+            assert_eq!(r.note.as_deref(), Some(want.as_str()));
+            let text = r.to_text();
+            assert!(text.contains(&want), "{text}");
+            assert!(!text.contains("#1"), "{text}");
+            let j = serde_json::to_value(&r).unwrap();
+            assert_eq!(j["note"], want.as_str());
+            let f = reports::folded(trace, kind, by, &all).unwrap();
+            assert!(f.lines.is_empty());
+            assert_eq!(f.note.as_deref(), Some(want.as_str()));
+            let st = reports::stacks(trace, kind, &all).unwrap();
+            assert_eq!(st.note.as_deref(), Some(want.as_str()));
+            let p = ebtrace_analyze::pprof::profile(&st, by);
+            assert!(p.sample.is_empty() && p.string_table[0].is_empty());
+        }
+        let want = format!("no alloc events in this trace{tail}");
+        let leaks = reports::leaks(trace, &all, 20).unwrap();
+        assert_eq!(leaks.note.as_deref(), Some(want.as_str()));
+        assert!(leaks.to_text().contains(&want));
+        let d = reports::diff(trace, trace, EventKind::Alloc, "bytes", &all, 20).unwrap();
+        assert!(d.rows.is_empty());
+        assert_eq!(
+            d.notes,
+            [format!("before: {want}"), format!("after: {want}")]
+        );
+        let mut svg = Vec::new();
+        assert!(reports::diff_flamegraph(&d, EventKind::Alloc, None, false, &mut svg).is_err());
+    }
+    // Losses are also stated in the report's losses paragraph.
+    let r = reports::top(&lost, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    assert!(r
+        .to_text()
+        .contains("losses: events lost while recording: alloc/ringbuf_full 12"));
+}
+
+#[test]
+fn a_filter_that_keeps_nothing_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("shop.pb.zst");
+    write_shop(&trace, 1);
+    let f = Filter {
+        pids: vec![1],
+        ..Default::default()
+    };
+    let r = reports::top(&trace, EventKind::Alloc, "bytes", &f, 20).unwrap();
+    assert_eq!(
+        r.note.as_deref(),
+        Some("no alloc events in this trace match the filters")
+    );
+    let leaks = reports::leaks(&trace, &Filter::default(), 20).unwrap();
+    assert!(leaks.note.is_none());
+    // Every allocation freed: not an empty table either.
+    let f = Filter {
+        tids: vec![42],
+        ..Default::default()
+    };
+    let leaks = reports::leaks(&trace, &f, 20).unwrap();
+    assert_eq!(
+        leaks.note.as_deref(),
+        Some("no leaks: all 3 traced allocations that match the filters were freed")
+    );
+}
