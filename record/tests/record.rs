@@ -1,6 +1,9 @@
 //! ebrec end to end: real BPF programs on real C++ programs from testdata/, checked by
 //! reading the trace and resolving frames with the ELF symbol tables. Needs root; skips
 //! loudly without it, and fails instead when CI=true.
+
+mod common;
+use common::{expect_line, root};
 use ebtrace_format::events::{AllocEvent, Family, FreeEvent, LockEvent};
 use ebtrace_format::proto::{record::Kind, Lost, Process, ProcessEvent, Trailer};
 use ebtrace_format::{Tables, TraceReader};
@@ -11,38 +14,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("this test needs root (eBPF), and CI=true: failing instead of skipping");
-    }
-    eprintln!("\n*** SKIPPED: needs root for eBPF (run the tests as root) ***\n");
-    false
-}
-
 fn ebrec(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ebrec"))
         .args(args)
         .output()
         .expect("run ebrec")
-}
-
-fn expect_line(out: &Output, program: &str) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("EXPECT "))
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|v| v["program"] == program);
-    line.unwrap_or_else(|| {
-        panic!(
-            "no EXPECT line of {program}; stdout: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 #[derive(Default)]

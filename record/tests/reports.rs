@@ -1,22 +1,13 @@
 //! From recording to report: ebrec records a testdata program, ebsym symbolizes it and
 //! reports, and the numbers are what the program did. Needs root (skips loudly without it;
 //! fails when CI=true).
+
+mod common;
+use common::{expect_line, root};
 use ebtrace_testdata::{build, Variant};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("this test needs root (eBPF), and CI=true: failing instead of skipping");
-    }
-    eprintln!("\n*** SKIPPED: needs root for eBPF (run the tests as root) ***\n");
-    false
-}
 
 /// ebsym from the same build (cargo builds every binary of the workspace for its tests).
 fn ebsym_path() -> PathBuf {
@@ -45,16 +36,6 @@ fn run(cmd: &Path, args: &[&str]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-fn expect_line(out: &Output, program: &str) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("EXPECT "))
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|v| v["program"] == program)
-        .expect("EXPECT line")
 }
 
 /// Records `program` (a testdata program, frame-pointer build) with `ebrec_args`, passing it

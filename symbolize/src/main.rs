@@ -416,36 +416,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             use ebtrace_format::proto::record::Kind;
             let mut r = ebtrace_format::TraceReader::open(&trace)
                 .with_context(|| format!("cannot read {}", trace.display()))?;
+            fn events<B: Family>(b: &B, out: &mut impl Write) -> anyhow::Result<()>
+            where
+                B::Event: std::fmt::Debug,
+            {
+                for e in b.decode()? {
+                    writeln!(out, "{e:?}")?;
+                }
+                Ok(())
+            }
             for rec in r.by_ref() {
                 match rec.kind {
-                    Some(Kind::Allocs(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
-                    Some(Kind::Frees(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
-                    Some(Kind::Locks(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
-                    Some(Kind::Funcs(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
-                    Some(Kind::CpuSamples(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
-                    Some(Kind::Offcpu(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
-                    Some(Kind::MemGrowth(b)) => b
-                        .decode()?
-                        .iter()
-                        .try_for_each(|e| writeln!(out, "{e:?}"))?,
+                    Some(Kind::Allocs(b)) => events(&b, &mut out)?,
+                    Some(Kind::Frees(b)) => events(&b, &mut out)?,
+                    Some(Kind::Locks(b)) => events(&b, &mut out)?,
+                    Some(Kind::Funcs(b)) => events(&b, &mut out)?,
+                    Some(Kind::CpuSamples(b)) => events(&b, &mut out)?,
+                    Some(Kind::Offcpu(b)) => events(&b, &mut out)?,
+                    Some(Kind::MemGrowth(b)) => events(&b, &mut out)?,
                     Some(k) => writeln!(out, "{k:?}")?,
                     None => writeln!(out, "(unknown record kind)")?,
                 }
