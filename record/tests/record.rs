@@ -789,3 +789,53 @@ fn sampling_keeps_one_in_n() {
         .unwrap();
     assert_eq!(alloc.kept + alloc.lost + alloc.filtered, alloc.hits);
 }
+
+#[test]
+fn no_free_records_allocations_only() {
+    if !root() {
+        return;
+    }
+    let dir = tmp();
+    let trace = dir.path().join("t.pb.zst");
+    let prog = bin("alloc_workload");
+    let out = ebrec(&[
+        "record",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--alloc=4096",
+        "--no-free",
+        "--",
+        prog.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = expect_line(&out, "alloc_workload");
+    let t = read_trace(&trace);
+    // Only realloc still frees (a realloc of a traced block is a free plus an allocation).
+    let reallocs = t
+        .allocs
+        .iter()
+        .filter(|a| a.kind == ebtrace_format::proto::AllocKind::Realloc)
+        .count();
+    assert!(
+        t.frees.len() <= reallocs,
+        "{} frees, {reallocs} reallocs",
+        t.frees.len()
+    );
+    let mut r = Resolver::default();
+    let n = t
+        .allocs
+        .iter()
+        .filter(|a| r.frames(&t, a.stack, a.time_ns)[1] == "Warehouse::restock")
+        .count() as u64;
+    assert_eq!(
+        n,
+        want["functions"]["Warehouse::restock"]["malloc"]["calls"]
+            .as_u64()
+            .unwrap()
+    );
+}
