@@ -261,13 +261,16 @@ impl<'obj> Probes<'obj> {
         lock_sites: &[Site],
         pid: i32,
     ) -> Result<()> {
-        let mut links = Vec::new();
-        let mut attached = Vec::new();
-        let tp = (&mut self.trace_probes, &mut self.filter_fds);
+        // (site, entry program, return program)
+        let mut plan: Vec<(
+            &Site,
+            &libbpf_rs::ProgramMut<'_>,
+            Option<&libbpf_rs::ProgramMut<'_>>,
+        )> = Vec::new();
         if let Some(a) = &self.alloc {
             let pr = &a.progs;
             for s in alloc_sites {
-                let prog = match s.symbol {
+                let entry = match s.symbol {
                     "malloc" => &pr.malloc_enter,
                     "calloc" => &pr.calloc_enter,
                     "realloc" => &pr.realloc_enter,
@@ -280,72 +283,46 @@ impl<'obj> Probes<'obj> {
                     "free" => &pr.free_enter,
                     _ => continue,
                 };
-                links.extend(attach(&mut *tp.0, &mut *tp.1, prog, s, false, pid)?);
-                if s.symbol != "free" {
-                    links.extend(attach(
-                        &mut *tp.0,
-                        &mut *tp.1,
-                        &pr.alloc_return,
-                        s,
-                        true,
-                        pid,
-                    )?);
-                }
-                attached.push(format!("{} in {}", s.symbol, s.lib.display()));
+                let ret = (s.symbol != "free").then_some(&pr.alloc_return);
+                plan.push((s, entry, ret));
             }
         }
         if let Some(l) = &self.lock {
             let pr = &l.progs;
             for s in lock_sites {
-                match s.symbol {
-                    "pthread_mutex_lock" => {
-                        links.extend(attach(
-                            &mut *tp.0,
-                            &mut *tp.1,
-                            &pr.mutex_lock_enter,
-                            s,
-                            false,
-                            pid,
-                        )?);
-                        links.extend(attach(
-                            &mut *tp.0,
-                            &mut *tp.1,
-                            &pr.mutex_lock_return,
-                            s,
-                            true,
-                            pid,
-                        )?);
-                    }
+                let (entry, ret) = match s.symbol {
+                    "pthread_mutex_lock" => (&pr.mutex_lock_enter, Some(&pr.mutex_lock_return)),
                     "pthread_mutex_trylock" => {
-                        links.extend(attach(
-                            &mut *tp.0,
-                            &mut *tp.1,
-                            &pr.mutex_trylock_enter,
-                            s,
-                            false,
-                            pid,
-                        )?);
-                        links.extend(attach(
-                            &mut *tp.0,
-                            &mut *tp.1,
-                            &pr.mutex_lock_return,
-                            s,
-                            true,
-                            pid,
-                        )?);
+                        (&pr.mutex_trylock_enter, Some(&pr.mutex_lock_return))
                     }
-                    "pthread_mutex_unlock" => links.extend(attach(
-                        &mut *tp.0,
-                        &mut *tp.1,
-                        &pr.mutex_unlock_enter,
-                        s,
-                        false,
-                        pid,
-                    )?),
+                    "pthread_mutex_unlock" => (&pr.mutex_unlock_enter, None),
                     _ => continue,
-                }
-                attached.push(format!("{} in {}", s.symbol, s.lib.display()));
+                };
+                plan.push((s, entry, ret));
             }
+        }
+        let mut links = Vec::new();
+        let mut attached = Vec::new();
+        for (s, entry, ret) in plan {
+            links.extend(attach(
+                &mut self.trace_probes,
+                &mut self.filter_fds,
+                entry,
+                s,
+                false,
+                pid,
+            )?);
+            if let Some(ret) = ret {
+                links.extend(attach(
+                    &mut self.trace_probes,
+                    &mut self.filter_fds,
+                    ret,
+                    s,
+                    true,
+                    pid,
+                )?);
+            }
+            attached.push(format!("{} in {}", s.symbol, s.lib.display()));
         }
         self.links.extend(links);
         self.attached.extend(attached);
