@@ -580,3 +580,71 @@ fn reports_are_the_same_at_1_and_4_threads() {
         assert_eq!(one, at("4", args), "{args:?}");
     }
 }
+
+/// A non-PIE executable: its code is mapped at 0x401000 from file offset 0x1000, so the
+/// symbolized addresses' key (file offset) and the ELF address differ; both paths must agree.
+#[test]
+fn non_pie_executable_resolves_to_the_right_lines() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("alloc_workload-nopie");
+    let st = Command::new("g++")
+        .args([
+            "-O2",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-no-pie",
+            "-pthread",
+            "-std=c++17",
+            "-Wl,--build-id",
+            "-o",
+        ])
+        .arg(&bin)
+        .arg(ebtrace_testdata::source_path("alloc_workload"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let trace = dir.path().join("t.pb.zst");
+    let out = run(
+        Path::new(env!("CARGO_BIN_EXE_ebrec")),
+        &[
+            "record",
+            "-q",
+            "-o",
+            trace.to_str().unwrap(),
+            "--alloc=4096",
+            "--",
+            bin.to_str().unwrap(),
+        ],
+    );
+    let want = expect_line(&out, "alloc_workload");
+    let top = json(&run(
+        &ebsym_path(),
+        &[
+            "top",
+            trace.to_str().unwrap(),
+            "--kind",
+            "alloc",
+            "-n",
+            "100",
+            "--json",
+        ],
+    ));
+    let restock = row_by_caller(&top, "Warehouse::restock");
+    assert_eq!(
+        restock["count"],
+        want["functions"]["Warehouse::restock"]["malloc"]["calls"]
+    );
+    let f1 = &restock["frames"][1];
+    assert!(
+        f1["file"].as_str().unwrap().ends_with("alloc_workload.cpp"),
+        "{f1}"
+    );
+    assert!(
+        u64::from_str_radix(f1["address"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+            < 0x1000000,
+        "non-PIE code is low: {f1}"
+    );
+}
