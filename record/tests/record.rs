@@ -142,23 +142,8 @@ fn allocations_per_call_site_with_the_direct_caller() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("alloc_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--alloc=4096",
-        "--",
-        prog.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let rec = common::record("alloc_workload", &["--alloc=4096"], &[]);
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "alloc_workload");
     let t = read_trace(&trace);
     let mut r = Resolver::default();
@@ -278,19 +263,8 @@ fn outstanding_blocks_are_what_the_program_leaked() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("alloc_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--alloc=4096",
-        "--",
-        prog.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    let rec = common::record("alloc_workload", &["--alloc=4096"], &[]);
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "alloc_workload");
     let t = read_trace(&trace);
     let mut live: HashMap<u64, &AllocEvent> = HashMap::new();
@@ -341,28 +315,13 @@ fn children_threads_and_exec_are_followed_by_generation() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let forker = bin("forker");
     let alloc = bin("alloc_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--alloc=4096",
-        "--",
-        forker.to_str().unwrap(),
-        "--exec",
-        alloc.to_str().unwrap(),
-        "--rounds",
-        "2",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let rec = common::record(
+        "forker",
+        &["--alloc=4096"],
+        &["--exec", alloc.to_str().unwrap(), "--rounds", "2"],
     );
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "forker");
     let want_exec = expect_line(&out, "alloc_workload");
     let t = read_trace(&trace);
@@ -450,25 +409,8 @@ fn lock_hold_times_in_uprobe_mode() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("lock_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--lock",
-        "--lock-mode",
-        "uprobe",
-        "--",
-        prog.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let rec = common::record("lock_workload", &["--lock", "--lock-mode", "uprobe"], &[]);
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "lock_workload");
     let t = read_trace(&trace);
     let mutex =
@@ -501,23 +443,8 @@ fn contended_futex_waits_with_their_wakers() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("lock_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--lock=100",
-        "--",
-        prog.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let rec = common::record("lock_workload", &["--lock=100"], &[]);
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "lock_workload");
     let t = read_trace(&trace);
     let mutex =
@@ -621,27 +548,12 @@ fn a_tiny_ring_buffer_counts_every_loss() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("alloc_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--alloc",
-        "--ringbuf-size",
-        "4096",
-        "--",
-        prog.to_str().unwrap(),
-        "--rounds",
-        "50",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let rec = common::record(
+        "alloc_workload",
+        &["--alloc", "--ringbuf-size", "4096"],
+        &["--rounds", "50"],
     );
+    let trace = &rec.trace;
     let t = read_trace(&trace);
     let tr = t.trailer.expect("trailer");
     let alloc = tr.families.iter().find(|f| f.family == 1).unwrap();
@@ -745,25 +657,8 @@ fn sampling_keeps_one_in_n() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("alloc_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--alloc=4096",
-        "--sample",
-        "4",
-        "--",
-        prog.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let rec = common::record("alloc_workload", &["--alloc=4096", "--sample", "4"], &[]);
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "alloc_workload");
     let t = read_trace(&trace);
     let mut r = Resolver::default();
@@ -795,24 +690,8 @@ fn no_free_records_allocations_only() {
     if !root() {
         return;
     }
-    let dir = tmp();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = bin("alloc_workload");
-    let out = ebrec(&[
-        "record",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--alloc=4096",
-        "--no-free",
-        "--",
-        prog.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let rec = common::record("alloc_workload", &["--alloc=4096", "--no-free"], &[]);
+    let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(&out, "alloc_workload");
     let t = read_trace(&trace);
     // Only realloc still frees (a realloc of a traced block is a free plus an allocation).

@@ -4,7 +4,6 @@
 
 mod common;
 use common::{expect_line, root};
-use ebtrace_testdata::{build, Variant};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -48,15 +47,8 @@ fn record(
     program_args: &[&str],
 ) -> (PathBuf, Value) {
     let trace = dir.join(name);
-    let prog = build(program, Variant::FramePointer).unwrap();
-    let mut args = vec!["record", "-q", "-o", trace.to_str().unwrap()];
-    args.extend_from_slice(ebrec_args);
-    args.push("--");
-    args.push(prog.to_str().unwrap());
-    args.extend_from_slice(program_args);
-    let out = run(Path::new(env!("CARGO_BIN_EXE_ebrec")), &args);
-    let want = expect_line(&out, program);
-    (trace, want)
+    let out = common::record_to(&trace, program, ebrec_args, program_args);
+    (trace, expect_line(&out, program))
 }
 
 /// The `pprof-format` npm package (an independent reader of profile.proto), installed once
@@ -167,21 +159,13 @@ fn alloc_top_leaks_folded_and_flamegraph_match_the_program() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = build("alloc_workload", Variant::FramePointer).unwrap();
-    let out = run(
-        Path::new(env!("CARGO_BIN_EXE_ebrec")),
-        &[
-            "record",
-            "-q",
-            "-o",
-            trace.to_str().unwrap(),
-            "--alloc=4096",
-            "--",
-            prog.to_str().unwrap(),
-        ],
+    let (trace, want) = record(
+        dir.path(),
+        "t.pb.zst",
+        "alloc_workload",
+        &["--alloc=4096"],
+        &[],
     );
-    let want = expect_line(&out, "alloc_workload");
     let ebsym = ebsym_path();
     let t = trace.to_str().unwrap();
 
@@ -306,23 +290,13 @@ fn lock_report_matches_the_hold_times() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.pb.zst");
-    let prog = build("lock_workload", Variant::FramePointer).unwrap();
-    let out = run(
-        Path::new(env!("CARGO_BIN_EXE_ebrec")),
-        &[
-            "record",
-            "-q",
-            "-o",
-            trace.to_str().unwrap(),
-            "--lock",
-            "--lock-mode",
-            "uprobe",
-            "--",
-            prog.to_str().unwrap(),
-        ],
+    let (trace, want) = record(
+        dir.path(),
+        "t.pb.zst",
+        "lock_workload",
+        &["--lock", "--lock-mode", "uprobe"],
+        &[],
     );
-    let want = expect_line(&out, "lock_workload");
     let locks = json(&run(
         &ebsym_path(),
         &["locks", trace.to_str().unwrap(), "--json", "-n", "100"],

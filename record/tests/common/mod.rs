@@ -32,3 +32,42 @@ pub fn expect_line(out: &Output, program: &str) -> Value {
         )
     })
 }
+
+/// A finished `ebrec record -q` of a testdata program (frame-pointer build).
+pub struct Recording {
+    pub trace: std::path::PathBuf,
+    pub out: Output,
+    _dir: tempfile::TempDir,
+}
+
+/// Records `program ARGS` with ebrec `FLAGS` into a fresh temporary directory.
+pub fn record(program: &str, flags: &[&str], args: &[&str]) -> Recording {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let out = record_to(&trace, program, flags, args);
+    Recording {
+        trace,
+        out,
+        _dir: dir,
+    }
+}
+
+/// Records `program ARGS` with ebrec `FLAGS` into `trace`, asserting that ebrec succeeded.
+pub fn record_to(trace: &std::path::Path, program: &str, flags: &[&str], args: &[&str]) -> Output {
+    let prog = ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-q", "-o"])
+        .arg(trace)
+        .args(flags)
+        .arg("--")
+        .arg(&prog)
+        .args(args)
+        .output()
+        .expect("run ebrec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
