@@ -57,7 +57,7 @@ struct RecordArgs {
     /// tcmalloc); repeatable.
     #[arg(long, value_name = "PATH")]
     alloc_lib: Vec<PathBuf>,
-    /// Do not probe free: no leak report, but a fifth of the cost per allocator call here
+    /// Do not probe free: no leak report, but about a quarter of the cost per allocator call here
     /// (glibc's free starts with an instruction the kernel cannot emulate, so each probed
     /// free is a single-step trap: ~6 µs in this KVM guest).
     #[arg(long)]
