@@ -6,16 +6,23 @@
 /* Most user frames kept per stack (the kernel's own limit is 127; one more slot holds the
  * caller read from [sp] at a function-entry probe). */
 #define MAX_FRAMES 128
+/* Most kernel frames kept per stack. */
+#define KFRAMES 64
 
 enum event_type {
 	EV_ALLOC = 1,
 	EV_FREE = 2,
 	EV_LOCK = 3,
+	EV_CPU = 4,
+	EV_OFFCPU = 5,
+	EV_FUNC = 6,
+	EV_MEM = 7,
 };
 
 /* Flags of a captured stack; the same bits as StackFlag in trace.proto. */
 enum stack_flags {
 	SF_USER_TRUNCATED = 1,
+	SF_KERNEL_TRUNCATED = 2,
 	SF_USER_ERROR = 4,
 	SF_CALLER_FROM_SP = 8,
 };
@@ -34,7 +41,11 @@ enum family {
 	FAM_ALLOC = 1,
 	FAM_FREE = 2,
 	FAM_LOCK = 3,
-	FAM_COUNT = 4,
+	FAM_FUNC = 4,
+	FAM_CPU = 5,
+	FAM_OFFCPU = 6,
+	FAM_MEM_GROWTH = 7,
+	FAM_COUNT = 8,
 };
 
 /* Allocation kinds, as in trace.proto's AllocKind. */
@@ -100,6 +111,76 @@ struct lock_event {
 	__u32 flags;
 	__u32 waker_flags;
 	__u64 ips[2 * MAX_FRAMES];
+};
+
+/* An on-CPU sample: `ips[0..nframes)` user, then `ips[nframes..nframes+kframes)` kernel. */
+struct sample_event {
+	struct event_header h;
+	__u32 nframes;
+	__u32 kframes;
+	__u32 flags;
+	__u32 pad;
+	__u64 ips[MAX_FRAMES + KFRAMES];
+};
+
+/* Slots of an off-CPU event's stack area: blocked user + kernel, waker user + kernel, with
+ * room for the masked offsets the verifier needs. */
+#define OFFCPU_SLOTS 640
+
+/* A block off the CPU, sent when the thread runs again. Also the per-task state between
+ * the switch-out and the switch-in (task storage), so the event leaves without a copy.
+ * `ips` holds, back to back, the blocked thread's user and kernel frames and the waker's. */
+struct offcpu_event {
+	struct event_header h;	/* the blocked thread; time_ns: when it left the CPU */
+	__u64 duration_ns;
+	__u32 state;		/* prev_state at the switch-out */
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u32 nframes;
+	__u32 kframes;
+	__u32 waker_nframes;
+	__u32 waker_kframes;
+	__u32 flags;
+	__u32 waker_flags;
+	__u32 blocked;		/* state only: set while the thread is off the CPU */
+	__u32 used;		/* state only: slots of `ips` in use */
+	__u32 pad;
+	__u64 ips[OFFCPU_SLOTS];
+};
+
+#define MAX_ARGS 6
+
+/* A call of a --func function, sent at its return. */
+struct func_event {
+	struct event_header h;	/* time_ns: entry */
+	__u64 function;		/* ProbedFunction id (the probe's BPF cookie) */
+	__u64 duration_ns;
+	__u64 ret;
+	__u64 args[MAX_ARGS];
+	__u32 nargs;
+	__u32 nframes;
+	__u32 flags;
+	__u32 pad;
+	__u64 ips[MAX_FRAMES];
+};
+
+/* Memory growth kinds, as in trace.proto's MemGrowthKind. */
+enum mem_kind {
+	MK_BRK = 1,
+	MK_MMAP = 2,
+	MK_MUNMAP = 3,
+	MK_PAGE_FAULT = 4,
+};
+
+struct mem_event {
+	struct event_header h;
+	__u64 size;
+	__u64 addr;
+	__u32 kind;
+	__u32 nframes;
+	__u32 flags;
+	__u32 pad;
+	__u64 ips[MAX_FRAMES];
 };
 
 #endif

@@ -9,11 +9,10 @@
  * uprobe mode (--lock-mode uprobe): pthread_mutex_lock/trylock/unlock probes give exact wait
  * (call to return) and hold (acquisition to unlock by the same thread) times of every lock.
  */
-#include "common.bpf.h"
+#include "targets.bpf.h"
 
 const volatile __u64 min_wait_ns = 0;
 const volatile __u64 min_hold_ns = 0;
-const volatile bool all_processes = false;
 
 #define NR_FUTEX 202
 #define FUTEX_WAIT 0
@@ -28,14 +27,6 @@ const volatile bool all_processes = false;
 #define FUTEX_WAIT_REQUEUE_PI 11
 #define FUTEX_LOCK_PI2 13
 #define FUTEX_CMD_MASK 0x7f
-
-/* Processes (tgids) traced; kept up to date at fork and exit by the programs below. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} targets SEC(".maps");
 
 struct wait_state {
 	__u64 start;
@@ -89,20 +80,10 @@ struct {
 
 struct lock_event _lock_event = {};
 
-static __always_inline bool is_target(__u32 pid)
-{
-	return all_processes || bpf_map_lookup_elem(&targets, &pid);
-}
-
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(lock_fork, struct task_struct *parent, struct task_struct *child)
 {
-	__u32 ppid = BPF_CORE_READ(parent, tgid);
-	__u32 cpid = BPF_CORE_READ(child, tgid);
-	if (ppid != cpid && bpf_map_lookup_elem(&targets, &ppid)) {
-		__u8 one = 1;
-		bpf_map_update_elem(&targets, &cpid, &one, BPF_ANY);
-	}
+	targets_fork(parent, child);
 	return 0;
 }
 
@@ -110,10 +91,8 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(lock_exit, struct task_struct *task)
 {
 	__u32 tid = BPF_CORE_READ(task, pid);
-	__u32 pid = BPF_CORE_READ(task, tgid);
 	bpf_map_delete_elem(&waits, &tid);
-	if (tid == pid)
-		bpf_map_delete_elem(&targets, &pid);
+	targets_exit(task);
 	return 0;
 }
 

@@ -30,6 +30,15 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
+};
+
+enum {
+	BPF_F_NO_PREALLOC = 1,
+};
+
+enum {
+	BPF_LOCAL_STORAGE_GET_F_CREATE = 1,
 };
 
 enum {
@@ -73,12 +82,24 @@ struct pt_regs {
 	long unsigned int ss;
 };
 
+struct mm_struct {
+	long unsigned int brk;
+};
+
 struct task_struct {
 	int pid;
 	int tgid;
 	struct task_struct *group_leader;
+	struct mm_struct *mm;
 };
 
 #pragma clang attribute pop
+
+/* The context of perf_event programs (uapi). */
+struct bpf_perf_event_data {
+	struct pt_regs regs;
+	__u64 sample_period;
+	__u64 addr;
+};
 
 #endif /* __VMLINUX_H__ */

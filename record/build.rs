@@ -3,7 +3,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["alloc", "lock"];
+const PROGRAMS: &[&str] = &["alloc", "lock", "profile"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
@@ -22,8 +22,10 @@ fn main() {
         "vmlinux.h",
         "events.h",
         "common.bpf.h",
+        "targets.bpf.h",
         "alloc.bpf.c",
         "lock.bpf.c",
+        "profile.bpf.c",
     ] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }

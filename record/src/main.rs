@@ -1,6 +1,7 @@
 //! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
 //! an ebtrace trace file. It never reads DWARF and never symbolizes.
 mod elf;
+mod kallsyms;
 mod perf;
 mod probes;
 mod procfs;
@@ -72,6 +73,16 @@ struct RecordArgs {
     /// hold of every pthread_mutex lock (a trap per lock call).
     #[arg(long, value_enum, default_value = "futex")]
     lock_mode: LockModeArg,
+    /// On-CPU samples at HZ per CPU (default 99), with user and kernel stacks.
+    #[arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true, default_missing_value = "99")]
+    cpu: Option<u64>,
+    /// Off-CPU blocks of at least MIN_US microseconds (default 100), with the blocking stack
+    /// and the waker.
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "100")]
+    offcpu: Option<u64>,
+    /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
+    #[arg(long)]
+    memgrowth: bool,
     /// Stop after SECONDS.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
@@ -198,6 +209,15 @@ fn header(a: &RecordArgs) -> Header {
         opt("lock", m.to_string());
         opt("lock-mode", format!("{:?}", a.lock_mode).to_lowercase());
     }
+    if let Some(hz) = a.cpu {
+        opt("cpu", hz.to_string());
+    }
+    if let Some(us) = a.offcpu {
+        opt("offcpu", us.to_string());
+    }
+    if a.memgrowth {
+        opt("memgrowth", "true".into());
+    }
     for l in &a.alloc_lib {
         opt("alloc-lib", l.display().to_string());
     }
@@ -231,8 +251,18 @@ fn record(a: RecordArgs) -> Result<()> {
     if targets != 1 {
         bail!("say what to trace: -p PID (repeatable), --all, or -- CMD ARGS...");
     }
-    if a.alloc.is_none() && a.lock.is_none() {
-        bail!("say what to record: --alloc[=MIN_BYTES] and/or --lock[=MIN_US]");
+    if a.alloc.is_none()
+        && a.lock.is_none()
+        && a.cpu.is_none()
+        && a.offcpu.is_none()
+        && !a.memgrowth
+    {
+        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth");
+    }
+    if let Some(hz) = a.cpu {
+        if hz == 0 || hz > 100_000 {
+            bail!("--cpu=HZ must be between 1 and 100000 (got {hz})");
+        }
     }
     if !a.ringbuf_size.is_power_of_two() || (a.ringbuf_size as usize) < procfs::page_size() {
         bail!(
@@ -257,6 +287,11 @@ fn record(a: RecordArgs) -> Result<()> {
         stack_depth: a.stack_depth,
         ringbuf_bytes: a.ringbuf_size,
         all: a.all,
+        cpu_hz: a.cpu,
+        offcpu_min_ns: a.offcpu.map(|us| us * 1000),
+        memgrowth: a.memgrowth,
+        func_args: 0,
+        func: false,
     };
 
     let mut launched = if a.command.is_empty() {
@@ -281,8 +316,9 @@ fn record(a: RecordArgs) -> Result<()> {
 fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched>) -> Result<()> {
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
+    let mut profile_obj = std::mem::MaybeUninit::uninit();
     perf::remove_stale_probes();
-    let mut probes = Probes::load(cfg, &mut alloc_obj, &mut lock_obj)?;
+    let mut probes = Probes::load(cfg, &mut alloc_obj, &mut lock_obj, &mut profile_obj)?;
 
     // Where to probe, and for whom.
     let mut pids: Vec<i32> = a.pid.iter().map(|&p| p as i32).collect();
@@ -376,6 +412,9 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
     }
     if let Some(lk) = &probes_ref.lock {
         rbb.add(&lk.maps.events, push(pending.clone()))?;
+    }
+    if let Some(pr) = &probes_ref.profile {
+        rbb.add(&pr.maps.events, push(pending.clone()))?;
     }
     let rb = rbb.build()?;
 
@@ -504,10 +543,14 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
             1 => "alloc",
             2 => "free",
             3 => "lock",
+            4 => "func",
+            5 => "cpu",
+            6 => "offcpu",
+            7 => "memgrowth",
             _ => "other",
         };
         eprintln!(
-            "ebrec:   {name:<6} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
+            "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
             f.kept, f.lost, f.filtered, f.hits
         );
     }

@@ -20,6 +20,20 @@ fn open(attr: &mut sys::bindings::perf_event_attr, pid: i32, cpu: i32) -> io::Re
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A cpu-clock sampling event on `cpu` for every process, `hz` samples per second (the
+/// kernel adjusts the period; no hardware PMU is needed). The sampler program filters.
+pub fn open_cpu_clock(cpu: i32, hz: u64) -> io::Result<OwnedFd> {
+    let mut attr = sys::bindings::perf_event_attr {
+        size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+        type_: sys::bindings::PERF_TYPE_SOFTWARE,
+        config: u64::from(sys::bindings::PERF_COUNT_SW_CPU_CLOCK),
+        ..Default::default()
+    };
+    attr.__bindgen_anon_1.sample_freq = hz;
+    attr.set_freq(1);
+    open(&mut attr, -1, cpu)
+}
+
 /// Where tracefs is, mounting it if it is not (ebrec runs as root).
 fn tracefs() -> io::Result<std::path::PathBuf> {
     for d in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {

@@ -18,24 +18,38 @@ pub mod lock_skel {
     #![allow(clippy::all, missing_debug_implementations, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/lock.skel.rs"));
 }
+pub mod profile_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+}
 use alloc_skel::{AllocSkel, AllocSkelBuilder};
 use lock_skel::{LockSkel, LockSkelBuilder};
+use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 
 /// Event types of `bpf/events.h`.
 pub use alloc_skel::types::{alloc_event, event_header, free_event};
 pub use lock_skel::types::lock_event;
+pub use profile_skel::types::{func_event, mem_event, offcpu_event, sample_event};
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}
 unsafe impl plain::Plain for free_event {}
 unsafe impl plain::Plain for lock_event {}
 unsafe impl plain::Plain for event_header {}
+unsafe impl plain::Plain for sample_event {}
+unsafe impl plain::Plain for offcpu_event {}
+unsafe impl plain::Plain for func_event {}
+unsafe impl plain::Plain for mem_event {}
 
 pub const EV_ALLOC: u32 = 1;
 pub const EV_FREE: u32 = 2;
 pub const EV_LOCK: u32 = 3;
+pub const EV_CPU: u32 = 4;
+pub const EV_OFFCPU: u32 = 5;
+pub const EV_FUNC: u32 = 6;
+pub const EV_MEM: u32 = 7;
 pub const MAX_FRAMES: usize = 128;
-pub const FAM_COUNT: usize = 4;
+pub const FAM_COUNT: usize = 8;
 pub const CTR_STRIDE: usize = 4;
 pub const CTR_HITS: usize = 0;
 pub const CTR_FILTERED: usize = 1;
@@ -68,19 +82,44 @@ pub struct ProbeConfig {
     pub stack_depth: u32,
     pub ringbuf_bytes: u32,
     pub all: bool,
+    /// --cpu: samples per second per CPU.
+    pub cpu_hz: Option<u64>,
+    /// --offcpu: shortest block kept, ns.
+    pub offcpu_min_ns: Option<u64>,
+    pub memgrowth: bool,
+    /// --func: integer arguments kept per call.
+    pub func_args: u32,
+    /// --func: whether any function is probed (the sites come later, per target).
+    pub func: bool,
+}
+
+impl ProbeConfig {
+    fn profile(&self) -> bool {
+        self.cpu_hz.is_some() || self.offcpu_min_ns.is_some() || self.memgrowth || self.func
+    }
+}
+
+/// A --func function to probe: its id (the ProbedFunction id in the trace, the BPF cookie)
+/// and its shortest call kept.
+#[derive(Debug, Clone)]
+pub struct FuncSite {
+    pub id: u64,
+    pub site: Site,
+    pub min_ns: u64,
 }
 
 /// A function to probe in a binary.
 #[derive(Debug, Clone)]
 pub struct Site {
     pub lib: PathBuf,
-    pub symbol: &'static str,
+    pub symbol: std::borrow::Cow<'static, str>,
     pub offset: u64,
 }
 
 pub struct Probes<'obj> {
     pub alloc: Option<AllocSkel<'obj>>,
     pub lock: Option<LockSkel<'obj>>,
+    pub profile: Option<ProfileSkel<'obj>>,
     links: Vec<Link>,
     /// Inherited perf events without a program: they only tell the kernel which processes
     /// (the targets and all their descendants) the probes are for. See `attach`.
@@ -157,6 +196,7 @@ impl<'obj> Probes<'obj> {
         cfg: &ProbeConfig,
         alloc_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
         // Kernel BPF stats (run time per program) stay on while this fd is open.
@@ -206,9 +246,40 @@ impl<'obj> Probes<'obj> {
                 Some(open.load().map_err(|e| load_error("lock", e))?)
             }
         };
+        let profile = if cfg.profile() {
+            let mut open = ProfileSkelBuilder::default()
+                .open(profile_obj)
+                .map_err(|e| load_error("profiling", e))?;
+            let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+            ro.max_frames = depth;
+            ro.all_processes = cfg.all;
+            ro.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
+            ro.func_args = cfg.func_args.min(6);
+            ro.page_size = procfs::page_size() as u64;
+            open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
+            for mut p in open.open_object_mut().progs_mut() {
+                let name = p.name().to_string_lossy().into_owned();
+                let on = if name.starts_with("cpu_") {
+                    cfg.cpu_hz.is_some()
+                } else if name.starts_with("offcpu_") {
+                    cfg.offcpu_min_ns.is_some()
+                } else if name.starts_with("mem_") {
+                    cfg.memgrowth
+                } else if name.starts_with("func_") {
+                    cfg.func
+                } else {
+                    true // prof_fork, prof_exit
+                };
+                p.set_autoload(on);
+            }
+            Some(open.load().map_err(|e| load_error("profiling", e))?)
+        } else {
+            None
+        };
         let mut p = Probes {
             alloc,
             lock,
+            profile,
             links: Vec::new(),
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
@@ -240,15 +311,97 @@ impl<'obj> Probes<'obj> {
                     .push("tp_btf/sys_enter, sys_exit (futex), sched_process_fork/exit".into());
             }
         }
+        if let Some(pr) = &p.profile {
+            let g = &pr.progs;
+            let mut tps = vec![
+                (&g.prof_fork, "sched_process_fork"),
+                (&g.prof_exit, "sched_process_exit"),
+            ];
+            if cfg.offcpu_min_ns.is_some() {
+                tps.push((&g.offcpu_switch, "sched_switch"));
+                tps.push((&g.offcpu_waking, "sched_waking"));
+                p.attached
+                    .push("tp_btf/sched_switch, sched_waking (off-CPU)".into());
+            }
+            if cfg.memgrowth {
+                tps.push((&g.mem_enter, "sys_enter"));
+                tps.push((&g.mem_exit, "sys_exit"));
+                tps.push((&g.mem_fault, "page_fault_user"));
+                p.attached.push(
+                    "tp_btf/sys_enter, sys_exit (brk, mmap, munmap), page_fault_user (memory growth)"
+                        .into(),
+                );
+            }
+            for (prog, what) in tps {
+                p.links.push(
+                    prog.attach()
+                        .with_context(|| format!("attaching tp_btf/{what}"))?,
+                );
+            }
+            if let Some(hz) = cfg.cpu_hz {
+                let cpus = procfs::online_cpus().context("reading the online CPUs")?;
+                for &cpu in &cpus {
+                    let fd = perf::open_cpu_clock(cpu as i32, hz)
+                        .with_context(|| format!("cpu-clock perf event on CPU {cpu}"))?;
+                    p.links.push(
+                        g.cpu_sample
+                            .attach_perf_event(fd.into_raw_fd())
+                            .with_context(|| format!("attaching the sampler on CPU {cpu}"))?,
+                    );
+                }
+                p.attached.push(format!(
+                    "cpu-clock sampling at {hz} Hz on {} CPUs",
+                    cpus.len()
+                ));
+            }
+        }
         Ok(p)
     }
 
-    /// Marks `pid` as a target of the in-kernel filters (futex mode).
+    /// Marks `pid` as a target of the in-kernel filters (futex mode, and the tracepoint and
+    /// sampling families).
     pub fn add_target(&mut self, pid: u32) -> Result<()> {
         if let Some(l) = &self.lock {
             l.maps
                 .targets
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+        }
+        if let Some(p) = &self.profile {
+            p.maps
+                .targets
+                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the --func probes (entry and return, the function's id as the BPF cookie)
+    /// to `pid` (-1: all).
+    pub fn attach_funcs(&mut self, funcs: &[FuncSite], pid: i32) -> Result<()> {
+        let Some(pr) = &self.profile else {
+            return Ok(());
+        };
+        for f in funcs {
+            let key = u32::try_from(f.id)
+                .ok()
+                .filter(|&k| k < 4096)
+                .context("too many --func functions (at most 4095)")?;
+            pr.maps
+                .func_min
+                .update(&key.to_ne_bytes(), &f.min_ns.to_ne_bytes(), MapFlags::ANY)?;
+            for (prog, ret) in [(&pr.progs.func_enter, false), (&pr.progs.func_return, true)] {
+                let links = attach(
+                    &mut self.trace_probes,
+                    &mut self.filter_fds,
+                    prog,
+                    &f.site,
+                    ret,
+                    pid,
+                    f.id,
+                )?;
+                self.links.extend(links);
+            }
+            self.attached
+                .push(format!("{} in {}", f.site.symbol, f.site.lib.display()));
         }
         Ok(())
     }
@@ -270,7 +423,7 @@ impl<'obj> Probes<'obj> {
         if let Some(a) = &self.alloc {
             let pr = &a.progs;
             for s in alloc_sites {
-                let entry = match s.symbol {
+                let entry = match s.symbol.as_ref() {
                     "malloc" => &pr.malloc_enter,
                     "calloc" => &pr.calloc_enter,
                     "realloc" => &pr.realloc_enter,
@@ -290,7 +443,7 @@ impl<'obj> Probes<'obj> {
         if let Some(l) = &self.lock {
             let pr = &l.progs;
             for s in lock_sites {
-                let (entry, ret) = match s.symbol {
+                let (entry, ret) = match s.symbol.as_ref() {
                     "pthread_mutex_lock" => (&pr.mutex_lock_enter, Some(&pr.mutex_lock_return)),
                     "pthread_mutex_trylock" => {
                         (&pr.mutex_trylock_enter, Some(&pr.mutex_lock_return))
@@ -311,6 +464,7 @@ impl<'obj> Probes<'obj> {
                 s,
                 false,
                 pid,
+                0,
             )?);
             if let Some(ret) = ret {
                 links.extend(attach(
@@ -320,6 +474,7 @@ impl<'obj> Probes<'obj> {
                     s,
                     true,
                     pid,
+                    0,
                 )?);
             }
             attached.push(format!("{} in {}", s.symbol, s.lib.display()));
@@ -350,6 +505,9 @@ impl<'obj> Probes<'obj> {
         }
         if let Some(l) = &self.lock {
             read(&l.maps.counters);
+        }
+        if let Some(p) = &self.profile {
+            read(&p.maps.counters);
         }
         c
     }
@@ -386,6 +544,11 @@ impl<'obj> Probes<'obj> {
                 add(&p);
             }
         }
+        if let Some(pr) = &self.profile {
+            for p in pr.object().progs() {
+                add(&p);
+            }
+        }
         out
     }
 }
@@ -406,6 +569,7 @@ fn attach(
     s: &Site,
     ret: bool,
     pid: i32,
+    cookie: u64,
 ) -> Result<Vec<Link>> {
     let what = || format!("{} in {}", s.symbol, s.lib.display());
     let probe = perf::TraceProbe::new(&s.lib, s.offset, ret)
@@ -430,9 +594,17 @@ fn attach(
     probes.push(probe);
     fds.into_iter()
         .map(|fd| {
-            // The link owns the perf fd from here and closes it on detach.
-            prog.attach_perf_event(fd.into_raw_fd())
-                .with_context(|| format!("attaching to {}", what()))
+            // The link owns the perf fd from here and closes it on detach. The cookie lives
+            // in the tracepoint's program array, so it reaches the program whichever event
+            // (this one or the inherited filter) made the probe fire.
+            prog.attach_perf_event_with_opts(
+                fd.into_raw_fd(),
+                libbpf_rs::PerfEventOpts {
+                    cookie,
+                    ..Default::default()
+                },
+            )
+            .with_context(|| format!("attaching to {}", what()))
         })
         .collect()
 }
@@ -487,7 +659,7 @@ pub fn sites(lib: &Path, funcs: &[&'static str]) -> Result<Vec<Site>> {
         if seen.insert(offset) {
             out.push(Site {
                 lib: lib.to_path_buf(),
-                symbol: f,
+                symbol: f.into(),
                 offset,
             });
         }

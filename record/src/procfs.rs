@@ -169,6 +169,26 @@ pub fn possible_cpus() -> io::Result<usize> {
     Ok(n)
 }
 
+/// The online CPUs ("0-3,5" style list in /sys).
+pub fn online_cpus() -> io::Result<Vec<u32>> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    let bad = || io::Error::other("bad cpu list");
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let mut it = part.splitn(2, '-');
+        let a: u32 = it.next().unwrap_or("").parse().map_err(|_| bad())?;
+        let b: u32 = match it.next() {
+            Some(b) => b.parse().map_err(|_| bad())?,
+            None => a,
+        };
+        if b < a || b - a > 65536 {
+            return Err(bad());
+        }
+        out.extend(a..=b);
+    }
+    Ok(out)
+}
+
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

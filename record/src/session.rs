@@ -4,10 +4,13 @@ use crate::perf::{SideBand, SideBandReader};
 use crate::probes::{self, Probes};
 use crate::procfs;
 use anyhow::Result;
-use ebtrace_format::events::{AllocEvent, FreeEvent, LockEvent};
+use ebtrace_format::events::{
+    AllocEvent, CpuSample, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent, OffCpuEvent,
+};
 use ebtrace_format::proto::{
-    record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, LockSource, LossReason, Lost,
-    Mapping, MappingSource, Process, ProcessEvent, ProgramStats, Record, StackFlag, Stats,
+    record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
+    LossReason, Lost, Mapping, MappingSource, MemGrowthKind, Process, ProcessEvent, ProgramStats,
+    Record, StackFlag, Stats,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -48,14 +51,16 @@ pub struct Session<'a> {
     /// Exit codes from waitpid, for the Process EXIT record of the launched command.
     pub exit_codes: HashMap<u32, i32>,
     exited: HashMap<u32, u64>,
-    pub kept: [u64; 4],
+    /// Events written, by EventFamily.
+    pub kept: [u64; 8],
     pub malformed: u64,
     last_counters: BTreeMap<(usize, u32), u64>,
     sideband_lost: u64,
     pub probes: &'a Probes<'a>,
     pub follow: bool,
     frames: Vec<u64>,
-    waker_frames: Vec<u64>,
+    /// kallsyms entries the kernel frames need.
+    pub kernel: crate::kallsyms::Needed,
     /// The launched command, whose EXIT record waits for its code from waitpid.
     pub launched: Option<u32>,
 }
@@ -82,14 +87,14 @@ impl<'a> Session<'a> {
             live: HashSet::new(),
             exit_codes: HashMap::new(),
             exited: HashMap::new(),
-            kept: [0; 4],
+            kept: [0; 8],
+            kernel: crate::kallsyms::Needed::default(),
             malformed: 0,
             last_counters: BTreeMap::new(),
             sideband_lost: 0,
             probes,
             follow,
             frames: Vec::with_capacity(probes::MAX_FRAMES),
-            waker_frames: Vec::with_capacity(probes::MAX_FRAMES),
             launched: None,
         }
     }
@@ -446,18 +451,16 @@ impl<'a> Session<'a> {
         self.write_exit(pid, time, code)
     }
 
-    fn user_stack(&mut self, g: u32, ips: &[u64], n: u32, flags: u32, waker: bool) -> Result<u64> {
-        let n = (n as usize).min(ips.len());
-        if n == 0 {
+    /// The id of a stack: `user[..n]` and `kernel` frames, leaf first. Kernel frames of a
+    /// new stack queue their kallsyms entries for the next KernelSymbols record.
+    fn stack(&mut self, g: u32, user: &[u64], n: u32, kernel: &[u64], flags: u32) -> Result<u64> {
+        let n = (n as usize).min(user.len());
+        if n == 0 && kernel.is_empty() {
             return Ok(0);
         }
-        let frames = if waker {
-            &mut self.waker_frames
-        } else {
-            &mut self.frames
-        };
+        let mut frames = std::mem::take(&mut self.frames);
         frames.clear();
-        frames.extend_from_slice(&ips[..n]);
+        frames.extend_from_slice(&user[..n]);
         // At an entry probe frame 1 is the caller read from [sp]; if the kernel had added
         // it too (functions starting with push %rbp), frame 2 repeats it.
         if flags & StackFlag::CallerFromSp as u32 != 0
@@ -466,14 +469,39 @@ impl<'a> Session<'a> {
         {
             frames.remove(2);
         }
-        let frames = std::mem::take(frames);
-        let id = self.w.intern_stack(g, &frames, &[], flags);
-        if waker {
-            self.waker_frames = frames;
-        } else {
-            self.frames = frames;
+        let before = self.w.stats().stacks;
+        let id = self.w.intern_stack(g, &frames, kernel, flags);
+        self.frames = frames;
+        if !kernel.is_empty() && self.w.stats().stacks != before {
+            self.kernel.note(kernel);
         }
         Ok(id?)
+    }
+
+    /// Writes the kallsyms entries that new kernel frames need (once each).
+    pub fn flush_kernel_symbols(&mut self) -> Result<()> {
+        if let Some(ks) = self.kernel.take_pending() {
+            let mut address = Vec::with_capacity(ks.len());
+            let mut name = Vec::with_capacity(ks.len());
+            let mut module = Vec::with_capacity(ks.len());
+            for (a, n, m) in ks {
+                address.push(a);
+                name.push(self.w.intern_string(n.as_bytes())?);
+                module.push(if m.is_empty() {
+                    0
+                } else {
+                    self.w.intern_string(m.as_bytes())?
+                });
+            }
+            self.w.write_record(&Record {
+                kind: Some(Kind::KernelSymbols(KernelSymbols {
+                    address,
+                    name,
+                    module,
+                })),
+            })?;
+        }
+        Ok(())
     }
 
     /// Decodes and writes one BPF event.
@@ -487,7 +515,7 @@ impl<'a> Session<'a> {
         match h.r#type {
             probes::EV_ALLOC => {
                 let e: probes::alloc_event = probes::read_event(data);
-                let stack = self.user_stack(g, &e.ips, e.nframes, e.flags, false)?;
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags)?;
                 self.w.alloc(&AllocEvent {
                     time_ns: h.time_ns,
                     generation: g,
@@ -511,14 +539,13 @@ impl<'a> Session<'a> {
             }
             probes::EV_LOCK => {
                 let e: probes::lock_event = probes::read_event(data);
-                let stack =
-                    self.user_stack(g, &e.ips[..probes::MAX_FRAMES], e.nframes, e.flags, false)?;
-                let waker_stack = self.user_stack(
+                let stack = self.stack(g, &e.ips[..probes::MAX_FRAMES], e.nframes, &[], e.flags)?;
+                let waker_stack = self.stack(
                     g,
                     &e.ips[probes::MAX_FRAMES..],
                     e.waker_nframes,
+                    &[],
                     e.waker_flags,
-                    true,
                 )?;
                 self.w.lock(&LockEvent {
                     time_ns: h.time_ns,
@@ -535,6 +562,84 @@ impl<'a> Session<'a> {
                     result: e.ret,
                 })?;
                 self.kept[3] += 1;
+            }
+            probes::EV_CPU => {
+                let e: probes::sample_event = probes::read_event(data);
+                let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags)?;
+                self.w.cpu_sample(&CpuSample {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    cpu: h.cpu,
+                })?;
+                self.kept[EventFamily::Cpu as usize] += 1;
+            }
+            probes::EV_OFFCPU => {
+                let e: probes::offcpu_event = probes::read_event(data);
+                let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags)?;
+                let used = (e.nframes + e.kframes) as usize;
+                let rest = e.ips.get(used.min(e.ips.len())..).unwrap_or(&[]);
+                let (wuser, wkernel) = split_frames(rest, e.waker_nframes, e.waker_kframes);
+                // The waker's user frames are addresses in *its* process: kept only when
+                // that process is known (a target), under its own generation. A wake from
+                // an interrupt names whoever was running: the kernel frames tell.
+                let (wg, wuser) = if e.waker_pid == h.pid {
+                    (g, wuser)
+                } else {
+                    match self.gen_at(e.waker_pid, h.time_ns) {
+                        Some(wg) => (wg, wuser),
+                        None => (g, &[][..]),
+                    }
+                };
+                let waker_stack = if e.waker_tid != 0 {
+                    self.stack(wg, wuser, wuser.len() as u32, wkernel, e.waker_flags)?
+                } else {
+                    0
+                };
+                self.w.offcpu(&OffCpuEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    duration_ns: e.duration_ns,
+                    waker_tid: e.waker_tid,
+                    waker_stack,
+                    state: e.state,
+                })?;
+                self.kept[EventFamily::Offcpu as usize] += 1;
+            }
+            probes::EV_FUNC => {
+                let e: probes::func_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags)?;
+                let nargs = (e.nargs as usize).min(e.args.len());
+                self.w.func(&FuncEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    function: e.function,
+                    duration_ns: e.duration_ns,
+                    args: e.args[..nargs].to_vec(),
+                    ret: e.ret,
+                })?;
+                self.kept[EventFamily::Func as usize] += 1;
+            }
+            probes::EV_MEM => {
+                let e: probes::mem_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags)?;
+                self.w.mem_growth(&MemGrowthEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    kind: MemGrowthKind::try_from(e.kind as i32).unwrap_or_default(),
+                    size: e.size,
+                    address: e.addr,
+                })?;
+                self.kept[EventFamily::MemGrowth as usize] += 1;
             }
             _ => self.malformed += 1,
         }
@@ -564,21 +669,29 @@ impl<'a> Session<'a> {
                 })?;
             }
         }
-        let families: Vec<FamilyStats> = [EventFamily::Alloc, EventFamily::Free, EventFamily::Lock]
-            .into_iter()
-            .map(|f| {
-                let i = f as usize;
-                FamilyStats {
-                    family: f as i32,
-                    kept: self.kept[i],
-                    lost: c.total(i, probes::CTR_LOST_RINGBUF)
-                        + c.total(i, probes::CTR_LOST_MAP_FULL),
-                    filtered: c.total(i, probes::CTR_FILTERED),
-                    hits: c.total(i, probes::CTR_HITS),
-                }
-            })
-            .filter(|f| f.hits > 0 || f.kept > 0 || f.lost > 0)
-            .collect();
+        self.flush_kernel_symbols()?;
+        let families: Vec<FamilyStats> = [
+            EventFamily::Alloc,
+            EventFamily::Free,
+            EventFamily::Lock,
+            EventFamily::Func,
+            EventFamily::Cpu,
+            EventFamily::Offcpu,
+            EventFamily::MemGrowth,
+        ]
+        .into_iter()
+        .map(|f| {
+            let i = f as usize;
+            FamilyStats {
+                family: f as i32,
+                kept: self.kept[i],
+                lost: c.total(i, probes::CTR_LOST_RINGBUF) + c.total(i, probes::CTR_LOST_MAP_FULL),
+                filtered: c.total(i, probes::CTR_FILTERED),
+                hits: c.total(i, probes::CTR_HITS),
+            }
+        })
+        .filter(|f| f.hits > 0 || f.kept > 0 || f.lost > 0)
+        .collect();
         let programs = self
             .probes
             .program_stats()
@@ -607,6 +720,13 @@ impl<'a> Session<'a> {
     pub fn processes(&self) -> usize {
         self.by_pid.len()
     }
+}
+
+/// `ips[..nframes]` (user) and the `kframes` after them (kernel), clamped to `ips`.
+fn split_frames(ips: &[u64], nframes: u32, kframes: u32) -> (&[u64], &[u64]) {
+    let n = (nframes as usize).min(ips.len());
+    let k = (kframes as usize).min(ips.len() - n);
+    (&ips[..n], &ips[n..n + k])
 }
 
 /// Drains the side band and the ring buffers once, in the order that keeps attribution

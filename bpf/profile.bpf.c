@@ -1,0 +1,421 @@
+/* Where the time goes and where memory grows, for the targets:
+ *
+ * - cpu (--cpu): a cpu-clock perf event per CPU runs `cpu_sample`, which keeps samples of
+ *   target threads with their user and kernel stacks.
+ * - offcpu (--offcpu): sched_switch and sched_waking (BTF tracepoints). A target thread that
+ *   blocks gets its stacks saved in its task storage (state per task, not per CPU, so a
+ *   thread that wakes on another CPU is measured right); its waker adds its own tid and
+ *   stacks; the block becomes an event when the thread runs again, if it lasted at least
+ *   `offcpu_min_ns`.
+ * - func (--func): a uprobe and a uretprobe per function, the function's id in the BPF
+ *   cookie. Calls in flight are keyed by (thread, stack pointer at entry): the return probe
+ *   finds its entry at sp - 8 (the return address is popped), so recursion and threads
+ *   need no depth counters, and an entry whose return never comes (longjmp, an exception
+ *   unwinding through) ages out of the LRU map.
+ * - memgrowth (--memgrowth): brk, mmap and munmap (raw syscall tracepoints) and user page
+ *   faults on pages not present (first touch), each with its user stack: growth at the
+ *   cost of a tracepoint, not of a trap per malloc.
+ *
+ * User space loads only the programs of the chosen families (autoload).
+ */
+#include "targets.bpf.h"
+
+const volatile __u64 offcpu_min_ns = 0;
+const volatile __u32 func_args = 0;
+const volatile __u64 page_size = 4096;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sample_event);
+} sample_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct func_event);
+} func_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mem_event);
+} mem_scratch SEC(".maps");
+
+/* Force the event types into BTF for the skeleton. */
+struct sample_event _sample_event = {};
+struct offcpu_event _offcpu_event = {};
+struct func_event _func_event = {};
+struct mem_event _mem_event = {};
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(prof_fork, struct task_struct *parent, struct task_struct *child)
+{
+	targets_fork(parent, child);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(prof_exit, struct task_struct *task)
+{
+	targets_exit(task);
+	return 0;
+}
+
+/* The kernel stack into ips[0..KFRAMES); returns the frame count (0 when the context was
+ * in user mode). */
+static __always_inline __u32 kernel_stack(void *ctx, __u64 *ips, __u32 *flags)
+{
+	long n = bpf_get_stack(ctx, ips, KFRAMES * sizeof(__u64), 0);
+	if (n <= 0)
+		return 0;
+	__u32 frames = n / sizeof(__u64);
+	if (frames >= KFRAMES)
+		*flags |= SF_KERNEL_TRUNCATED;
+	return frames;
+}
+
+/* --- cpu --- */
+
+SEC("perf_event")
+int cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 pid = pt >> 32;
+	if ((__u32)pt == 0 || !is_target(pid))
+		return 0; /* idle, or not ours */
+	count(FAM_CPU, CTR_HITS);
+	__u32 z = 0;
+	struct sample_event *e = bpf_map_lookup_elem(&sample_scratch, &z);
+	if (!e)
+		return 0;
+	fill_header(&e->h, EV_CPU);
+	e->flags = 0;
+	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
+	/* A kernel thread has no user stack: not an error. */
+	if (n == 0)
+		e->flags &= ~SF_USER_ERROR;
+	n &= MAX_FRAMES - 1;
+	e->nframes = n;
+	e->kframes = kernel_stack(ctx, &e->ips[n], &e->flags);
+	__u64 size = __builtin_offsetof(struct sample_event, ips) +
+		     ((n + e->kframes) & (MAX_FRAMES + KFRAMES - 1)) * sizeof(__u64);
+	if (size > sizeof(*e))
+		size = sizeof(*e);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_CPU, CTR_LOST_RINGBUF);
+	return 0;
+}
+
+/* --- offcpu --- */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_event);
+} offcpu_state SEC(".maps");
+
+#define TASK_RUNNING 0
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	/* The thread leaving the CPU is the current one: its stacks are at hand. A preempted
+	 * thread (still runnable) is waiting for a CPU, not blocked: not counted. */
+	if (prev_state != TASK_RUNNING && prev->pid != 0 && is_target(prev->tgid)) {
+		count(FAM_OFFCPU, CTR_HITS);
+		struct offcpu_event *st = bpf_task_storage_get(&offcpu_state, prev, 0,
+							       BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (st) {
+			st->h.type = EV_OFFCPU;
+			st->h.pid = prev->tgid;
+			st->h.tid = prev->pid;
+			st->h.cpu = bpf_get_smp_processor_id();
+			st->h.time_ns = now;
+			st->state = prev_state;
+			st->waker_pid = 0;
+			st->waker_tid = 0;
+			st->waker_nframes = 0;
+			st->waker_kframes = 0;
+			st->waker_flags = 0;
+			st->flags = 0;
+			__u32 n = user_stack(ctx, st->ips, &st->flags, false);
+			n &= MAX_FRAMES - 1;
+			st->nframes = n;
+			__u32 k = kernel_stack(ctx, &st->ips[n], &st->flags);
+			st->kframes = k;
+			st->used = n + k;
+			st->blocked = 1;
+		} else {
+			count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
+		}
+	}
+	struct offcpu_event *st = bpf_task_storage_get(&offcpu_state, next, 0, 0);
+	if (!st || !st->blocked)
+		return 0;
+	st->blocked = 0;
+	__u64 d = now - st->h.time_ns;
+	if (d < offcpu_min_ns) {
+		count(FAM_OFFCPU, CTR_FILTERED);
+		return 0;
+	}
+	st->duration_ns = d;
+	__u32 used = st->used + st->waker_nframes + st->waker_kframes;
+	if (used > OFFCPU_SLOTS)
+		used = OFFCPU_SLOTS;
+	__u64 size = __builtin_offsetof(struct offcpu_event, ips) + used * sizeof(__u64);
+	if (bpf_ringbuf_output(&events, st, size, BPF_RB_NO_WAKEUP))
+		count(FAM_OFFCPU, CTR_LOST_RINGBUF);
+	return 0;
+}
+
+/* sched_waking runs in the waker's context (sched_wakeup may run later on the wakee's CPU,
+ * from an IPI, where the current task is not the waker). From an interrupt (a timer), the
+ * current task is whoever was running: user space keeps a waker only when it is a thread
+ * of a traced process and drops the others' stacks. */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(offcpu_waking, struct task_struct *p)
+{
+	struct offcpu_event *st = bpf_task_storage_get(&offcpu_state, p, 0, 0);
+	if (!st || !st->blocked || st->waker_tid)
+		return 0;
+	__u64 pt = bpf_get_current_pid_tgid();
+	if ((__u32)pt == 0)
+		return 0; /* woken from the idle task: an interrupt */
+	st->waker_pid = pt >> 32;
+	st->waker_tid = (__u32)pt;
+	__u32 used = st->used & 255;
+	__u32 n = user_stack(ctx, &st->ips[used], &st->waker_flags, false);
+	n &= MAX_FRAMES - 1;
+	st->waker_nframes = n;
+	__u32 at = (used + n) & 511;
+	st->waker_kframes = kernel_stack(ctx, &st->ips[at], &st->waker_flags);
+	return 0;
+}
+
+/* --- func --- */
+
+struct call_key {
+	__u32 tid;
+	__u32 pad;
+	__u64 sp;
+};
+
+struct call {
+	__u64 start;
+	__u64 function;
+	__u64 args[MAX_ARGS];
+	__u32 nframes;
+	__u32 flags;
+	__u64 ips[MAX_FRAMES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct call_key);
+	__type(value, struct call);
+} calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct call);
+} call_scratch SEC(".maps");
+
+/* Per function id: the shortest call kept, ns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} func_min SEC(".maps");
+
+SEC("uprobe")
+int func_enter(struct pt_regs *ctx)
+{
+	count(FAM_FUNC, CTR_HITS);
+	__u32 z = 0;
+	struct call *c = bpf_map_lookup_elem(&call_scratch, &z);
+	if (!c)
+		return 0;
+	c->start = bpf_ktime_get_boot_ns();
+	c->function = bpf_get_attach_cookie(ctx);
+	c->flags = 0;
+	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
+	if (func_args > 0) {
+		c->args[0] = PT_REGS_PARM1(ctx);
+		c->args[1] = PT_REGS_PARM2(ctx);
+		c->args[2] = PT_REGS_PARM3(ctx);
+		c->args[3] = PT_REGS_PARM4(ctx);
+		c->args[4] = PT_REGS_PARM5(ctx);
+		c->args[5] = PT_REGS_PARM6(ctx);
+	}
+	struct call_key k = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = PT_REGS_SP(ctx) };
+	if (bpf_map_update_elem(&calls, &k, c, BPF_ANY))
+		count(FAM_FUNC, CTR_LOST_MAP_FULL);
+	return 0;
+}
+
+SEC("uretprobe")
+int func_return(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct call_key k = { .tid = (__u32)bpf_get_current_pid_tgid(),
+			      .sp = PT_REGS_SP(ctx) - 8 };
+	struct call *c = bpf_map_lookup_elem(&calls, &k);
+	if (!c)
+		return 0; /* entered before the probes were attached */
+	__u64 d = now - c->start;
+	__u32 fid = c->function;
+	__u64 *min = bpf_map_lookup_elem(&func_min, &fid);
+	if (min && d < *min) {
+		count(FAM_FUNC, CTR_FILTERED);
+		bpf_map_delete_elem(&calls, &k);
+		return 0;
+	}
+	__u32 z = 0;
+	struct func_event *e = bpf_map_lookup_elem(&func_scratch, &z);
+	if (!e) {
+		bpf_map_delete_elem(&calls, &k);
+		return 0;
+	}
+	fill_header(&e->h, EV_FUNC);
+	e->h.time_ns = c->start;
+	e->function = c->function;
+	e->duration_ns = d;
+	e->ret = PT_REGS_RC(ctx);
+	__u32 nargs = func_args > MAX_ARGS ? MAX_ARGS : func_args;
+	e->nargs = nargs;
+	for (int i = 0; i < MAX_ARGS; i++)
+		e->args[i] = i < nargs ? c->args[i] : 0;
+	__u32 n = c->nframes;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	e->nframes = n;
+	e->flags = c->flags;
+	copy_big(e->ips, c->ips, sizeof(c->ips));
+	bpf_map_delete_elem(&calls, &k);
+	__u64 size = __builtin_offsetof(struct func_event, ips) + n * sizeof(__u64);
+	if (size > sizeof(*e))
+		size = sizeof(*e);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_FUNC, CTR_LOST_RINGBUF);
+	return 0;
+}
+
+/* --- memgrowth --- */
+
+#define NR_MMAP 9
+#define NR_MUNMAP 11
+#define NR_BRK 12
+
+struct mem_call {
+	__u64 nr;
+	__u64 addr;
+	__u64 len;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct mem_call);
+} mem_calls SEC(".maps");
+
+static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 size)
+{
+	__u32 z = 0;
+	struct mem_event *e = bpf_map_lookup_elem(&mem_scratch, &z);
+	if (!e)
+		return;
+	fill_header(&e->h, EV_MEM);
+	e->kind = kind;
+	e->addr = addr;
+	e->size = size;
+	e->flags = 0;
+	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	e->nframes = n;
+	__u64 bytes = __builtin_offsetof(struct mem_event, ips) + n * sizeof(__u64);
+	if (bytes > sizeof(*e))
+		bytes = sizeof(*e);
+	if (bpf_ringbuf_output(&events, e, bytes, BPF_RB_NO_WAKEUP))
+		count(FAM_MEM_GROWTH, CTR_LOST_RINGBUF);
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
+{
+	if (id != NR_BRK && id != NR_MMAP && id != NR_MUNMAP)
+		return 0;
+	__u64 pt = bpf_get_current_pid_tgid();
+	if (!is_target(pt >> 32))
+		return 0;
+	count(FAM_MEM_GROWTH, CTR_HITS);
+	struct mem_call c = { .nr = id };
+	if (id == NR_BRK) {
+		struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+		c.addr = BPF_CORE_READ(t, mm, brk); /* the break before the call */
+	} else {
+		c.addr = regs->di;
+		c.len = regs->si;
+	}
+	__u32 tid = (__u32)pt;
+	if (bpf_map_update_elem(&mem_calls, &tid, &c, BPF_ANY))
+		count(FAM_MEM_GROWTH, CTR_LOST_MAP_FULL);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
+{
+	long nr = regs->orig_ax;
+	if (nr != NR_BRK && nr != NR_MMAP && nr != NR_MUNMAP)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mem_call *cp = bpf_map_lookup_elem(&mem_calls, &tid);
+	if (!cp)
+		return 0;
+	struct mem_call c = *cp;
+	bpf_map_delete_elem(&mem_calls, &tid);
+	if (c.nr == NR_BRK) {
+		__u64 now = ret;
+		if (now > c.addr)
+			mem_emit(ctx, MK_BRK, c.addr, now - c.addr);
+		else if (now < c.addr) /* a shrinking break releases memory */
+			mem_emit(ctx, MK_MUNMAP, now, c.addr - now);
+	} else if (c.nr == NR_MMAP) {
+		if ((unsigned long)ret < (unsigned long)-4095L)
+			mem_emit(ctx, MK_MMAP, ret, c.len);
+	} else if (ret == 0) {
+		mem_emit(ctx, MK_MUNMAP, c.addr, c.len);
+	}
+	return 0;
+}
+
+#define PF_PROT 1
+#define PF_INSTR 16
+
+/* A user page fault on a page not present that is not an instruction fetch: the first
+ * touch of new memory (or of file data not yet mapped in). */
+SEC("tp_btf/page_fault_user")
+int BPF_PROG(mem_fault, unsigned long address, struct pt_regs *regs, unsigned long error_code)
+{
+	if (error_code & (PF_PROT | PF_INSTR))
+		return 0;
+	__u64 pt = bpf_get_current_pid_tgid();
+	if (!is_target(pt >> 32))
+		return 0;
+	count(FAM_MEM_GROWTH, CTR_HITS);
+	mem_emit(ctx, MK_PAGE_FAULT, address & ~(page_size - 1), page_size);
+	return 0;
+}

@@ -1,0 +1,132 @@
+//! The kallsyms entries a trace's kernel frames need, so ebsym names kernel frames offline,
+//! on another machine, without this kernel's /proc/kallsyms.
+//!
+//! /proc/kallsyms is read once, when the first kernel frame arrives. For each new kernel
+//! stack, the entry covering each frame (and, for return addresses, the frame - 1, which is
+//! what a symbolizer looks up) is queued once; `take_pending` hands them to the writer,
+//! which stores them as KernelSymbols records as the recording goes (so a recording cut
+//! short still names its kernel frames). A reader takes the greatest stored start <= the
+//! address: since the true covering entry is always stored, that is always the right one.
+use std::collections::HashSet;
+
+#[derive(Debug, Default)]
+struct Table {
+    /// (start address, name offset in `names`, name length, module index + 1 or 0)
+    entries: Vec<(u64, u32, u16, u16)>,
+    names: String,
+    modules: Vec<String>,
+}
+
+impl Table {
+    fn read() -> Option<Table> {
+        let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+        let mut t = Table::default();
+        for line in text.lines() {
+            let mut it = line.split_ascii_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            // Text symbols only: frames are code addresses.
+            if !matches!(kind, "t" | "T" | "w" | "W") {
+                continue;
+            }
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            if addr == 0 || name.len() > u16::MAX as usize {
+                continue;
+            }
+            let module = match it.next() {
+                Some(m) => {
+                    let m = m.trim_start_matches('[').trim_end_matches(']');
+                    match t.modules.iter().position(|x| x == m) {
+                        Some(i) => i + 1,
+                        None => {
+                            t.modules.push(m.to_string());
+                            t.modules.len()
+                        }
+                    }
+                }
+                None => 0,
+            };
+            let off = t.names.len() as u32;
+            t.names.push_str(name);
+            t.entries.push((
+                addr,
+                off,
+                name.len() as u16,
+                module.min(u16::MAX as usize) as u16,
+            ));
+        }
+        if t.entries.is_empty() {
+            return None; // kptr_restrict hides the addresses
+        }
+        t.entries.sort_by_key(|e| e.0);
+        Some(t)
+    }
+
+    fn covering(&self, addr: u64) -> Option<usize> {
+        let i = self.entries.partition_point(|e| e.0 <= addr);
+        i.checked_sub(1)
+    }
+}
+
+/// The entries needed so far and those not yet written.
+#[derive(Debug, Default)]
+pub struct Needed {
+    table: Option<Option<Table>>,
+    written: HashSet<usize>,
+    pending: Vec<usize>,
+}
+
+impl Needed {
+    /// Queues the entries covering `frames` (a kernel stack, leaf first).
+    pub fn note(&mut self, frames: &[u64]) {
+        let Some(t) = self.table.get_or_insert_with(Table::read) else {
+            return;
+        };
+        for (i, &ip) in frames.iter().enumerate() {
+            let lookups = if i == 0 {
+                [ip, ip]
+            } else {
+                [ip, ip.wrapping_sub(1)]
+            };
+            for a in lookups {
+                if let Some(e) = t.covering(a) {
+                    if self.written.insert(e) {
+                        self.pending.push(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether kernel symbols are unavailable (/proc/kallsyms unreadable or hidden).
+    pub fn unavailable(&self) -> bool {
+        matches!(self.table, Some(None))
+    }
+
+    /// The queued entries, sorted by address: (start, name, module or "").
+    pub fn take_pending(&mut self) -> Option<Vec<(u64, &str, &str)>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let t = self.table.as_ref()?.as_ref()?;
+        let mut idx = std::mem::take(&mut self.pending);
+        idx.sort_unstable();
+        Some(
+            idx.into_iter()
+                .map(|i| {
+                    let (a, off, len, m) = t.entries[i];
+                    let name = &t.names[off as usize..off as usize + len as usize];
+                    let module = if m == 0 {
+                        ""
+                    } else {
+                        t.modules[m as usize - 1].as_str()
+                    };
+                    (a, name, module)
+                })
+                .collect(),
+        )
+    }
+}
