@@ -469,6 +469,11 @@ impl<'a> Session<'a> {
         {
             frames.remove(2);
         }
+        let mut flags = flags;
+        if let Some(cut) = self.left_code(g, &frames) {
+            frames.truncate(cut);
+            flags |= StackFlag::UserLeftCode as u32;
+        }
         let before = self.w.stats().stacks;
         let id = self.w.intern_stack(g, &frames, kernel, flags);
         self.frames = frames;
@@ -476,6 +481,22 @@ impl<'a> Session<'a> {
             self.kernel.note(kernel);
         }
         Ok(id?)
+    }
+
+    /// Where a frame-pointer walk went astray: the first return address (frame 1 on) that
+    /// is in no executable mapping of generation `g`. None when all are, or when the
+    /// generation's mappings are unknown (nothing to judge by).
+    fn left_code(&self, g: u32, frames: &[u64]) -> Option<usize> {
+        let maps = &self.gens.get(g as usize - 1)?.maps;
+        if maps.is_empty() {
+            return None;
+        }
+        frames.iter().enumerate().skip(1).find_map(|(i, &ip)| {
+            let inside = maps
+                .iter()
+                .any(|m| m.perms & 4 != 0 && m.start <= ip && ip < m.end);
+            (!inside).then_some(i)
+        })
     }
 
     /// Writes the kallsyms entries that new kernel frames need (once each).
