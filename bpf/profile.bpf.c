@@ -393,11 +393,14 @@ int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
 			mem_emit(ctx, MK_BRK, c.addr, now - c.addr);
 		else if (now < c.addr) /* a shrinking break releases memory */
 			mem_emit(ctx, MK_MUNMAP, now, c.addr - now);
-	} else if (c.nr == NR_MMAP) {
-		if ((unsigned long)ret < (unsigned long)-4095L)
-			mem_emit(ctx, MK_MMAP, ret, c.len);
-	} else if (ret == 0) {
+		else
+			count(FAM_MEM_GROWTH, CTR_FILTERED); /* brk(0): a query */
+	} else if (c.nr == NR_MMAP && (unsigned long)ret < (unsigned long)-4095L) {
+		mem_emit(ctx, MK_MMAP, ret, c.len);
+	} else if (c.nr == NR_MUNMAP && ret == 0) {
 		mem_emit(ctx, MK_MUNMAP, c.addr, c.len);
+	} else {
+		count(FAM_MEM_GROWTH, CTR_FILTERED); /* failed: nothing changed */
 	}
 	return 0;
 }

@@ -1,6 +1,7 @@
 //! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
 //! an ebtrace trace file. It never reads DWARF and never symbolizes.
 mod elf;
+mod funcs;
 mod kallsyms;
 mod perf;
 mod probes;
@@ -38,6 +39,8 @@ enum Command {
   ebrec record -o trace.pb.zst --alloc=1024 --sample 10 --all --duration 30
   ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
     Record(RecordArgs),
+    /// List the functions `--func` would attach to, from the target's symbol tables.
+    Probes(funcs::ProbesArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -116,6 +119,7 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Record(a) => record(a),
+        Command::Probes(a) => funcs::probes(a),
     };
     if let Err(e) = r {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
@@ -519,6 +523,7 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
     let processes = s.processes();
     let malformed = s.malformed;
     let sideband_lost = s.sideband_lost();
+    let no_kallsyms = s.kernel.unavailable();
     let out = s.w.finish(Some(Trailer {
         end_time_ns: end,
         end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
@@ -553,6 +558,9 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
             "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
             f.kept, f.lost, f.filtered, f.hits
         );
+    }
+    if no_kallsyms {
+        eprintln!("ebrec:   kernel frames are unnamed: /proc/kallsyms shows no addresses (kernel.kptr_restrict)");
     }
     if malformed > 0 || sideband_lost > 0 {
         eprintln!("ebrec:   malformed events {malformed}, side-band records lost {sideband_lost}");

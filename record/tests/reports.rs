@@ -3,39 +3,10 @@
 //! fails when CI=true).
 
 mod common;
-use common::{expect_line, root};
+use common::{ebsym_path, expect_line, root, run};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// ebsym from the same build (cargo builds every binary of the workspace for its tests).
-fn ebsym_path() -> PathBuf {
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let p = dir.join("ebsym");
-    assert!(
-        p.exists(),
-        "{} is not built: run `cargo build -p ebtrace-symbolize` (scripts/test does)",
-        p.display()
-    );
-    p
-}
-
-fn run(cmd: &Path, args: &[&str]) -> Output {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{} {args:?}: {}",
-        cmd.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// Records `program` (a testdata program, frame-pointer build) with `ebrec_args`, passing it
 /// `program_args`; returns the trace and the program's EXPECT line.

@@ -1,7 +1,51 @@
 //! Helpers shared by ebrec's integration tests.
 #![allow(dead_code)]
 use serde_json::Value;
-use std::process::Output;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// ebsym from the same build (cargo builds every binary of the workspace for its tests).
+pub fn ebsym_path() -> PathBuf {
+    let dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let p = dir.join("ebsym");
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build -p ebtrace-symbolize` (scripts/test does)",
+        p.display()
+    );
+    p
+}
+
+/// Runs `cmd ARGS`, asserting success.
+pub fn run(cmd: &Path, args: &[&str]) -> Output {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}",
+        cmd.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `ebsym ARGS --json`, parsed.
+pub fn ebsym_json(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = run(&ebsym_path(), &a);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "ebsym {a:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
 
 /// Whether the test can run: root is needed for eBPF. Without it the test is skipped
 /// loudly, or fails when CI=true.
@@ -55,7 +99,7 @@ pub fn record(program: &str, flags: &[&str], args: &[&str]) -> Recording {
 /// Records `program ARGS` with ebrec `FLAGS` into `trace`, asserting that ebrec succeeded.
 pub fn record_to(trace: &std::path::Path, program: &str, flags: &[&str], args: &[&str]) -> Output {
     let prog = ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
+    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
         .args(["record", "-q", "-o"])
         .arg(trace)
         .args(flags)
