@@ -86,6 +86,16 @@ struct RecordArgs {
     /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
     #[arg(long)]
     memgrowth: bool,
+    /// Calls of a function, with their duration and the stack at entry (repeatable). SPEC:
+    /// a demangled C++ name or glob (`ns::Class::method`, `ns::*::get*`), a mangled name,
+    /// `LIB:SYMBOL` or `BINARY:0xADDR`; `:MIN_US` keeps only calls that long. `ebrec probes`
+    /// lists what a SPEC attaches to.
+    #[arg(long, value_name = "SPEC[:MIN_US]")]
+    func: Vec<String>,
+    /// With --func: also keep the first N integer arguments of each call (0-6). This copies
+    /// data of the target (pointers, sizes, ids) into the trace.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6))]
+    args: u32,
     /// Stop after SECONDS.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
@@ -222,6 +232,12 @@ fn header(a: &RecordArgs) -> Header {
     if a.memgrowth {
         opt("memgrowth", "true".into());
     }
+    for f in &a.func {
+        opt("func", f.clone());
+    }
+    if a.args > 0 {
+        opt("args", a.args.to_string());
+    }
     for l in &a.alloc_lib {
         opt("alloc-lib", l.display().to_string());
     }
@@ -260,8 +276,20 @@ fn record(a: RecordArgs) -> Result<()> {
         && a.cpu.is_none()
         && a.offcpu.is_none()
         && !a.memgrowth
+        && a.func.is_empty()
     {
-        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth");
+        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC");
+    }
+    let func_specs: Vec<funcs::FuncSpec> = a
+        .func
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_>>()?;
+    if !func_specs.is_empty() && a.all {
+        bail!("--func needs targets to resolve its names in: use -p PID or -- CMD, not --all");
+    }
+    if a.args > 0 && func_specs.is_empty() {
+        bail!("--args applies to --func calls: add --func SPEC");
     }
     if let Some(hz) = a.cpu {
         if hz == 0 || hz > 100_000 {
@@ -294,8 +322,8 @@ fn record(a: RecordArgs) -> Result<()> {
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
         memgrowth: a.memgrowth,
-        func_args: 0,
-        func: false,
+        func_args: a.args,
+        func: !func_specs.is_empty(),
     };
 
     let mut launched = if a.command.is_empty() {
@@ -303,7 +331,7 @@ fn record(a: RecordArgs) -> Result<()> {
     } else {
         Some(launch(&a.command)?)
     };
-    let result = record_with(&a, &cfg, &mut launched);
+    let result = record_with(&a, &cfg, &func_specs, &mut launched);
     if let Some(l) = &mut launched {
         // Never leave the command blocked: release it even when setting up failed.
         if result.is_err() {
@@ -317,7 +345,12 @@ fn record(a: RecordArgs) -> Result<()> {
     result
 }
 
-fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched>) -> Result<()> {
+fn record_with(
+    a: &RecordArgs,
+    cfg: &ProbeConfig,
+    func_specs: &[funcs::FuncSpec],
+    launched: &mut Option<Launched>,
+) -> Result<()> {
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
     let mut profile_obj = std::mem::MaybeUninit::uninit();
@@ -332,6 +365,8 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
     if a.all {
         pids = vec![-1];
     }
+    // --func functions: (match, build-id), the id being the index + 1.
+    let mut probed: Vec<(funcs::FuncMatch, Vec<u8>)> = Vec::new();
     for &pid in &pids {
         let (lookup_pid, exe) = match launched.as_ref() {
             Some(l) if l.pid as i32 == pid => (None, Some(l.exe.clone())),
@@ -363,6 +398,37 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
             }
         }
         probes.attach_uprobes(&alloc_sites, &lock_sites, pid)?;
+        if !func_specs.is_empty() {
+            let bins = match (&lookup_pid, &exe) {
+                (Some(p), _) => funcs::Binaries::of_pid(*p)?,
+                (None, Some(exe)) => funcs::Binaries::of_command(exe)?,
+                (None, None) => bail!("--func needs a target process"),
+            };
+            let mut sites = Vec::new();
+            for m in funcs::resolve_all(&bins, func_specs)? {
+                // One id per function, whichever targets share it.
+                let id = match probed.iter().position(|(p, _)| p.path == m.path && p.vaddr == m.vaddr) {
+                    Some(i) => i as u64 + 1,
+                    None => {
+                        probed.push((m.clone(), crate::elf::build_id(&m.path).unwrap_or_default()));
+                        probed.len() as u64
+                    }
+                };
+                if !a.quiet {
+                    eprintln!("ebrec: --func {}: {m}", m.spec);
+                }
+                sites.push(probes::FuncSite {
+                    id,
+                    site: probes::Site {
+                        lib: m.path.clone(),
+                        symbol: m.demangled.clone().into(),
+                        offset: m.file_offset,
+                    },
+                    min_ns: m.min_ns,
+                });
+            }
+            probes.attach_funcs(&sites, pid)?;
+        }
         if pid > 0 {
             probes.add_target(pid as u32)?;
         }
@@ -391,6 +457,9 @@ fn record_with(a: &RecordArgs, cfg: &ProbeConfig, launched: &mut Option<Launched
     let probes_ref = &probes;
     let mut s = session::Session::new(w, probes_ref, !a.all);
     s.clock_sync()?;
+    for (i, (m, bid)) in probed.iter().enumerate() {
+        s.probed_function(i as u64 + 1, m, bid)?;
+    }
     let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
     for &pid in &a.pid {
         s.snapshot(pid, now)?;

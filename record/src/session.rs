@@ -9,7 +9,7 @@ use ebtrace_format::events::{
 };
 use ebtrace_format::proto::{
     record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
-    LossReason, Lost, Mapping, MappingSource, MemGrowthKind, Process, ProcessEvent, ProgramStats,
+    LossReason, Lost, Mapping, MappingSource, MemGrowthKind, Process, ProcessEvent, ProbedFunction, ProgramStats,
     Record, StackFlag, Stats,
 };
 use ebtrace_format::TraceWriter;
@@ -497,6 +497,35 @@ impl<'a> Session<'a> {
                 .any(|m| m.perms & 4 != 0 && m.start <= ip && ip < m.end);
             (!inside).then_some(i)
         })
+    }
+
+    /// Describes a --func function (ProbedFunction), before any of its calls.
+    pub fn probed_function(
+        &mut self,
+        id: u64,
+        m: &crate::funcs::FuncMatch,
+        build_id: &[u8],
+    ) -> Result<()> {
+        let name = self.w.intern_string(m.demangled.as_bytes())?;
+        let symbol = self.w.intern_string(m.symbol.as_bytes())?;
+        let path = self.w.intern_string(m.binary.as_bytes())?;
+        let build_id = if build_id.is_empty() {
+            0
+        } else {
+            self.w.intern_build_id(build_id)?
+        };
+        self.w.write_record(&Record {
+            kind: Some(Kind::ProbedFunction(ProbedFunction {
+                id,
+                name,
+                symbol,
+                path,
+                build_id,
+                address: m.vaddr,
+                min_duration_ns: m.min_ns,
+            })),
+        })?;
+        Ok(())
     }
 
     /// Writes the kallsyms entries that new kernel frames need (once each).
