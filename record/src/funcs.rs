@@ -8,7 +8,8 @@
 //! shop::*::get*   *_lookup   'm?lloc'   a glob: `*` is any text, `::` included; `?` one byte
 //! _ZN4shop7Catalog6lookupEm             a mangled name (or any raw symbol name: `malloc`)
 //! libc.so.6:malloc  /opt/x/libfoo.so:foo::bar   LIB:SYMBOL, LIB a path or a file name
-//! ./server:0x4011d6                     BINARY:0xADDR, an ELF virtual address in it
+//! ./server:0x4011d6                     BINARY:0xADDR, an ELF virtual address in it: a
+//!                                       function's entry (inside a known function is refused)
 //! shop::Catalog::slow_lookup:500        any of these + `:MIN_US`: calls ≥ 500 µs are kept
 //! ```
 //!
@@ -380,7 +381,10 @@ impl Table {
                     f.size = f.size.max(s.size());
                 }
                 None => {
-                    seen.insert(key, Func::new(name, s.address(), s.size(), bind_rank, ifunc));
+                    seen.insert(
+                        key,
+                        Func::new(name, s.address(), s.size(), bind_rank, ifunc),
+                    );
                 }
             }
         }
@@ -465,7 +469,7 @@ pub struct FuncMatch {
     pub path: PathBuf,
     /// The file as the target sees it.
     pub binary: String,
-    /// The symbol (mangled); `sym+0x10` or `0x...` for a `BINARY:0xADDR` spec.
+    /// The symbol (mangled); `0x...` for a `BINARY:0xADDR` spec where no symbol starts.
     pub symbol: String,
     /// Demangled, with parameters, without return type.
     pub demangled: String,
@@ -473,7 +477,7 @@ pub struct FuncMatch {
     pub vaddr: u64,
     /// File offset of `vaddr` (through the PT_LOAD segments): what a uprobe takes.
     pub file_offset: u64,
-    /// Symbol size in bytes (0 if unknown, or for an address inside a function).
+    /// Symbol size in bytes (0 if unknown).
     pub size: u64,
     /// Calls shorter than this are not kept (`:MIN_US` × 1000, else 0).
     pub min_ns: u64,
@@ -493,14 +497,26 @@ impl Binaries {
     /// The executable files mapped by process `pid`, read through `/proc/PID/root` (so
     /// containers work).
     pub fn of_pid(pid: u32) -> Result<Binaries> {
-        let maps = crate::procfs::maps(pid).with_context(|| format!("no process with pid {pid}"))?;
+        let maps = match crate::procfs::maps(pid) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("no process with pid {pid}")
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read /proc/{pid}/maps")),
+        };
         let mut seen = HashSet::new();
         let mut bins = Vec::new();
         for m in &maps {
             if m.perms & 4 == 0 || !m.path.starts_with(b"/") || m.path.ends_with(b" (deleted)") {
                 continue;
             }
-            if !seen.insert((m.dev, m.inode, m.path.clone())) {
+            // One file under two names (a merged /usr) is one binary.
+            let key = if m.inode != 0 {
+                (m.dev, m.inode, Vec::new())
+            } else {
+                (0, 0, m.path.clone())
+            };
+            if !seen.insert(key) {
                 continue;
             }
             let name = String::from_utf8_lossy(&m.path).into_owned();
@@ -560,7 +576,11 @@ impl Binaries {
     }
 
     /// The binaries a spec's LIB names (all of them without LIB).
-    fn select<'a>(&'a self, lib: Option<&str>, extra: &'a mut Option<Binary>) -> Result<Vec<&'a Binary>> {
+    fn select<'a>(
+        &'a self,
+        lib: Option<&str>,
+        extra: &'a mut Option<Binary>,
+    ) -> Result<Vec<&'a Binary>> {
         let Some(lib) = lib else {
             return Ok(self.bins.iter().collect());
         };
@@ -570,7 +590,11 @@ impl Binaries {
             Some(pid) if lib.starts_with('/') => crate::procfs::path_in(pid, lib.as_bytes()),
             _ => lib_path.to_path_buf(),
         };
-        let lib_canon = if lib.contains('/') { canon(&openable) } else { None };
+        let lib_canon = if lib.contains('/') {
+            canon(&openable)
+        } else {
+            None
+        };
         let hits: Vec<&Binary> = self
             .bins
             .iter()
@@ -663,12 +687,21 @@ impl Binaries {
                         hits.extend(
                             t.funcs
                                 .iter()
-                                .filter(|f| if by_sig { f.sig_norm == key } else { f.base_norm == key })
+                                .filter(|f| {
+                                    if by_sig {
+                                        f.sig_norm == key
+                                    } else {
+                                        f.base_norm == key
+                                    }
+                                })
                                 .map(|f| (b, t, f)),
                         );
                     }
                     if hits.is_empty() {
-                        return Err(unknown(name, by_sig));
+                        // An unknown mangled name: suggest by what it means.
+                        let query =
+                            demangle(name).map(|(sig, base)| if by_sig { sig } else { base });
+                        return Err(unknown(query.as_deref().unwrap_or(name), by_sig));
                     }
                     if hits.iter().all(|h| h.2.fragment()) {
                         let frags: Vec<&str> = hits.iter().map(|h| h.2.raw.as_str()).collect();
@@ -736,7 +769,11 @@ impl Binaries {
         // One function: one binary, one signature (raw name when named exactly).
         let mut groups: Vec<(&str, &str, &Func)> = Vec::new();
         for &(b, _, f) in &hits {
-            let key = if explicit { f.raw.as_str() } else { f.sig_norm.as_str() };
+            let key = if explicit {
+                f.raw.as_str()
+            } else {
+                f.sig_norm.as_str()
+            };
             if !groups.iter().any(|g| g.0 == b.name && g.1 == key) {
                 groups.push((b.name.as_str(), key, f));
             }
@@ -788,13 +825,22 @@ impl Binaries {
             );
         };
         let Some(&(va, off, _, exec)) = t.segment(addr) else {
-            bail!("'{}': {addr:#x} is in no loaded segment of {}", spec.text, b.name);
+            bail!(
+                "'{}': {addr:#x} is in no loaded segment of {}",
+                spec.text,
+                b.name
+            );
         };
         if !exec {
-            bail!("'{}': {addr:#x} is not code (segment not executable) in {}", spec.text, b.name);
+            bail!(
+                "'{}': {addr:#x} is not code (segment not executable) in {}",
+                spec.text,
+                b.name
+            );
         }
-        // The function holding the address, for people: the last symbol starting at or
-        // before it that covers it.
+        // The function at the address, if the symbol table knows it. An address inside a
+        // known function is refused: the return probe would take whatever is at [sp] there
+        // for the return address and overwrite it.
         let i = t.funcs.partition_point(|f| f.addr <= addr);
         let holder = t.funcs[..i]
             .iter()
@@ -803,11 +849,14 @@ impl Binaries {
             .min_by_key(|f| (addr - f.addr, f.bind_rank, f.raw.len()));
         let (symbol, demangled, size) = match holder {
             Some(f) if f.addr == addr => (f.raw.clone(), f.display.clone(), f.size),
-            Some(f) => (
-                format!("{}+{:#x}", f.raw, addr - f.addr),
-                format!("{}+{:#x}", f.display, addr - f.addr),
-                0,
+            Some(f) => bail!(
+                "'{}': {addr:#x} is inside {} (+{:#x}), not at a function's entry: use {:#x}",
+                spec.text,
+                f.display,
+                addr - f.addr,
+                f.addr
             ),
+            // No symbol: a stripped binary, the user knows where the function starts.
             None => (format!("{addr:#x}"), format!("{addr:#x}"), 0),
         };
         Ok(vec![FuncMatch {
@@ -830,8 +879,20 @@ fn merge_aliases<'a>(
     mut hits: Vec<(&'a Binary, &'a Table, &'a Func)>,
 ) -> Vec<(&'a Binary, &'a Table, &'a Func)> {
     hits.sort_by(|x, y| {
-        (x.0.name.as_str(), x.2.addr, x.2.bind_rank, x.2.raw.len(), &x.2.raw)
-            .cmp(&(y.0.name.as_str(), y.2.addr, y.2.bind_rank, y.2.raw.len(), &y.2.raw))
+        (
+            x.0.name.as_str(),
+            x.2.addr,
+            x.2.bind_rank,
+            x.2.raw.len(),
+            &x.2.raw,
+        )
+            .cmp(&(
+                y.0.name.as_str(),
+                y.2.addr,
+                y.2.bind_rank,
+                y.2.raw.len(),
+                &y.2.raw,
+            ))
     });
     hits.dedup_by(|x, y| x.0.name == y.0.name && x.2.addr == y.2.addr);
     hits
@@ -847,7 +908,10 @@ pub fn resolve_all(bins: &Binaries, specs: &[FuncSpec]) -> Result<Vec<FuncMatch>
     let mut all: Vec<FuncMatch> = Vec::new();
     for spec in specs {
         for m in bins.resolve(spec)? {
-            match all.iter_mut().find(|a| a.path == m.path && a.vaddr == m.vaddr) {
+            match all
+                .iter_mut()
+                .find(|a| a.path == m.path && a.vaddr == m.vaddr)
+            {
                 Some(a) => a.min_ns = a.min_ns.min(m.min_ns),
                 None => all.push(m),
             }
@@ -864,7 +928,11 @@ fn closest(query: &str, by_sig: bool, tables: &[(&Binary, &Table)], n: usize) ->
     let mut names: HashSet<&str> = HashSet::new();
     for (_, t) in tables {
         for f in t.funcs.iter().filter(|f| !f.fragment()) {
-            names.insert(if by_sig { f.display.as_str() } else { f.base.as_str() });
+            names.insert(if by_sig {
+                f.display.as_str()
+            } else {
+                f.base.as_str()
+            });
         }
     }
     let mut scored: Vec<(usize, usize, &str)> = names
@@ -882,7 +950,11 @@ fn closest(query: &str, by_sig: bool, tables: &[(&Binary, &Table)], n: usize) ->
         })
         .collect();
     scored.sort();
-    let picked: Vec<String> = scored.into_iter().take(n).map(|s| s.2.to_string()).collect();
+    let picked: Vec<String> = scored
+        .into_iter()
+        .take(n)
+        .map(|s| s.2.to_string())
+        .collect();
     if picked.is_empty() {
         vec!["no function symbols found".into()]
     } else {
@@ -1046,13 +1118,15 @@ fn ld_so_conf(path: &Path, out: &mut Vec<String>, depth: u32) {
 
 /// `ebrec probes`: what `--func` would attach to, one function a line.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Each line: demangled name, binary, ELF address, size (tab-separated).
+#[command(
+    after_help = "Each line: demangled name, binary, ELF address, size (tab-separated).
 
 Examples:
   ebrec probes -p 1234 'shop::*lookup*'
   ebrec probes -p 1234 shop::Catalog::slow_lookup libc.so.6:malloc
   ebrec probes 'operator new(unsigned long)' -- ./server --port 8080
-  ebrec probes -- ./server ./server:0x4011d6 _ZN4shop7Catalog6lookupEm")]
+  ebrec probes ./server:0x4011d6 _ZN4shop7Catalog6lookupEm -- ./server"
+)]
 pub struct ProbesArgs {
     /// Search the binaries this running process maps.
     #[arg(short, long = "pid")]
@@ -1121,7 +1195,10 @@ mod tests {
         assert_eq!(s.min_us, Some(500));
 
         let s = spec("/usr/lib/x86_64-linux-gnu/libc.so.6:malloc");
-        assert_eq!(s.lib.as_deref(), Some("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert_eq!(
+            s.lib.as_deref(),
+            Some("/usr/lib/x86_64-linux-gnu/libc.so.6")
+        );
         assert_eq!(s.what, What::Name("malloc".into()));
 
         let s = spec("libstdc++.so.6:std::__cxx11::basic_string<char>::_M_create");
@@ -1143,8 +1220,14 @@ mod tests {
         assert_eq!(s.lib.as_deref(), Some("libx.so"));
 
         assert_eq!(spec("ns::*::get*").what, What::Glob("ns::*::get*".into()));
-        assert_eq!(spec("x::operator\\*").what, What::Name("x::operator\\*".into()));
+        assert_eq!(
+            spec("x::operator\\*").what,
+            What::Name("x::operator\\*".into())
+        );
         assert_eq!(spec(" malloc ").what, What::Name("malloc".into()));
+        let s = spec("(anonymous namespace)::helper:7");
+        assert_eq!((s.lib, s.min_us), (None, Some(7)));
+        assert_eq!(s.what, What::Name("(anonymous namespace)::helper".into()));
     }
 
     #[test]
@@ -1216,7 +1299,10 @@ mod tests {
 
         // Templates: no return type in either form.
         let f = Func::new("_Z3fooIiEvT_", 0x10, 4, 0, false);
-        assert_eq!((f.base.as_str(), f.sig_norm.as_str()), ("foo<int>", "foo<int>(int)"));
+        assert_eq!(
+            (f.base.as_str(), f.sig_norm.as_str()),
+            ("foo<int>", "foo<int>(int)")
+        );
 
         // C symbols are their own names.
         let f = Func::new("malloc", 0x10, 4, 0, false);

@@ -1,0 +1,157 @@
+// sleeper: a function that sleeps a known time a known number of times, on
+// several threads at once, and a recursive one, for checking function latency
+// tracing (ebrec --func) and off-CPU time (ebrec --offcpu).
+//
+// usage: sleeper [--calls N] [--ms M] [--threads T] [--depth D] [--wait]
+//   --calls N    calls of sleeper::nap per thread (default 20)
+//   --ms M       milliseconds each nap (and each recursion level) sleeps (default 10)
+//   --threads T  threads calling nap at the same time (default 2)
+//   --depth D    recursion depth of sleeper::recurse (default 5)
+//   --wait       print `READY <pid>`, then block until SIGUSR1 arrives
+//
+// Call tree (every named function is noinline and not a tail call):
+//   main -> run_sleeper
+//     -> T threads started together, each: sleeper::nap_loop(N, M)
+//          -> N x sleeper::nap(M)          nanosleep(M ms), restarted on EINTR
+//     -> then, on the main thread: sleeper::recurse(D, M)
+//          recurse(d): nanosleep(M ms), then recurse(d - 1) if d > 0
+//        so recurse is entered D + 1 times, nested; the call at depth d (the
+//        outermost has d = D) lasts about (d + 1) * M ms.
+//   recurse sleeps with its own nanosleep, not through nap: nap's calls are
+//   exactly T * N.
+//
+// Last line on stdout (one line; shown wrapped here):
+// EXPECT {"program":"sleeper","pid":P,"ms":M,"threads":T,"calls_per_thread":N,
+//   "nap":{"calls":T*N,"total_ns":t,"min_ns":a,"max_ns":b,"tids":[...]},
+//   "recurse":{"depth":D,"calls":D+1,"tid":t,"durations_ns":[outermost, ..., innermost]}}
+// where every duration is measured by the caller around the call with
+// CLOCK_MONOTONIC (nap) or by each level around its own body (recurse), and
+// tids are the threads that called nap.
+
+#include <atomic>
+#include <thread>
+
+#include "common.h"
+
+namespace sleeper {
+
+__attribute__((always_inline)) inline void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+EBT_NOINLINE void nap(int ms) {
+  asm volatile("" ::: "memory");
+  sleep_ms(ms);
+  ebt::no_tail_call();
+}
+
+struct NapStats {
+  int64_t calls = 0, total_ns = 0, min_ns = INT64_MAX, max_ns = 0;
+  long tid = 0;
+};
+
+EBT_NOINLINE void nap_loop(int64_t calls, int ms, NapStats* st) {
+  st->tid = ebt::gettid_();
+  for (int64_t i = 0; i < calls; i++) {
+    const int64_t t0 = ebt::now_ns();
+    nap(ms);
+    const int64_t d = ebt::now_ns() - t0;
+    st->calls += 1;
+    st->total_ns += d;
+    st->min_ns = d < st->min_ns ? d : st->min_ns;
+    st->max_ns = d > st->max_ns ? d : st->max_ns;
+  }
+  ebt::no_tail_call();
+}
+
+// durations[d] is the duration of the call at depth d.
+EBT_NOINLINE void recurse(int depth, int ms, int64_t* durations) {
+  const int64_t t0 = ebt::now_ns();
+  asm volatile("" ::: "memory");
+  sleep_ms(ms);
+  if (depth > 0) recurse(depth - 1, ms, durations);
+  durations[depth] = ebt::now_ns() - t0;
+  ebt::no_tail_call();
+}
+
+}  // namespace sleeper
+
+EBT_NOINLINE void run_sleeper(int64_t calls, int ms, int64_t threads, int depth) {
+  std::vector<sleeper::NapStats> stats(threads);
+  std::vector<std::thread> workers;
+  std::atomic<int64_t> ready{0};
+  for (int64_t t = 0; t < threads; t++) {
+    workers.emplace_back([&, t] {
+      // Start together, so the naps overlap.
+      ready.fetch_add(1);
+      while (ready.load() < threads) {
+      }
+      sleeper::nap_loop(calls, ms, &stats[t]);
+    });
+  }
+  for (auto& w : workers) w.join();
+
+  std::vector<int64_t> durations(depth + 1, 0);
+  sleeper::recurse(depth, ms, durations.data());
+
+  sleeper::NapStats sum;
+  for (const auto& s : stats) {
+    sum.calls += s.calls;
+    sum.total_ns += s.total_ns;
+    sum.min_ns = s.min_ns < sum.min_ns ? s.min_ns : sum.min_ns;
+    sum.max_ns = s.max_ns > sum.max_ns ? s.max_ns : sum.max_ns;
+  }
+  ebt::Json j;
+  j.begin_object()
+      .str("program", "sleeper")
+      .num("pid", getpid())
+      .num("ms", ms)
+      .num("threads", threads)
+      .num("calls_per_thread", calls)
+      .begin_object("nap")
+      .num("calls", sum.calls)
+      .num("total_ns", sum.total_ns)
+      .num("min_ns", sum.calls > 0 ? sum.min_ns : 0)
+      .num("max_ns", sum.max_ns)
+      .begin_array("tids");
+  for (const auto& s : stats) j.num(s.tid);
+  j.end_array()
+      .end_object()
+      .begin_object("recurse")
+      .num("depth", depth)
+      .num("calls", depth + 1)
+      .num("tid", ebt::gettid_())
+      .begin_array("durations_ns");
+  for (int d = depth; d >= 0; d--) j.num(durations[d]);
+  j.end_array().end_object().end_object();
+  j.print_expect();
+}
+
+int main(int argc, char** argv) {
+  const char* usage = "sleeper [--calls N] [--ms M] [--threads T] [--depth D] [--wait]";
+  int64_t calls = 20, ms = 10, threads = 2, depth = 5;
+  bool wait = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--calls") == 0) {
+      calls = int64_t(ebt::arg_u64(argc, argv, &i, usage));
+    } else if (strcmp(argv[i], "--ms") == 0) {
+      ms = int64_t(ebt::arg_u64(argc, argv, &i, usage));
+    } else if (strcmp(argv[i], "--threads") == 0) {
+      threads = int64_t(ebt::arg_u64(argc, argv, &i, usage));
+    } else if (strcmp(argv[i], "--depth") == 0) {
+      depth = int64_t(ebt::arg_u64(argc, argv, &i, usage));
+    } else if (strcmp(argv[i], "--wait") == 0) {
+      wait = true;
+    } else {
+      ebt::usage_error(usage, "unknown argument", argv[i]);
+    }
+  }
+  if (threads < 1 || threads > 64) ebt::usage_error(usage, "--threads must be 1..64", nullptr);
+  if (ms > 60000) ebt::usage_error(usage, "--ms must be at most 60000", nullptr);
+  if (depth > 1000) ebt::usage_error(usage, "--depth must be at most 1000", nullptr);
+  if (wait) ebt::wait_for_sigusr1();
+  run_sleeper(calls, int(ms), threads, int(depth));
+  return 0;
+}
