@@ -10,7 +10,7 @@
 //! tracer can attach with `-p <pid>` before anything interesting happens.
 //!
 //! [`build`] compiles a program with g++ on first use into
-//! `<target dir>/testdata/<program>-<fp|nofp>` and reuses the binary until
+//! `<target dir>/testdata/<program>-<fp|nofp|…>` and reuses the binary until
 //! the source (or a header next to it) changes. It is safe to call from many
 //! test threads and processes at once.
 //!
@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-/// How a program is compiled. Both variants use
+/// How a program is compiled. Every variant uses
 /// `-O2 -g -pthread -Wl,--build-id -std=c++17`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Variant {
@@ -45,17 +45,43 @@ pub enum Variant {
     FramePointer,
     /// `-fomit-frame-pointer`: stacks need DWARF CFI (`.eh_frame`) to walk.
     NoFramePointer,
+    /// `-fPIE -pie`, whatever the compiler's default: a position-independent executable.
+    Pie,
+    /// `-fno-pie -no-pie`: an executable linked at a fixed address (ELF virtual
+    /// addresses differ from file offsets by the image base, 0x400000).
+    NoPie,
+    /// `-fPIC -shared`: the whole program as a shared library, `lib<program>.so`
+    /// (`main` is then an ordinary exported function), for symbolizing addresses
+    /// inside a `.so`. It is not meant to be run.
+    SharedLibrary,
 }
 
 impl Variant {
-    /// Every variant, for tests that cover them all.
+    /// Every variant that builds a runnable executable with the default code model, for
+    /// tests that run them all.
     pub const ALL: [Variant; 2] = [Variant::FramePointer, Variant::NoFramePointer];
 
-    /// The suffix of the binary's file name: `fp` or `nofp`.
+    /// The position-independent executable, the fixed-address one and the shared
+    /// library, for tests of address normalization and symbolization.
+    pub const LAYOUTS: [Variant; 3] = [Variant::Pie, Variant::NoPie, Variant::SharedLibrary];
+
+    /// The suffix of the binary's file name: `fp`, `nofp`, `pie`, `nopie` or `so`.
     pub fn suffix(self) -> &'static str {
         match self {
             Variant::FramePointer => "fp",
             Variant::NoFramePointer => "nofp",
+            Variant::Pie => "pie",
+            Variant::NoPie => "nopie",
+            Variant::SharedLibrary => "so",
+        }
+    }
+
+    /// The file name of `program` built in this variant: `<program>-<suffix>`, or
+    /// `lib<program>.so` for [`Variant::SharedLibrary`].
+    pub fn file_name(self, program: &str) -> String {
+        match self {
+            Variant::SharedLibrary => format!("lib{program}.so"),
+            _ => format!("{program}-{}", self.suffix()),
         }
     }
 
@@ -78,11 +104,47 @@ impl Variant {
                 "-Wl,--build-id",
                 "-std=c++17",
             ],
+            Variant::Pie => &[
+                "-O2",
+                "-g",
+                "-fPIE",
+                "-pie",
+                "-pthread",
+                "-Wl,--build-id",
+                "-std=c++17",
+            ],
+            Variant::NoPie => &[
+                "-O2",
+                "-g",
+                "-fno-pie",
+                "-no-pie",
+                "-pthread",
+                "-Wl,--build-id",
+                "-std=c++17",
+            ],
+            Variant::SharedLibrary => &[
+                "-O2",
+                "-g",
+                "-fPIC",
+                "-shared",
+                "-pthread",
+                "-Wl,--build-id",
+                "-std=c++17",
+            ],
         }
     }
 }
 
-const PROGRAMS: &[&str] = &["alloc_workload", "lock_workload", "forker", "shop"];
+const PROGRAMS: &[&str] = &[
+    "alloc_workload",
+    "lock_workload",
+    "forker",
+    "shop",
+    "memgrowth",
+    "cpu_split",
+    "sleeper",
+    "condvar_block",
+];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
 pub fn programs() -> &'static [&'static str] {
@@ -96,7 +158,8 @@ pub fn source_path(program: &str) -> PathBuf {
 
 /// Compiles `testdata/cpp/<program>.cpp` in `variant` unless an up-to-date
 /// binary exists, and returns the binary's path,
-/// `<target dir>/testdata/<program>-<fp|nofp>`.
+/// `<target dir>/testdata/<program>-<suffix>` (`lib<program>.so` for a shared
+/// library, see [`Variant::file_name`]).
 ///
 /// The target dir is `$CARGO_TARGET_DIR` if set (a relative one is taken
 /// from the workspace root), else `<workspace root>/target`. A binary is up
@@ -142,7 +205,7 @@ fn build_into(out_dir: &Path, program: &str, variant: Variant) -> Result<PathBuf
             source.display()
         ));
     }
-    let out = out_dir.join(format!("{program}-{}", variant.suffix()));
+    let out = out_dir.join(variant.file_name(program));
     compile_if_stale(&source, &out, variant)
 }
 
@@ -426,6 +489,10 @@ mod tests {
                 "alloc_workload" => &["--rounds", "1"],
                 "lock_workload" => &["--iters", "1", "--hold-us", "10"],
                 "shop" => &["--seconds", "0.05"],
+                "memgrowth" => &["--map-mib", "1", "--touch-pages", "1", "--heap-blocks", "1"],
+                "cpu_split" => &["--seconds", "0.1"],
+                "sleeper" => &["--calls", "1", "--ms", "1", "--depth", "1"],
+                "condvar_block" => &["--ms", "10"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -515,6 +582,30 @@ mod tests {
                     "shop::Pricing::compute(shop::Cart const&)",
                 ],
             ),
+            (
+                "memgrowth",
+                &[
+                    "grow::map_region(unsigned long)",
+                    "grow::touch_pages(char*, long, long)",
+                    "grow::heap_grow(long, std::vector<void*, std::allocator<void*> >*)",
+                    "grow::unmap_region(char*, unsigned long)",
+                ],
+            ),
+            (
+                "cpu_split",
+                &[
+                    "split::hot_a(unsigned long, long)",
+                    "split::hot_b(unsigned long, long)",
+                ],
+            ),
+            ("sleeper", &["sleeper::nap(int)", "sleeper::recurse(int, int, long*)"]),
+            (
+                "condvar_block",
+                &[
+                    "cv::wait_for_signal(cv::Channel*, long)",
+                    "cv::signal_after(cv::Channel*, int)",
+                ],
+            ),
         ];
         assert_eq!(expected.len(), programs().len());
         for (program, functions) in expected {
@@ -581,6 +672,39 @@ mod tests {
             .collect();
         assert_eq!(leftovers.len(), 1, "temporary files left: {leftovers:?}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The layout variants are what they say (the ELF type from `readelf -h`), and
+    /// the two executables run.
+    #[test]
+    fn layout_variants() {
+        let elf_type = |path: &Path| {
+            let out = Command::new("readelf").arg("-h").arg(path).output().unwrap();
+            assert!(out.status.success());
+            let text = String::from_utf8(out.stdout).unwrap();
+            let line = text.lines().find(|l| l.trim_start().starts_with("Type:"));
+            line.unwrap().split_whitespace().nth(1).unwrap().to_string()
+        };
+        for variant in Variant::LAYOUTS {
+            let bin = build("forker", variant).unwrap();
+            let name = bin.file_name().unwrap().to_str().unwrap().to_string();
+            assert_eq!(name, variant.file_name("forker"));
+            match variant {
+                Variant::SharedLibrary => {
+                    assert_eq!(name, "libforker.so");
+                    assert_eq!(elf_type(&bin), "DYN");
+                }
+                Variant::Pie => {
+                    assert_eq!(elf_type(&bin), "DYN");
+                    run_one(&bin, &["--children", "1"]);
+                }
+                Variant::NoPie => {
+                    assert_eq!(elf_type(&bin), "EXEC");
+                    run_one(&bin, &["--children", "1"]);
+                }
+                _ => unreachable!(),
+            }
+        }
     }
 
     #[test]
