@@ -101,6 +101,27 @@ impl Needed {
         }
     }
 
+    /// `frames` without the tracer's own frames at the top: a stack taken inside a BPF
+    /// program attached to a tracepoint starts with the program and the tracepoint's
+    /// dispatch (`bpf_prog_…`, `bpf_trace_run4`, `__bpf_trace_…`, `__traceiter_…`).
+    pub fn strip_tracer<'f>(&mut self, frames: &'f [u64]) -> &'f [u64] {
+        let Some(t) = self.table.get_or_insert_with(Table::read) else {
+            return frames;
+        };
+        let tracer = |ip: u64| match t.covering(ip) {
+            Some(i) => {
+                let (_, off, len, _) = t.entries[i];
+                let name = &t.names[off as usize..off as usize + len as usize];
+                ["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"]
+                    .iter()
+                    .any(|p| name.starts_with(p))
+            }
+            None => false,
+        };
+        let skip = frames.iter().take_while(|&&ip| tracer(ip)).count();
+        &frames[skip..]
+    }
+
     /// Whether kernel symbols are unavailable (/proc/kallsyms unreadable or hidden).
     pub fn unavailable(&self) -> bool {
         matches!(self.table, Some(None))

@@ -9,8 +9,8 @@ use ebtrace_format::events::{
 };
 use ebtrace_format::proto::{
     record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
-    LossReason, Lost, Mapping, MappingSource, MemGrowthKind, Process, ProcessEvent, ProbedFunction, ProgramStats,
-    Record, StackFlag, Stats,
+    LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process, ProcessEvent,
+    ProgramStats, Record, StackFlag, Stats,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -455,6 +455,11 @@ impl<'a> Session<'a> {
     /// new stack queue their kallsyms entries for the next KernelSymbols record.
     fn stack(&mut self, g: u32, user: &[u64], n: u32, kernel: &[u64], flags: u32) -> Result<u64> {
         let n = (n as usize).min(user.len());
+        let kernel = if kernel.is_empty() {
+            kernel
+        } else {
+            self.kernel.strip_tracer(kernel)
+        };
         if n == 0 && kernel.is_empty() {
             return Ok(0);
         }
