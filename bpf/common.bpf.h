@@ -76,4 +76,117 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 /* Copies map memory to map memory: clang cannot inline a memcpy this large for BPF. */
 #define copy_big(dst, src, size) bpf_probe_read_kernel((dst), (size), (src))
 
+/* --- stack copies (--stack-mode dwarf|auto) ---
+ *
+ * Frame pointers cannot walk through code built without them (libc, libstdc++, most
+ * production C++). In dwarf mode each event also carries the top of the user stack and the
+ * registers, and ebsym unwinds it offline with the binaries' CFI. The copy is only the live
+ * part: from sp to the end of the stack's mapping (bpf_find_vma), at most `copy_bytes`. */
+
+/* 0: frame pointers only. Set by user space before load. */
+const volatile __u32 copy_bytes = 0;
+/* Copy for every target process, or only for those in `copy_pids` (auto mode). */
+const volatile bool copy_all = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} copy_pids SEC(".maps");
+
+/* One copy buffer per CPU (max_entries set to the CPU count by user space): too large for
+ * a per-CPU array value. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct copy_event);
+} copy_scratch SEC(".maps");
+
+__u64 copy_seq = 0;
+
+struct copy_event _copy_event = {};
+
+static long vma_end(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	*(__u64 *)data = vma->vm_end;
+	return 0;
+}
+
+/* Fills `c` (all but the header and id) with the current thread's user registers and the
+ * top of its user stack; returns the bytes copied (0: no copy). */
+static __always_inline __u32 fill_copy(struct copy_event *c)
+{
+	if (!copy_bytes)
+		return 0;
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (!copy_all && !bpf_map_lookup_elem(&copy_pids, &pid))
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs)
+		return 0;
+	__u64 sp = regs->sp;
+	c->ip = regs->ip;
+	c->sp = sp;
+	c->bp = regs->bp;
+	__u32 want = copy_bytes > MAX_COPY ? MAX_COPY : copy_bytes;
+	__u64 end = 0;
+	if (bpf_find_vma(task, sp, vma_end, &end, 0) == 0 && end > sp && end - sp < want)
+		want = end - sp;
+	__u32 len = 0;
+	/* Page by page, so that a fault ends the copy there instead of failing all of it. */
+	for (int i = 0; i < MAX_COPY / 4096 + 1; i++) {
+		if (len >= want)
+			break;
+		__u64 a = sp + len;
+		__u32 chunk = 4096 - (a & 4095);
+		if (chunk > want - len)
+			chunk = want - len;
+		if (chunk > 4096)
+			chunk = 4096;
+		if (bpf_probe_read_user(&c->data[len & (MAX_COPY - 1)], chunk, (void *)a))
+			break;
+		len += chunk;
+	}
+	if (len > MAX_COPY)
+		len = MAX_COPY;
+	c->len = len;
+	return len;
+}
+
+/* Sends `c` (filled) as a copy event; returns its id, 0 when it could not be sent. */
+static __always_inline __u64 send_copy(struct copy_event *c)
+{
+	__u32 len = c->len;
+	if (len == 0)
+		return 0;
+	if (len > MAX_COPY)
+		len = MAX_COPY;
+	fill_header(&c->h, EV_STACK_COPY);
+	c->id = __sync_fetch_and_add(&copy_seq, 1) + 1;
+	__u64 size = __builtin_offsetof(struct copy_event, data) + len;
+	if (bpf_ringbuf_output(&events, c, size, 0)) {
+		count(FAM_STACK_COPY, CTR_LOST_RINGBUF);
+		return 0;
+	}
+	count(FAM_STACK_COPY, CTR_HITS);
+	return c->id;
+}
+
+/* Copies the current user stack and sends it; returns the copy's id (0: none). */
+static __always_inline __u64 stack_copy(void)
+{
+	if (!copy_bytes)
+		return 0;
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct copy_event *c = bpf_map_lookup_elem(&copy_scratch, &cpu);
+	if (!c)
+		return 0;
+	if (!fill_copy(c))
+		return 0;
+	return send_copy(c);
+}
+
 #endif

@@ -17,6 +17,7 @@ enum event_type {
 	EV_OFFCPU = 5,
 	EV_FUNC = 6,
 	EV_MEM = 7,
+	EV_STACK_COPY = 8,
 };
 
 /* Flags of a captured stack; the same bits as StackFlag in trace.proto. */
@@ -45,7 +46,8 @@ enum family {
 	FAM_CPU = 5,
 	FAM_OFFCPU = 6,
 	FAM_MEM_GROWTH = 7,
-	FAM_COUNT = 8,
+	FAM_STACK_COPY = 9,	/* counters of the stack copies (--stack-mode dwarf) */
+	FAM_COUNT = 10,
 };
 
 /* Allocation kinds, as in trace.proto's AllocKind. */
@@ -81,6 +83,7 @@ struct alloc_event {
 	__u32 nframes;
 	__u32 flags;
 	__u32 old_traced; /* in flight: realloc of a traced block */
+	__u64 copy_id;	/* the stack copy sent before this event (0: none) */
 	__u64 ips[MAX_FRAMES];
 };
 
@@ -110,6 +113,7 @@ struct lock_event {
 	__u32 waker_nframes;
 	__u32 flags;
 	__u32 waker_flags;
+	__u64 copy_id;
 	__u64 ips[2 * MAX_FRAMES];
 };
 
@@ -120,6 +124,7 @@ struct sample_event {
 	__u32 kframes;
 	__u32 flags;
 	__u32 pad;
+	__u64 copy_id;
 	__u64 ips[MAX_FRAMES + KFRAMES];
 };
 
@@ -145,6 +150,7 @@ struct offcpu_event {
 	__u32 blocked;		/* state only: set while the thread is off the CPU */
 	__u32 used;		/* state only: slots of `ips` in use */
 	__u32 pad;
+	__u64 copy_id;
 	__u64 ips[OFFCPU_SLOTS];
 };
 
@@ -161,6 +167,7 @@ struct func_event {
 	__u32 nframes;
 	__u32 flags;
 	__u32 pad;
+	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
 };
 
@@ -180,7 +187,24 @@ struct mem_event {
 	__u32 nframes;
 	__u32 flags;
 	__u32 pad;
+	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
+};
+
+/* Most bytes of user stack copied per event (--stack-mode dwarf:BYTES). */
+#define MAX_COPY 32768
+
+/* The top of a user stack and the registers to unwind it from (--stack-mode dwarf), sent
+ * just before the event that refers to it by `id`. Sent up to `len` bytes of `data`. */
+struct copy_event {
+	struct event_header h;
+	__u64 id;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 len;
+	__u32 pad;
+	__u8 data[MAX_COPY + 4096]; /* room for the verifier's view of the last chunk */
 };
 
 #endif

@@ -177,6 +177,7 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 	e->waker_tid = 0;
 	e->waker_nframes = 0;
 	e->nframes = user_stack(ctx, e->ips, &e->flags, false);
+	e->copy_id = stack_copy();
 	struct waker_key k = { .pid = pid, .uaddr = uaddr };
 	struct waker *wk = bpf_map_lookup_elem(&wakers, &k);
 	__u64 size = __builtin_offsetof(struct lock_event, ips) + MAX_FRAMES * sizeof(__u64);
@@ -207,6 +208,7 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 struct lock_call {
 	__u64 start;
 	__u64 mutex;
+	__u64 copy_id;
 	__u32 nframes;
 	__u32 flags;
 	__u64 ips[MAX_FRAMES];
@@ -260,6 +262,7 @@ static __always_inline int lock_enter(struct pt_regs *ctx, __u64 mutex)
 	c->mutex = mutex;
 	c->flags = 0;
 	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
+	c->copy_id = stack_copy();
 	if (bpf_map_update_elem(&calls, &tid, c, BPF_ANY))
 		count(FAM_LOCK, CTR_LOST_MAP_FULL);
 	return 0;
@@ -332,6 +335,7 @@ int BPF_UPROBE(mutex_unlock_enter, __u64 mutex)
 	e->ret = 0;
 	e->source = LS_UPROBE;
 	e->flags = h->call.flags;
+	e->copy_id = h->call.copy_id;
 	e->waker_flags = 0;
 	e->waker_nframes = 0;
 	__u32 n = h->call.nframes;

@@ -101,6 +101,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	n &= MAX_FRAMES - 1;
 	e->nframes = n;
 	e->kframes = kernel_stack(ctx, &e->ips[n], &e->flags);
+	e->copy_id = stack_copy();
 	__u64 size = __builtin_offsetof(struct sample_event, ips) +
 		     ((n + e->kframes) & (MAX_FRAMES + KFRAMES - 1)) * sizeof(__u64);
 	if (size > sizeof(*e))
@@ -118,6 +119,14 @@ struct {
 	__type(key, int);
 	__type(value, struct offcpu_event);
 } offcpu_state SEC(".maps");
+
+/* The blocked thread's stack copy (dwarf mode), sent only if the block is kept. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct copy_event);
+} offcpu_copy SEC(".maps");
 
 #define TASK_RUNNING 0
 
@@ -152,6 +161,13 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			st->kframes = k;
 			st->used = n + k;
 			st->blocked = 1;
+			st->copy_id = 0;
+			if (copy_bytes) {
+				struct copy_event *cp = bpf_task_storage_get(
+					&offcpu_copy, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+				if (cp)
+					fill_copy(cp);
+			}
 		} else {
 			count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
 		}
@@ -166,6 +182,13 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		return 0;
 	}
 	st->duration_ns = d;
+	if (copy_bytes) {
+		struct copy_event *cp = bpf_task_storage_get(&offcpu_copy, next, 0, 0);
+		if (cp && cp->len) {
+			st->copy_id = send_copy(cp);
+			cp->len = 0;
+		}
+	}
 	__u32 used = st->used + st->waker_nframes + st->waker_kframes;
 	if (used > OFFCPU_SLOTS)
 		used = OFFCPU_SLOTS;
@@ -210,6 +233,7 @@ struct call_key {
 struct call {
 	__u64 start;
 	__u64 function;
+	__u64 copy_id;
 	__u64 args[MAX_ARGS];
 	__u32 nframes;
 	__u32 flags;
@@ -250,6 +274,7 @@ int func_enter(struct pt_regs *ctx)
 	c->function = bpf_get_attach_cookie(ctx);
 	c->flags = 0;
 	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
+	c->copy_id = stack_copy();
 	if (func_args > 0) {
 		c->args[0] = PT_REGS_PARM1(ctx);
 		c->args[1] = PT_REGS_PARM2(ctx);
@@ -301,6 +326,7 @@ int func_return(struct pt_regs *ctx)
 		n = MAX_FRAMES;
 	e->nframes = n;
 	e->flags = c->flags;
+	e->copy_id = c->copy_id;
 	copy_big(e->ips, c->ips, sizeof(c->ips));
 	bpf_map_delete_elem(&calls, &k);
 	__u64 size = __builtin_offsetof(struct func_event, ips) + n * sizeof(__u64);
@@ -345,6 +371,7 @@ static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 si
 	if (n > MAX_FRAMES)
 		n = MAX_FRAMES;
 	e->nframes = n;
+	e->copy_id = stack_copy();
 	__u64 bytes = __builtin_offsetof(struct mem_event, ips) + n * sizeof(__u64);
 	if (bytes > sizeof(*e))
 		bytes = sizeof(*e);

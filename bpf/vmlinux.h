@@ -86,6 +86,11 @@ struct mm_struct {
 	long unsigned int brk;
 };
 
+struct vm_area_struct {
+	long unsigned int vm_start;
+	long unsigned int vm_end;
+};
+
 struct task_struct {
 	int pid;
 	int tgid;

@@ -58,3 +58,84 @@ impl Symbols {
             .map(|&(va, off, _)| vaddr - va + off)
     }
 }
+
+/// What ebsym needs to unwind a binary's stacks without the binary: `.eh_frame` and
+/// `.eh_frame_hdr` with their addresses, and the PT_LOAD layout.
+#[derive(Debug, Default)]
+pub struct UnwindTables {
+    pub eh_frame: Vec<u8>,
+    pub eh_frame_address: u64,
+    pub eh_frame_hdr: Vec<u8>,
+    pub eh_frame_hdr_address: u64,
+    /// (vaddr, file offset, file size) of each PT_LOAD segment.
+    pub load_segments: Vec<(u64, u64, u64)>,
+}
+
+/// The unwind tables of the ELF file at `path` (None: unreadable, or no .eh_frame).
+pub fn unwind_tables(path: &Path) -> Option<UnwindTables> {
+    use object::ObjectSection;
+    let data = std::fs::read(path).ok()?;
+    let f = object::File::parse(&*data).ok()?;
+    let mut t = UnwindTables::default();
+    let eh = f.section_by_name(".eh_frame")?;
+    t.eh_frame = eh.uncompressed_data().ok()?.into_owned();
+    t.eh_frame_address = eh.address();
+    if let Some(hdr) = f.section_by_name(".eh_frame_hdr") {
+        t.eh_frame_hdr = hdr.uncompressed_data().ok()?.into_owned();
+        t.eh_frame_hdr_address = hdr.address();
+    }
+    t.load_segments = f
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (s.address(), off, size)
+        })
+        .collect();
+    (!t.eh_frame.is_empty()).then_some(t)
+}
+
+/// Whether the code of the ELF file at `path` keeps frame pointers: the share of its sizable
+/// functions whose prologue is `push %rbp; mov %rsp,%rbp` (after an optional endbr64).
+/// Leaf functions skip the frame even with -fno-omit-frame-pointer, so a quarter is the bar;
+/// code built without frame pointers has almost none. None: no symbols to judge by.
+pub fn has_frame_pointers(path: &Path) -> Option<bool> {
+    let data = std::fs::read(path).ok()?;
+    let f = object::File::parse(&*data).ok()?;
+    let segs: Vec<(u64, u64, u64)> = f
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (s.address(), off, size)
+        })
+        .collect();
+    let (mut total, mut with_fp) = (0usize, 0usize);
+    let syms: Vec<_> = if f.symbols().next().is_some() {
+        f.symbols().collect()
+    } else {
+        f.dynamic_symbols().collect()
+    };
+    for s in syms {
+        if s.kind() != object::SymbolKind::Text || s.size() < 32 {
+            continue;
+        }
+        let a = s.address();
+        let Some(off) = segs
+            .iter()
+            .find(|(v, _, sz)| a >= *v && a < v + sz)
+            .map(|(v, o, _)| o + (a - v))
+        else {
+            continue;
+        };
+        let Some(code) = data.get(off as usize..off as usize + 8) else {
+            continue;
+        };
+        let code = code
+            .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..])
+            .unwrap_or(code);
+        total += 1;
+        if code.starts_with(&[0x55, 0x48, 0x89, 0xe5]) {
+            with_fp += 1;
+        }
+    }
+    (total >= 4).then_some(with_fp * 4 >= total)
+}

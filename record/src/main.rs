@@ -96,6 +96,16 @@ struct RecordArgs {
     /// data of the target (pointers, sizes, ids) into the trace.
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6))]
     args: u32,
+    /// How user stacks are taken: fp (frame-pointer walk in the kernel), dwarf[:BYTES] (also
+    /// copy the top BYTES of the stack, default 16384, at most 32768, for ebsym to unwind
+    /// with the binaries' CFI: whole stacks through code without frame pointers), auto[:BYTES]
+    /// (dwarf only for processes whose executable lacks frame pointers).
+    #[arg(long, value_name = "MODE", default_value = "fp", value_parser = parse_stack_mode)]
+    stack_mode: StackMode,
+    /// With --stack-mode dwarf|auto: do not store the binaries' unwind tables (.eh_frame) in
+    /// the trace; ebsym then needs the binaries to unwind.
+    #[arg(long)]
+    no_unwind_info: bool,
     /// Stop after SECONDS.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
@@ -111,6 +121,50 @@ struct RecordArgs {
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StackMode {
+    Fp,
+    Dwarf(u32),
+    Auto(u32),
+}
+
+impl std::fmt::Display for StackMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StackMode::Fp => write!(f, "fp"),
+            StackMode::Dwarf(b) => write!(f, "dwarf:{b}"),
+            StackMode::Auto(b) => write!(f, "auto:{b}"),
+        }
+    }
+}
+
+fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
+    let (mode, bytes) = match s.split_once(':') {
+        Some((m, b)) => (m, Some(b)),
+        None => (s, None),
+    };
+    let bytes = match bytes {
+        None => 16384,
+        Some(b) => {
+            let n: u32 = b
+                .parse()
+                .map_err(|_| format!("'{b}' is not a number of bytes"))?;
+            if !(512..=32768).contains(&n) {
+                return Err(format!(
+                    "the stack copy must be 512 to 32768 bytes (got {n})"
+                ));
+            }
+            n & !7
+        }
+    };
+    match mode {
+        "fp" if bytes == 16384 => Ok(StackMode::Fp),
+        "dwarf" => Ok(StackMode::Dwarf(bytes)),
+        "auto" => Ok(StackMode::Auto(bytes)),
+        _ => Err(format!("'{s}': use fp, dwarf[:BYTES] or auto[:BYTES]")),
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -241,7 +295,10 @@ fn header(a: &RecordArgs) -> Header {
     for l in &a.alloc_lib {
         opt("alloc-lib", l.display().to_string());
     }
-    opt("stack-mode", "fp".into());
+    opt("stack-mode", a.stack_mode.to_string());
+    if a.no_unwind_info {
+        opt("no-unwind-info", "true".into());
+    }
     opt("stack-depth", a.stack_depth.to_string());
     opt("ringbuf-size", a.ringbuf_size.to_string());
     if a.all {
@@ -280,11 +337,8 @@ fn record(a: RecordArgs) -> Result<()> {
     {
         bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC");
     }
-    let func_specs: Vec<funcs::FuncSpec> = a
-        .func
-        .iter()
-        .map(|s| s.parse())
-        .collect::<Result<_>>()?;
+    let func_specs: Vec<funcs::FuncSpec> =
+        a.func.iter().map(|s| s.parse()).collect::<Result<_>>()?;
     if !func_specs.is_empty() && a.all {
         bail!("--func needs targets to resolve its names in: use -p PID or -- CMD, not --all");
     }
@@ -324,6 +378,11 @@ fn record(a: RecordArgs) -> Result<()> {
         memgrowth: a.memgrowth,
         func_args: a.args,
         func: !func_specs.is_empty(),
+        copy_bytes: match a.stack_mode {
+            StackMode::Fp => 0,
+            StackMode::Dwarf(b) | StackMode::Auto(b) => b,
+        },
+        copy_all: matches!(a.stack_mode, StackMode::Dwarf(_)),
     };
 
     let mut launched = if a.command.is_empty() {
@@ -364,6 +423,25 @@ fn record_with(
     }
     if a.all {
         pids = vec![-1];
+    }
+    // --stack-mode auto: stack copies for the targets whose executable lacks frame pointers.
+    if matches!(a.stack_mode, StackMode::Auto(_)) {
+        for &pid in &pids {
+            let exe = match launched.as_ref() {
+                Some(l) if l.pid as i32 == pid => l.exe.clone(),
+                _ if pid > 0 => PathBuf::from(format!("/proc/{pid}/exe")),
+                _ => continue,
+            };
+            if elf::has_frame_pointers(&exe) == Some(false) {
+                probes.set_copy_pid(pid as u32)?;
+                if !a.quiet {
+                    eprintln!(
+                        "ebrec: {} has no frame pointers: copying its stacks (--stack-mode auto)",
+                        exe.display()
+                    );
+                }
+            }
+        }
     }
     // --func functions: (match, build-id), the id being the index + 1.
     let mut probed: Vec<(funcs::FuncMatch, Vec<u8>)> = Vec::new();
@@ -407,7 +485,10 @@ fn record_with(
             let mut sites = Vec::new();
             for m in funcs::resolve_all(&bins, func_specs)? {
                 // One id per function, whichever targets share it.
-                let id = match probed.iter().position(|(p, _)| p.path == m.path && p.vaddr == m.vaddr) {
+                let id = match probed
+                    .iter()
+                    .position(|(p, _)| p.path == m.path && p.vaddr == m.vaddr)
+                {
                     Some(i) => i as u64 + 1,
                     None => {
                         probed.push((m.clone(), crate::elf::build_id(&m.path).unwrap_or_default()));
@@ -456,6 +537,9 @@ fn record_with(
     let _ = &mut w;
     let probes_ref = &probes;
     let mut s = session::Session::new(w, probes_ref, !a.all);
+    s.copies = cfg.copy_bytes > 0;
+    s.auto_copies = matches!(a.stack_mode, StackMode::Auto(_));
+    s.unwind_info = cfg.copy_bytes > 0 && !a.no_unwind_info;
     s.clock_sync()?;
     for (i, (m, bid)) in probed.iter().enumerate() {
         s.probed_function(i as u64 + 1, m, bid)?;
@@ -621,6 +705,7 @@ fn record_with(
             5 => "cpu",
             6 => "offcpu",
             7 => "memgrowth",
+            9 => "stackcopy",
             _ => "other",
         };
         eprintln!(

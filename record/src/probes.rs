@@ -29,7 +29,7 @@ use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 /// Event types of `bpf/events.h`.
 pub use alloc_skel::types::{alloc_event, event_header, free_event};
 pub use lock_skel::types::lock_event;
-pub use profile_skel::types::{func_event, mem_event, offcpu_event, sample_event};
+pub use profile_skel::types::{copy_event, func_event, mem_event, offcpu_event, sample_event};
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}
@@ -48,8 +48,10 @@ pub const EV_CPU: u32 = 4;
 pub const EV_OFFCPU: u32 = 5;
 pub const EV_FUNC: u32 = 6;
 pub const EV_MEM: u32 = 7;
+pub const EV_STACK_COPY: u32 = 8;
+pub const FAM_STACK_COPY: usize = 9;
 pub const MAX_FRAMES: usize = 128;
-pub const FAM_COUNT: usize = 8;
+pub const FAM_COUNT: usize = 10;
 pub const CTR_STRIDE: usize = 4;
 pub const CTR_HITS: usize = 0;
 pub const CTR_FILTERED: usize = 1;
@@ -91,6 +93,10 @@ pub struct ProbeConfig {
     pub func_args: u32,
     /// --func: whether any function is probed (the sites come later, per target).
     pub func: bool,
+    /// --stack-mode dwarf|auto: bytes of user stack copied per event (0: fp).
+    pub copy_bytes: u32,
+    /// dwarf: copy for every target; auto: only for processes added with `set_copy_pid`.
+    pub copy_all: bool,
 }
 
 impl ProbeConfig {
@@ -209,6 +215,7 @@ impl<'obj> Probes<'obj> {
             unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(stats_fd) }
         });
         let depth = cfg.stack_depth.clamp(1, 127);
+        let ncpu = procfs::possible_cpus().unwrap_or(1).max(1) as u32;
         let alloc = match cfg.alloc_min {
             None => None,
             Some(min) => {
@@ -219,7 +226,10 @@ impl<'obj> Probes<'obj> {
                 ro.min_size = min;
                 ro.sample_every = cfg.sample_every.max(1);
                 ro.max_frames = depth;
+                ro.copy_bytes = cfg.copy_bytes;
+                ro.copy_all = cfg.copy_all;
                 open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
+                open.maps.copy_scratch.set_max_entries(ncpu)?;
                 let skel = open.load().map_err(|e| load_error("allocation", e))?;
                 Some(skel)
             }
@@ -235,7 +245,10 @@ impl<'obj> Probes<'obj> {
                 ro.min_hold_ns = min;
                 ro.max_frames = depth;
                 ro.all_processes = cfg.all;
+                ro.copy_bytes = cfg.copy_bytes;
+                ro.copy_all = cfg.copy_all;
                 open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
+                open.maps.copy_scratch.set_max_entries(ncpu)?;
                 // Only the programs of the chosen mode get loaded.
                 let futex = cfg.lock_mode == LockMode::Futex;
                 for mut p in open.open_object_mut().progs_mut() {
@@ -256,7 +269,10 @@ impl<'obj> Probes<'obj> {
             ro.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
+            ro.copy_bytes = cfg.copy_bytes;
+            ro.copy_all = cfg.copy_all;
             open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
+            open.maps.copy_scratch.set_max_entries(ncpu)?;
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("cpu_") {
@@ -372,6 +388,34 @@ impl<'obj> Probes<'obj> {
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
         }
         Ok(())
+    }
+
+    /// Stack copies for `pid` (--stack-mode auto, for a process whose code lacks frame
+    /// pointers).
+    pub fn set_copy_pid(&self, pid: u32) -> Result<()> {
+        let k = pid.to_ne_bytes();
+        if let Some(a) = &self.alloc {
+            a.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?;
+        }
+        if let Some(l) = &self.lock {
+            l.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?;
+        }
+        if let Some(p) = &self.profile {
+            p.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `pid` gets stack copies in auto mode.
+    pub fn copies_for(&self, pid: u32) -> bool {
+        let k = pid.to_ne_bytes();
+        let has = |m: &dyn MapCore| matches!(m.lookup(&k, MapFlags::ANY), Ok(Some(_)));
+        self.alloc.as_ref().is_some_and(|a| has(&a.maps.copy_pids))
+            || self.lock.as_ref().is_some_and(|l| has(&l.maps.copy_pids))
+            || self
+                .profile
+                .as_ref()
+                .is_some_and(|p| has(&p.maps.copy_pids))
     }
 
     /// Attaches the --func probes (entry and return, the function's id as the BPF cookie)

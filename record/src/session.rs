@@ -10,13 +10,26 @@ use ebtrace_format::events::{
 use ebtrace_format::proto::{
     record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
     LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process, ProcessEvent,
-    ProgramStats, Record, StackFlag, Stats,
+    ProgramStats, Record, Stack, StackFlag, Stats, UnwindTables, UserStackCopy,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
+
+/// A stack copy between its arrival and its event's.
+#[derive(Debug)]
+struct PendingCopy {
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    data: Vec<u8>,
+}
+
+/// Copies whose event never came (filtered at return, like a --func call shorter than its
+/// MIN_US) are dropped oldest first beyond this many.
+const MAX_PENDING_COPIES: usize = 4096;
 
 /// A mapping as the recorder keeps it (to copy into a child's generation at fork).
 #[derive(Debug, Clone)]
@@ -52,7 +65,7 @@ pub struct Session<'a> {
     pub exit_codes: HashMap<u32, i32>,
     exited: HashMap<u32, u64>,
     /// Events written, by EventFamily.
-    pub kept: [u64; 8],
+    pub kept: [u64; 10],
     pub malformed: u64,
     last_counters: BTreeMap<(usize, u32), u64>,
     sideband_lost: u64,
@@ -61,6 +74,18 @@ pub struct Session<'a> {
     frames: Vec<u64>,
     /// kallsyms entries the kernel frames need.
     pub kernel: crate::kallsyms::Needed,
+    /// --stack-mode dwarf|auto: events may carry stack copies.
+    pub copies: bool,
+    /// --stack-mode auto: copies only for processes without frame pointers (judged at exec).
+    pub auto_copies: bool,
+    /// Write each binary's unwind tables once (not with --no-unwind-info).
+    pub unwind_info: bool,
+    unwind_written: HashSet<u64>,
+    /// Stack copies waiting for their event, by id (the copy is sent first).
+    pending_copies: BTreeMap<u64, PendingCopy>,
+    /// Events whose stack copy never came (lost in the ring buffer): they keep the
+    /// frame-pointer stack.
+    pub copies_missing: u64,
     /// The launched command, whose EXIT record waits for its code from waitpid.
     pub launched: Option<u32>,
 }
@@ -87,8 +112,14 @@ impl<'a> Session<'a> {
             live: HashSet::new(),
             exit_codes: HashMap::new(),
             exited: HashMap::new(),
-            kept: [0; 8],
+            kept: [0; 10],
             kernel: crate::kallsyms::Needed::default(),
+            copies: false,
+            auto_copies: false,
+            unwind_info: false,
+            unwind_written: HashSet::new(),
+            pending_copies: BTreeMap::new(),
+            copies_missing: 0,
             malformed: 0,
             last_counters: BTreeMap::new(),
             sideband_lost: 0,
@@ -185,7 +216,10 @@ impl<'a> Session<'a> {
                 } else {
                     procfs::path_in(pid, &m.path)
                 };
-                self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(&file))?
+                let bid =
+                    self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(&file))?;
+                self.unwind_tables(bid, &file)?;
+                bid
             } else {
                 0
             };
@@ -294,6 +328,9 @@ impl<'a> Session<'a> {
                     for m in maps {
                         self.add_mapping(g, m, time, MappingSource::Fork)?;
                     }
+                    if self.auto_copies && self.probes.copies_for(ppid) {
+                        let _ = self.probes.set_copy_pid(pid);
+                    }
                     if self.follow {
                         self.live.insert(pid);
                     }
@@ -311,6 +348,9 @@ impl<'a> Session<'a> {
                         .iter()
                         .map(|a| self.w.intern_string(a))
                         .collect::<Result<Vec<_>, _>>()?;
+                    if !info.exe.is_empty() {
+                        self.judge_frame_pointers(pid, &procfs::path_in(pid, &info.exe));
+                    }
                     let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
                     self.w.write_record(&Record {
                         kind: Some(Kind::Process(Process {
@@ -347,14 +387,17 @@ impl<'a> Session<'a> {
                     let (dev, ino) = inode
                         .map(|(ma, mi, ino)| ((u64::from(ma) << 20) | u64::from(mi), ino))
                         .unwrap_or((0, 0));
-                    let bid = match build_id {
-                        Some(b) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
-                        None if path.starts_with(b"/") => {
-                            let file = procfs::path_in(pid, &path);
-                            self.build_id_of(dev, ino, &path, || crate::elf::build_id(&file))?
+                    let file = path.starts_with(b"/").then(|| procfs::path_in(pid, &path));
+                    let bid = match (build_id, &file) {
+                        (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
+                        (None, Some(file)) => {
+                            self.build_id_of(dev, ino, &path, || crate::elf::build_id(file))?
                         }
-                        None => 0,
+                        (None, None) => 0,
                     };
+                    if let (Some(file), true) = (&file, prot & libc::PROT_EXEC as u32 != 0) {
+                        self.unwind_tables(bid, file)?;
+                    }
                     let mut perms = 0;
                     if prot & libc::PROT_READ as u32 != 0 {
                         perms |= 1;
@@ -453,7 +496,15 @@ impl<'a> Session<'a> {
 
     /// The id of a stack: `user[..n]` and `kernel` frames, leaf first. Kernel frames of a
     /// new stack queue their kallsyms entries for the next KernelSymbols record.
-    fn stack(&mut self, g: u32, user: &[u64], n: u32, kernel: &[u64], flags: u32) -> Result<u64> {
+    fn stack(
+        &mut self,
+        g: u32,
+        user: &[u64],
+        n: u32,
+        kernel: &[u64],
+        flags: u32,
+        copy_id: u64,
+    ) -> Result<u64> {
         let n = (n as usize).min(user.len());
         let kernel = if kernel.is_empty() {
             kernel
@@ -479,8 +530,37 @@ impl<'a> Session<'a> {
             frames.truncate(cut);
             flags |= StackFlag::UserLeftCode as u32;
         }
+        let copy = if copy_id != 0 {
+            let c = self.pending_copies.remove(&copy_id);
+            if c.is_none() {
+                self.copies_missing += 1;
+            }
+            c
+        } else {
+            None
+        };
         let before = self.w.stats().stacks;
-        let id = self.w.intern_stack(g, &frames, kernel, flags);
+        let id = match copy {
+            // A stack with a copy is its own record: two copies are rarely equal.
+            Some(c) => {
+                self.kept[EventFamily::StackCopy as usize] += 1;
+                self.w.write_stack_copy(Stack {
+                    id: 0,
+                    generation: g,
+                    user_ips: frames.clone(),
+                    kernel_ips: kernel.to_vec(),
+                    flags,
+                    copy: Some(UserStackCopy {
+                        // DWARF x86_64 numbering: rbp 6, rsp 7, return address (rip) 16.
+                        regs: vec![c.bp, c.sp, c.ip],
+                        reg_mask: (1 << 6) | (1 << 7) | (1 << 16),
+                        sp: c.sp,
+                        data: c.data,
+                    }),
+                })
+            }
+            None => self.w.intern_stack(g, &frames, kernel, flags),
+        };
         self.frames = frames;
         if !kernel.is_empty() && self.w.stats().stacks != before {
             self.kernel.note(kernel);
@@ -559,6 +639,76 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// Keeps a stack copy (`copy_event`, sent up to its last byte) for the event after it.
+    fn keep_copy(&mut self, data: &[u8]) {
+        use std::mem::offset_of;
+        type C = probes::copy_event;
+        let at = |off: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(data.get(off..off + 8)?.try_into().ok()?))
+        };
+        let (Some(id), Some(ip), Some(sp), Some(bp)) = (
+            at(offset_of!(C, id)),
+            at(offset_of!(C, ip)),
+            at(offset_of!(C, sp)),
+            at(offset_of!(C, bp)),
+        ) else {
+            self.malformed += 1;
+            return;
+        };
+        let start = offset_of!(C, data);
+        let len = data
+            .get(offset_of!(C, len)..offset_of!(C, len) + 4)
+            .map(|b| u32::from_ne_bytes(b.try_into().unwrap()) as usize)
+            .unwrap_or(0);
+        let Some(bytes) = data.get(start..start + len) else {
+            self.malformed += 1;
+            return;
+        };
+        self.pending_copies.insert(
+            id,
+            PendingCopy {
+                ip,
+                sp,
+                bp,
+                data: bytes.to_vec(),
+            },
+        );
+        while self.pending_copies.len() > MAX_PENDING_COPIES {
+            self.pending_copies.pop_first();
+        }
+    }
+
+    /// Writes the unwind tables of the binary `file` (build-id id `bid`) once.
+    fn unwind_tables(&mut self, bid: u64, file: &std::path::Path) -> Result<()> {
+        if !self.unwind_info || bid == 0 || !self.unwind_written.insert(bid) {
+            return Ok(());
+        }
+        if let Some(t) = crate::elf::unwind_tables(file) {
+            self.w.write_record(&Record {
+                kind: Some(Kind::UnwindTables(UnwindTables {
+                    build_id: bid,
+                    eh_frame: t.eh_frame,
+                    eh_frame_address: t.eh_frame_address,
+                    eh_frame_hdr: t.eh_frame_hdr,
+                    eh_frame_hdr_address: t.eh_frame_hdr_address,
+                    load_segments: t
+                        .load_segments
+                        .iter()
+                        .flat_map(|&(v, o, n)| [v, o, n])
+                        .collect(),
+                })),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// --stack-mode auto: copies for `pid` if its executable `exe` lacks frame pointers.
+    fn judge_frame_pointers(&mut self, pid: u32, exe: &std::path::Path) {
+        if self.auto_copies && crate::elf::has_frame_pointers(exe) == Some(false) {
+            let _ = self.probes.set_copy_pid(pid);
+        }
+    }
+
     /// Decodes and writes one BPF event.
     pub fn event(&mut self, data: &[u8]) -> Result<()> {
         if data.len() < std::mem::size_of::<probes::event_header>() {
@@ -566,11 +716,15 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let h: probes::event_header = probes::read_event(data);
+        if h.r#type == probes::EV_STACK_COPY {
+            self.keep_copy(data);
+            return Ok(());
+        }
         let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
         match h.r#type {
             probes::EV_ALLOC => {
                 let e: probes::alloc_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags)?;
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
                 self.w.alloc(&AllocEvent {
                     time_ns: h.time_ns,
                     generation: g,
@@ -594,13 +748,21 @@ impl<'a> Session<'a> {
             }
             probes::EV_LOCK => {
                 let e: probes::lock_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips[..probes::MAX_FRAMES], e.nframes, &[], e.flags)?;
+                let stack = self.stack(
+                    g,
+                    &e.ips[..probes::MAX_FRAMES],
+                    e.nframes,
+                    &[],
+                    e.flags,
+                    e.copy_id,
+                )?;
                 let waker_stack = self.stack(
                     g,
                     &e.ips[probes::MAX_FRAMES..],
                     e.waker_nframes,
                     &[],
                     e.waker_flags,
+                    0,
                 )?;
                 self.w.lock(&LockEvent {
                     time_ns: h.time_ns,
@@ -621,7 +783,7 @@ impl<'a> Session<'a> {
             probes::EV_CPU => {
                 let e: probes::sample_event = probes::read_event(data);
                 let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
-                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags)?;
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
                 self.w.cpu_sample(&CpuSample {
                     time_ns: h.time_ns,
                     generation: g,
@@ -634,7 +796,7 @@ impl<'a> Session<'a> {
             probes::EV_OFFCPU => {
                 let e: probes::offcpu_event = probes::read_event(data);
                 let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
-                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags)?;
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
                 let used = (e.nframes + e.kframes) as usize;
                 let rest = e.ips.get(used.min(e.ips.len())..).unwrap_or(&[]);
                 let (wuser, wkernel) = split_frames(rest, e.waker_nframes, e.waker_kframes);
@@ -650,7 +812,7 @@ impl<'a> Session<'a> {
                     }
                 };
                 let waker_stack = if e.waker_tid != 0 {
-                    self.stack(wg, wuser, wuser.len() as u32, wkernel, e.waker_flags)?
+                    self.stack(wg, wuser, wuser.len() as u32, wkernel, e.waker_flags, 0)?
                 } else {
                     0
                 };
@@ -668,7 +830,7 @@ impl<'a> Session<'a> {
             }
             probes::EV_FUNC => {
                 let e: probes::func_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags)?;
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
                 let nargs = (e.nargs as usize).min(e.args.len());
                 self.w.func(&FuncEvent {
                     time_ns: h.time_ns,
@@ -684,7 +846,7 @@ impl<'a> Session<'a> {
             }
             probes::EV_MEM => {
                 let e: probes::mem_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags)?;
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
                 self.w.mem_growth(&MemGrowthEvent {
                     time_ns: h.time_ns,
                     generation: g,
@@ -733,6 +895,7 @@ impl<'a> Session<'a> {
             EventFamily::Cpu,
             EventFamily::Offcpu,
             EventFamily::MemGrowth,
+            EventFamily::StackCopy,
         ]
         .into_iter()
         .map(|f| {
