@@ -16,6 +16,7 @@ use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// A stack copy between its arrival and its event's.
@@ -388,6 +389,7 @@ impl<'a> Session<'a> {
                         .map(|(ma, mi, ino)| ((u64::from(ma) << 20) | u64::from(mi), ino))
                         .unwrap_or((0, 0));
                     let file = path.starts_with(b"/").then(|| procfs::path_in(pid, &path));
+                    let kernel_bid = build_id.clone();
                     let bid = match (build_id, &file) {
                         (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
                         (None, Some(file)) => {
@@ -396,7 +398,17 @@ impl<'a> Session<'a> {
                         (None, None) => 0,
                     };
                     if let (Some(file), true) = (&file, prot & libc::PROT_EXEC as u32 != 0) {
-                        self.unwind_tables(bid, file)?;
+                        // A process that has already exited has no /proc/PID/root: the
+                        // file at the same path here will do if it has the same build-id.
+                        let here = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&path));
+                        if file.exists() {
+                            self.unwind_tables(bid, file)?;
+                        } else if self.unwind_info
+                            && kernel_bid.is_some()
+                            && crate::elf::build_id(&here) == kernel_bid
+                        {
+                            self.unwind_tables(bid, &here)?;
+                        }
                     }
                     let mut perms = 0;
                     if prot & libc::PROT_READ as u32 != 0 {

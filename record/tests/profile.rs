@@ -398,3 +398,110 @@ fn function_latency_counts_and_durations() {
         .unwrap();
     assert_eq!(deepest as u64, expect["recurse"]["calls"].as_u64().unwrap());
 }
+
+/// Stacks with their copies, by id.
+fn stacks(path: &Path) -> std::collections::HashMap<u64, ebtrace_format::proto::Stack> {
+    let mut r = TraceReader::open(path).unwrap();
+    let mut out = std::collections::HashMap::new();
+    for rec in r.by_ref() {
+        if let Some(Kind::Stack(s)) = rec.kind {
+            out.insert(s.id, s);
+        }
+    }
+    out
+}
+
+#[test]
+fn dwarf_mode_copies_the_stack_with_its_registers() {
+    if !root() {
+        return;
+    }
+    let rec = common::record(
+        "sleeper",
+        &["--func", "sleeper::nap", "--stack-mode", "dwarf:8192"],
+        &[
+            "--calls",
+            "5",
+            "--ms",
+            "1",
+            "--threads",
+            "1",
+            "--depth",
+            "0",
+        ],
+    );
+    let stacks = stacks(&rec.trace);
+    let mut r = TraceReader::open(&rec.trace).unwrap();
+    let mut tables = Tables::default();
+    let mut calls = Vec::new();
+    let mut unwind_tables = 0;
+    for rec in r.by_ref() {
+        if matches!(rec.kind, Some(Kind::UnwindTables(_))) {
+            unwind_tables += 1;
+        }
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(Kind::Funcs(b)) = rec.kind {
+            calls.extend(b.decode().unwrap());
+        }
+    }
+    assert_eq!(calls.len(), 5);
+    // The executable, libc, libstdc++, libm, libgcc_s and ld.so: each one's tables once.
+    assert!(unwind_tables >= 3, "{unwind_tables} UnwindTables records");
+    for c in &calls {
+        let s = &stacks[&c.stack];
+        let copy = s.copy.as_ref().expect("a stack copy");
+        assert_eq!(copy.reg_mask, (1 << 6) | (1 << 7) | (1 << 16));
+        let (rip, rsp) = (copy.regs[2], copy.regs[1]);
+        assert_eq!(copy.sp, rsp);
+        // At the entry probe: rip is the function's first instruction (frame 0 of the
+        // frame-pointer walk), and [sp] holds the return address into the caller (frame 1).
+        assert_eq!(rip, s.user_ips[0]);
+        let ret = u64::from_ne_bytes(copy.data[..8].try_into().unwrap());
+        assert_eq!(ret, s.user_ips[1]);
+        assert!(
+            copy.data.len() >= 64 && copy.data.len() <= 8192,
+            "{}",
+            copy.data.len()
+        );
+        assert_eq!(copy.data.len() % 8, 0);
+    }
+}
+
+#[test]
+fn auto_mode_copies_only_where_frame_pointers_are_missing() {
+    if !root() {
+        return;
+    }
+    for (variant, want) in [
+        (ebtrace_testdata::Variant::NoFramePointer, true),
+        (ebtrace_testdata::Variant::FramePointer, false),
+    ] {
+        let prog = ebtrace_testdata::build("cpu_split", variant).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("t.pb.zst");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
+            .args(["record", "-o"])
+            .arg(&trace)
+            .args(["--cpu=999", "--stack-mode", "auto", "--"])
+            .arg(&prog)
+            .args(["--seconds", "0.5"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stacks = stacks(&trace);
+        let copies = stacks.values().filter(|s| s.copy.is_some()).count();
+        assert!(!stacks.is_empty());
+        if want {
+            assert_eq!(copies, stacks.len(), "{variant:?}: every stack copied");
+            assert!(String::from_utf8_lossy(&out.stderr).contains("has no frame pointers"));
+        } else {
+            assert_eq!(copies, 0, "{variant:?}: no copies");
+        }
+    }
+}
