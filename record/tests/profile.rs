@@ -332,7 +332,14 @@ fn function_latency_counts_and_durations() {
     }
     let rec = common::record(
         "sleeper",
-        &["--func", "sleeper::nap", "--func", "sleeper::recurse"],
+        &[
+            "--func",
+            "sleeper::nap",
+            "--func",
+            "sleeper::recurse",
+            "--args",
+            "2",
+        ],
         &[
             "--calls",
             "20",
@@ -345,6 +352,42 @@ fn function_latency_counts_and_durations() {
         ],
     );
     let expect = expect_line(&rec.out, "sleeper");
+    // --args 2: nap(int ms) got 10 in its first argument register; recurse(depth, ms, ...)
+    // its depth and 10.
+    let mut r = TraceReader::open(&rec.trace).unwrap();
+    let mut tables = Tables::default();
+    let mut probed = std::collections::HashMap::new();
+    let mut calls = Vec::new();
+    for rec in r.by_ref() {
+        if let Some(Kind::ProbedFunction(p)) = &rec.kind {
+            probed.insert(p.id, p.clone());
+        }
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(Kind::Funcs(b)) = rec.kind {
+            calls.extend(b.decode().unwrap());
+        }
+    }
+    assert_eq!(probed.len(), 2);
+    let name = |id: u64| tables.string(probed[&id].name).into_owned();
+    let mut depths = Vec::new();
+    for c in &calls {
+        assert_eq!(c.args.len(), 2);
+        if name(c.function).starts_with("sleeper::nap(") {
+            assert_eq!(c.args[0] as u32, 10);
+        } else {
+            assert!(
+                name(c.function).starts_with("sleeper::recurse("),
+                "{}",
+                name(c.function)
+            );
+            assert_eq!(c.args[1] as u32, 10);
+            depths.push(c.args[0] as u32);
+        }
+    }
+    depths.sort_unstable();
+    assert_eq!(depths, vec![0, 1, 2, 3, 4, 5]);
     let t = rec.trace.to_str().unwrap();
     let lat = ebsym_json(&["latency", t, "-n", "1000"]);
     let rows = lat["rows"].as_array().unwrap();
