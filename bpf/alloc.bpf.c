@@ -62,11 +62,12 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	bool keep = size >= min_size;
 	if (keep && sample_every > 1 && bpf_get_prandom_u32() % sample_every)
 		keep = false;
-	if (!keep) {
+	if (!keep)
 		count(FAM_ALLOC, CTR_FILTERED);
-		if (!old_traced)
-			return 0;
-	}
+	else if (!admit(FAM_ALLOC))
+		keep = false;
+	if (!keep && !old_traced)
+		return 0;
 	__u32 z = 0;
 	struct alloc_event *tmpl = bpf_map_lookup_elem(&zero, &z);
 	if (!tmpl)

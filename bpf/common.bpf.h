@@ -43,6 +43,54 @@ static __always_inline void fill_header(struct event_header *h, __u32 type)
 	h->time_ns = bpf_ktime_get_boot_ns();
 }
 
+/* --max-events-per-sec: a token bucket per CPU (rate_per_cpu events/s, a burst of 100 ms
+ * worth), checked before an event's stack is taken, so the cap bounds the BPF work (not the
+ * uprobe trap itself, which is paid before any program runs). 0: no cap. */
+const volatile __u64 rate_per_cpu = 0;
+
+struct bucket {
+	__u64 millitokens;
+	__u64 last_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bucket);
+} buckets SEC(".maps");
+
+static __always_inline bool admit(__u32 family)
+{
+	if (!rate_per_cpu)
+		return true;
+	__u32 z = 0;
+	struct bucket *b = bpf_map_lookup_elem(&buckets, &z);
+	if (!b)
+		return true;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 burst = rate_per_cpu * 100; /* 100 ms worth, in thousandths of a token */
+	if (burst < 1000)
+		burst = 1000;
+	if (b->last_ns == 0) {
+		b->millitokens = burst;
+	} else {
+		__u64 dt = now - b->last_ns;
+		if (dt > 1000000000ULL)
+			dt = 1000000000ULL;
+		b->millitokens += dt * rate_per_cpu / 1000000;
+		if (b->millitokens > burst)
+			b->millitokens = burst;
+	}
+	b->last_ns = now;
+	if (b->millitokens >= 1000) {
+		b->millitokens -= 1000;
+		return true;
+	}
+	count(family, CTR_LOST_RATE);
+	return false;
+}
+
 /* The user stack into ips[0..), leaf first; returns the frame count. At a function-entry
  * probe (`at_entry`) the frame-pointer walk misses the direct caller, whose return address
  * is at [sp]: it goes in as frame 1 (user space drops frame 2 if the kernel had already

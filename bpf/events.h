@@ -34,7 +34,8 @@ enum counter {
 	CTR_FILTERED = 1,	/* hits discarded on purpose (threshold, sampling) */
 	CTR_LOST_RINGBUF = 2,	/* events lost: ring buffer full */
 	CTR_LOST_MAP_FULL = 3,	/* events lost, or blocks untracked: a kernel map was full */
-	CTR_STRIDE = 4,
+	CTR_LOST_RATE = 4,	/* events dropped by --max-events-per-sec */
+	CTR_STRIDE = 5,
 };
 
 /* Families as in trace.proto's EventFamily. */

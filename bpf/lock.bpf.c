@@ -160,6 +160,8 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 		count(FAM_LOCK, CTR_FILTERED);
 		return 0;
 	}
+	if (!admit(FAM_LOCK))
+		return 0;
 	__u32 z = 0;
 	struct lock_event *e = bpf_map_lookup_elem(&scratch, &z);
 	if (!e)
@@ -252,6 +254,8 @@ struct {
 static __always_inline int lock_enter(struct pt_regs *ctx, __u64 mutex)
 {
 	count(FAM_LOCK, CTR_HITS);
+	if (!admit(FAM_LOCK))
+		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u32 z = 0;
 	struct held *h = bpf_map_lookup_elem(&held_scratch, &z);

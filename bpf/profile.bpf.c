@@ -88,6 +88,8 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	if ((__u32)pt == 0 || !is_target(pid))
 		return 0; /* idle, or not ours */
 	count(FAM_CPU, CTR_HITS);
+	if (!admit(FAM_CPU))
+		return 0;
 	__u32 z = 0;
 	struct sample_event *e = bpf_map_lookup_elem(&sample_scratch, &z);
 	if (!e)
@@ -139,8 +141,11 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	 * thread (still runnable) is waiting for a CPU, not blocked: not counted. */
 	if (prev_state != TASK_RUNNING && prev->pid != 0 && is_target(prev->tgid)) {
 		count(FAM_OFFCPU, CTR_HITS);
-		struct offcpu_event *st = bpf_task_storage_get(&offcpu_state, prev, 0,
-							       BPF_LOCAL_STORAGE_GET_F_CREATE);
+		bool admitted = admit(FAM_OFFCPU);
+		struct offcpu_event *st = admitted
+			? bpf_task_storage_get(&offcpu_state, prev, 0,
+					       BPF_LOCAL_STORAGE_GET_F_CREATE)
+			: 0;
 		if (st) {
 			st->h.type = EV_OFFCPU;
 			st->h.pid = prev->tgid;
@@ -168,7 +173,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 				if (cp)
 					fill_copy(cp);
 			}
-		} else {
+		} else if (admitted) {
 			count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
 		}
 	}
@@ -266,6 +271,8 @@ SEC("uprobe")
 int func_enter(struct pt_regs *ctx)
 {
 	count(FAM_FUNC, CTR_HITS);
+	if (!admit(FAM_FUNC))
+		return 0;
 	__u32 z = 0;
 	struct call *c = bpf_map_lookup_elem(&call_scratch, &z);
 	if (!c)
@@ -358,6 +365,8 @@ struct {
 
 static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 size)
 {
+	if (!admit(FAM_MEM_GROWTH))
+		return;
 	__u32 z = 0;
 	struct mem_event *e = bpf_map_lookup_elem(&mem_scratch, &z);
 	if (!e)

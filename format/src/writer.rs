@@ -183,6 +183,17 @@ impl<W: Write> TraceWriter<W> {
         self.stats
     }
 
+    /// Every interned string as (id, bytes): what a recorder that goes on in a new file (it
+    /// rotates) must define again there.
+    pub fn interned_strings(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.strings.iter().map(|(k, &v)| (v, &**k))
+    }
+
+    /// Every interned build-id as (id, bytes).
+    pub fn interned_build_ids(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.build_ids.iter().map(|(k, &v)| (v, &**k))
+    }
+
     /// Appends one record to the open chunk (closing the chunk if it is full or due).
     pub fn write_record(&mut self, record: &Record) -> io::Result<()> {
         self.append(record);

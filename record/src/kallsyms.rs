@@ -122,6 +122,12 @@ impl Needed {
         &frames[skip..]
     }
 
+    /// Forgets what was written (a new file needs its own entries).
+    pub fn forget_written(&mut self) {
+        self.written.clear();
+        self.pending.clear();
+    }
+
     /// Whether kernel symbols are unavailable (/proc/kallsyms unreadable or hidden).
     pub fn unavailable(&self) -> bool {
         matches!(self.table, Some(None))

@@ -1,5 +1,6 @@
 //! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
 //! an ebtrace trace file. It never reads DWARF and never symbolizes.
+mod doctor;
 mod elf;
 mod funcs;
 mod kallsyms;
@@ -41,6 +42,13 @@ enum Command {
     Record(RecordArgs),
     /// List the functions `--func` would attach to, from the target's symbol tables.
     Probes(funcs::ProbesArgs),
+    /// Check that this machine (and with -p, that process) can be recorded: each check one
+    /// line, `ok`, `warn` or `FAIL`, with the fix. Exits 1 when a check FAILs.
+    #[command(after_help = "Examples:
+  ebrec doctor
+  ebrec doctor -p 1234            # also its binaries: frame pointers, symbols, --stack-mode
+  ebrec doctor -p 1234 --json")]
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -106,6 +114,19 @@ struct RecordArgs {
     /// the trace; ebsym then needs the binaries to unwind.
     #[arg(long)]
     no_unwind_info: bool,
+    /// Cap the events kept per second (all families, split evenly over the CPUs, a token
+    /// bucket per CPU in BPF with a 100 ms burst); events over the cap are counted as lost
+    /// (rate limit). It bounds the BPF work per event, not the uprobe trap itself.
+    #[arg(long, value_name = "N")]
+    max_events_per_sec: Option<u64>,
+    /// Stop cleanly when the trace reaches SIZE bytes (suffixes k, M, G: powers of 1024),
+    /// before a disk fills; with --rotate, go on in a new file instead.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    max_size: Option<u64>,
+    /// With --max-size: when the trace is full, rename it OUTPUT.1 (older ones shift to .2,
+    /// …), keep at most N of them, and go on in a new OUTPUT; each file reads on its own.
+    #[arg(long, value_name = "N", requires = "max_size")]
+    rotate: Option<u32>,
     /// Stop after SECONDS.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
@@ -121,6 +142,60 @@ struct RecordArgs {
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => {
+            let m = match t[i..].to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "" => 1,
+                _ => return Err(format!("'{s}': a size is a number with k, M or G")),
+            };
+            (&t[..i], m)
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}': a size is a number with k, M or G"))?;
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))?;
+    if v < 64 << 10 {
+        return Err(format!("'{s}': at least 64k"));
+    }
+    Ok(v)
+}
+
+/// OUTPUT with `.k` before its `.pb.zst` (or at the end): the k-th older file of a rotation.
+fn rotated_name(output: &Path, k: u32) -> PathBuf {
+    let s = output.to_string_lossy();
+    match s.strip_suffix(".pb.zst") {
+        Some(stem) => PathBuf::from(format!("{stem}.{k}.pb.zst")),
+        None => PathBuf::from(format!("{s}.{k}")),
+    }
+}
+
+/// Shifts OUTPUT.1 … OUTPUT.(keep-1) up by one (dropping OUTPUT.keep) and moves OUTPUT to
+/// OUTPUT.1.
+fn shift_rotated(output: &Path, keep: u32) -> Result<()> {
+    if keep == 0 {
+        std::fs::remove_file(output)?;
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(rotated_name(output, keep));
+    for k in (1..keep).rev() {
+        let from = rotated_name(output, k);
+        if from.exists() {
+            std::fs::rename(&from, rotated_name(output, k + 1))?;
+        }
+    }
+    std::fs::rename(output, rotated_name(output, 1))?;
+    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,6 +259,7 @@ fn main() {
     let r = match cli.command {
         Command::Record(a) => record(a),
         Command::Probes(a) => funcs::probes(a),
+        Command::Doctor(a) => doctor::run(a),
     };
     if let Err(e) = r {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
@@ -286,6 +362,15 @@ fn header(a: &RecordArgs) -> Header {
     if a.memgrowth {
         opt("memgrowth", "true".into());
     }
+    if let Some(n) = a.max_events_per_sec {
+        opt("max-events-per-sec", n.to_string());
+    }
+    if let Some(n) = a.max_size {
+        opt("max-size", n.to_string());
+    }
+    if let Some(n) = a.rotate {
+        opt("rotate", n.to_string());
+    }
     for f in &a.func {
         opt("func", f.clone());
     }
@@ -383,6 +468,10 @@ fn record(a: RecordArgs) -> Result<()> {
             StackMode::Dwarf(b) | StackMode::Auto(b) => b,
         },
         copy_all: matches!(a.stack_mode, StackMode::Dwarf(_)),
+        rate_per_cpu: a.max_events_per_sec.map_or(0, |n| {
+            let cpus = procfs::online_cpus().map_or(1, |c| c.len().max(1)) as u64;
+            n.div_ceil(cpus).max(1)
+        }),
     };
 
     let mut launched = if a.command.is_empty() {
@@ -595,6 +684,7 @@ fn record_with(
     let mut last_stats = Instant::now();
     let mut last_sync = Instant::now();
     let mut last_kept = 0u64;
+    let mut rotations = 0u32;
     let stop_reason;
     loop {
         std::thread::sleep(Duration::from_millis(10));
@@ -620,6 +710,31 @@ fn record_with(
             }
         }
         s.w.flush_if_due()?;
+        if let Some(max) = a.max_size {
+            if s.w.stats().bytes_written >= max {
+                let Some(keep) = a.rotate else {
+                    stop_reason = "max size".to_string();
+                    break;
+                };
+                // A new file: the old one ends with its trailer and is shifted to .1.
+                let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+                let families = s.stats(now)?;
+                let trailer = Trailer {
+                    end_time_ns: now,
+                    end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+                    stop_reason: "rotated".into(),
+                    families,
+                    ..Default::default()
+                };
+                let tmp = a.output.with_extension("next");
+                let next = TraceWriter::create(&tmp, header(a), WriterOptions::default())
+                    .with_context(|| format!("cannot create {}", tmp.display()))?;
+                s.rotate(next, trailer, now)?;
+                shift_rotated(&a.output, keep)?;
+                std::fs::rename(&tmp, &a.output)?;
+                rotations += 1;
+            }
+        }
         let sig = SIGNAL.load(Ordering::SeqCst);
         if sig != 0 {
             stop_reason = format!(
@@ -711,6 +826,12 @@ fn record_with(
         eprintln!(
             "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
             f.kept, f.lost, f.filtered, f.hits
+        );
+    }
+    if rotations > 0 {
+        eprintln!(
+            "ebrec:   rotated {rotations} times; older files: {} …",
+            rotated_name(&a.output, 1).display()
         );
     }
     if no_kallsyms {

@@ -52,11 +52,12 @@ pub const EV_STACK_COPY: u32 = 8;
 pub const FAM_STACK_COPY: usize = 9;
 pub const MAX_FRAMES: usize = 128;
 pub const FAM_COUNT: usize = 10;
-pub const CTR_STRIDE: usize = 4;
+pub const CTR_STRIDE: usize = 5;
 pub const CTR_HITS: usize = 0;
 pub const CTR_FILTERED: usize = 1;
 pub const CTR_LOST_RINGBUF: usize = 2;
 pub const CTR_LOST_MAP_FULL: usize = 3;
+pub const CTR_LOST_RATE: usize = 4;
 
 /// Reads a possibly short event into a zeroed full-size struct (events are sent only up to
 /// their last used stack slot).
@@ -97,6 +98,8 @@ pub struct ProbeConfig {
     pub copy_bytes: u32,
     /// dwarf: copy for every target; auto: only for processes added with `set_copy_pid`.
     pub copy_all: bool,
+    /// --max-events-per-sec, split evenly over the CPUs (0: no cap).
+    pub rate_per_cpu: u64,
 }
 
 impl ProbeConfig {
@@ -228,6 +231,7 @@ impl<'obj> Probes<'obj> {
                 ro.max_frames = depth;
                 ro.copy_bytes = cfg.copy_bytes;
                 ro.copy_all = cfg.copy_all;
+                ro.rate_per_cpu = cfg.rate_per_cpu;
                 open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
                 open.maps.copy_scratch.set_max_entries(ncpu)?;
                 let skel = open.load().map_err(|e| load_error("allocation", e))?;
@@ -247,6 +251,7 @@ impl<'obj> Probes<'obj> {
                 ro.all_processes = cfg.all;
                 ro.copy_bytes = cfg.copy_bytes;
                 ro.copy_all = cfg.copy_all;
+                ro.rate_per_cpu = cfg.rate_per_cpu;
                 open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
                 open.maps.copy_scratch.set_max_entries(ncpu)?;
                 // Only the programs of the chosen mode get loaded.
@@ -271,6 +276,7 @@ impl<'obj> Probes<'obj> {
             ro.page_size = procfs::page_size() as u64;
             ro.copy_bytes = cfg.copy_bytes;
             ro.copy_all = cfg.copy_all;
+            ro.rate_per_cpu = cfg.rate_per_cpu;
             open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
             open.maps.copy_scratch.set_max_entries(ncpu)?;
             for mut p in open.open_object_mut().progs_mut() {

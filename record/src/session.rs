@@ -10,7 +10,7 @@ use ebtrace_format::events::{
 use ebtrace_format::proto::{
     record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
     LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process, ProcessEvent,
-    ProgramStats, Record, Stack, StackFlag, Stats, UnwindTables, UserStackCopy,
+    ProgramStats, Record, Stack, StackFlag, Stats, Trailer, UnwindTables, UserStackCopy,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -84,6 +84,8 @@ pub struct Session<'a> {
     unwind_written: HashSet<u64>,
     /// Stack copies waiting for their event, by id (the copy is sent first).
     pending_copies: BTreeMap<u64, PendingCopy>,
+    /// The --func functions, to describe again in a new file (--rotate).
+    probed: Vec<(u64, crate::funcs::FuncMatch, Vec<u8>)>,
     /// Events whose stack copy never came (lost in the ring buffer): they keep the
     /// frame-pointer stack.
     pub copies_missing: u64,
@@ -121,6 +123,7 @@ impl<'a> Session<'a> {
             unwind_written: HashSet::new(),
             pending_copies: BTreeMap::new(),
             copies_missing: 0,
+            probed: Vec::new(),
             malformed: 0,
             last_counters: BTreeMap::new(),
             sideband_lost: 0,
@@ -596,6 +599,117 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// Goes on in `next` (--rotate): finishes the current file with `trailer`, then defines
+    /// again in the new one what its events will refer to — the processes (alive, or ended
+    /// in the last 10 s: late events may still come) with their maps, the --func functions —
+    /// so that each file reads on its own. Generation ids stay the same across files.
+    pub fn rotate(
+        &mut self,
+        next: TraceWriter<BufWriter<File>>,
+        trailer: Trailer,
+        now: u64,
+    ) -> Result<()> {
+        let strings: HashMap<u64, Vec<u8>> = self
+            .w
+            .interned_strings()
+            .map(|(id, b)| (id, b.to_vec()))
+            .collect();
+        let bids: HashMap<u64, Vec<u8>> = self
+            .w
+            .interned_build_ids()
+            .map(|(id, b)| (id, b.to_vec()))
+            .collect();
+        let old = std::mem::replace(&mut self.w, next);
+        old.finish(Some(trailer))?;
+        let w = &mut self.w;
+        let mut s = |id: u64| -> Result<u64> {
+            Ok(match strings.get(&id) {
+                Some(b) if id != 0 => w.intern_string(b)?,
+                _ => 0,
+            })
+        };
+        let mut pid_of = HashMap::new();
+        for (&pid, ids) in &self.by_pid {
+            for &g in ids {
+                pid_of.insert(g, pid);
+            }
+        }
+        let mut keep = Vec::new();
+        for (i, g) in self.gens.iter_mut().enumerate() {
+            let id = i as u32 + 1;
+            let pid = pid_of.get(&id).copied().unwrap_or(0);
+            g.comm = s(g.comm)?;
+            g.exe = s(g.exe)?;
+            for a in g.cmdline.iter_mut() {
+                *a = s(*a)?;
+            }
+            for m in g.maps.iter_mut() {
+                m.path = s(m.path)?;
+            }
+            let ended = self.exited.get(&pid).copied();
+            let latest = self.by_pid.get(&pid).and_then(|v| v.last()) == Some(&id);
+            if !latest || ended.is_some_and(|t| now.saturating_sub(t) > 10_000_000_000) {
+                continue;
+            }
+            keep.push((id, pid, ended));
+        }
+        for m in self.gens.iter_mut().flat_map(|g| g.maps.iter_mut()) {
+            m.build_id = match bids.get(&m.build_id) {
+                Some(b) if m.build_id != 0 => self.w.intern_build_id(b)?,
+                _ => 0,
+            };
+        }
+        for v in self.build_ids.values_mut() {
+            *v = match bids.get(v) {
+                Some(b) if *v != 0 => self.w.intern_build_id(b)?,
+                _ => 0,
+            };
+        }
+        self.unwind_written.clear();
+        self.kernel.forget_written();
+        self.clock_sync()?;
+        for (id, pid, ended) in keep {
+            let g = &self.gens[id as usize - 1];
+            self.w.write_record(&Record {
+                kind: Some(Kind::Process(Process {
+                    generation: id,
+                    pid,
+                    start_time_ns: g.start_ns,
+                    comm: g.comm,
+                    exe: g.exe,
+                    cmdline: g.cmdline.clone(),
+                    event: ProcessEvent::Existing as i32,
+                    time_ns: now,
+                    ..Default::default()
+                })),
+            })?;
+            for m in g.maps.clone() {
+                self.w.write_record(&Record {
+                    kind: Some(Kind::Mapping(Mapping {
+                        generation: id,
+                        start: m.start,
+                        end: m.end,
+                        file_offset: m.offset,
+                        path: m.path,
+                        build_id: m.build_id,
+                        inode: m.inode,
+                        dev: m.dev,
+                        perms: m.perms,
+                        time_ns: now,
+                        source: MappingSource::Snapshot as i32,
+                    })),
+                })?;
+            }
+            if let Some(t) = ended {
+                self.write_exit(pid, t, 0)?;
+            }
+        }
+        for (id, m, bid) in std::mem::take(&mut self.probed) {
+            self.probed_function(id, &m, &bid)?;
+        }
+        Ok(())
+    }
+
     /// Describes a --func function (ProbedFunction), before any of its calls.
     pub fn probed_function(
         &mut self,
@@ -603,6 +717,7 @@ impl<'a> Session<'a> {
         m: &crate::funcs::FuncMatch,
         build_id: &[u8],
     ) -> Result<()> {
+        self.probed.push((id, m.clone(), build_id.to_vec()));
         let name = self.w.intern_string(m.demangled.as_bytes())?;
         let symbol = self.w.intern_string(m.symbol.as_bytes())?;
         let path = self.w.intern_string(m.binary.as_bytes())?;
@@ -883,6 +998,7 @@ impl<'a> Session<'a> {
             let reason = match key % probes::CTR_STRIDE {
                 probes::CTR_LOST_RINGBUF => LossReason::RingbufFull,
                 probes::CTR_LOST_MAP_FULL => LossReason::MapFull,
+                probes::CTR_LOST_RATE => LossReason::RateLimit,
                 _ => continue,
             };
             let before = self.last_counters.insert((key, cpu), v).unwrap_or(0);
@@ -915,7 +1031,9 @@ impl<'a> Session<'a> {
             FamilyStats {
                 family: f as i32,
                 kept: self.kept[i],
-                lost: c.total(i, probes::CTR_LOST_RINGBUF) + c.total(i, probes::CTR_LOST_MAP_FULL),
+                lost: c.total(i, probes::CTR_LOST_RINGBUF)
+                    + c.total(i, probes::CTR_LOST_MAP_FULL)
+                    + c.total(i, probes::CTR_LOST_RATE),
                 filtered: c.total(i, probes::CTR_FILTERED),
                 hits: c.total(i, probes::CTR_HITS),
             }

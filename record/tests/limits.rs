@@ -1,0 +1,162 @@
+//! Limits a user sets so that a recording cannot hurt the server: --max-events-per-sec,
+//! --max-size and --rotate. Each check says what was lost and proves it was counted.
+//! Needs root (skips loudly without it; fails when CI=true).
+
+mod common;
+use common::{expect_line, root};
+use ebtrace_format::events::Family;
+use ebtrace_format::proto::{record::Kind, EventFamily, LossReason, Trailer};
+use ebtrace_format::{Tables, TraceReader};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// What one trace file holds, read on its own.
+#[derive(Default, Debug)]
+struct File {
+    allocs: u64,
+    rate_lost: u64,
+    trailer: Option<Trailer>,
+    /// Events that refer to a generation or a stack the file does not define.
+    dangling: u64,
+    hits: u64,
+    kept: u64,
+    lost: u64,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+fn read(path: &Path) -> File {
+    let mut r = TraceReader::open(path).unwrap();
+    let mut f = File::default();
+    let mut tables = Tables::default();
+    let mut gens = HashSet::new();
+    let mut stacks = HashSet::new();
+    for rec in r.by_ref() {
+        match &rec.kind {
+            Some(Kind::Process(p)) => {
+                gens.insert(p.generation);
+            }
+            Some(Kind::Stack(s)) => {
+                stacks.insert(s.id);
+            }
+            Some(Kind::Lost(l)) if l.reason == LossReason::RateLimit as i32 => {
+                f.rate_lost += l.count
+            }
+            Some(Kind::Stats(s)) => {
+                for fam in &s.families {
+                    if fam.family == EventFamily::Alloc as i32 {
+                        (f.hits, f.kept, f.lost) = (fam.hits, fam.kept, fam.lost);
+                    }
+                }
+            }
+            Some(Kind::Trailer(t)) => {
+                f.end_ns = t.end_time_ns;
+                f.trailer = Some(t.clone());
+            }
+            Some(Kind::Header(h)) => f.start_ns = h.start_time_ns,
+            _ => {}
+        }
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(Kind::Allocs(b)) = rec.kind {
+            for e in b.decode().unwrap() {
+                f.allocs += 1;
+                if !gens.contains(&e.generation) || (e.stack != 0 && !stacks.contains(&e.stack)) {
+                    f.dangling += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        r.damage().is_empty(),
+        "{}: {:?}",
+        path.display(),
+        r.damage()
+    );
+    f
+}
+
+#[test]
+fn a_rate_cap_drops_and_counts() {
+    if !root() {
+        return;
+    }
+    let rec = common::record(
+        "alloc_workload",
+        &["--alloc", "--max-events-per-sec", "2000"],
+        &["--rounds", "20"],
+    );
+    let f = read(&rec.trace);
+    // Every allocator call is kept or counted as lost to the cap: nothing else.
+    assert!(f.rate_lost > 0, "{f:?}");
+    assert_eq!(f.kept + f.lost, f.hits, "{f:?}");
+    assert_eq!(f.lost, f.rate_lost, "{f:?}");
+    assert_eq!(f.allocs, f.kept, "{f:?}");
+    // At most the rate over the run plus the bursts (100 ms worth per CPU).
+    let secs = (f.end_ns - f.start_ns) as f64 / 1e9;
+    let bound = 2000.0 * secs + 200.0;
+    assert!(
+        (f.kept as f64) <= bound * 1.1,
+        "kept {} in {secs:.2} s at 2000/s: {f:?}",
+        f.kept
+    );
+    let expect = expect_line(&rec.out, "alloc_workload");
+    assert!(expect["functions"].is_object());
+}
+
+#[test]
+fn max_size_stops_and_rotate_keeps_files_that_read_alone() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Stop at the size.
+    let trace = dir.path().join("t.pb.zst");
+    common::record_to(
+        &trace,
+        "alloc_workload",
+        &["--alloc", "--max-size", "64k"],
+        &["--rounds", "400"],
+    );
+    let f = read(&trace);
+    assert_eq!(f.trailer.as_ref().unwrap().stop_reason, "max size");
+    // Within a chunk (at most ~1 s of data here) of the cap.
+    let size = std::fs::metadata(&trace).unwrap().len();
+    assert!(size >= 64 << 10 && size < 8 << 20, "{size} bytes");
+
+    // Rotate: the newest at the path given, at most 2 older ones, each self-contained.
+    let trace = dir.path().join("r.pb.zst");
+    common::record_to(
+        &trace,
+        "alloc_workload",
+        &["--alloc", "--max-size", "64k", "--rotate", "2"],
+        &["--rounds", "400"],
+    );
+    let older: Vec<_> = (1..=3)
+        .map(|k| dir.path().join(format!("r.{k}.pb.zst")))
+        .collect();
+    assert!(older[0].exists() && older[1].exists(), "no rotated files");
+    assert!(!older[2].exists(), "more files kept than --rotate 2");
+    for p in &older[..2] {
+        let f = read(p);
+        assert_eq!(
+            f.trailer.as_ref().unwrap().stop_reason,
+            "rotated",
+            "{}",
+            p.display()
+        );
+        assert!(f.allocs > 0, "{}: {f:?}", p.display());
+        assert_eq!(f.dangling, 0, "{}: {f:?}", p.display());
+    }
+    let last = read(&trace);
+    assert_eq!(last.dangling, 0, "{last:?}");
+    assert_eq!(last.trailer.as_ref().unwrap().stop_reason, "targets exited");
+    // The newest file still knows the process: its leaks report works on its own.
+    let out = common::run(
+        &common::ebsym_path(),
+        &["leaks", trace.to_str().unwrap(), "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["rows"].is_array(), "{v}");
+}
