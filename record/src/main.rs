@@ -669,6 +669,9 @@ fn record_with(
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+    // The header and the targets reach the disk now: a recorder killed in its first second
+    // still leaves a file that says what it was recording.
+    s.w.flush()?;
     // Tests and scripts wait for this line before starting the workload of a -p target.
     eprintln!(
         "ebrec: recording to {} (Ctrl-C to stop)",
@@ -730,6 +733,7 @@ fn record_with(
                 let next = TraceWriter::create(&tmp, header(a), WriterOptions::default())
                     .with_context(|| format!("cannot create {}", tmp.display()))?;
                 s.rotate(next, trailer, now)?;
+                s.w.flush()?;
                 shift_rotated(&a.output, keep)?;
                 std::fs::rename(&tmp, &a.output)?;
                 rotations += 1;

@@ -144,6 +144,8 @@ const PROGRAMS: &[&str] = &[
     "cpu_split",
     "sleeper",
     "condvar_block",
+    "selfstack",
+    "dlopener",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -493,6 +495,7 @@ mod tests {
                 "cpu_split" => &["--seconds", "0.1"],
                 "sleeper" => &["--calls", "1", "--ms", "1", "--depth", "1"],
                 "condvar_block" => &["--ms", "10"],
+                "dlopener" => &["--times", "0", "/nonexistent.so"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -598,12 +601,32 @@ mod tests {
                     "split::hot_b(unsigned long, long)",
                 ],
             ),
-            ("sleeper", &["sleeper::nap(int)", "sleeper::recurse(int, int, long*)"]),
+            (
+                "sleeper",
+                &["sleeper::nap(int)", "sleeper::recurse(int, int, long*)"],
+            ),
             (
                 "condvar_block",
                 &[
                     "cv::wait_for_signal(cv::Channel*, long)",
                     "cv::signal_after(cv::Channel*, int)",
+                ],
+            ),
+            ("dlopener", &["dl::cycle(char const*, std::vector<char*, std::allocator<char*> >*)"]),
+            (
+                "selfstack",
+                &[
+                    "selfstack::capture(char const*)",
+                    "selfstack::compare(void const*, void const*)",
+                    "selfstack::via_qsort(int)",
+                    "selfstack::level_lambda(int)",
+                    "selfstack::via_function(int)",
+                    "selfstack::once_body()",
+                    "selfstack::via_call_once()",
+                    "selfstack::via_signal()",
+                    "selfstack::deep(int)",
+                    "selfstack::thread_main()",
+                    "selfstack::run_scenarios()",
                 ],
             ),
         ];
@@ -679,7 +702,11 @@ mod tests {
     #[test]
     fn layout_variants() {
         let elf_type = |path: &Path| {
-            let out = Command::new("readelf").arg("-h").arg(path).output().unwrap();
+            let out = Command::new("readelf")
+                .arg("-h")
+                .arg(path)
+                .output()
+                .unwrap();
             assert!(out.status.success());
             let text = String::from_utf8(out.stdout).unwrap();
             let line = text.lines().find(|l| l.trim_start().starts_with("Type:"));
