@@ -29,6 +29,10 @@ pub struct WriterOptions {
     pub level: i32,
     /// Events per batch record.
     pub batch_events: usize,
+    /// The stack interning table is emptied when its keys hold more than this many words
+    /// (8 bytes each): a stack seen again after that is defined again under a new id. It
+    /// bounds the recorder's memory on a long recording with ever new stacks.
+    pub max_stack_words: usize,
 }
 
 impl Default for WriterOptions {
@@ -38,6 +42,7 @@ impl Default for WriterOptions {
             chunk_interval: Some(Duration::from_secs(1)),
             level: 3,
             batch_events: 8192,
+            max_stack_words: 4 << 20,
         }
     }
 }
@@ -87,6 +92,8 @@ pub struct WriterStats {
     pub strings: u64,
     pub build_ids: u64,
     pub stacks: u64,
+    /// Times the stack interning table was emptied (see `max_stack_words`).
+    pub stack_evictions: u64,
 }
 
 /// A streaming trace writer. Records go into the open chunk, which is compressed into one
@@ -104,6 +111,9 @@ pub struct TraceWriter<W: Write> {
     strings: FxMap<Box<[u8]>, u64>,
     build_ids: FxMap<Box<[u8]>, u64>,
     stacks: FxMap<Box<[u64]>, u64>,
+    /// Words in the keys of `stacks`, and the next stack id.
+    stack_words: usize,
+    next_stack: u64,
     scratch: Vec<u64>,
     allocs: Pending<AllocBatch>,
     frees: Pending<FreeBatch>,
@@ -161,6 +171,8 @@ impl<W: Write> TraceWriter<W> {
             strings: FxMap::default(),
             build_ids: FxMap::default(),
             stacks: FxMap::default(),
+            stack_words: 0,
+            next_stack: 1,
             scratch: Vec::new(),
             allocs: Pending::default(),
             frees: Pending::default(),
@@ -354,7 +366,7 @@ impl<W: Write> TraceWriter<W> {
         if let Some(&id) = self.stacks.get(&self.scratch[..]) {
             return Ok(id);
         }
-        let id = self.stacks.len() as u64 + 1;
+        let id = self.new_stack_id(self.scratch.len());
         self.stacks.insert(self.scratch.as_slice().into(), id);
         self.stats.stacks += 1;
         self.write_record(&Record {
@@ -373,16 +385,30 @@ impl<W: Write> TraceWriter<W> {
     /// Writes a stack that carries a raw copy of the user stack (never deduplicated: two
     /// copies are rarely equal). Returns its id.
     pub fn write_stack_copy(&mut self, mut stack: Stack) -> io::Result<u64> {
-        let id = self.stacks.len() as u64 + 1;
-        // Reserve the id with a key no interned stack can have (length field past the end).
-        self.stacks
-            .insert(vec![u64::MAX, id].into_boxed_slice(), id);
+        // Ids come from a counter, so nothing needs reserving in the interning table.
+        let id = self.new_stack_id(0);
         self.stats.stacks += 1;
         stack.id = id;
         self.write_record(&Record {
             kind: Some(Kind::Stack(stack)),
         })?;
         Ok(id)
+    }
+
+    /// A fresh stack id for a key of `words` words, emptying the interning table first if it
+    /// has grown past `max_stack_words`.
+    fn new_stack_id(&mut self, words: usize) -> u64 {
+        if words > 0 {
+            if self.stack_words + words > self.opts.max_stack_words && !self.stacks.is_empty() {
+                self.stacks = FxMap::default();
+                self.stack_words = 0;
+                self.stats.stack_evictions += 1;
+            }
+            self.stack_words += words;
+        }
+        let id = self.next_stack;
+        self.next_stack += 1;
+        id
     }
 
     fn push<B: Family>(

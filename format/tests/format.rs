@@ -10,6 +10,7 @@ fn opts(chunk_bytes: usize) -> WriterOptions {
         chunk_interval: None,
         level: 3,
         batch_events: 64,
+        ..Default::default()
     }
 }
 
@@ -575,4 +576,42 @@ fn files_are_created_0600_and_dropped_writers_keep_their_data() {
         .iter()
         .any(|k| matches!(k, Kind::Allocs(b) if b.size == vec![8])));
     assert!(!kinds.iter().any(|k| matches!(k, Kind::Trailer(_))));
+}
+
+#[test]
+fn a_full_stack_table_is_emptied_and_stacks_are_defined_again() {
+    let o = WriterOptions {
+        max_stack_words: 100,
+        ..opts(1 << 20)
+    };
+    let mut w = TraceWriter::new(Vec::new(), header(), o).unwrap();
+    // 30 distinct stacks of 8 frames (10 words each with the key's prefix), twice over.
+    let mut ids = Vec::new();
+    for round in 0..2 {
+        for s in 0..30u64 {
+            let frames: Vec<u64> = (0..8).map(|f| 0x1000 * (s + 1) + f).collect();
+            let id = w.intern_stack(1, &frames, &[], 0).unwrap();
+            ids.push((round, s, id, frames));
+        }
+    }
+    let evictions = w.stats().stack_evictions;
+    assert!(evictions >= 5, "{evictions} evictions");
+    let bytes = w.finish(None).unwrap();
+    // Ids are never reused, and every id a caller got is defined in the file with the
+    // frames it was given.
+    let mut seen = std::collections::HashSet::new();
+    let mut defined = std::collections::HashMap::new();
+    for r in TraceReader::new(&bytes[..]).unwrap() {
+        if let Some(Kind::Stack(s)) = r.kind {
+            assert!(seen.insert(s.id), "stack id {} defined twice", s.id);
+            defined.insert(s.id, s.user_ips);
+        }
+    }
+    for (round, s, id, frames) in ids {
+        assert_eq!(
+            defined.get(&id),
+            Some(&frames),
+            "round {round} stack {s} id {id}"
+        );
+    }
 }

@@ -14,6 +14,7 @@ fn opts(chunk_bytes: usize, batch_events: usize) -> WriterOptions {
         chunk_interval: None,
         level: 3,
         batch_events,
+        ..Default::default()
     }
 }
 

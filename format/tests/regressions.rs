@@ -11,6 +11,7 @@ fn small_trace() -> (Vec<u8>, usize) {
         chunk_interval: None,
         level: 3,
         batch_events: 4,
+        ..Default::default()
     };
     let mut w = TraceWriter::new(Vec::new(), pb::Header::default(), opts).unwrap();
     for i in 0..40 {

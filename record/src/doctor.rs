@@ -6,12 +6,15 @@
 //! guessing from kernel versions and sysctls. For a target they read the ELF files it maps
 //! and say which `--stack-mode` it needs.
 //!
+//! (each check is one line; the last one is wrapped here)
+//!
 //! ```text
 //! $ ebrec doctor -p 1234
 //! ok    kernel: Linux 6.18.44 (x86_64)
 //! ok    BTF: /sys/kernel/btf/vmlinux is readable (5.3 MiB)
 //! ...
-//! warn  executable /srv/server: no frame pointers, .symtab, DWARF, .eh_frame, build-id 1f0c… — fix: record with --stack-mode dwarf (or auto), or rebuild with -fno-omit-frame-pointer
+//! warn  executable /srv/server: no frame pointers, .symtab, DWARF, .eh_frame, build-id 1f0c…
+//!       — fix: record with --stack-mode dwarf (or auto), or rebuild with -fno-omit-frame-pointer
 //! ```
 use crate::procfs;
 use anyhow::{bail, Result};
@@ -247,7 +250,8 @@ fn check_privileges(p: &Privileges) -> Check {
         (0, false) => Check::fail(
             "privileges",
             format!("uid 0 but without {} (a container?)", p.missing()),
-            "give it CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (docker run --privileged, or --cap-add)",
+            "give it CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (docker run --privileged, or \
+             --cap-add)",
         ),
         (uid, true) => Check::ok(
             "privileges",
@@ -289,7 +293,8 @@ fn check_paranoid(p: &Privileges) -> Check {
         Check::warn(
             NAME,
             format!("{v}: without CAP_PERFMON no system-wide or kernel events"),
-            "run ebrec as root, or give it CAP_PERFMON (lowering the sysctl does not let BPF tracing programs load)",
+            "run ebrec as root, or give it CAP_PERFMON (lowering the sysctl does not let BPF \
+             tracing programs load)",
         )
     }
 }
@@ -406,7 +411,8 @@ fn check_uprobes() -> Check {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Check::fail(
             "uprobes",
             format!("{PATH} does not exist: this kernel has no uprobes"),
-            "run a kernel with CONFIG_UPROBES=y and CONFIG_UPROBE_EVENTS=y (--cpu, --offcpu and --lock work without)",
+            "run a kernel with CONFIG_UPROBES=y and CONFIG_UPROBE_EVENTS=y (--cpu, --offcpu and \
+             --lock work without)",
         ),
         Err(e) => Check::warn(
             "uprobes",
@@ -423,10 +429,15 @@ fn check_tracefs(p: &Privileges) -> Check {
         let events = Path::new(dir).join("uprobe_events");
         match std::fs::metadata(&events) {
             Ok(_) => {
-                // SAFETY: the path is a NUL-terminated string that outlives the call.
-                let writable = std::ffi::CString::new(events.to_string_lossy().as_bytes())
-                    .map(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
-                    .unwrap_or(false);
+                let c = std::ffi::CString::new(events.as_os_str().as_encoded_bytes());
+                // With the effective ids (AT_EACCESS), as the write itself would be checked.
+                let writable = c.is_ok_and(|c| {
+                    // SAFETY: c is a NUL-terminated string that outlives the call.
+                    let r = unsafe {
+                        libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS)
+                    };
+                    r == 0
+                });
                 return if writable {
                     Check::ok(NAME, format!("mounted at {dir}, uprobe_events is writable"))
                 } else {
@@ -546,7 +557,8 @@ fn check_kallsyms(p: &Privileges) -> Check {
             Check::warn(
                 NAME,
                 format!(
-                    "kptr_restrict={restrict}, /proc/kallsyms hides addresses: kernel frames (--cpu, --offcpu) stay unnamed"
+                    "kptr_restrict={restrict}, /proc/kallsyms hides addresses: kernel frames \
+                     (--cpu, --offcpu) stay unnamed"
                 ),
                 fix,
             )
@@ -571,7 +583,10 @@ fn check_memlock(memlock: (u64, u64), version: Option<(u32, u32)>) -> Check {
     if version.is_some_and(|v| v >= (5, 11)) {
         Check::ok(
             NAME,
-            format!("{limit}; does not matter: since Linux 5.11 BPF memory is charged to the memory cgroup"),
+            format!(
+                "{limit}; does not matter: since Linux 5.11 BPF memory is charged to the \
+                 memory cgroup"
+            ),
         )
     } else if cur == libc::RLIM_INFINITY || cur >= 512 << 20 {
         Check::ok(NAME, limit)
@@ -590,7 +605,8 @@ fn check_bpf_stats() -> Check {
         Ok(v) => Check::ok(
             NAME,
             format!(
-                "bpf_stats_enabled={v}; ebrec turns run-time stats on for its own programs while it records"
+                "bpf_stats_enabled={v}; ebrec turns run-time stats on for its own programs while \
+                 it records"
             ),
         ),
         Err(e) => Check::ok(
@@ -841,9 +857,8 @@ fn stack_mode(bins: &[BinaryReport]) -> (Check, Option<&'static str>) {
         String::new()
     } else {
         format!(
-            "; {} {} no frame pointers (libc and libstdc++ are built without them), so stacks \
-             taken inside them (allocations, lock waits) lose their caller's frame: \
-             --stack-mode dwarf recovers those frames",
+            "; {} {} no frame pointers, so stacks taken inside them (allocations, lock \
+             waits) lose their caller's frame: --stack-mode dwarf recovers those frames",
             no_fp.join(", "),
             if no_fp.len() == 1 { "has" } else { "have" }
         )
@@ -870,7 +885,10 @@ fn stack_mode(bins: &[BinaryReport]) -> (Check, Option<&'static str>) {
         Some(_) => (
             Check::warn(
                 NAME,
-                "cannot tell whether the executable keeps frame pointers (no symbols to judge by)",
+                format!(
+                    "cannot tell whether the executable keeps frame pointers (no symbols to \
+                     judge by){libs}"
+                ),
                 "record with --stack-mode dwarf: it works either way",
             ),
             None,

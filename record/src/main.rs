@@ -39,7 +39,7 @@ enum Command {
   ebrec record -o trace.pb.zst --alloc --lock=100 -- ./server --port 8080
   ebrec record -o trace.pb.zst --alloc=1024 --sample 10 --all --duration 30
   ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// List the functions `--func` would attach to, from the target's symbol tables.
     Probes(funcs::ProbesArgs),
     /// Check that this machine (and with -p, that process) can be recorded: each check one
@@ -257,7 +257,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 fn main() {
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Record(a) => record(a),
+        Command::Record(a) => record(*a),
         Command::Probes(a) => funcs::probes(a),
         Command::Doctor(a) => doctor::run(a),
     };
@@ -796,6 +796,7 @@ fn record_with(
     let malformed = s.malformed;
     let sideband_lost = s.sideband_lost();
     let no_kallsyms = s.kernel.unavailable();
+    let evictions = s.w.stats().stack_evictions;
     let out = s.w.finish(Some(Trailer {
         end_time_ns: end,
         end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
@@ -831,6 +832,9 @@ fn record_with(
             "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
             f.kept, f.lost, f.filtered, f.hits
         );
+    }
+    if evictions > 0 {
+        eprintln!("ebrec:   stack table emptied {evictions} times (bounded memory): stacks seen again were written again");
     }
     if rotations > 0 {
         eprintln!(

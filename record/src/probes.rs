@@ -49,7 +49,6 @@ pub const EV_OFFCPU: u32 = 5;
 pub const EV_FUNC: u32 = 6;
 pub const EV_MEM: u32 = 7;
 pub const EV_STACK_COPY: u32 = 8;
-pub const FAM_STACK_COPY: usize = 9;
 pub const MAX_FRAMES: usize = 128;
 pub const FAM_COUNT: usize = 10;
 pub const CTR_STRIDE: usize = 5;

@@ -119,8 +119,7 @@ fn a_library_loaded_while_recording_is_attributed() {
         .lines()
         .filter_map(|l| l.strip_prefix("EXPECT "))
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["program"] == "alloc_workload")
-        .last()
+        .rfind(|v| v["program"] == "alloc_workload")
         .unwrap();
     let _ = expect_line(&rec.out, "dlopener");
     let calls = last["functions"]["Warehouse::restock"]["malloc"]["calls"]

@@ -123,7 +123,7 @@ fn max_size_stops_and_rotate_keeps_files_that_read_alone() {
     assert_eq!(f.trailer.as_ref().unwrap().stop_reason, "max size");
     // Within a chunk (at most ~1 s of data here) of the cap.
     let size = std::fs::metadata(&trace).unwrap().len();
-    assert!(size >= 64 << 10 && size < 8 << 20, "{size} bytes");
+    assert!((64 << 10..8 << 20).contains(&size), "{size} bytes");
 
     // Rotate: the newest at the path given, at most 2 older ones, each self-contained.
     let trace = dir.path().join("r.pb.zst");

@@ -86,7 +86,7 @@ fn memory_growth_by_mapping_and_first_touch() {
     assert_eq!(in_region.len() as u64, pages);
     assert!(in_region
         .iter()
-        .all(|e| e.size == page && (e.address - map_addr) % page == 0));
+        .all(|e| e.size == page && (e.address - map_addr).is_multiple_of(page)));
     // The heap grew by brk by at least what the program kept live.
     let brk: u64 = events
         .iter()
@@ -360,7 +360,7 @@ fn function_latency_counts_and_durations() {
     let mut calls = Vec::new();
     for rec in r.by_ref() {
         if let Some(Kind::ProbedFunction(p)) = &rec.kind {
-            probed.insert(p.id, p.clone());
+            probed.insert(p.id, *p);
         }
         if tables.observe(&rec) {
             continue;

@@ -144,8 +144,8 @@ fn allocations_per_call_site_with_the_direct_caller() {
     }
     let rec = common::record("alloc_workload", &["--alloc=4096"], &[]);
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "alloc_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "alloc_workload");
+    let t = read_trace(trace);
     let mut r = Resolver::default();
     // (direct caller, allocation kind) -> (count, bytes). The kind, not the leaf symbol:
     // glibc's aligned_alloc and memalign are one function under two names.
@@ -265,8 +265,8 @@ fn outstanding_blocks_are_what_the_program_leaked() {
     }
     let rec = common::record("alloc_workload", &["--alloc=4096"], &[]);
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "alloc_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "alloc_workload");
+    let t = read_trace(trace);
     let mut live: HashMap<u64, &AllocEvent> = HashMap::new();
     // (time, is_alloc, address, index of the allocation)
     let mut order: Vec<(u64, bool, u64, usize)> = t
@@ -322,9 +322,9 @@ fn children_threads_and_exec_are_followed_by_generation() {
         &["--exec", alloc.to_str().unwrap(), "--rounds", "2"],
     );
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "forker");
-    let want_exec = expect_line(&out, "alloc_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "forker");
+    let want_exec = expect_line(out, "alloc_workload");
+    let t = read_trace(trace);
     let mut r = Resolver::default();
     let gen_of = |pid: u64, ev: ProcessEvent| {
         t.processes
@@ -411,8 +411,8 @@ fn lock_hold_times_in_uprobe_mode() {
     }
     let rec = common::record("lock_workload", &["--lock", "--lock-mode", "uprobe"], &[]);
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "lock_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "lock_workload");
+    let t = read_trace(trace);
     let mutex =
         u64::from_str_radix(want["mutex"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
     let ours: Vec<&LockEvent> = t.locks.iter().filter(|l| l.mutex == mutex).collect();
@@ -445,8 +445,8 @@ fn contended_futex_waits_with_their_wakers() {
     }
     let rec = common::record("lock_workload", &["--lock=100"], &[]);
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "lock_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "lock_workload");
+    let t = read_trace(trace);
     let mutex =
         u64::from_str_radix(want["mutex"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
     let ours: Vec<&LockEvent> = t.locks.iter().filter(|l| l.mutex == mutex).collect();
@@ -554,7 +554,7 @@ fn a_tiny_ring_buffer_counts_every_loss() {
         &["--rounds", "50"],
     );
     let trace = &rec.trace;
-    let t = read_trace(&trace);
+    let t = read_trace(trace);
     let tr = t.trailer.expect("trailer");
     let alloc = tr.families.iter().find(|f| f.family == 1).unwrap();
     assert!(
@@ -659,8 +659,8 @@ fn sampling_keeps_one_in_n() {
     }
     let rec = common::record("alloc_workload", &["--alloc=4096", "--sample", "4"], &[]);
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "alloc_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "alloc_workload");
+    let t = read_trace(trace);
     let mut r = Resolver::default();
     let n = t
         .allocs
@@ -692,8 +692,8 @@ fn no_free_records_allocations_only() {
     }
     let rec = common::record("alloc_workload", &["--alloc=4096", "--no-free"], &[]);
     let (trace, out) = (&rec.trace, &rec.out);
-    let want = expect_line(&out, "alloc_workload");
-    let t = read_trace(&trace);
+    let want = expect_line(out, "alloc_workload");
+    let t = read_trace(trace);
     // Only realloc still frees (a realloc of a traced block is a free plus an allocation).
     let reallocs = t
         .allocs
