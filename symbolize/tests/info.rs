@@ -115,6 +115,7 @@ fn write_trace() -> Vec<u8> {
         chunk_interval: None,
         level: 3,
         batch_events: 1024,
+        ..Default::default()
     };
     let mut w = TraceWriter::new(Vec::new(), header(), opts).unwrap();
     let comm = w.intern_string(b"shop").unwrap();
