@@ -7,6 +7,8 @@
 //! println!("{}", info.to_text());
 //! ```
 
+pub mod hash;
+pub mod histogram;
 pub mod info;
 pub mod model;
 pub mod pprof;

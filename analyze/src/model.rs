@@ -54,7 +54,8 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// `function (file:line)`, with inlined frames marked.
+    /// `function (file:line)`, with inlined frames marked; kernel functions as
+    /// `function [kernel]` or `function [kernel:module]`.
     pub fn display(&self) -> String {
         let mut s = self.function.clone();
         if let (Some(f), Some(l)) = (&self.file, self.line) {
@@ -62,6 +63,11 @@ impl Frame {
         }
         if self.inlined {
             s.push_str(" [inlined]");
+        }
+        // Kernel functions say they are, and in which module.
+        if self.module.starts_with("[kernel") && !self.function.starts_with("[kernel]") {
+            s.push(' ');
+            s.push_str(&self.module);
         }
         s
     }
@@ -93,7 +99,14 @@ pub struct Loaded {
     pub last_event_ns: Option<u64>,
     /// (path id, build-id id) -> (path, file name, build-id hex), computed once.
     modules: HashMap<(u64, u64), (String, String, String)>,
+    /// Kernel symbols of every `KernelSymbols` record: (start address, name string id,
+    /// module string id), sorted by address once the trace is read.
+    kernel_symbols: Vec<(u64, u64, u64)>,
 }
+
+/// Largest offset into a kernel symbol that names a kernel frame (kernel functions are a
+/// few KiB at most).
+pub const MAX_KERNEL_SYMBOL_SIZE: u64 = 1 << 20;
 
 /// Called for every event that passes the filter.
 pub trait Sink {
@@ -173,6 +186,7 @@ impl Loaded {
         for record in reader.by_ref() {
             l.record(record, filter, sink, &mut trailer);
         }
+        l.sort_kernel_symbols();
         l.losses.cut = !trailer;
         l.losses.damage = reader.damage().iter().map(|d| d.to_string()).collect();
         Ok(l)
@@ -182,13 +196,14 @@ impl Loaded {
         if self.tables.observe(&record) {
             return;
         }
+        let all = filter.is_empty();
         macro_rules! events {
             ($b:expr, $v:ident) => {
                 match $b.decode() {
                     Ok(evs) => {
                         for e in &evs {
                             let ev = Event::$v(e);
-                            if self.passes(filter, &ev) {
+                            if all || self.passes(filter, &ev) {
                                 let t = ev.time_generation_tid().0;
                                 self.first_event_ns =
                                     Some(self.first_event_ns.map_or(t, |f| f.min(t)));
@@ -214,6 +229,24 @@ impl Loaded {
                     .recorded
                     .entry(format!("{}/{reason}", family_name(lost.family)))
                     .or_default() += lost.count;
+            }
+            Some(Kind::KernelSymbols(k)) => {
+                let n = k.address.len();
+                if k.name.len() != n || k.module.len() != n {
+                    self.losses.damage.push(format!(
+                        "KernelSymbols: {n} addresses, {} names, {} modules (kept the first {})",
+                        k.name.len(),
+                        k.module.len(),
+                        n.min(k.name.len()).min(k.module.len())
+                    ));
+                }
+                self.kernel_symbols.extend(
+                    k.address
+                        .iter()
+                        .zip(&k.name)
+                        .zip(&k.module)
+                        .map(|((&a, &name), &module)| (a, name, module)),
+                );
             }
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
             Some(Kind::SymbolizedAddress(a)) => {
@@ -249,28 +282,23 @@ impl Loaded {
             return (Vec::new(), Vec::new());
         };
         let generation = stack.generation;
+        // Leaf first: a sample taken in the kernel has its kernel frames innermost, then
+        // the user frames of the system call or fault that entered it.
+        let n_kernel = stack.kernel_ips.len();
         let ips: Vec<u64> = stack
-            .user_ips
+            .kernel_ips
             .iter()
-            .chain(stack.kernel_ips.iter())
+            .chain(stack.user_ips.iter())
             .copied()
             .collect();
-        let n_user = stack.user_ips.len();
         let mut out = Vec::with_capacity(ips.len());
         let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
             maps.resize(out.len(), None);
-            let leaf = i == 0 || i == n_user;
+            let leaf = i == 0 || i == n_kernel;
             let address = format!("{ip:#x}");
-            if i >= n_user {
-                out.push(Frame {
-                    function: format!("[kernel] {address}"),
-                    file: None,
-                    line: None,
-                    inlined: false,
-                    module: "[kernel]".into(),
-                    address,
-                });
+            if i < n_kernel {
+                out.push(self.kernel_frame(if leaf { ip } else { ip.wrapping_sub(1) }, address));
                 continue;
             }
             let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX) else {
@@ -352,5 +380,62 @@ impl Loaded {
         }
         maps.resize(out.len(), None);
         (out, maps)
+    }
+
+    /// Sorts the kernel symbols of all the records into one table (each record is sorted,
+    /// the records need not be in order); of several symbols at one address, the first
+    /// recorded.
+    fn sort_kernel_symbols(&mut self) {
+        self.kernel_symbols.sort_by_key(|s| s.0);
+        self.kernel_symbols.dedup_by_key(|s| s.0);
+    }
+
+    /// The kernel symbol that covers `addr` and the offset of `addr` in it: the last one
+    /// starting at or before it, if less than [`MAX_KERNEL_SYMBOL_SIZE`] before (kallsyms
+    /// has no sizes, and a trace holds only the symbols its stacks need: an address past
+    /// the last of them, say in a module none of whose symbols were recorded, is not in
+    /// the symbol before it).
+    pub fn kernel_symbol(&self, addr: u64) -> Option<(String, String, u64)> {
+        let i = self.kernel_symbols.partition_point(|s| s.0 <= addr);
+        let &(start, name, module) = self.kernel_symbols.get(i.checked_sub(1)?)?;
+        if addr - start >= MAX_KERNEL_SYMBOL_SIZE {
+            return None;
+        }
+        let module = match module {
+            0 => "[kernel]".to_string(),
+            m => format!("[kernel:{}]", self.tables.string(m)),
+        };
+        Some((self.tables.string(name).into_owned(), module, addr - start))
+    }
+
+    /// The frame of kernel address `ip` (`lookup`: the address to look up, `ip - 1` for
+    /// return addresses): the function of the covering kernel symbol, or `[kernel] ADDR`
+    /// counted as unresolved.
+    fn kernel_frame(&mut self, lookup: u64, address: String) -> Frame {
+        match self.kernel_symbol(lookup) {
+            Some((function, module, _)) => Frame {
+                function,
+                file: None,
+                line: None,
+                inlined: false,
+                module,
+                address,
+            },
+            None => {
+                *self
+                    .losses
+                    .unresolved_frames
+                    .entry("[kernel]: no kernel symbol".into())
+                    .or_default() += 1;
+                Frame {
+                    function: format!("[kernel] {address}"),
+                    file: None,
+                    line: None,
+                    inlined: false,
+                    module: "[kernel]".into(),
+                    address,
+                }
+            }
+        }
     }
 }

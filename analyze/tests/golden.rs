@@ -1,10 +1,11 @@
 //! Golden-file tests of the reports: a synthetic trace, written with `TraceWriter` together
 //! with the symbolizer's records (so no binary is needed), rendered by top, leaks, locks,
 //! folded and diff in text and JSON and compared with `tests/golden/`. `EBTRACE_BLESS=1`
-//! rewrites the files. Also: empty traces and traces with only losses say so.
+//! rewrites the files. Also: empty traces and traces with only losses say so; kernel
+//! frames named from the trace's `KernelSymbols`; latency percentiles and histograms.
 use ebtrace_analyze::model::Filter;
 use ebtrace_analyze::reports::{self, EventKind};
-use ebtrace_format::events::{AllocEvent, FreeEvent, LockEvent};
+use ebtrace_format::events::{AllocEvent, CpuSample, FreeEvent, FuncEvent, LockEvent};
 use ebtrace_format::{TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{self as pb, record::Kind, Record};
 use std::path::{Path, PathBuf};
@@ -518,5 +519,315 @@ fn a_filter_that_keeps_nothing_says_so() {
     assert_eq!(
         leaks.note.as_deref(),
         Some("no leaks: all 3 traced allocations that match the filters were freed")
+    );
+}
+
+const K_TEXT: u64 = 0xffff_ffff_8100_0000;
+const K_FUTEX: u64 = 0xffff_ffff_8110_0000;
+const K_EXT4: u64 = 0xffff_ffff_c010_0000;
+
+/// A process sampled on the CPU (`--cpu`): 5 samples in the kernel under a futex system
+/// call, 3 in an ext4 module function under a kernel frame no symbol covers, 2 in user
+/// space only. The kernel symbols come in three `KernelSymbols` records (as the recorder
+/// adds the ones new stacks need), not in address order between records.
+fn write_cpu(path: &Path) {
+    let mut w = writer();
+    let comm = w.intern_string(b"shop").unwrap();
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        comm,
+        event: pb::ProcessEvent::Existing as i32,
+        time_ns: 1_000_000_000,
+        ..Default::default()
+    })))
+    .unwrap();
+    let shop_path = w.intern_string(b"/usr/bin/shop").unwrap();
+    let shop_id = w.intern_build_id(&[0xab; 20]).unwrap();
+    w.write_record(&rec(Kind::Mapping(pb::Mapping {
+        generation: 1,
+        start: SHOP,
+        end: SHOP + 0x10000,
+        file_offset: 0x1000,
+        path: shop_path,
+        build_id: shop_id,
+        perms: 5,
+        source: pb::MappingSource::Snapshot as i32,
+        ..Default::default()
+    })))
+    .unwrap();
+    let ksyms = |w: &mut TraceWriter<Vec<u8>>, syms: &[(u64, &str, &str)]| {
+        let mut k = pb::KernelSymbols::default();
+        for &(address, name, module) in syms {
+            k.address.push(address);
+            k.name.push(w.intern_string(name.as_bytes()).unwrap());
+            k.module.push(match module {
+                "" => 0,
+                m => w.intern_string(m.as_bytes()).unwrap(),
+            });
+        }
+        w.write_record(&rec(Kind::KernelSymbols(k))).unwrap();
+    };
+    ksyms(
+        &mut w,
+        &[
+            (K_FUTEX, "__x64_sys_futex", ""),
+            (K_FUTEX + 0x200, "futex_wait", ""),
+            (K_FUTEX + 0x400, "schedule", ""),
+        ],
+    );
+    ksyms(
+        &mut w,
+        &[
+            (K_EXT4, "ext4_file_read_iter", "ext4"),
+            (K_EXT4 + 0x800, "ext4_mpage_readpages", "ext4"),
+        ],
+    );
+    ksyms(&mut w, &[(K_TEXT, "entry_SYSCALL_64", "")]);
+    // Kernel stacks leaf first; after the leaf, return addresses. K_FUTEX + 0x200 returns
+    // to the first byte of futex_wait: the call was the last instruction of
+    // __x64_sys_futex, which only looking up address - 1 finds.
+    let futex = w
+        .intern_stack(
+            1,
+            &[SHOP + 0x3010, SHOP + 0x2020],
+            &[K_FUTEX + 0x410, K_FUTEX + 0x200, K_TEXT + 0x50],
+            0,
+        )
+        .unwrap();
+    // 0xffff_ffff_8000_0010 is below every kernel symbol, K_EXT4 + 16 MiB too far past
+    // the last one: both unresolved.
+    let read = w
+        .intern_stack(
+            1,
+            &[SHOP + 0x1010, SHOP + 0x2020],
+            &[
+                K_EXT4 + 0x810,
+                K_EXT4 + 0x10,
+                0xffff_ffff_8000_0010,
+                K_EXT4 + 0x100_0000,
+            ],
+            0,
+        )
+        .unwrap();
+    let user = w
+        .intern_stack(1, &[SHOP + 0x1010, SHOP + 0x2020], &[], 0)
+        .unwrap();
+    let mut t = 1_100_000_000;
+    for (stack, n) in [(futex, 5), (read, 3), (user, 2)] {
+        for _ in 0..n {
+            t += 10_000_000;
+            w.cpu_sample(&CpuSample {
+                time_ns: t,
+                generation: 1,
+                tid: 42,
+                stack,
+                cpu: 1,
+            })
+            .unwrap();
+        }
+    }
+    let off = |ip: u64| ip - SHOP + 0x1000;
+    w.write_record(&rec(Kind::SymbolizerInfo(pb::SymbolizerInfo {
+        symbolizer_version: "golden".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    for (address, function, line) in [
+        // The first user frame is the leaf (looked up as is), the others return addresses.
+        (off(SHOP + 0x3010), "Ledger::post(long)", 210),
+        (off(SHOP + 0x1010), "Warehouse::restock()", 98),
+        (off(SHOP + 0x2020 - 1), "main", 300),
+    ] {
+        let frames = vec![pb::SymbolFrame {
+            function: w.intern_string(function.as_bytes()).unwrap(),
+            file: w.intern_string(b"shop.cpp").unwrap(),
+            line,
+            ..Default::default()
+        }];
+        w.write_record(&rec(Kind::SymbolizedAddress(pb::SymbolizedAddress {
+            build_id: shop_id,
+            address,
+            frames,
+            reason: 0,
+        })))
+        .unwrap();
+    }
+    let bytes = w.finish(Some(pb::Trailer::default())).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn kernel_frames_are_named_from_the_traces_kernel_symbols() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("cpu.pb.zst");
+    write_cpu(&trace);
+    let all = Filter::default();
+    let top = reports::top(&trace, EventKind::Cpu, "samples", &all, 20).unwrap();
+    check("top_cpu.txt", &top.to_text());
+    check("top_cpu.json", &json(&top));
+
+    let frames = |row: usize| -> Vec<(String, String, String)> {
+        top.rows[row]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let s = |k: &str| f[k].as_str().unwrap().to_string();
+                (s("function"), s("module"), s("address"))
+            })
+            .collect()
+    };
+    let hex = |a: u64| format!("{a:#x}");
+    // Leaf first: the kernel frames (innermost), then the user frames that entered it.
+    assert_eq!(top.rows[0]["count"], 5);
+    assert_eq!(
+        frames(0),
+        [
+            ("schedule", "[kernel]", hex(K_FUTEX + 0x410)),
+            ("__x64_sys_futex", "[kernel]", hex(K_FUTEX + 0x200)),
+            ("entry_SYSCALL_64", "[kernel]", hex(K_TEXT + 0x50)),
+            ("Ledger::post(long)", "/usr/bin/shop", hex(SHOP + 0x3010)),
+            ("main", "/usr/bin/shop", hex(SHOP + 0x2020)),
+        ]
+        .map(|(f, m, a)| (f.to_string(), m.to_string(), a))
+    );
+    assert_eq!(top.rows[1]["count"], 3);
+    assert_eq!(
+        frames(1)[..4],
+        [
+            ("ext4_mpage_readpages", "[kernel:ext4]", hex(K_EXT4 + 0x810)),
+            ("ext4_file_read_iter", "[kernel:ext4]", hex(K_EXT4 + 0x10)),
+            (
+                "[kernel] 0xffffffff80000010",
+                "[kernel]",
+                "0xffffffff80000010".to_string()
+            ),
+            (
+                "[kernel] 0xffffffffc1100000",
+                "[kernel]",
+                hex(K_EXT4 + 0x100_0000)
+            ),
+        ]
+        .map(|(f, m, a)| (f.to_string(), m.to_string(), a))
+    );
+    assert_eq!(frames(2)[0].0, "Warehouse::restock()");
+    assert_eq!(
+        top.losses
+            .unresolved_frames
+            .get("[kernel]: no kernel symbol"),
+        Some(&2)
+    );
+    let text = top.to_text();
+    assert!(
+        text.contains("    schedule [kernel]\n    __x64_sys_futex [kernel]\n    entry_SYSCALL_64 [kernel]\n    Ledger::post(long) (shop.cpp:210)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    ext4_mpage_readpages [kernel:ext4]\n"),
+        "{text}"
+    );
+    // Flame graphs: the kernel on top of the user frames that called into it.
+    let folded = reports::folded(&trace, EventKind::Cpu, "samples", &all).unwrap();
+    assert!(folded.lines.contains(
+        &"main;Ledger::post(long);entry_SYSCALL_64;__x64_sys_futex;schedule 5".to_string()
+    ));
+}
+
+/// Calls of one probed function from two call sites, with durations spread over several
+/// powers of two: `ebsym latency` shows the percentiles and a log2 histogram per row.
+fn write_func(path: &Path) {
+    let mut w = writer();
+    let comm = w.intern_string(b"shop").unwrap();
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        comm,
+        event: pb::ProcessEvent::Existing as i32,
+        time_ns: 1_000_000_000,
+        ..Default::default()
+    })))
+    .unwrap();
+    let a = w.intern_stack(1, &[SHOP + 0x1010], &[], 0).unwrap();
+    let b = w.intern_stack(1, &[SHOP + 0x3010], &[], 0).unwrap();
+    let mut t = 1_100_000_000;
+    // Site a: 1000 calls, 1 µs to 1 ms (i² ns); site b: 10 calls of 5 ms.
+    for (stack, durations) in [
+        (a, (1..=1000u64).map(|i| i * i).collect::<Vec<_>>()),
+        (b, vec![5_000_000; 10]),
+    ] {
+        for d in durations {
+            t += 10_000;
+            w.func(&FuncEvent {
+                time_ns: t,
+                generation: 1,
+                tid: 42,
+                stack,
+                function: 1,
+                duration_ns: d,
+                args: Vec::new(),
+                ret: 0,
+            })
+            .unwrap();
+        }
+    }
+    let bytes = w.finish(Some(pb::Trailer::default())).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn latency_has_percentiles_within_the_bound_and_a_log2_histogram() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("func.pb.zst");
+    write_func(&trace);
+    let r = reports::top(&trace, EventKind::Func, "latency", &Filter::default(), 20).unwrap();
+    check("latency.txt", &r.to_text());
+    check("latency.json", &json(&r));
+    // Site a: exact nearest-rank percentiles of i² are (500², 900², 990²); the report's
+    // are within 1/64 of them, max and total exact.
+    let row = r
+        .rows
+        .iter()
+        .find(|row| row["count"] == 1000)
+        .expect("site a");
+    for (key, exact) in [
+        ("p50_ns", 500u64 * 500),
+        ("p90_ns", 900 * 900),
+        ("p99_ns", 990 * 990),
+    ] {
+        let got = row[key].as_u64().unwrap();
+        assert!(
+            got.abs_diff(exact) as f64 <= exact as f64 / 64.0,
+            "{key}: {got} vs exact {exact}"
+        );
+    }
+    assert_eq!(row["max_ns"], 1_000_000);
+    assert_eq!(row["total_ns"], (1..=1000u64).map(|i| i * i).sum::<u64>());
+    let b = r.rows.iter().find(|row| row["count"] == 10).unwrap();
+    for key in ["p50_ns", "p90_ns", "p99_ns", "max_ns"] {
+        assert_eq!(b[key], 5_000_000, "{key}");
+    }
+    // The histogram of site a: i² < 1024 for i ≤ 31, so 31 calls under 1K ns; i² in
+    // [512K, 1M) for i in 725..=1000.
+    let (ia, ib) = if r.rows[0]["count"] == 1000 {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    let bins = &r.histograms[ia];
+    let sum = |f: &dyn Fn(u64, u64) -> bool| -> u64 {
+        bins.iter()
+            .filter(|x| f(x.low, x.high))
+            .map(|x| x.count)
+            .sum()
+    };
+    assert_eq!(sum(&|_, high| high <= 1024), 31);
+    assert_eq!(sum(&|low, _| low == 512 << 10), 1000 - 724);
+    assert_eq!(sum(&|_, _| true), 1000);
+    assert_eq!(r.histograms[ib].len(), 1);
+    let text = r.to_text();
+    assert!(
+        text.contains("[4M, 8M) 10 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|"),
+        "{text}"
     );
 }

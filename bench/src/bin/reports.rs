@@ -1,17 +1,21 @@
 //! Benchmark of the reports (not a test): a synthetic allocation trace (3000 distinct stacks
 //! of 10-40 frames, Zipf-like popularity, most blocks freed soon, a few call sites leaking)
 //! with the symbolizer's records for its stacks, then `top`, `leaks` and `flamegraph`
-//! through the analyze library, each in a child process so that its peak RSS is its own.
-//! Prints seconds, events/s (the reports run on one core) and peak RSS, at 1 M and at N
-//! events, so that one sees memory grow with distinct stacks rather than with events.
+//! through the analyze library, each in a child process so that its peak RSS is its own;
+//! and a trace of as many probed-function calls (`--func`) on the same stacks, for
+//! `latency` (percentiles per stack). Prints seconds, events/s (the reports run on one
+//! core) and peak RSS, at 1 M and at N events, so that one sees memory grow with distinct
+//! stacks rather than with events.
 //!
 //! `cargo run --release -p ebtrace-bench --bin reports -- [EVENTS]` (default 10,000,000);
-//! `… -- --write EVENTS PATH` writes the trace only, `… -- --measure top|leaks|flamegraph
-//! PATH` runs one report on it.
+//! `REPEAT=3` runs each report 3 times and shows the median time (the machine is shared:
+//! see bench/scripts/README.md on noise). `… -- --write EVENTS PATH` writes the allocation
+//! trace only, `… -- --write-func EVENTS PATH` the function trace, `… -- --measure
+//! top|leaks|flamegraph|latency PATH` runs one report on one.
 use ebtrace_analyze::model::Filter;
 use ebtrace_analyze::reports::{self, EventKind};
 use ebtrace_bench::Synth;
-use ebtrace_format::events::{AllocEvent, FreeEvent};
+use ebtrace_format::events::{AllocEvent, FreeEvent, FuncEvent};
 use ebtrace_format::proto::{self as pb, record::Kind, AllocKind, Header, Record};
 use ebtrace_format::{TraceWriter, WriterOptions};
 use std::collections::{BTreeMap, VecDeque};
@@ -27,10 +31,14 @@ fn rec(k: Kind) -> Record {
     Record { kind: Some(k) }
 }
 
-/// Writes `n` allocations (and the frees of most of them) with symbolization records.
-/// Returns the number of events written (allocations and frees).
-fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
-    let mut synth = Synth::new(SITES, 42);
+/// The build-ids of the two mapped files.
+struct Ids {
+    shop: u64,
+    libc: u64,
+}
+
+/// A trace with one process and its two mappings.
+fn begin(path: &Path) -> anyhow::Result<(TraceWriter<std::io::BufWriter<std::fs::File>>, Ids)> {
     let mut w = TraceWriter::create(path, Header::default(), WriterOptions::default())?;
     let comm = w.intern_string(b"shop")?;
     w.write_record(&rec(Kind::Process(pb::Process {
@@ -56,6 +64,20 @@ fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
             ..Default::default()
         })))?;
     }
+    Ok((
+        w,
+        Ids {
+            shop: shop_id,
+            libc: libc_id,
+        },
+    ))
+}
+
+/// Writes `n` allocations (and the frees of most of them) with symbolization records.
+/// Returns the number of events written (allocations and frees).
+fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
+    let mut synth = Synth::new(SITES, 42);
+    let (mut w, ids) = begin(path)?;
     let stacks: Vec<Vec<u64>> = synth.stacks.clone();
     // Blocks live per thread: the oldest is freed once 1000 are live, except at the sites
     // that leak (every 100th call site, rarely called: a few blocks per million events).
@@ -96,15 +118,52 @@ fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
             free_list[t].push(old);
         }
     }
-    // The symbolizer's records: every distinct (build-id, file offset) looked up, leaf
-    // frames at their address, callers at the return address - 1; a quarter of the
-    // callers with one inlined frame.
+    finish(w, &stacks, &ids)?;
+    Ok(events)
+}
+
+/// Writes `n` calls of four probed functions, from the allocation sites' stacks, with
+/// durations spread over four powers of ten (so every stack's histogram spans many
+/// buckets). Returns `n`.
+fn write_func_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
+    let mut synth = Synth::new(SITES, 42);
+    let (mut w, ids) = begin(path)?;
+    let stacks: Vec<Vec<u64>> = synth.stacks.clone();
+    for _ in 0..n {
+        let a = synth.next_alloc();
+        let stack = w.intern_stack(1, &stacks[a.site], &[], 0)?;
+        // 1 µs to ~10 ms, from the generator's pseudo-random time and size.
+        let duration_ns = 1000 + (a.time_ns.wrapping_mul(0x9e37_79b9) >> 7) % (a.size * 150);
+        w.func(&FuncEvent {
+            time_ns: a.time_ns,
+            generation: 1,
+            tid: a.tid,
+            stack,
+            function: 1 + (a.site % 4) as u64,
+            duration_ns,
+            args: Vec::new(),
+            ret: 0,
+        })?;
+    }
+    finish(w, &stacks, &ids)?;
+    Ok(n as u64)
+}
+
+/// Appends the symbolizer's records and the trailer: every distinct (build-id, file
+/// offset) looked up, leaf frames at their address, callers at the return address - 1; a
+/// quarter of the callers with one inlined frame.
+fn finish(
+    mut w: TraceWriter<std::io::BufWriter<std::fs::File>>,
+    stacks: &[Vec<u64>],
+    ids: &Ids,
+) -> anyhow::Result<()> {
+    let (shop_id, libc_id) = (ids.shop, ids.libc);
     w.write_record(&rec(Kind::SymbolizerInfo(pb::SymbolizerInfo {
         symbolizer_version: "bench".into(),
         ..Default::default()
     })))?;
     let mut wanted: BTreeMap<(u64, u64), ()> = BTreeMap::new();
-    for s in &stacks {
+    for s in stacks {
         for (i, &ip) in s.iter().enumerate() {
             let (base, id) = if ip >= LIBC {
                 (LIBC, libc_id)
@@ -144,25 +203,36 @@ fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
         stop_reason: "bench".into(),
         ..Default::default()
     }))?;
-    Ok(events)
+    Ok(())
 }
 
-fn peak_rss_mib() -> f64 {
+/// Peak RSS (MiB) and CPU time (user + system, seconds) of this process so far.
+fn usage() -> (f64, f64) {
     // SAFETY: getrusage writes into the struct we pass; no other precondition.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    u.ru_maxrss as f64 / 1024.0
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        u.ru_maxrss as f64 / 1024.0,
+        secs(u.ru_utime) + secs(u.ru_stime),
+    )
 }
 
-/// In the child: runs one report, prints "SECONDS PEAK_RSS_MIB ROWS".
+/// In the child: runs one report, prints "SECONDS PEAK_RSS_MIB ROWS CPU_SECONDS" (the CPU
+/// time of the report alone: on a busy machine, wall time also counts the waits for a
+/// core).
 fn measure(report: &str, path: &Path) -> anyhow::Result<()> {
     let all = Filter::default();
+    let cpu0 = usage().1;
     let t0 = Instant::now();
     let rows = match report {
         "top" => reports::top(path, EventKind::Alloc, "bytes", &all, 20)?
             .rows
             .len(),
         "leaks" => reports::leaks(path, &all, 20)?.rows.len(),
+        "latency" => reports::top(path, EventKind::Func, "latency", &all, 20)?
+            .rows
+            .len(),
         "flamegraph" => {
             let f = reports::folded(path, EventKind::Alloc, "bytes", &all)?;
             reports::flamegraph(&f.lines, EventKind::Alloc, "bytes", None, std::io::sink())?;
@@ -170,7 +240,9 @@ fn measure(report: &str, path: &Path) -> anyhow::Result<()> {
         }
         other => anyhow::bail!("unknown report {other}"),
     };
-    println!("{} {} {rows}", t0.elapsed().as_secs_f64(), peak_rss_mib());
+    let secs = t0.elapsed().as_secs_f64();
+    let (peak, cpu) = usage();
+    println!("{secs} {peak} {rows} {}", cpu - cpu0);
     Ok(())
 }
 
@@ -180,11 +252,22 @@ fn main() -> anyhow::Result<()> {
         return measure(&args[2], Path::new(&args[3]));
     }
     // `--write N PATH`: only write the trace (to profile a report on it).
-    if args.len() == 4 && args[1] == "--write" {
-        let events = write_trace(Path::new(&args[3]), args[2].parse()?)?;
+    if args.len() == 4 && (args[1] == "--write" || args[1] == "--write-func") {
+        let write = if args[1] == "--write" {
+            write_trace
+        } else {
+            write_func_trace
+        };
+        let events = write(Path::new(&args[3]), args[2].parse()?)?;
         println!("{events} events");
         return Ok(());
     }
+    let repeat: usize = std::env::var("REPEAT")
+        .ok()
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(1)
+        .max(1);
     let n: usize = args
         .get(1)
         .map(|s| s.parse())
@@ -202,44 +285,44 @@ fn main() -> anyhow::Result<()> {
         vec![n]
     };
     let mut rss: BTreeMap<(&str, usize), f64> = BTreeMap::new();
+    type Writer = fn(&Path, usize) -> anyhow::Result<u64>;
+    let traces: [(&str, Writer, &[&str]); 2] = [
+        ("alloc", write_trace, &["top", "leaks", "flamegraph"]),
+        ("func", write_func_trace, &["latency"]),
+    ];
     for &size in &sizes {
-        let path: PathBuf = dir.join(format!("alloc-{size}.pb.zst"));
-        let t0 = Instant::now();
-        let events = write_trace(&path, size)?;
-        println!(
-            "\n{size} allocations + {} frees = {events} events: written in {:.2} s, {:.1} MiB",
-            events - size as u64,
-            t0.elapsed().as_secs_f64(),
-            std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64
-        );
-        for report in ["top", "leaks", "flamegraph"] {
-            let out = std::process::Command::new(std::env::current_exe()?)
-                .args(["--measure", report])
-                .arg(&path)
-                .env("RAYON_NUM_THREADS", "1")
-                .output()?;
-            anyhow::ensure!(
-                out.status.success(),
-                "{report}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let line = String::from_utf8(out.stdout)?;
-            let v: Vec<f64> = line
-                .split_whitespace()
-                .map(|x| x.parse())
-                .collect::<Result<_, _>>()?;
-            let (secs, peak, rows) = (v[0], v[1], v[2]);
+        for &(name, write, reports) in &traces {
+            let path: PathBuf = dir.join(format!("{name}-{size}.pb.zst"));
+            let t0 = Instant::now();
+            let events = write(&path, size)?;
+            let what = if name == "alloc" {
+                format!(
+                    "{size} allocations + {} frees = {events} events",
+                    events - size as u64
+                )
+            } else {
+                format!("{size} function calls")
+            };
             println!(
-                "  {report:<10} {secs:>7.2} s  {:>6.1} M events/s  peak RSS {peak:>7.1} MiB  ({rows} rows)   aim >= 5 M events/s",
-                events as f64 / secs / 1e6
+                "\n{what}: written in {:.2} s, {:.1} MiB",
+                t0.elapsed().as_secs_f64(),
+                std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64
             );
-            rss.insert((report, size), peak);
+            for &report in reports {
+                let (secs, cpu, peak, rows) = run(report, &path, repeat)?;
+                println!(
+                    "  {report:<10} {secs:>7.2} s  {:>6.1} M events/s  (CPU {cpu:.2} s: {:.1} M events/s)  peak RSS {peak:>7.1} MiB  ({rows} rows)   aim >= 5 M events/s",
+                    events as f64 / secs / 1e6,
+                    events as f64 / cpu / 1e6
+                );
+                rss.insert((report, size), peak);
+            }
+            std::fs::remove_file(&path)?;
         }
-        std::fs::remove_file(&path)?;
     }
     if sizes.len() == 2 {
-        println!("\npeak RSS at {} vs 1 M allocations:", sizes[1]);
-        for report in ["top", "leaks", "flamegraph"] {
+        println!("\npeak RSS at {} vs 1 M events written:", sizes[1]);
+        for report in ["top", "leaks", "flamegraph", "latency"] {
             println!(
                 "  {report:<10} {:.1} MiB -> {:.1} MiB (x{:.2} for x{} events)",
                 rss[&(report, sizes[0])],
@@ -251,4 +334,36 @@ fn main() -> anyhow::Result<()> {
     }
     std::fs::remove_dir_all(&dir)?;
     Ok(())
+}
+
+/// Runs `report` on `path` `repeat` times, each in a child process on one thread: the
+/// median seconds, the median CPU seconds, the largest peak RSS (MiB) and the rows.
+fn run(report: &str, path: &Path, repeat: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
+    let mut secs = Vec::new();
+    let mut cpu = Vec::new();
+    let (mut peak, mut rows) = (0f64, 0f64);
+    for _ in 0..repeat {
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .args(["--measure", report])
+            .arg(path)
+            .env("RAYON_NUM_THREADS", "1")
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{report}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = String::from_utf8(out.stdout)?;
+        let v: Vec<f64> = line
+            .split_whitespace()
+            .map(|x| x.parse())
+            .collect::<Result<_, _>>()?;
+        secs.push(v[0]);
+        cpu.push(v[3]);
+        peak = peak.max(v[1]);
+        rows = v[2];
+    }
+    secs.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    Ok((secs[secs.len() / 2], cpu[cpu.len() / 2], peak, rows))
 }
