@@ -102,6 +102,8 @@ pub struct Loaded {
     /// Kernel symbols of every `KernelSymbols` record: (start address, name string id,
     /// module string id), sorted by address once the trace is read.
     kernel_symbols: Vec<(u64, u64, u64)>,
+    /// --func functions by id: demangled name (string id).
+    pub probed: HashMap<u64, u64>,
 }
 
 /// Largest offset into a kernel symbol that names a kernel frame (kernel functions are a
@@ -229,6 +231,9 @@ impl Loaded {
                     .recorded
                     .entry(format!("{}/{reason}", family_name(lost.family)))
                     .or_default() += lost.count;
+            }
+            Some(Kind::ProbedFunction(p)) => {
+                self.probed.insert(p.id, p.name);
             }
             Some(Kind::KernelSymbols(k)) => {
                 let n = k.address.len();

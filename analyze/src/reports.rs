@@ -5,7 +5,11 @@
 //! "file", "line", "inlined", "module", "address"}]}]}`, frames leaf first. Values: alloc
 //! `count`, `bytes`; leaks `count`, `bytes`, `oldest_ns`, `alive`; locks `count`, `wait_ns`,
 //! `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `waker_frames`; func `count`,
-//! `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`; cpu `count`; offcpu `count`, `total_ns`.
+//! `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`, `function` (the probed function's
+//! demangled name, null if the trace does not say), `function_id`; cpu `count`; offcpu
+//! `count`, `total_ns`, `waker_frames` (the stack of the thread that most often ended these
+//! blocks; empty when woken by an interrupt); memgrowth `count`, `bytes` (brk, mmap and
+//! first-touch growth; releases — munmap, a shrinking brk — are not counted).
 //!
 //! Percentiles (`wait_p99_ns`, `hold_p99_ns`, `p50_ns`, `p90_ns`, `p99_ns`) are nearest-rank
 //! percentiles read from a log-linear histogram ([`crate::histogram`]), not from every
@@ -123,7 +127,12 @@ impl Sink for TopSink {
     fn event(&mut self, ev: &Event<'_>) {
         let (key, a, b, sample_b) = match (self.kind, ev) {
             (EventKind::Alloc, Event::Alloc(e)) => ((e.stack, 0), e.size, 0, None),
-            (EventKind::MemGrowth, Event::MemGrowth(e)) => ((e.stack, 0), e.size, 0, None),
+            // Growth only: an munmap (or a shrinking brk) releases memory, it does not grow it.
+            (EventKind::MemGrowth, Event::MemGrowth(e))
+                if e.kind != ebtrace_format::proto::MemGrowthKind::Munmap =>
+            {
+                ((e.stack, 0), e.size, 0, None)
+            }
             (EventKind::Lock, Event::Lock(e)) => {
                 ((e.stack, e.mutex), e.wait_ns, e.hold_ns, Some(e.hold_ns))
             }
@@ -150,7 +159,20 @@ impl Sink for TopSink {
                 *g.wakers.entry(e.waker_stack).or_default() += 1;
             }
         }
+        if let Event::OffCpu(e) = ev {
+            if e.waker_stack != 0 {
+                *g.wakers.entry(e.waker_stack).or_default() += 1;
+            }
+        }
     }
+}
+
+/// The waker stack seen most often in `agg` (ties: the lowest id).
+fn top_waker(agg: &Agg) -> Option<u64> {
+    agg.wakers
+        .iter()
+        .max_by_key(|(s, c)| (**c, std::cmp::Reverse(**s)))
+        .map(|(s, _)| *s)
 }
 
 /// A stack's frames as (function, file, line, inlined): see [`frame_key`].
@@ -412,12 +434,7 @@ pub fn top(
                 json!({"count": agg.count, "bytes": agg.a})
             }
             EventKind::Lock => {
-                let waker = agg
-                    .wakers
-                    .iter()
-                    .max_by_key(|(s, c)| (**c, std::cmp::Reverse(**s)))
-                    .map(|(s, _)| *s);
-                let waker_frames = waker.map(|w| l.frames(w)).unwrap_or_default();
+                let waker_frames = top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default();
                 let mut v = json!({
                     "count": agg.count,
                     "wait_ns": agg.a,
@@ -435,14 +452,20 @@ pub fn top(
             EventKind::Func => {
                 let h = agg.hist(0);
                 histograms.push(h.log2_bins());
+                let name = l.probed.get(&sub).map(|&n| l.tables.string(n).into_owned());
                 json!({
-                    "count": agg.count, "total_ns": agg.a, "function_id": sub,
+                    "count": agg.count, "total_ns": agg.a, "function": name, "function_id": sub,
                     "p50_ns": h.quantile(0.5), "p90_ns": h.quantile(0.9),
                     "p99_ns": h.quantile(0.99), "max_ns": h.max(),
                 })
             }
             EventKind::Cpu => json!({"count": agg.count}),
-            EventKind::OffCpu => json!({"count": agg.count, "total_ns": agg.a}),
+            EventKind::OffCpu => {
+                // The stack of the thread that most often ended these blocks.
+                let waker_frames = top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default();
+                json!({"count": agg.count, "total_ns": agg.a,
+                       "waker_frames": frames_json(&waker_frames)})
+            }
         };
         v["frames"] = frames_json(&frames);
         rows.push(v);
@@ -810,7 +833,12 @@ impl Report {
             if let Some(w) = row.get("waker_frames") {
                 let wf: Vec<Frame> = serde_json::from_value(w.clone()).unwrap_or_default();
                 if !wf.is_empty() {
-                    let _ = writeln!(s, "  woken by (the holder releasing it):");
+                    let by = if self.kind == "offcpu" {
+                        "  woken by:"
+                    } else {
+                        "  woken by (the holder releasing it):"
+                    };
+                    let _ = writeln!(s, "{by}");
                     for f in &wf {
                         let _ = writeln!(s, "    {}", f.display());
                     }

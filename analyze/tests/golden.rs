@@ -748,6 +748,16 @@ fn write_func(path: &Path) {
         ..Default::default()
     })))
     .unwrap();
+    let name = w
+        .intern_string(b"shop::Catalog::slow_lookup(unsigned long)")
+        .unwrap();
+    w.write_record(&rec(Kind::ProbedFunction(pb::ProbedFunction {
+        id: 1,
+        name,
+        address: 0x1000,
+        ..Default::default()
+    })))
+    .unwrap();
     let a = w.intern_stack(1, &[SHOP + 0x1010], &[], 0).unwrap();
     let b = w.intern_stack(1, &[SHOP + 0x3010], &[], 0).unwrap();
     let mut t = 1_100_000_000;
