@@ -235,29 +235,14 @@ struct call_key {
 	__u64 sp;
 };
 
-struct call {
-	__u64 start;
-	__u64 function;
-	__u64 copy_id;
-	__u64 args[MAX_ARGS];
-	__u32 nframes;
-	__u32 flags;
-	__u64 ips[MAX_FRAMES];
-};
-
+/* Calls in flight hold the event they will become (entry time in h.time_ns), so that the
+ * return probe sends it straight from the map value, without a copy. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct call_key);
-	__type(value, struct call);
+	__type(value, struct func_event);
 } calls SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct call);
-} call_scratch SEC(".maps");
 
 /* Per function id: the shortest call kept, ns. */
 struct {
@@ -274,14 +259,15 @@ int func_enter(struct pt_regs *ctx)
 	if (!admit(FAM_FUNC))
 		return 0;
 	__u32 z = 0;
-	struct call *c = bpf_map_lookup_elem(&call_scratch, &z);
+	struct func_event *c = bpf_map_lookup_elem(&func_scratch, &z);
 	if (!c)
 		return 0;
-	c->start = bpf_ktime_get_boot_ns();
+	fill_header(&c->h, EV_FUNC);
 	c->function = bpf_get_attach_cookie(ctx);
 	c->flags = 0;
 	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
 	c->copy_id = stack_copy();
+	c->nargs = func_args > MAX_ARGS ? MAX_ARGS : func_args;
 	if (func_args > 0) {
 		c->args[0] = PT_REGS_PARM1(ctx);
 		c->args[1] = PT_REGS_PARM2(ctx);
@@ -290,7 +276,7 @@ int func_enter(struct pt_regs *ctx)
 		c->args[4] = PT_REGS_PARM5(ctx);
 		c->args[5] = PT_REGS_PARM6(ctx);
 	}
-	struct call_key k = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = PT_REGS_SP(ctx) };
+	struct call_key k = { .tid = c->h.tid, .sp = PT_REGS_SP(ctx) };
 	if (bpf_map_update_elem(&calls, &k, c, BPF_ANY))
 		count(FAM_FUNC, CTR_LOST_MAP_FULL);
 	return 0;
@@ -302,45 +288,25 @@ int func_return(struct pt_regs *ctx)
 	__u64 now = bpf_ktime_get_boot_ns();
 	struct call_key k = { .tid = (__u32)bpf_get_current_pid_tgid(),
 			      .sp = PT_REGS_SP(ctx) - 8 };
-	struct call *c = bpf_map_lookup_elem(&calls, &k);
+	struct func_event *c = bpf_map_lookup_elem(&calls, &k);
 	if (!c)
 		return 0; /* entered before the probes were attached */
-	__u64 d = now - c->start;
+	__u64 d = now - c->h.time_ns;
 	__u32 fid = c->function;
 	__u64 *min = bpf_map_lookup_elem(&func_min, &fid);
 	if (min && d < *min) {
 		count(FAM_FUNC, CTR_FILTERED);
-		bpf_map_delete_elem(&calls, &k);
-		return 0;
+	} else {
+		c->duration_ns = d;
+		c->ret = PT_REGS_RC(ctx);
+		__u32 n = c->nframes;
+		if (n > MAX_FRAMES)
+			n = MAX_FRAMES;
+		__u64 size = __builtin_offsetof(struct func_event, ips) + n * sizeof(__u64);
+		if (bpf_ringbuf_output(&events, c, size, BPF_RB_NO_WAKEUP))
+			count(FAM_FUNC, CTR_LOST_RINGBUF);
 	}
-	__u32 z = 0;
-	struct func_event *e = bpf_map_lookup_elem(&func_scratch, &z);
-	if (!e) {
-		bpf_map_delete_elem(&calls, &k);
-		return 0;
-	}
-	fill_header(&e->h, EV_FUNC);
-	e->h.time_ns = c->start;
-	e->function = c->function;
-	e->duration_ns = d;
-	e->ret = PT_REGS_RC(ctx);
-	__u32 nargs = func_args > MAX_ARGS ? MAX_ARGS : func_args;
-	e->nargs = nargs;
-	for (int i = 0; i < MAX_ARGS; i++)
-		e->args[i] = i < nargs ? c->args[i] : 0;
-	__u32 n = c->nframes;
-	if (n > MAX_FRAMES)
-		n = MAX_FRAMES;
-	e->nframes = n;
-	e->flags = c->flags;
-	e->copy_id = c->copy_id;
-	copy_big(e->ips, c->ips, sizeof(c->ips));
 	bpf_map_delete_elem(&calls, &k);
-	__u64 size = __builtin_offsetof(struct func_event, ips) + n * sizeof(__u64);
-	if (size > sizeof(*e))
-		size = sizeof(*e);
-	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
-		count(FAM_FUNC, CTR_LOST_RINGBUF);
 	return 0;
 }
 
