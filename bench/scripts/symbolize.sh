@@ -3,7 +3,10 @@
 # eu-addr2line on large real binaries with full DWARF: the same N addresses (function
 # starts, random offsets inside functions, random text addresses; fixed seed) with inline
 # frames and demangling, read from stdin. Prints seconds, addresses/s, peak RSS and ratios
-# to binutils and llvm-symbolizer, then how many output lines of ebsym and binutils agree.
+# to binutils and llvm-symbolizer, then how many output lines of ebsym and binutils agree,
+# and on how many addresses ebsym's whole inline chains (function, file and line of every
+# frame) equal llvm-symbolizer's, names compared after demangler formatting (the rules of
+# the differential test, symbolize/tests/symbolize/llvm_compare.rs).
 # A benchmark, not a test: it fails only when a tool cannot run.
 #
 # Binaries: leveldb's db_bench when bench/scripts/leveldb.sh has built it in
@@ -167,6 +170,12 @@ for bin in $BINS; do
   if [ -n "$LIBSYM" ]; then
     cmp -s "$TMP/out-ebsym-1" "$TMP/out-ebsym-lib-2" && echo "ebsym-lib output: identical to ebsym's" ||
       echo "ebsym-lib output: DIFFERENT from ebsym's"
+    # Whole inline chains against llvm-symbolizer (ebsym's library with the options of
+    # `ebsym TRACE`; see bench/src/bin/symbolize.rs).
+    if [ -n "$LLVM_SYMBOLIZER" ]; then
+      "$LIBSYM" --vs-llvm "$LLVM_SYMBOLIZER" -e "$bin" <"$TMP/addrs" ||
+        log "agreement with llvm-symbolizer could not be measured"
+    fi
   fi
   unset SEC RSS CNT
 done

@@ -125,6 +125,10 @@ pub struct Sym {
     pub address: u64,
     pub size: u64,
     pub name: String,
+    /// For a local symbol, the source file named by the `STT_FILE` symbol before it in
+    /// the table (`crtstuff.c`), as binutils and llvm-symbolizer print it when there is
+    /// no DWARF.
+    pub file: Option<String>,
 }
 
 /// The function symbols of a file, sorted by address: `.symtab` if it has one, else
@@ -137,23 +141,40 @@ pub struct SymbolTable {
 impl SymbolTable {
     pub fn load(obj: &object::File<'_>) -> SymbolTable {
         let collect = |it: object::SymbolIterator<'_, '_>| -> Vec<Sym> {
-            it.filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
-                .filter_map(|s| {
-                    let mut size = s.size();
-                    if size == 0 {
-                        // A zero-sized symbol (`_init`, `_fini`, assembly) covers up to the
-                        // next symbol, and never past the end of its section.
-                        let sec = obj.section_by_index(s.section_index()?).ok()?;
-                        size = (sec.address() + sec.size()).checked_sub(s.address())?;
-                    }
-                    Some(Sym {
-                        address: s.address(),
-                        size,
-                        name: s.name().ok()?.to_string(),
-                    })
-                })
-                .filter(|s| !s.name.is_empty())
-                .collect()
+            let mut out = Vec::new();
+            // Local symbols follow the STT_FILE symbol of their file, in table order.
+            let mut file: Option<String> = None;
+            for s in it {
+                if s.kind() == SymbolKind::File {
+                    file = s.name().ok().filter(|n| !n.is_empty()).map(str::to_string);
+                }
+                if s.kind() != SymbolKind::Text || !s.is_definition() || s.address() == 0 {
+                    continue;
+                }
+                let Some(name) = s.name().ok().filter(|n| !n.is_empty()) else {
+                    continue;
+                };
+                let mut size = s.size();
+                if size == 0 {
+                    // A zero-sized symbol (`_init`, `_fini`, assembly) covers up to the
+                    // next symbol, and never past the end of its section.
+                    let Some(sec) = s.section_index().and_then(|i| obj.section_by_index(i).ok())
+                    else {
+                        continue;
+                    };
+                    let Some(to_end) = (sec.address() + sec.size()).checked_sub(s.address()) else {
+                        continue;
+                    };
+                    size = to_end;
+                }
+                out.push(Sym {
+                    address: s.address(),
+                    size,
+                    name: name.to_string(),
+                    file: if s.is_local() { file.clone() } else { None },
+                });
+            }
+            out
         };
         let mut syms = collect(obj.symbols());
         if syms.is_empty() {

@@ -21,6 +21,7 @@ pub mod dwarf;
 pub mod elf;
 pub mod find;
 pub mod trace;
+pub mod unwind;
 
 use dwarf::{DwarfContext, SplitDwarfPlaces};
 use elf::{Load, SymbolTable};
@@ -318,13 +319,20 @@ impl Symbolizer {
         m
     }
 
-    /// Demangles `name` if it is an Itanium C++ name; else returns it as is.
+    /// Demangles `name` if it is an Itanium C++ name (or a Rust v0 one, `_R…`); else
+    /// returns it as is.
     pub fn demangle(name: &str) -> String {
         demangle(name)
     }
 }
 
 fn demangle(name: &str) -> String {
+    if name.starts_with("_R") {
+        // `{:#}`: without the crate disambiguators, as llvm-symbolizer prints them.
+        if let Ok(d) = rustc_demangle::try_demangle(name) {
+            return format!("{d:#}");
+        }
+    }
     if name.starts_with("_Z") {
         if let Some(s) = cxa_demangle(name) {
             return s;
@@ -389,7 +397,7 @@ impl Module {
     }
 
     fn name(&self, raw: String) -> String {
-        if !self.demangle || !raw.starts_with("_Z") {
+        if !self.demangle || !(raw.starts_with("_Z") || raw.starts_with("_R")) {
             return raw;
         }
         // The same functions come back address after address: demangle each once.
@@ -541,15 +549,38 @@ impl Module {
                             if let Some(s) = sym {
                                 function = Some(s.name.clone());
                             }
+                        } else if !self.binutils_names && last && is_cxx && !linkage {
+                            // gcc gives no linkage name to some functions with internal
+                            // linkage (in an anonymous namespace): DWARF calls
+                            // `(anonymous namespace)::oom(char const*)` just `oom`. The
+                            // symbol that contains the address is the function itself (or
+                            // a part split off it, `.cold`, `.part.0`): take its qualified
+                            // name, without the split-off suffix.
+                            if let (Some(s), Some(short)) = (sym, function.as_deref()) {
+                                let base = s.name.split('.').next().unwrap_or(&s.name);
+                                // `~Counters` is `…CountersD2Ev`.
+                                let short = short.trim_start_matches('~');
+                                if base.starts_with("_Z") && base.contains(short) {
+                                    function = Some(base.to_string());
+                                }
+                            }
                         }
                         // A line-table row without a DIE for its function: name it from
                         // the symbol table, as binutils does.
                         let function = function
                             .or_else(|| last.then(|| sym.map(|s| s.name.clone())).flatten())
                             .map(|n| self.name(n));
+                        // binutils: an address that no line-table row covers (the start of
+                        // a `.cold` part) takes the file of its local symbol (`STT_FILE`).
+                        let file = match f.file {
+                            None if self.binutils_names && i == 0 => {
+                                sym.and_then(|s| s.file.clone())
+                            }
+                            file => file,
+                        };
                         Frame {
                             function,
-                            file: f.file,
+                            file,
                             line: f.line,
                             column: f.column,
                             inlined: !last,
@@ -569,7 +600,7 @@ impl Module {
         match sym {
             Some(s) => Ok(vec![Frame {
                 function: Some(self.name(s.name.clone())),
-                file: None,
+                file: s.file.clone(),
                 line: 0,
                 column: 0,
                 inlined: false,

@@ -4,9 +4,17 @@
 //! records copied through, then a `SymbolizerInfo`, one `ModuleResolution` per build-id and
 //! one `SymbolizedAddress` per (build-id, looked-up address).
 //!
+//! A stack with a raw copy of the user stack (`ebrec --stack-mode dwarf`) is first unwound
+//! with CFI ([`crate::unwind::TraceUnwinder`]): one `UnwoundStack` per such stack is
+//! written after the `SymbolizerInfo`, and its user ips are the ones resolved.
+//!
 //! The output depends on the input and the files found only: everything is sorted, the
 //! writer closes chunks by size only, and `SymbolizerInfo.realtime_ns` honours
 //! `SOURCE_DATE_EPOCH`.
+//!
+//! A resolution that takes more than a second shows a progress bar (addresses resolved,
+//! rate, time left) on stderr when stderr is a terminal; `EBSYM_PROGRESS_DELAY_MS` sets
+//! that delay (0: at once).
 //!
 //! ```no_run
 //! use ebtrace_symbolize::{trace::symbolize_trace, Options};
@@ -16,7 +24,7 @@
 use crate::{elf::hex, Frame, Lookup, Options, Reason, Symbolizer};
 use ebtrace_format::proto::{
     record::Kind, InternedString, KeyValue, Mapping, MappingSource, ModuleResolution, Record,
-    SymbolFrame, SymbolizedAddress, SymbolizerInfo, UnresolvedReason,
+    SymbolFrame, SymbolizedAddress, SymbolizerInfo, UnresolvedReason, UnwoundStack,
 };
 use ebtrace_format::{Tables, TraceReader, TraceWriter, WriterOptions};
 use rayon::prelude::*;
@@ -135,6 +143,8 @@ pub struct Report {
     pub no_build_id: u64,
     /// Damage found in the input (it was read as far as possible).
     pub input_damage: Vec<String>,
+    /// The stack copies (`--stack-mode dwarf`) unwound.
+    pub unwind: crate::unwind::UnwindSummary,
 }
 
 /// Addresses of one build-id to resolve.
@@ -155,7 +165,7 @@ struct Resolved {
 
 /// The mapping that gives meaning to `addr` in `generation`: the latest recorded one that
 /// covers it. Stacks carry no time, so an unmap recorded later does not hide a mapping.
-fn mapping_for(tables: &Tables, generation: u32, addr: u64) -> Option<&Mapping> {
+pub(crate) fn mapping_for(tables: &Tables, generation: u32, addr: u64) -> Option<&Mapping> {
     if let Some(m) = tables.mapping_at(generation, addr, u64::MAX) {
         return Some(m);
     }
@@ -185,6 +195,9 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
     let mut header = None;
     let mut max_string_id = 0;
     let mut reader = open()?;
+    // Stack copies are unwound as they come (in batches), and their unwound user ips are
+    // the ones resolved.
+    let mut unwinder = crate::unwind::TraceUnwinder::new(&options.locator);
     for rec in reader.by_ref() {
         match &rec.kind {
             Some(Kind::Header(h)) if header.is_none() => header = Some(h.clone()),
@@ -192,9 +205,12 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
             _ => {}
         }
         tables.observe(&rec);
+        unwinder.observe(&rec, &mut tables);
     }
+    let unwound = unwinder.finish(&mut tables);
     let mut report = Report {
         input_damage: reader.damage().iter().map(|d| d.to_string()).collect(),
+        unwind: unwound.summary.clone(),
         ..Default::default()
     };
 
@@ -204,7 +220,11 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
     stack_ids.sort();
     for id in stack_ids {
         let stack = &tables.stacks[id];
-        for (i, &ip) in stack.user_ips.iter().enumerate() {
+        let user_ips = match unwound.stacks.get(id) {
+            Some((u, _)) if !u.ips.is_empty() => &u.ips,
+            _ => &stack.user_ips,
+        };
+        for (i, &ip) in user_ips.iter().enumerate() {
             // Frames past the leaf are return addresses: the call is the byte before.
             let addr = if i > 0 { ip.wrapping_sub(1) } else { ip };
             let Some(m) = mapping_for(&tables, stack.generation, addr) else {
@@ -230,10 +250,12 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
     // Resolve, one build-id per task.
     let symbolizer = Symbolizer::new(options.clone());
     let work: Vec<(u64, Work)> = work.into_iter().collect();
+    let progress = Progress::new(work.iter().map(|(_, w)| w.offsets.len() as u64).sum());
     let resolved: Vec<(u64, Resolved)> = work
         .par_iter()
-        .map(|(id, w)| (*id, resolve_module(&symbolizer, w)))
+        .map(|(id, w)| (*id, resolve_module(&symbolizer, w, &progress)))
         .collect();
+    progress.finish();
 
     // Pass 2: copy the input through, then append the results.
     let file = create_private(output).map_err(|e| {
@@ -305,6 +327,17 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
         })),
     })
     .map_err(out_err)?;
+    for (&stack, (u, stop)) in &unwound.stacks {
+        let stop_reason = strings.id(&mut w, stop.as_bytes()).map_err(out_err)?;
+        w.write_record(&Record {
+            kind: Some(Kind::UnwoundStack(UnwoundStack {
+                stack,
+                user_ips: u.ips.clone(),
+                stop_reason,
+            })),
+        })
+        .map_err(out_err)?;
+    }
     for (build_id, r) in resolved {
         write_module(&mut w, &mut strings, build_id, &r).map_err(out_err)?;
         report.modules.push(r.report);
@@ -326,7 +359,66 @@ fn create_private(path: &Path) -> io::Result<std::fs::File> {
     Ok(file)
 }
 
-fn resolve_module(symbolizer: &Symbolizer, w: &Work) -> Resolved {
+/// The progress bar of the resolution on stderr: drawn only when stderr is a terminal and
+/// only once the run has taken [`PROGRESS_DELAY`] (or `EBSYM_PROGRESS_DELAY_MS`
+/// milliseconds), so short runs and pipes see nothing. Nothing goes to stdout.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    start: std::time::Instant,
+    delay: std::time::Duration,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+/// How long a resolution runs before its progress bar appears.
+const PROGRESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Addresses per step of the progress bar (a module's addresses are resolved in steps of
+/// this many; the answers do not depend on it).
+const PROGRESS_STEP: usize = 1 << 16;
+
+impl Progress {
+    fn new(total: u64) -> Progress {
+        let delay = std::env::var("EBSYM_PROGRESS_DELAY_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map(std::time::Duration::from_millis)
+            .unwrap_or(PROGRESS_DELAY);
+        let style = indicatif::ProgressStyle::with_template(
+            "ebsym: resolving {bar:30} {human_pos}/{human_len} addresses, {per_sec}, {eta} left",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(total),
+            indicatif::ProgressDrawTarget::hidden(),
+        )
+        .with_style(style);
+        Progress {
+            bar,
+            start: std::time::Instant::now(),
+            delay,
+            shown: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn inc(&self, n: u64) {
+        use std::io::IsTerminal;
+        use std::sync::atomic::Ordering;
+        self.bar.inc(n);
+        if self.start.elapsed() >= self.delay
+            && !self.shown.swap(true, Ordering::Relaxed)
+            && std::io::stderr().is_terminal()
+        {
+            self.bar
+                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &Progress) -> Resolved {
     use std::os::unix::ffi::OsStrExt;
     let path_bytes = w.paths.iter().next().cloned().unwrap_or_default();
     let path = std::ffi::OsStr::from_bytes(&path_bytes);
@@ -350,7 +442,13 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work) -> Resolved {
         .map(|&o| module.offset_to_vaddr(o))
         .collect();
     let known: Vec<u64> = vaddrs.iter().flatten().copied().collect();
-    let mut answers = module.resolve_many(&known).into_iter();
+    let mut answers = Vec::with_capacity(known.len());
+    for step in known.chunks(PROGRESS_STEP) {
+        answers.extend(module.resolve_many(step));
+        progress.inc(step.len() as u64);
+    }
+    progress.inc((w.offsets.len() - known.len()) as u64);
+    let mut answers = answers.into_iter();
     let addresses: Vec<(u64, Lookup)> = w
         .offsets
         .iter()

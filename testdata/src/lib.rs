@@ -612,7 +612,10 @@ mod tests {
                     "cv::signal_after(cv::Channel*, int)",
                 ],
             ),
-            ("dlopener", &["dl::cycle(char const*, std::vector<char*, std::allocator<char*> >*)"]),
+            (
+                "dlopener",
+                &["dl::cycle(char const*, std::vector<char*, std::allocator<char*> >*)"],
+            ),
             (
                 "selfstack",
                 &[

@@ -304,3 +304,45 @@ fn split_dwarf_dwp_package() {
     }
     compare(&reference, &bin, &[], &sample_addresses(&reference, 25));
 }
+
+/// A `thorin::Session` that keeps what it is given for the life of the process: the
+/// test packs one small program once, so leaking is simpler than arenas and costs a few
+/// MiB.
+struct LeakingSession;
+
+impl<T> thorin::Session<T> for LeakingSession {
+    fn alloc_data(&self, data: Vec<u8>) -> &[u8] {
+        Box::leak(data.into_boxed_slice())
+    }
+
+    fn alloc_relocation(&self, data: T) -> &T {
+        Box::leak(Box::new(data))
+    }
+
+    fn read_input(&self, path: &Path) -> std::io::Result<&[u8]> {
+        Ok(Box::leak(std::fs::read(path)?.into_boxed_slice()))
+    }
+}
+
+#[test]
+fn split_dwarf_dwp_package_dwarf5() {
+    // gcc's DWARF 5 .dwo files, packed by thorin (the library behind `thorin`, as rustc
+    // uses it) into shop.dwp: functions, lines and inline chains as in the unsplit build.
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, reference) = split_dwarf_pair(dir.path(), &["-gdwarf-5"]);
+    let session = LeakingSession;
+    let mut package = thorin::DwarfPackage::new(&session);
+    package
+        .add_executable(&bin, thorin::MissingReferencedObjectBehaviour::Error)
+        .unwrap();
+    let bytes = package.finish().unwrap().write().unwrap();
+    let dwp = dir.path().join("shop.dwp");
+    std::fs::write(&dwp, bytes).unwrap();
+    assert!(has_section(&dwp, ".debug_cu_index"), "not a package");
+    let dwos = dwo_files(dir.path());
+    assert!(!dwos.is_empty());
+    for dwo in dwos {
+        std::fs::remove_file(dwo).unwrap();
+    }
+    compare(&reference, &bin, &[], &sample_addresses(&reference, 25));
+}

@@ -3,4 +3,7 @@
 mod addr2line;
 mod common;
 mod debuginfod;
+mod differential;
+mod llvm_compare;
 mod trace;
+mod unwind;

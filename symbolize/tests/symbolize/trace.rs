@@ -381,3 +381,65 @@ fn default_output_name_and_private_mode() {
         "child_work()"
     );
 }
+
+/// With stderr on a terminal, ebsym draws its progress bar there (at once with
+/// `EBSYM_PROGRESS_DELAY_MS=0`), and stdout and the symbolized trace stay byte for byte
+/// what they are without a terminal.
+#[test]
+fn progress_bar_on_a_terminal_changes_no_output() {
+    let f = fixture("shop");
+    let img = Image::new(&f.bin, &f.bin, BASE);
+    let (handle, size) = function_address(
+        &f.full,
+        "_ZN4shop6Server14handle_requestEmRNS_11WorkerStatsE",
+    );
+    let stacks: Vec<Vec<u64>> = (0..size)
+        .step_by(4)
+        .map(|o| vec![BASE + handle + o])
+        .collect();
+    let trace = f.dir.join("t.pb.zst");
+    write_trace(&trace, &[img], &stacks);
+    let ebsym_exe = env!("CARGO_BIN_EXE_ebsym");
+    let run = |name: &str, terminal: bool| -> (Vec<u8>, Vec<u8>, String) {
+        let out = f.dir.join(format!("{name}.sym.pb.zst"));
+        let stdout = f.dir.join(format!("{name}.stdout"));
+        let command = format!(
+            "'{ebsym_exe}' '{}' -o '{}' --debug-dir '{}' > '{}'",
+            trace.display(),
+            out.display(),
+            f.dbg.display(),
+            stdout.display()
+        );
+        let mut cmd = if terminal {
+            // `script` runs the command on a pseudo-terminal and copies what it prints
+            // there (stderr here) to its stdout.
+            let mut c = Command::new("script");
+            c.args(["-q", "-e", "-c", &command, "/dev/null"]);
+            c
+        } else {
+            let mut c = Command::new("sh");
+            c.args(["-c", &command]);
+            c
+        };
+        cmd.env("SOURCE_DATE_EPOCH", "1")
+            .env("EBSYM_PROGRESS_DELAY_MS", "0")
+            .env_remove("DEBUGINFOD_URLS");
+        let o = run_ok(&mut cmd);
+        let seen =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        (
+            std::fs::read(&out).unwrap(),
+            std::fs::read(&stdout).unwrap(),
+            seen,
+        )
+    };
+    let (trace_plain, stdout_plain, stderr_plain) = run("plain", false);
+    let (trace_tty, stdout_tty, terminal) = run("tty", true);
+    assert!(
+        terminal.contains("resolving"),
+        "no progress bar:\n{terminal}"
+    );
+    assert!(!stderr_plain.contains("resolving"), "{stderr_plain}");
+    assert_eq!(stdout_tty, stdout_plain);
+    assert_eq!(trace_tty, trace_plain);
+}
