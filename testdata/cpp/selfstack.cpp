@@ -16,6 +16,12 @@
 //   "thread":    clone3 → start_thread (libc) → execute_native_thread_routine
 //                (libstdc++) → thread_main → deep(3) → deep(2) → deep(1) → deep(0) →
 //                capture
+//   "fault":     main → run_scenarios → via_fault → selfstack_fault_first, whose first
+//                instruction faults → [signal frame] → on_segv → capture (then
+//                siglongjmp back). The byte before the faulting instruction belongs to
+//                another function with another CFA rule, so an unwinder that looks up
+//                `pc - 1` after a signal frame (right for return addresses, wrong for an
+//                interrupted instruction) goes astray.
 //
 // Options:
 //   --out DIR    write DIR/NAME.stack (the bytes from rsp up) and DIR/NAME.maps
@@ -30,6 +36,7 @@
 // differs from "rip"; backtrace[1…] are the frames an unwinder must find from the copy.
 #include <execinfo.h>
 #include <fcntl.h>
+#include <setjmp.h>
 
 #include <functional>
 #include <mutex>
@@ -184,6 +191,56 @@ EBT_NOINLINE void via_signal() {
   ebt::no_tail_call();
 }
 
+// --- a fault at a function's first instruction ---
+
+}  // namespace selfstack
+
+// selfstack_before's last byte is under CFA = rsp + 16; selfstack_fault_first starts
+// right after it, at CFA = rsp + 8, and faults at once (reads address 0).
+extern "C" void selfstack_fault_first();
+asm(R"(
+  .text
+  .p2align 4
+  .type selfstack_before, @function
+selfstack_before:
+  .cfi_startproc
+  push %rbx
+  .cfi_adjust_cfa_offset 8
+  .cfi_offset %rbx, -16
+  ud2
+  .cfi_endproc
+  .size selfstack_before, .-selfstack_before
+  .globl selfstack_fault_first
+  .type selfstack_fault_first, @function
+selfstack_fault_first:
+  .cfi_startproc
+  movq 0, %rax
+  ret
+  .cfi_endproc
+  .size selfstack_fault_first, .-selfstack_fault_first
+)");
+
+namespace selfstack {
+
+sigjmp_buf g_jump;
+struct sigaction g_old_segv;
+
+void on_segv(int) {
+  capture("fault");
+  siglongjmp(g_jump, 1);
+}
+
+EBT_NOINLINE void via_fault() {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_segv;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &g_old_segv);
+  if (sigsetjmp(g_jump, 1) == 0) selfstack_fault_first();
+  sigaction(SIGSEGV, &g_old_segv, nullptr);
+  ebt::no_tail_call();
+}
+
 // --- a thread: libstdc++'s execute_native_thread_routine, libc's start_thread ---
 
 EBT_NOINLINE void deep(int n) {
@@ -206,6 +263,7 @@ EBT_NOINLINE void run_scenarios() {
   via_signal();
   std::thread t(thread_main);
   t.join();
+  via_fault();
   ebt::no_tail_call();
 }
 
