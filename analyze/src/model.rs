@@ -85,6 +85,11 @@ pub struct Losses {
     pub damage: Vec<String>,
     /// Whether the trace had symbolization records at all.
     pub symbolized: bool,
+    /// Stacks whose offline unwinding (`--stack-mode dwarf`) stopped before the outermost
+    /// frame, by reason ("copy too small", "no CFI in libfoo.so", …); counted as frames
+    /// are (once per call of [`Loaded::frames`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub stacks_cut: BTreeMap<String, u64>,
 }
 
 /// A loaded trace: the definitions, the symbols, and the caller's aggregates.
@@ -102,6 +107,9 @@ pub struct Loaded {
     /// Kernel symbols of every `KernelSymbols` record: (start address, name string id,
     /// module string id), sorted by address once the trace is read.
     kernel_symbols: Vec<(u64, u64, u64)>,
+    /// Stack id -> (user ips unwound offline, stop reason string id) from `UnwoundStack`
+    /// records: they replace the stack's frame-pointer user ips.
+    unwound: HashMap<u64, (Vec<u64>, u64)>,
     /// --func functions by id: demangled name (string id).
     pub probed: HashMap<u64, u64>,
 }
@@ -196,6 +204,12 @@ impl Loaded {
 
     fn record(&mut self, record: Record, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
         if self.tables.observe(&record) {
+            // A raw stack copy is for the symbolizer, which unwinds it: not kept here.
+            if let Some(Kind::Stack(s)) = &record.kind {
+                if let Some(t) = self.tables.stacks.get_mut(&s.id) {
+                    t.copy = None;
+                }
+            }
             return;
         }
         let all = filter.is_empty();
@@ -254,6 +268,9 @@ impl Loaded {
                 );
             }
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
+            Some(Kind::UnwoundStack(u)) => {
+                self.unwound.insert(u.stack, (u.user_ips, u.stop_reason));
+            }
             Some(Kind::SymbolizedAddress(a)) => {
                 self.symbols
                     .insert((a.build_id, a.address), (a.frames, a.reason));
@@ -290,12 +307,22 @@ impl Loaded {
         // Leaf first: a sample taken in the kernel has its kernel frames innermost, then
         // the user frames of the system call or fault that entered it.
         let n_kernel = stack.kernel_ips.len();
+        // A stack unwound offline: its user ips instead of the frame-pointer walk's.
+        let (user_ips, stop) = match self.unwound.get(&id) {
+            Some((ips, stop)) if !ips.is_empty() => (ips, *stop),
+            Some((_, stop)) => (&stack.user_ips, *stop),
+            None => (&stack.user_ips, 0),
+        };
         let ips: Vec<u64> = stack
             .kernel_ips
             .iter()
-            .chain(stack.user_ips.iter())
+            .chain(user_ips.iter())
             .copied()
             .collect();
+        if stop != 0 {
+            let reason = self.tables.string(stop).into_owned();
+            *self.losses.stacks_cut.entry(reason).or_default() += 1;
+        }
         let mut out = Vec::with_capacity(ips.len());
         let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {

@@ -910,6 +910,14 @@ pub fn losses_text(l: &Losses) -> String {
             .collect();
         let _ = writeln!(s, "unresolved frames: {}", v.join(", "));
     }
+    if !l.stacks_cut.is_empty() {
+        let v: Vec<String> = l
+            .stacks_cut
+            .iter()
+            .map(|(k, n)| format!("{k} ({n})"))
+            .collect();
+        let _ = writeln!(s, "stacks cut short: {}", v.join(", "));
+    }
     if !l.symbolized {
         let _ = writeln!(
             s,
