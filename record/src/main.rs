@@ -130,9 +130,10 @@ struct RecordArgs {
     /// Stop after SECONDS.
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// Size of each BPF ring buffer in bytes (a power of two, at least one page).
-    #[arg(long, default_value_t = 8 << 20)]
-    ringbuf_size: u32,
+    /// Size of each BPF ring buffer in bytes (a power of two, at least one page; default
+    /// 8 MiB, 64 MiB with --stack-mode dwarf or auto).
+    #[arg(long)]
+    ringbuf_size: Option<u32>,
     /// Most user frames per stack (at most 127).
     #[arg(long, default_value_t = 127, value_parser = clap::value_parser!(u32).range(1..=127))]
     stack_depth: u32,
@@ -142,6 +143,14 @@ struct RecordArgs {
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// --ringbuf-size, else 8 MiB, or 64 MiB when events carry stack copies (up to 32 KiB each).
+fn ringbuf_bytes(a: &RecordArgs) -> u32 {
+    a.ringbuf_size.unwrap_or(match a.stack_mode {
+        StackMode::Fp => 8 << 20,
+        StackMode::Dwarf(_) | StackMode::Auto(_) => 64 << 20,
+    })
 }
 
 fn parse_size(s: &str) -> std::result::Result<u64, String> {
@@ -385,7 +394,7 @@ fn header(a: &RecordArgs) -> Header {
         opt("no-unwind-info", "true".into());
     }
     opt("stack-depth", a.stack_depth.to_string());
-    opt("ringbuf-size", a.ringbuf_size.to_string());
+    opt("ringbuf-size", ringbuf_bytes(a).to_string());
     if a.all {
         opt("all", "true".into());
     }
@@ -435,7 +444,8 @@ fn record(a: RecordArgs) -> Result<()> {
             bail!("--cpu=HZ must be between 1 and 100000 (got {hz})");
         }
     }
-    if !a.ringbuf_size.is_power_of_two() || (a.ringbuf_size as usize) < procfs::page_size() {
+    let rb = ringbuf_bytes(&a);
+    if !rb.is_power_of_two() || (rb as usize) < procfs::page_size() {
         bail!(
             "--ringbuf-size must be a power of two of at least one page ({} bytes)",
             procfs::page_size()
@@ -456,7 +466,7 @@ fn record(a: RecordArgs) -> Result<()> {
         lock_min_ns: a.lock.map(|us| us * 1000),
         lock_mode,
         stack_depth: a.stack_depth,
-        ringbuf_bytes: a.ringbuf_size,
+        ringbuf_bytes: rb,
         all: a.all,
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),

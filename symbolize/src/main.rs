@@ -322,6 +322,9 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
             report.no_build_id
         );
     }
+    if report.unwind.stacks > 0 {
+        eprintln!("ebsym: {}", report.unwind.summary_line());
+    }
     eprintln!("ebsym: wrote {}", output.display());
     // What a user looks at next: the top stacks of each kind the trace holds.
     use ebtrace_analyze::reports::{top, EventKind};
