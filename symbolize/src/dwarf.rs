@@ -81,12 +81,20 @@ fn section(file: &ElfFile, obj: &object::File<'_>, name: Option<&str>) -> gimli:
     let data = sec.uncompressed_data().map_err(|_| gimli::Error::Io)?;
     let bytes = match data {
         std::borrow::Cow::Borrowed(s) => {
+            // A slice of the mapped file, normally; an empty section's slice may point
+            // anywhere (found by fuzzing), so anything outside the map is copied.
             let base = file.map.as_ptr() as usize;
-            let start = s.as_ptr() as usize - base;
-            Bytes {
-                backing: Backing::Map(file.map.clone()),
-                start,
-                len: s.len(),
+            match (s.as_ptr() as usize).checked_sub(base) {
+                Some(start) if start.saturating_add(s.len()) <= file.map.len() => Bytes {
+                    backing: Backing::Map(file.map.clone()),
+                    start,
+                    len: s.len(),
+                },
+                _ => Bytes {
+                    len: s.len(),
+                    backing: Backing::Owned(Arc::from(s)),
+                    start: 0,
+                },
             }
         }
         std::borrow::Cow::Owned(v) => Bytes {
@@ -347,7 +355,7 @@ fn text_range(file: &ElfFile) -> (u64, u64) {
         };
         if exec && s.size() > 0 {
             lo = lo.min(s.address());
-            hi = hi.max(s.address() + s.size());
+            hi = hi.max(s.address().saturating_add(s.size()));
         }
     }
     if lo < hi {
@@ -374,6 +382,11 @@ impl std::fmt::Debug for Lookup<'_> {
 impl Lookup<'_> {
     /// The frames of `addr`, innermost first; empty when no unit covers it.
     pub fn frames(&self, addr: u64) -> Result<Vec<RawFrame>, String> {
+        // No code is at the last address of the address space; addr2line computes
+        // `addr + 1` (found by fuzzing with a hostile trace's address).
+        if addr == u64::MAX {
+            return Ok(Vec::new());
+        }
         let mut lookup = self.ctx.find_frames(addr);
         let mut iter = loop {
             match lookup {

@@ -114,8 +114,8 @@ impl ElfInfo {
     pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
         self.loads
             .iter()
-            .find(|l| l.offset <= offset && offset < l.offset + l.filesz.max(1))
-            .map(|l| offset - l.offset + l.vaddr)
+            .find(|l| l.offset <= offset && offset - l.offset < l.filesz.max(1))
+            .and_then(|l| (offset - l.offset).checked_add(l.vaddr))
     }
 }
 
@@ -162,7 +162,11 @@ impl SymbolTable {
                     else {
                         continue;
                     };
-                    let Some(to_end) = (sec.address() + sec.size()).checked_sub(s.address()) else {
+                    let Some(to_end) = sec
+                        .address()
+                        .saturating_add(sec.size())
+                        .checked_sub(s.address())
+                    else {
                         continue;
                     };
                     size = to_end;
@@ -197,7 +201,7 @@ impl SymbolTable {
     pub fn find(&self, addr: u64) -> Option<&Sym> {
         let i = self.syms.partition_point(|s| s.address <= addr);
         let s = self.syms.get(i.checked_sub(1)?)?;
-        (addr < s.address + s.size).then_some(s)
+        (addr < s.address.saturating_add(s.size)).then_some(s)
     }
 }
 

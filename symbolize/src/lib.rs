@@ -387,8 +387,8 @@ impl Module {
         // As `ElfInfo::offset_to_vaddr`, without copying the segments.
         self.loads
             .iter()
-            .find(|l| l.offset <= offset && offset < l.offset + l.filesz.max(1))
-            .map(|l| offset - l.offset + l.vaddr)
+            .find(|l| l.offset <= offset && offset - l.offset < l.filesz.max(1))
+            .and_then(|l| (offset - l.offset).checked_add(l.vaddr))
     }
 
     /// The PT_LOAD segments used to normalize addresses.
@@ -675,7 +675,7 @@ mod tests {
             .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
             .step_by(7)
             .take(800)
-            .flat_map(|s| [s.address(), s.address() + s.size() / 2])
+            .flat_map(|s| [s.address(), s.address().saturating_add(s.size() / 2)])
             .collect();
         addrs.extend(addrs.clone());
         addrs.push(0);

@@ -243,7 +243,10 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
             w.build_id = build_id.clone();
             w.paths
                 .insert(tables.strings.get(&m.path).cloned().unwrap_or_default());
-            w.offsets.insert(addr - m.start + m.file_offset);
+            // A hostile trace may declare any offset: an impossible one resolves nothing.
+            if let Some(off) = (addr - m.start).checked_add(m.file_offset) {
+                w.offsets.insert(off);
+            }
         }
     }
 

@@ -352,7 +352,7 @@ impl UnwindInfo {
         self.segments
             .iter()
             .find(|s| s.offset <= offset && offset - s.offset < s.filesz.max(1))
-            .map(|s| offset - s.offset + s.vaddr)
+            .and_then(|s| (offset - s.offset).checked_add(s.vaddr))
     }
 
     fn bases(&self) -> BaseAddresses {
@@ -832,8 +832,8 @@ fn fp_step(regs: &mut [Reg; NREGS], mem: &Memory<'_>) -> Option<Step> {
         next[usize::from(r)] = regs[usize::from(r)];
     }
     next[usize::from(RBP)] = Ok(mem.read(rbp, 8).ok()?);
-    next[usize::from(RIP)] = Ok(mem.read(rbp + 8, 8).ok()?);
-    next[usize::from(RSP)] = Ok(rbp + 16);
+    next[usize::from(RIP)] = Ok(mem.read(rbp.checked_add(8)?, 8).ok()?);
+    next[usize::from(RSP)] = Ok(rbp.checked_add(16)?);
     if next[usize::from(RIP)] == Ok(0) {
         return Some(Step::Outermost);
     }
