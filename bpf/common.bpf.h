@@ -201,6 +201,8 @@ static __always_inline __u32 fill_copy(struct copy_event *c)
 	if (len > MAX_COPY)
 		len = MAX_COPY;
 	c->len = len;
+	if (len == 0) /* nothing readable at sp (seen during execve): the fp stack stays */
+		count(FAM_STACK_COPY, CTR_FILTERED);
 	return len;
 }
 

@@ -552,7 +552,13 @@ fn auto_mode_copies_only_where_frame_pointers_are_missing() {
         let copies = stacks.values().filter(|s| s.copy.is_some()).count();
         assert!(!stacks.is_empty());
         if want {
-            assert_eq!(copies, stacks.len(), "{variant:?}: every stack copied");
+            // Every stack but the odd sample taken where the stack cannot be read (inside
+            // execve): those keep the frame-pointer walk and are counted as filtered copies.
+            assert!(
+                copies * 100 >= stacks.len() * 98,
+                "{variant:?}: {copies} of {} stacks copied",
+                stacks.len()
+            );
             assert!(String::from_utf8_lossy(&out.stderr).contains("has no frame pointers"));
         } else {
             assert_eq!(copies, 0, "{variant:?}: no copies");
