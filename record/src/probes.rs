@@ -146,6 +146,24 @@ impl std::fmt::Debug for Probes<'_> {
     }
 }
 
+impl Drop for Probes<'_> {
+    fn drop(&mut self) {
+        // Closing a uprobe's perf event waits for the kernel to retire the probe (~100 ms
+        // each here): one after the other, an --alloc recording took 2-3 s to stop. All at
+        // once instead. (The tracefs probes are removed after, by the field's own drop.)
+        let links = std::mem::take(&mut self.links);
+        let fds = std::mem::take(&mut self.filter_fds);
+        std::thread::scope(|s| {
+            for l in links {
+                s.spawn(move || drop(l));
+            }
+            for f in fds {
+                s.spawn(move || drop(f));
+            }
+        });
+    }
+}
+
 thread_local! {
     static VERIFIER_LOG: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
