@@ -161,3 +161,65 @@ fn a_library_loaded_while_recording_is_attributed() {
     }
     assert_eq!(n, calls, "{top:#}");
 }
+
+#[test]
+fn a_reused_pid_is_a_new_generation() {
+    if !root() {
+        return;
+    }
+    use ebtrace_format::events::Family;
+    use ebtrace_format::proto::record::Kind;
+    let rec = common::record("forker", &["--alloc"], &["--children", "1", "--reuse-pid"]);
+    let expect = expect_line(&rec.out, "forker");
+    let pid = expect["reused_pid"].as_u64().unwrap() as u32;
+    assert_ne!(pid, 0, "the kernel never gave the pid back: {expect}");
+    assert_eq!(u64::from(pid), expect["child_pids"][0].as_u64().unwrap());
+    let mut r = TraceReader::open(&rec.trace).unwrap();
+    let mut tables = ebtrace_format::Tables::default();
+    let mut gens = Vec::new();
+    let mut allocs = Vec::new();
+    for rec in r.by_ref() {
+        if let Some(Kind::Process(p)) = &rec.kind {
+            if p.pid == pid && p.event == ebtrace_format::proto::ProcessEvent::Fork as i32 {
+                gens.push(p.generation);
+            }
+        }
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(Kind::Allocs(b)) = rec.kind {
+            allocs.extend(b.decode().unwrap());
+        }
+    }
+    // Two processes with the same pid, one after the other: two generations, each with
+    // its own allocations and nothing of the other's.
+    assert_eq!(gens.len(), 2, "generations of pid {pid}: {gens:?}");
+    let sizes = |g: u32| -> Vec<u64> {
+        allocs
+            .iter()
+            .filter(|a| a.generation == g && (a.size == 6000 || a.size == 9000))
+            .map(|a| a.size)
+            .collect()
+    };
+    assert_eq!(sizes(gens[0]), vec![6000; 25]);
+    assert_eq!(sizes(gens[1]), vec![9000; 15]);
+    // And the report names each one's function.
+    let top = ebsym_json(&[
+        "top",
+        rec.trace.to_str().unwrap(),
+        "--kind",
+        "alloc",
+        "--by",
+        "count",
+        "--pid",
+        &pid.to_string(),
+    ]);
+    let names: Vec<String> = top["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["frames"].to_string())
+        .collect();
+    assert!(names.iter().any(|f| f.contains("child_work")), "{names:?}");
+    assert!(names.iter().any(|f| f.contains("reused_work")), "{names:?}");
+}

@@ -1,8 +1,12 @@
 // forker: allocations in forked children and in threads, then optionally an
 // exec, for testing that a tracer follows fork, clone and exec.
 //
-// usage: forker [--children K] [--wait] [--exec PATH [ARGS...]]
+// usage: forker [--children K] [--reuse-pid] [--wait] [--exec PATH [ARGS...]]
 //   --children K  children to fork (default 2)
+//   --reuse-pid   after the children, fork one more child that gets the pid of the first
+//                 one again (by writing /proc/sys/kernel/ns_last_pid: needs root), which
+//                 runs reused_work(): 15 x malloc(9000), freed; EXPECT gets "reused_pid"
+//                 (the pid, or 0 if the kernel gave another one 20 times in a row)
 //   --wait        print `READY <pid>`, then block until SIGUSR1 arrives
 //   --exec PATH   after everything else, exec PATH with ARGS (all remaining
 //                 arguments); the pid stays the same
@@ -51,6 +55,39 @@ EBT_NOINLINE void child_work() {
     free(p);
   }
   ebt::no_tail_call();
+}
+
+EBT_NOINLINE void reused_work() {
+  for (int i = 0; i < 15; i++) {
+    void* p = malloc(9000);
+    if (!p) _exit(1);
+    static_cast<volatile char*>(p)[0] = char(i);
+    ebt::escape(p);
+    free(p);
+  }
+  ebt::no_tail_call();
+}
+
+// Forks a child running reused_work() that has pid `want` (a pid that was used and is free
+// again); returns `want`, or 0 if another pid came 20 times.
+EBT_NOINLINE pid_t spawn_with_pid(pid_t want) {
+  for (int attempt = 0; attempt < 20; attempt++) {
+    FILE* f = fopen("/proc/sys/kernel/ns_last_pid", "w");
+    if (!f) return 0;
+    fprintf(f, "%d", int(want) - 1);
+    fclose(f);
+    const pid_t pid = fork();
+    if (pid < 0) return 0;
+    if (pid == 0) {
+      if (getpid() == want) reused_work();
+      _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (pid == want) return want;
+  }
+  return 0;
 }
 
 EBT_NOINLINE std::vector<pid_t> spawn_children(int64_t k) {
@@ -115,15 +152,17 @@ void site(ebt::Json& j, const char* symbol, int64_t tasks, int64_t per_task, int
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* usage = "forker [--children K] [--wait] [--exec PATH [ARGS...]]";
+  const char* usage = "forker [--children K] [--reuse-pid] [--wait] [--exec PATH [ARGS...]]";
   int64_t children = 2;
-  bool wait = false;
+  bool wait = false, reuse = false;
   char** exec_argv = nullptr;  // points into argv: PATH, ARGS..., nullptr
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--children") == 0) {
       children = int64_t(ebt::arg_u64(argc, argv, &i, usage));
     } else if (strcmp(argv[i], "--wait") == 0) {
       wait = true;
+    } else if (strcmp(argv[i], "--reuse-pid") == 0) {
+      reuse = true;
     } else if (strcmp(argv[i], "--exec") == 0) {
       if (i + 1 >= argc) ebt::usage_error(usage, "missing PATH after", argv[i]);
       exec_argv = &argv[i + 1];
@@ -136,6 +175,7 @@ int main(int argc, char** argv) {
   if (wait) ebt::wait_for_sigusr1();
 
   const std::vector<pid_t> pids = spawn_children(children);
+  const pid_t reused = reuse && !pids.empty() ? spawn_with_pid(pids[0]) : 0;
   run_threads();
 
   ebt::Json j;
@@ -145,7 +185,9 @@ int main(int argc, char** argv) {
       .num("children", children)
       .begin_array("child_pids");
   for (pid_t pid : pids) j.num(pid);
-  j.end_array().num("threads", kThreads).begin_array("thread_tids");
+  j.end_array();
+  if (reuse) j.num("reused_pid", reused);
+  j.num("threads", kThreads).begin_array("thread_tids");
   for (long tid : g_thread_tids) j.num(tid);
   j.end_array().begin_object("functions");
   j.begin_object("child_work");
