@@ -113,10 +113,13 @@ int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
 	case FUTEX_LOCK_PI:
 	case FUTEX_LOCK_PI2:
 	case FUTEX_WAIT_REQUEUE_PI: {
-		count(FAM_LOCK, CTR_HITS);
+		/* A wait is a hit when it ends (then it has an outcome); one that cannot be
+		 * tracked is a hit lost now. */
 		struct wait_state w = { .start = bpf_ktime_get_boot_ns(), .uaddr = uaddr, .op = op };
-		if (bpf_map_update_elem(&waits, &tid, &w, BPF_ANY))
+		if (bpf_map_update_elem(&waits, &tid, &w, BPF_ANY)) {
+			count(FAM_LOCK, CTR_HITS);
 			count(FAM_LOCK, CTR_LOST_MAP_FULL);
+		}
 		return 0;
 	}
 	case FUTEX_WAKE:
@@ -156,6 +159,7 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 	__u64 start = w->start, uaddr = w->uaddr;
 	__u32 op = w->op;
 	bpf_map_delete_elem(&waits, &tid);
+	count(FAM_LOCK, CTR_HITS);
 	if (now - start < min_wait_ns) {
 		count(FAM_LOCK, CTR_FILTERED);
 		return 0;
@@ -303,6 +307,8 @@ int BPF_URETPROBE(mutex_lock_return, long ret)
 			if (bpf_map_update_elem(&held, &k, h, BPF_ANY))
 				count(FAM_LOCK, CTR_LOST_MAP_FULL);
 		}
+	} else {
+		count(FAM_LOCK, CTR_FILTERED); /* a trylock that did not get the mutex */
 	}
 	bpf_map_delete_elem(&calls, &tid);
 	return 0;

@@ -140,8 +140,11 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	/* The thread leaving the CPU is the current one: its stacks are at hand. A preempted
 	 * thread (still runnable) is waiting for a CPU, not blocked: not counted. */
 	if (prev_state != TASK_RUNNING && prev->pid != 0 && is_target(prev->tgid)) {
-		count(FAM_OFFCPU, CTR_HITS);
+		/* A block is a hit when it ends (below), so that a block still going on when
+		 * the recording stops is in no count; one refused here is a hit lost now. */
 		bool admitted = admit(FAM_OFFCPU);
+		if (!admitted)
+			count(FAM_OFFCPU, CTR_HITS);
 		struct offcpu_event *st = admitted
 			? bpf_task_storage_get(&offcpu_state, prev, 0,
 					       BPF_LOCAL_STORAGE_GET_F_CREATE)
@@ -174,6 +177,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 					fill_copy(cp);
 			}
 		} else if (admitted) {
+			count(FAM_OFFCPU, CTR_HITS);
 			count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
 		}
 	}
@@ -181,6 +185,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	if (!st || !st->blocked)
 		return 0;
 	st->blocked = 0;
+	count(FAM_OFFCPU, CTR_HITS);
 	__u64 d = now - st->h.time_ns;
 	if (d < offcpu_min_ns) {
 		count(FAM_OFFCPU, CTR_FILTERED);
@@ -255,9 +260,12 @@ struct {
 SEC("uprobe")
 int func_enter(struct pt_regs *ctx)
 {
-	count(FAM_FUNC, CTR_HITS);
-	if (!admit(FAM_FUNC))
+	/* A call is a hit when it returns (it has an outcome then); one refused here is a
+	 * hit lost now. */
+	if (!admit(FAM_FUNC)) {
+		count(FAM_FUNC, CTR_HITS);
 		return 0;
+	}
 	__u32 z = 0;
 	struct func_event *c = bpf_map_lookup_elem(&func_scratch, &z);
 	if (!c)
@@ -277,8 +285,10 @@ int func_enter(struct pt_regs *ctx)
 		c->args[5] = PT_REGS_PARM6(ctx);
 	}
 	struct call_key k = { .tid = c->h.tid, .sp = PT_REGS_SP(ctx) };
-	if (bpf_map_update_elem(&calls, &k, c, BPF_ANY))
+	if (bpf_map_update_elem(&calls, &k, c, BPF_ANY)) {
+		count(FAM_FUNC, CTR_HITS);
 		count(FAM_FUNC, CTR_LOST_MAP_FULL);
+	}
 	return 0;
 }
 
@@ -291,6 +301,7 @@ int func_return(struct pt_regs *ctx)
 	struct func_event *c = bpf_map_lookup_elem(&calls, &k);
 	if (!c)
 		return 0; /* entered before the probes were attached */
+	count(FAM_FUNC, CTR_HITS);
 	__u64 d = now - c->h.time_ns;
 	__u32 fid = c->function;
 	__u64 *min = bpf_map_lookup_elem(&func_min, &fid);
@@ -362,7 +373,6 @@ int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
 	__u64 pt = bpf_get_current_pid_tgid();
 	if (!is_target(pt >> 32))
 		return 0;
-	count(FAM_MEM_GROWTH, CTR_HITS);
 	struct mem_call c = { .nr = id };
 	if (id == NR_BRK) {
 		struct task_struct *t = (struct task_struct *)bpf_get_current_task();
@@ -372,8 +382,10 @@ int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
 		c.len = regs->si;
 	}
 	__u32 tid = (__u32)pt;
-	if (bpf_map_update_elem(&mem_calls, &tid, &c, BPF_ANY))
+	if (bpf_map_update_elem(&mem_calls, &tid, &c, BPF_ANY)) {
+		count(FAM_MEM_GROWTH, CTR_HITS);
 		count(FAM_MEM_GROWTH, CTR_LOST_MAP_FULL);
+	}
 	return 0;
 }
 
@@ -389,6 +401,7 @@ int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
 		return 0;
 	struct mem_call c = *cp;
 	bpf_map_delete_elem(&mem_calls, &tid);
+	count(FAM_MEM_GROWTH, CTR_HITS); /* counted when the call ends: then it has an outcome */
 	if (c.nr == NR_BRK) {
 		__u64 now = ret;
 		if (now > c.addr)

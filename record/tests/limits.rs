@@ -160,3 +160,59 @@ fn max_size_stops_and_rotate_keeps_files_that_read_alone() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["rows"].is_array(), "{v}");
 }
+
+#[test]
+fn everything_at_once_with_the_smallest_ring_buffer_loses_only_what_it_counts() {
+    if !root() {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let rec = common::record(
+        "shop",
+        &[
+            "--alloc",
+            "--lock",
+            "--cpu=999",
+            "--offcpu=0",
+            "--memgrowth",
+            "--func",
+            "shop::Catalog::lookup",
+            "--ringbuf-size",
+            "4096",
+        ],
+        &["--seconds", "2", "--threads", "2"],
+    );
+    // The service ran to its end and the recorder stopped with it.
+    let _ = expect_line(&rec.out, "shop");
+    assert!(started.elapsed().as_secs() < 30, "{:?}", started.elapsed());
+    let mut r = TraceReader::open(&rec.trace).unwrap();
+    let mut lost_records = std::collections::HashMap::<i32, u64>::new();
+    let mut trailer = None;
+    for rec in r.by_ref() {
+        match rec.kind {
+            Some(Kind::Lost(l)) => *lost_records.entry(l.family).or_default() += l.count,
+            Some(Kind::Trailer(t)) => trailer = Some(t),
+            _ => {}
+        }
+    }
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    let t = trailer.expect("a trailer");
+    let mut lost_any = 0;
+    for f in &t.families {
+        // Every probe hit of every family is kept, lost or filtered, and each loss is in
+        // the file as a Lost record.
+        assert_eq!(f.kept + f.lost + f.filtered, f.hits, "{f:?}");
+        assert_eq!(
+            lost_records.get(&f.family).copied().unwrap_or(0),
+            f.lost,
+            "{f:?}"
+        );
+        lost_any += f.lost;
+    }
+    assert!(
+        lost_any > 0,
+        "a one-page ring buffer lost nothing: {:?}",
+        t.families
+    );
+    assert!(t.families.len() >= 6, "{:?}", t.families);
+}
