@@ -109,7 +109,7 @@ pub struct Loaded {
     kernel_symbols: Vec<(u64, u64, u64)>,
     /// Stack id -> (user ips unwound offline, stop reason string id) from `UnwoundStack`
     /// records: they replace the stack's frame-pointer user ips.
-    unwound: HashMap<u64, (Vec<u64>, u64)>,
+    unwound: HashMap<u64, (Vec<u64>, u64, Vec<u32>)>,
     /// --func functions by id: demangled name (string id).
     pub probed: HashMap<u64, u64>,
 }
@@ -269,7 +269,8 @@ impl Loaded {
             }
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
             Some(Kind::UnwoundStack(u)) => {
-                self.unwound.insert(u.stack, (u.user_ips, u.stop_reason));
+                self.unwound
+                    .insert(u.stack, (u.user_ips, u.stop_reason, u.exact_frames));
             }
             Some(Kind::SymbolizedAddress(a)) => {
                 self.symbols
@@ -308,10 +309,10 @@ impl Loaded {
         // the user frames of the system call or fault that entered it.
         let n_kernel = stack.kernel_ips.len();
         // A stack unwound offline: its user ips instead of the frame-pointer walk's.
-        let (user_ips, stop) = match self.unwound.get(&id) {
-            Some((ips, stop)) if !ips.is_empty() => (ips, *stop),
-            Some((_, stop)) => (&stack.user_ips, *stop),
-            None => (&stack.user_ips, 0),
+        let (user_ips, stop, exact): (&Vec<u64>, u64, Vec<u32>) = match self.unwound.get(&id) {
+            Some((ips, stop, exact)) if !ips.is_empty() => (ips, *stop, exact.clone()),
+            Some((_, stop, _)) => (&stack.user_ips, *stop, Vec::new()),
+            None => (&stack.user_ips, 0, Vec::new()),
         };
         let ips: Vec<u64> = stack
             .kernel_ips
@@ -327,7 +328,10 @@ impl Loaded {
         let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
             maps.resize(out.len(), None);
-            let leaf = i == 0 || i == n_kernel;
+            // The leaf, and the instruction a signal interrupted, are exact addresses.
+            let leaf = i == 0
+                || i == n_kernel
+                || (i > n_kernel && exact.contains(&((i - n_kernel) as u32)));
             let address = format!("{ip:#x}");
             if i < n_kernel {
                 out.push(self.kernel_frame(if leaf { ip } else { ip.wrapping_sub(1) }, address));

@@ -220,13 +220,18 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
     stack_ids.sort();
     for id in stack_ids {
         let stack = &tables.stacks[id];
-        let user_ips = match unwound.stacks.get(id) {
-            Some((u, _)) if !u.ips.is_empty() => &u.ips,
-            _ => &stack.user_ips,
+        let (user_ips, exact): (&Vec<u64>, &[u32]) = match unwound.stacks.get(id) {
+            Some((u, _)) if !u.ips.is_empty() => (&u.ips, &u.exact),
+            _ => (&stack.user_ips, &[]),
         };
         for (i, &ip) in user_ips.iter().enumerate() {
-            // Frames past the leaf are return addresses: the call is the byte before.
-            let addr = if i > 0 { ip.wrapping_sub(1) } else { ip };
+            // Frames past the leaf are return addresses: the call is the byte before (but
+            // for the instruction a signal interrupted, which is exact).
+            let addr = if i > 0 && !exact.contains(&(i as u32)) {
+                ip.wrapping_sub(1)
+            } else {
+                ip
+            };
             let Some(m) = mapping_for(&tables, stack.generation, addr) else {
                 report.no_mapping += 1;
                 continue;
@@ -337,6 +342,7 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
                 stack,
                 user_ips: u.ips.clone(),
                 stop_reason,
+                exact_frames: u.exact.clone(),
             })),
         })
         .map_err(out_err)?;

@@ -682,6 +682,8 @@ pub struct Unwound {
     pub stop: Option<Stop>,
     /// Frames found by the frame-pointer chain, where a module had no CFI.
     pub fp_steps: u32,
+    /// Indices (> 0) of `ips` that are exact instruction addresses (after a signal frame).
+    pub exact: Vec<u32>,
 }
 
 /// The copied stack as memory.
@@ -751,6 +753,9 @@ where
         if out.ips.len() >= max {
             out.stop = Some(Stop::MaxFrames);
             break;
+        }
+        if exact && !out.ips.is_empty() {
+            out.exact.push(out.ips.len() as u32);
         }
         out.ips.push(pc);
         let lookup = if exact { pc } else { pc.wrapping_sub(1) };

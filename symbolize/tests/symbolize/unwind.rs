@@ -862,6 +862,19 @@ fn trace_stack_copies_are_unwound_symbolized_and_reported() {
         frames.last().unwrap().starts_with("selfstack::capture("),
         "{qsort}"
     );
+    // The fault: the instruction the signal interrupted is an exact address (the record
+    // says which frame), so it is named after its own function, not the one before it.
+    let fault_idx = captures.iter().position(|c| c.name == "fault").unwrap();
+    let fu = &unwound[fault_idx];
+    assert!(
+        !fu.exact_frames.is_empty(),
+        "no exact frame after the signal frame"
+    );
+    let fault = lines
+        .lines()
+        .find(|l| l.contains("selfstack_fault_first"))
+        .unwrap_or_else(|| panic!("the faulting function is not named: {lines}"));
+    assert!(!fault.contains("selfstack_before"), "{fault}");
     let thread = lines.lines().find(|l| l.ends_with(" 1003")).unwrap();
     assert!(thread.contains("selfstack::thread_main()"), "{thread}");
     // libstdc++'s thread start (a local symbol, not in its .dynsym), then libc's.
