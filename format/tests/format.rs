@@ -154,6 +154,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             stack: 1,
             user_ips: vec![1, 2, 3],
             stop_reason: 0,
+            exact_frames: vec![2],
         }),
     ];
     for k in singles {
