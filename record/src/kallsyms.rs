@@ -65,6 +65,18 @@ impl Table {
         Some(t)
     }
 
+    /// Entry `i`'s name and module ("" for vmlinux).
+    fn entry(&self, i: usize) -> (u64, &str, &str) {
+        let (a, off, len, m) = self.entries[i];
+        let name = &self.names[off as usize..off as usize + len as usize];
+        let module = if m == 0 {
+            ""
+        } else {
+            self.modules[m as usize - 1].as_str()
+        };
+        (a, name, module)
+    }
+
     fn covering(&self, addr: u64) -> Option<usize> {
         let i = self.entries.partition_point(|e| e.0 <= addr);
         i.checked_sub(1)
@@ -108,15 +120,13 @@ impl Needed {
         let Some(t) = self.table.get_or_insert_with(Table::read) else {
             return frames;
         };
-        let tracer = |ip: u64| match t.covering(ip) {
-            Some(i) => {
-                let (_, off, len, _) = t.entries[i];
-                let name = &t.names[off as usize..off as usize + len as usize];
+        let tracer = |ip: u64| {
+            t.covering(ip).is_some_and(|i| {
+                let name = t.entry(i).1;
                 ["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"]
                     .iter()
                     .any(|p| name.starts_with(p))
-            }
-            None => false,
+            })
         };
         let skip = frames.iter().take_while(|&&ip| tracer(ip)).count();
         &frames[skip..]
@@ -141,19 +151,6 @@ impl Needed {
         let t = self.table.as_ref()?.as_ref()?;
         let mut idx = std::mem::take(&mut self.pending);
         idx.sort_unstable();
-        Some(
-            idx.into_iter()
-                .map(|i| {
-                    let (a, off, len, m) = t.entries[i];
-                    let name = &t.names[off as usize..off as usize + len as usize];
-                    let module = if m == 0 {
-                        ""
-                    } else {
-                        t.modules[m as usize - 1].as_str()
-                    };
-                    (a, name, module)
-                })
-                .collect(),
-        )
+        Some(idx.into_iter().map(|i| t.entry(i)).collect())
     }
 }

@@ -805,6 +805,7 @@ fn record_with(
     let processes = s.processes();
     let malformed = s.malformed;
     let sideband_lost = s.sideband_lost();
+    let (copies_missing, waker_frames_dropped) = (s.copies_missing, s.waker_frames_dropped);
     let no_kallsyms = s.kernel.unavailable();
     let evictions = s.w.stats().stack_evictions;
     let out = s.w.finish(Some(Trailer {
@@ -857,6 +858,12 @@ fn record_with(
     }
     if malformed > 0 || sideband_lost > 0 {
         eprintln!("ebrec:   malformed events {malformed}, side-band records lost {sideband_lost}");
+    }
+    if copies_missing > 0 {
+        eprintln!("ebrec:   {copies_missing} events kept their frame-pointer stack: their stack copy was lost");
+    }
+    if waker_frames_dropped > 0 {
+        eprintln!("ebrec:   {waker_frames_dropped} off-CPU wakers outside the traced processes: their user frames dropped, kernel frames kept");
     }
     let total_ns: u64 = programs.iter().map(|p| p.1).sum();
     let total_runs: u64 = programs.iter().map(|p| p.2).sum();

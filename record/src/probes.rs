@@ -164,6 +164,35 @@ impl Drop for Probes<'_> {
     }
 }
 
+/// The settings every object shares (they all include `common.bpf.h`): stack depth, stack
+/// copies, the rate cap, the ring buffer and the per-CPU copy buffers. A macro because each
+/// skeleton has its own generated types.
+macro_rules! common_setup {
+    ($open:expr, $ro:expr, $cfg:expr, $depth:expr, $ncpu:expr) => {{
+        $ro.max_frames = $depth;
+        $ro.copy_bytes = $cfg.copy_bytes;
+        $ro.copy_all = $cfg.copy_all;
+        $ro.rate_per_cpu = $cfg.rate_per_cpu;
+        $open.maps.events.set_max_entries($cfg.ringbuf_bytes)?;
+        $open.maps.copy_scratch.set_max_entries($ncpu)?;
+    }};
+}
+
+/// Runs `$body` with `$s` bound to each loaded skeleton (for what they all have).
+macro_rules! each_skel {
+    ($self:expr, $s:ident => $body:expr) => {{
+        if let Some($s) = &$self.alloc {
+            $body;
+        }
+        if let Some($s) = &$self.lock {
+            $body;
+        }
+        if let Some($s) = &$self.profile {
+            $body;
+        }
+    }};
+}
+
 thread_local! {
     static VERIFIER_LOG: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -245,12 +274,7 @@ impl<'obj> Probes<'obj> {
                 let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
                 ro.min_size = min;
                 ro.sample_every = cfg.sample_every.max(1);
-                ro.max_frames = depth;
-                ro.copy_bytes = cfg.copy_bytes;
-                ro.copy_all = cfg.copy_all;
-                ro.rate_per_cpu = cfg.rate_per_cpu;
-                open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
-                open.maps.copy_scratch.set_max_entries(ncpu)?;
+                common_setup!(open, ro, cfg, depth, ncpu);
                 let skel = open.load().map_err(|e| load_error("allocation", e))?;
                 Some(skel)
             }
@@ -264,13 +288,8 @@ impl<'obj> Probes<'obj> {
                 let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
                 ro.min_wait_ns = min;
                 ro.min_hold_ns = min;
-                ro.max_frames = depth;
                 ro.all_processes = cfg.all;
-                ro.copy_bytes = cfg.copy_bytes;
-                ro.copy_all = cfg.copy_all;
-                ro.rate_per_cpu = cfg.rate_per_cpu;
-                open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
-                open.maps.copy_scratch.set_max_entries(ncpu)?;
+                common_setup!(open, ro, cfg, depth, ncpu);
                 // Only the programs of the chosen mode get loaded.
                 let futex = cfg.lock_mode == LockMode::Futex;
                 for mut p in open.open_object_mut().progs_mut() {
@@ -286,16 +305,11 @@ impl<'obj> Probes<'obj> {
                 .open(profile_obj)
                 .map_err(|e| load_error("profiling", e))?;
             let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-            ro.max_frames = depth;
             ro.all_processes = cfg.all;
             ro.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
-            ro.copy_bytes = cfg.copy_bytes;
-            ro.copy_all = cfg.copy_all;
-            ro.rate_per_cpu = cfg.rate_per_cpu;
-            open.maps.events.set_max_entries(cfg.ringbuf_bytes)?;
-            open.maps.copy_scratch.set_max_entries(ncpu)?;
+            common_setup!(open, ro, cfg, depth, ncpu);
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("cpu_") {
@@ -417,28 +431,16 @@ impl<'obj> Probes<'obj> {
     /// pointers).
     pub fn set_copy_pid(&self, pid: u32) -> Result<()> {
         let k = pid.to_ne_bytes();
-        if let Some(a) = &self.alloc {
-            a.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?;
-        }
-        if let Some(l) = &self.lock {
-            l.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?;
-        }
-        if let Some(p) = &self.profile {
-            p.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?;
-        }
+        each_skel!(self, s => s.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?);
         Ok(())
     }
 
     /// Whether `pid` gets stack copies in auto mode.
     pub fn copies_for(&self, pid: u32) -> bool {
         let k = pid.to_ne_bytes();
-        let has = |m: &dyn MapCore| matches!(m.lookup(&k, MapFlags::ANY), Ok(Some(_)));
-        self.alloc.as_ref().is_some_and(|a| has(&a.maps.copy_pids))
-            || self.lock.as_ref().is_some_and(|l| has(&l.maps.copy_pids))
-            || self
-                .profile
-                .as_ref()
-                .is_some_and(|p| has(&p.maps.copy_pids))
+        let mut found = false;
+        each_skel!(self, s => found |= matches!(s.maps.copy_pids.lookup(&k, MapFlags::ANY), Ok(Some(_))));
+        found
     }
 
     /// Attaches the --func probes (entry and return, the function's id as the BPF cookie)
@@ -567,15 +569,7 @@ impl<'obj> Probes<'obj> {
                 }
             }
         };
-        if let Some(a) = &self.alloc {
-            read(&a.maps.counters);
-        }
-        if let Some(l) = &self.lock {
-            read(&l.maps.counters);
-        }
-        if let Some(p) = &self.profile {
-            read(&p.maps.counters);
-        }
+        each_skel!(self, s => read(&s.maps.counters));
         c
     }
 
@@ -601,21 +595,11 @@ impl<'obj> Probes<'obj> {
                 ));
             }
         };
-        if let Some(a) = &self.alloc {
-            for p in a.object().progs() {
+        each_skel!(self, s => {
+            for p in s.object().progs() {
                 add(&p);
             }
-        }
-        if let Some(l) = &self.lock {
-            for p in l.object().progs() {
-                add(&p);
-            }
-        }
-        if let Some(pr) = &self.profile {
-            for p in pr.object().progs() {
-                add(&p);
-            }
-        }
+        });
         out
     }
 }

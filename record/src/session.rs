@@ -86,9 +86,12 @@ pub struct Session<'a> {
     pending_copies: BTreeMap<u64, PendingCopy>,
     /// The --func functions, to describe again in a new file (--rotate).
     probed: Vec<(u64, crate::funcs::FuncMatch, Vec<u8>)>,
-    /// Events whose stack copy never came (lost in the ring buffer): they keep the
-    /// frame-pointer stack.
+    /// Events whose stack copy never came (lost in the ring buffer, or dropped from
+    /// `pending_copies`): they keep the frame-pointer stack. Shown in the exit summary.
     pub copies_missing: u64,
+    /// Off-CPU wakers in untraced processes whose user frames were dropped (their addresses
+    /// mean nothing in the target's maps). Shown in the exit summary.
+    pub waker_frames_dropped: u64,
     /// The launched command, whose EXIT record waits for its code from waitpid.
     pub launched: Option<u32>,
 }
@@ -123,6 +126,7 @@ impl<'a> Session<'a> {
             unwind_written: HashSet::new(),
             pending_copies: BTreeMap::new(),
             copies_missing: 0,
+            waker_frames_dropped: 0,
             probed: Vec::new(),
             malformed: 0,
             last_counters: BTreeMap::new(),
@@ -267,6 +271,19 @@ impl<'a> Session<'a> {
     }
 
     fn add_mapping(&mut self, g: u32, m: MapRec, time: u64, source: MappingSource) -> Result<()> {
+        self.write_mapping(g, &m, time, source)?;
+        self.gens[g as usize - 1].maps.push(m);
+        Ok(())
+    }
+
+    /// The Mapping record of `m` in generation `g`.
+    fn write_mapping(
+        &mut self,
+        g: u32,
+        m: &MapRec,
+        time: u64,
+        source: MappingSource,
+    ) -> Result<()> {
         self.w.write_record(&Record {
             kind: Some(Kind::Mapping(Mapping {
                 generation: g,
@@ -282,7 +299,6 @@ impl<'a> Session<'a> {
                 source: source as i32,
             })),
         })?;
-        self.gens[g as usize - 1].maps.push(m);
         Ok(())
     }
 
@@ -684,21 +700,7 @@ impl<'a> Session<'a> {
                 })),
             })?;
             for m in g.maps.clone() {
-                self.w.write_record(&Record {
-                    kind: Some(Kind::Mapping(Mapping {
-                        generation: id,
-                        start: m.start,
-                        end: m.end,
-                        file_offset: m.offset,
-                        path: m.path,
-                        build_id: m.build_id,
-                        inode: m.inode,
-                        dev: m.dev,
-                        perms: m.perms,
-                        time_ns: now,
-                        source: MappingSource::Snapshot as i32,
-                    })),
-                })?;
+                self.write_mapping(id, &m, now, MappingSource::Snapshot)?;
             }
             if let Some(t) = ended {
                 self.write_exit(pid, t, 0)?;
@@ -935,7 +937,12 @@ impl<'a> Session<'a> {
                 } else {
                     match self.gen_at(e.waker_pid, h.time_ns) {
                         Some(wg) => (wg, wuser),
-                        None => (g, &[][..]),
+                        None => {
+                            if !wuser.is_empty() {
+                                self.waker_frames_dropped += 1;
+                            }
+                            (g, &[][..])
+                        }
                     }
                 };
                 let waker_stack = if e.waker_tid != 0 {

@@ -6,13 +6,12 @@
 
 mod common;
 use common::{ebsym_json, root};
-use ebtrace_testdata::{build, Variant};
+use ebtrace_testdata::Variant;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
-/// Records `program` built as `variant` with ebrec `flags`.
+/// Records `program` built as `variant` with ebrec `flags` into `dir/name`.
 fn record(
     dir: &Path,
     name: &str,
@@ -21,22 +20,8 @@ fn record(
     flags: &[&str],
     args: &[&str],
 ) -> String {
-    let prog = build(program, variant).unwrap();
     let trace = dir.join(name);
-    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
-        .args(["record", "-q", "-o"])
-        .arg(&trace)
-        .args(flags)
-        .arg("--")
-        .arg(&prog)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::record_variant_to(&trace, program, variant, flags, args);
     trace.to_str().unwrap().to_string()
 }
 
@@ -207,20 +192,13 @@ fn off_cpu_blocks_unwind_to_the_waiting_function() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prog = build("condvar_block", Variant::NoFramePointer).unwrap();
     let trace = dir.path().join("off.pb.zst");
-    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
-        .args(["record", "-q", "-o"])
-        .arg(&trace)
-        .args(["--offcpu=1000", "--stack-mode", "dwarf", "--"])
-        .arg(&prog)
-        .args(["--ms", "200", "--rounds", "2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::record_variant_to(
+        &trace,
+        "condvar_block",
+        Variant::NoFramePointer,
+        &["--offcpu=1000", "--stack-mode", "dwarf"],
+        &["--ms", "200", "--rounds", "2"],
     );
     let expect = common::expect_line(&out, "condvar_block");
     let waiter = expect["waiter_tid"].as_u64().unwrap().to_string();

@@ -98,7 +98,24 @@ pub fn record(program: &str, flags: &[&str], args: &[&str]) -> Recording {
 
 /// Records `program ARGS` with ebrec `FLAGS` into `trace`, asserting that ebrec succeeded.
 pub fn record_to(trace: &std::path::Path, program: &str, flags: &[&str], args: &[&str]) -> Output {
-    let prog = ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
+    record_variant_to(
+        trace,
+        program,
+        ebtrace_testdata::Variant::FramePointer,
+        flags,
+        args,
+    )
+}
+
+/// [`record_to`] with the program built as `variant`.
+pub fn record_variant_to(
+    trace: &std::path::Path,
+    program: &str,
+    variant: ebtrace_testdata::Variant,
+    flags: &[&str],
+    args: &[&str],
+) -> Output {
+    let prog = ebtrace_testdata::build(program, variant).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
         .args(["record", "-q", "-o"])
         .arg(trace)
