@@ -52,6 +52,9 @@ struct Gen {
     exe: u64,
     cmdline: Vec<u64>,
     maps: Vec<MapRec>,
+    /// The executable mappings' ranges, sorted by start: what `left_code` checks every
+    /// frame of every event against, by binary search.
+    exec: Vec<(u64, u64)>,
 }
 
 /// Everything the loop keeps between iterations.
@@ -157,6 +160,7 @@ impl<'a> Session<'a> {
             exe,
             cmdline,
             maps: Vec::new(),
+            exec: Vec::new(),
         });
         let id = self.gens.len() as u32;
         self.by_pid.entry(pid).or_default().push(id);
@@ -272,7 +276,12 @@ impl<'a> Session<'a> {
 
     fn add_mapping(&mut self, g: u32, m: MapRec, time: u64, source: MappingSource) -> Result<()> {
         self.write_mapping(g, &m, time, source)?;
-        self.gens[g as usize - 1].maps.push(m);
+        let gen = &mut self.gens[g as usize - 1];
+        if m.perms & 4 != 0 {
+            let i = gen.exec.partition_point(|r| r.0 <= m.start);
+            gen.exec.insert(i, (m.start, m.end));
+        }
+        gen.maps.push(m);
         Ok(())
     }
 
@@ -603,14 +612,17 @@ impl<'a> Session<'a> {
     /// is in no executable mapping of generation `g`. None when all are, or when the
     /// generation's mappings are unknown (nothing to judge by).
     fn left_code(&self, g: u32, frames: &[u64]) -> Option<usize> {
-        let maps = &self.gens.get(g as usize - 1)?.maps;
-        if maps.is_empty() {
+        let gen = self.gens.get(g as usize - 1)?;
+        if gen.maps.is_empty() {
             return None;
         }
+        let exec = &gen.exec;
         frames.iter().enumerate().skip(1).find_map(|(i, &ip)| {
-            let inside = maps
-                .iter()
-                .any(|m| m.perms & 4 != 0 && m.start <= ip && ip < m.end);
+            // The range starting last at or before ip; ranges may overlap (a remapped
+            // file), so a miss there is checked against all before saying "outside".
+            let near = exec.partition_point(|r| r.0 <= ip);
+            let inside = near.checked_sub(1).is_some_and(|j| ip < exec[j].1)
+                || exec.iter().any(|r| r.0 <= ip && ip < r.1);
             (!inside).then_some(i)
         })
     }
