@@ -42,12 +42,12 @@ impl Symbols {
         Ok(Symbols { funcs, segments })
     }
 
-    /// Address of the function `name`.
-    pub fn address(&self, name: &str) -> Option<u64> {
+    /// Address and size of the function `name`.
+    pub fn function(&self, name: &str) -> Option<(u64, u64)> {
         self.funcs
             .iter()
             .find(|(n, _, _)| n == name)
-            .map(|&(_, a, _)| a)
+            .map(|&(_, a, size)| (a, size))
     }
 
     /// File offset of virtual address `vaddr`.

@@ -5,6 +5,7 @@ mod elf;
 mod funcs;
 mod kallsyms;
 mod perf;
+mod placement;
 mod probes;
 mod procfs;
 mod session;
@@ -69,9 +70,7 @@ struct RecordArgs {
     /// tcmalloc); repeatable.
     #[arg(long, value_name = "PATH")]
     alloc_lib: Vec<PathBuf>,
-    /// Do not probe free: no leak report, but about a quarter of the cost per allocator call here
-    /// (glibc's free starts with an instruction the kernel cannot emulate, so each probed
-    /// free is a single-step trap: ~6 µs in this KVM guest).
+    /// Do not probe free: no leak report, but one uprobe trap less per allocation and free.
     #[arg(long)]
     no_free: bool,
     /// Keep one allocation in N, at random.
@@ -559,7 +558,11 @@ fn record_with(
                 a.alloc_lib.clone()
             };
             for lib in libs {
-                alloc_sites.extend(probes::sites(&lib, probes::ALLOC_FUNCS)?);
+                alloc_sites.extend(probes::sites(
+                    &lib,
+                    probes::ALLOC_FUNCS,
+                    probes::ALLOC_KEEP,
+                )?);
             }
             if a.no_free {
                 alloc_sites.retain(|s| s.symbol != "free");
@@ -568,7 +571,7 @@ fn record_with(
         let mut lock_sites = Vec::new();
         if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
             for lib in probes::find_provider(lookup_pid, exe.as_deref(), "pthread_mutex_lock")? {
-                lock_sites.extend(probes::sites(&lib, probes::LOCK_FUNCS)?);
+                lock_sites.extend(probes::sites(&lib, probes::LOCK_FUNCS, probes::LOCK_KEEP)?);
             }
             if lock_sites.is_empty() {
                 bail!("no pthread_mutex_lock to probe in the target");
@@ -599,11 +602,13 @@ fn record_with(
                 }
                 sites.push(probes::FuncSite {
                     id,
-                    site: probes::Site {
-                        lib: m.path.clone(),
-                        symbol: m.demangled.clone().into(),
-                        offset: m.file_offset,
-                    },
+                    site: probes::Site::new(
+                        &m.path,
+                        m.demangled.clone(),
+                        m.file_offset,
+                        m.size,
+                        &placement::ARGS,
+                    ),
                     min_ns: m.min_ns,
                 });
             }

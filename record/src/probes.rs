@@ -1,6 +1,7 @@
 //! Loading the BPF skeletons, attaching them to targets, and reading their counters.
 use crate::elf::Symbols;
 use crate::perf;
+use crate::placement::{self, Placement};
 use crate::procfs;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -121,7 +122,73 @@ pub struct FuncSite {
 pub struct Site {
     pub lib: PathBuf,
     pub symbol: std::borrow::Cow<'static, str>,
+    /// File offset of the function's first byte.
     pub offset: u64,
+    /// Where in the function the probe goes (see `placement`).
+    pub placement: Placement,
+}
+
+impl Site {
+    /// The site of the function at file `offset` (`size` bytes, 0: unknown) of `lib`, its
+    /// probe placed for a BPF program that reads the registers `keep`.
+    pub fn new(
+        lib: &Path,
+        symbol: impl Into<std::borrow::Cow<'static, str>>,
+        offset: u64,
+        size: u64,
+        keep: &[iced_x86::Register],
+    ) -> Site {
+        Site {
+            lib: lib.to_path_buf(),
+            symbol: symbol.into(),
+            offset,
+            placement: place_in_file(lib, offset, size, keep),
+        }
+    }
+
+    /// The file offset the uprobe goes to.
+    pub fn probe_offset(&self) -> u64 {
+        self.offset + self.placement.skip
+    }
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.symbol)?;
+        if self.placement.skip > 0 {
+            write!(f, "+{:#x}", self.placement.skip)?;
+        }
+        write!(f, " in {}", self.lib.display())?;
+        if self.placement.single_step {
+            write!(
+                f,
+                " (first instruction single-stepped: a second trap per call)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `placement::place` on the `size` bytes at `offset` in `lib` (at most 64 KiB are looked at;
+/// an unreadable file or an unknown size keeps the entry).
+fn place_in_file(lib: &Path, offset: u64, size: u64, keep: &[iced_x86::Register]) -> Placement {
+    use std::io::{Read, Seek};
+    let entry = Placement {
+        skip: 0,
+        single_step: false,
+    };
+    if size == 0 {
+        return entry;
+    }
+    let mut code = vec![0u8; size.min(64 << 10) as usize];
+    let read = std::fs::File::open(lib).and_then(|mut f| {
+        f.seek(std::io::SeekFrom::Start(offset))?;
+        f.read_exact(&mut code)
+    });
+    match read {
+        Ok(()) => placement::place(&code, keep),
+        Err(_) => entry,
+    }
 }
 
 pub struct Probes<'obj> {
@@ -469,8 +536,7 @@ impl<'obj> Probes<'obj> {
                 )?;
                 self.links.extend(links);
             }
-            self.attached
-                .push(format!("{} in {}", f.site.symbol, f.site.lib.display()));
+            self.attached.push(f.site.to_string());
         }
         Ok(())
     }
@@ -546,7 +612,7 @@ impl<'obj> Probes<'obj> {
                     0,
                 )?);
             }
-            attached.push(format!("{} in {}", s.symbol, s.lib.display()));
+            attached.push(s.to_string());
         }
         self.links.extend(links);
         self.attached.extend(attached);
@@ -622,8 +688,8 @@ fn attach(
     pid: i32,
     cookie: u64,
 ) -> Result<Vec<Link>> {
-    let what = || format!("{} in {}", s.symbol, s.lib.display());
-    let probe = perf::TraceProbe::new(&s.lib, s.offset, ret)
+    let what = || s.to_string();
+    let probe = perf::TraceProbe::new(&s.lib, s.probe_offset(), ret)
         .with_context(|| format!("uprobe on {}", what()))?;
     let fds = if pid == -1 {
         // One system-wide event makes the probe fire in every process on every CPU (the
@@ -688,6 +754,10 @@ pub const ALLOC_FUNCS: &[&str] = &[
     "pvalloc",
     "free",
 ];
+/// What the allocator entry programs read: up to three arguments (posix_memalign's).
+pub const ALLOC_KEEP: &[iced_x86::Register] = &crate::placement::ARGS_3;
+/// What the lock entry programs read: the mutex.
+pub const LOCK_KEEP: &[iced_x86::Register] = &crate::placement::ARGS_1;
 pub const LOCK_FUNCS: &[&str] = &[
     "pthread_mutex_lock",
     "pthread_mutex_trylock",
@@ -696,23 +766,20 @@ pub const LOCK_FUNCS: &[&str] = &[
 
 /// The probe sites for `funcs` in the library at `lib`: one per distinct address (glibc's
 /// aligned_alloc and memalign are one function: probing both would count each call twice).
-pub fn sites(lib: &Path, funcs: &[&'static str]) -> Result<Vec<Site>> {
+/// `keep`: the argument registers the entry programs read.
+pub fn sites(lib: &Path, funcs: &[&'static str], keep: &[iced_x86::Register]) -> Result<Vec<Site>> {
     let syms = Symbols::read(lib).map_err(|e| anyhow::anyhow!(e))?;
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for &f in funcs {
-        let Some(addr) = syms.address(f) else {
+        let Some((addr, size)) = syms.function(f) else {
             continue;
         };
         let Some(offset) = syms.file_offset(addr) else {
             continue;
         };
         if seen.insert(offset) {
-            out.push(Site {
-                lib: lib.to_path_buf(),
-                symbol: f.into(),
-                offset,
-            });
+            out.push(Site::new(lib, f, offset, size, keep));
         }
     }
     Ok(out)
@@ -745,7 +812,7 @@ pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Resu
         let Ok(syms) = Symbols::read(&c) else {
             continue;
         };
-        if syms.address(needed).is_none() {
+        if syms.function(needed).is_none() {
             continue;
         }
         let name = c

@@ -86,9 +86,26 @@ pub struct Recording {
 
 /// Records `program ARGS` with ebrec `FLAGS` into a fresh temporary directory.
 pub fn record(program: &str, flags: &[&str], args: &[&str]) -> Recording {
+    record_in_tempdir(program, flags, args, true)
+}
+
+/// [`record`] without `-q`: stderr has ebrec's start-up lines (what it attached, and where).
+#[allow(dead_code)] // not every test binary uses it
+pub fn record_loud(program: &str, flags: &[&str], args: &[&str]) -> Recording {
+    record_in_tempdir(program, flags, args, false)
+}
+
+fn record_in_tempdir(program: &str, flags: &[&str], args: &[&str], quiet: bool) -> Recording {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.pb.zst");
-    let out = record_to(&trace, program, flags, args);
+    let out = run_record(
+        &trace,
+        program,
+        ebtrace_testdata::Variant::FramePointer,
+        flags,
+        args,
+        quiet,
+    );
     Recording {
         trace,
         out,
@@ -115,9 +132,22 @@ pub fn record_variant_to(
     flags: &[&str],
     args: &[&str],
 ) -> Output {
+    run_record(trace, program, variant, flags, args, true)
+}
+
+fn run_record(
+    trace: &std::path::Path,
+    program: &str,
+    variant: ebtrace_testdata::Variant,
+    flags: &[&str],
+    args: &[&str],
+    quiet: bool,
+) -> Output {
     let prog = ebtrace_testdata::build(program, variant).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
-        .args(["record", "-q", "-o"])
+        .arg("record")
+        .args(quiet.then_some("-q"))
+        .arg("-o")
         .arg(trace)
         .args(flags)
         .arg("--")
