@@ -220,12 +220,18 @@ struct lock_call {
 	__u64 ips[MAX_FRAMES];
 };
 
-/* pthread_mutex_lock calls in progress, per thread. */
+/* The pthread_mutex_lock call in progress, per thread, in task storage (created once per
+ * thread, then overwritten in place: no 1 KiB hash insert and delete per lock call). */
+struct call_slot {
+	struct lock_call c;
+	__u32 active;
+};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct lock_call);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct call_slot);
 } calls SEC(".maps");
 
 struct held_key {
@@ -260,19 +266,19 @@ static __always_inline int lock_enter(struct pt_regs *ctx, __u64 mutex)
 	count(FAM_LOCK, CTR_HITS);
 	if (!admit(FAM_LOCK))
 		return 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u32 z = 0;
-	struct held *h = bpf_map_lookup_elem(&held_scratch, &z);
-	if (!h)
+	struct call_slot *slot = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0,
+						      BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!slot) {
+		count(FAM_LOCK, CTR_LOST_MAP_FULL);
 		return 0;
-	struct lock_call *c = &h->call;
+	}
+	struct lock_call *c = &slot->c;
 	c->start = bpf_ktime_get_boot_ns();
 	c->mutex = mutex;
 	c->flags = 0;
 	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
 	c->copy_id = stack_copy();
-	if (bpf_map_update_elem(&calls, &tid, c, BPF_ANY))
-		count(FAM_LOCK, CTR_LOST_MAP_FULL);
+	slot->active = 1;
 	return 0;
 }
 
@@ -292,9 +298,11 @@ SEC("uretprobe")
 int BPF_URETPROBE(mutex_lock_return, long ret)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct lock_call *c = bpf_map_lookup_elem(&calls, &tid);
-	if (!c)
+	struct call_slot *slot = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
+	if (!slot || !slot->active)
 		return 0;
+	slot->active = 0;
+	struct lock_call *c = &slot->c;
 	if (ret == 0) {
 		__u32 z = 0;
 		struct held *h = bpf_map_lookup_elem(&held_scratch, &z);
@@ -310,7 +318,6 @@ int BPF_URETPROBE(mutex_lock_return, long ret)
 	} else {
 		count(FAM_LOCK, CTR_FILTERED); /* a trylock that did not get the mutex */
 	}
-	bpf_map_delete_elem(&calls, &tid);
 	return 0;
 }
 
