@@ -52,7 +52,7 @@ NUM=${NUM:-1000000}
 READS=${READS:-$NUM}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-mutex bt-malloc-count bt-malloc-ustack bt-futex-tp ebrec-lock ebrec-lock-uprobe ebrec-alloc-4096 ebrec-alloc untraced-again"}
+MODES=${MODES:-"untraced bt-mutex bt-mutex-hold bt-malloc-count bt-malloc-ustack bt-malloc-leak bt-futex-tp ebrec-lock ebrec-lock-uprobe ebrec-alloc-4096 ebrec-alloc untraced-again"}
 LEVELDB_CACHE=$BENCH_CACHE/leveldb
 DB_BENCH=$LEVELDB_CACHE/build/db_bench
 
@@ -205,6 +205,19 @@ run_row() {
     bt-malloc-count) run_bpftrace "$mode" "uprobe:$LIBC:malloc /pid == cpid/ { @n = count(); }" ;;
     bt-malloc-ustack) run_bpftrace "$mode" \
       "uprobe:$LIBC:malloc /pid == cpid/ { @s[ustack] = count(); @n = count(); } END { clear(@s); }" ;;
+    # ebrec --alloc=4096's equivalent in bpftrace (the leak report's data): size and stack at
+    # malloc's entry, the block at its return, forgotten at free.
+    bt-malloc-leak) run_bpftrace "$mode" \
+      "uprobe:$LIBC:malloc /pid == cpid/ { @n = count(); if (arg0 >= 4096) { @sz[tid] = arg0; @stk[tid] = ustack; } }
+       uretprobe:$LIBC:malloc /pid == cpid && @sz[tid]/ { @live[retval] = @stk[tid]; delete(@sz[tid]); delete(@stk[tid]); }
+       uprobe:$LIBC:free /pid == cpid/ { delete(@live[arg0]); } END { clear(@live); clear(@sz); clear(@stk); }" ;;
+    # ebrec --lock-mode uprobe's equivalent: wait (call to return) and hold (return to unlock)
+    # per stack.
+    bt-mutex-hold) run_bpftrace "$mode" \
+      "uprobe:$LIBC:pthread_mutex_lock /pid == cpid/ { @n = count(); @t0[tid] = nsecs; @m[tid] = arg0; @stk[tid] = ustack; }
+       uretprobe:$LIBC:pthread_mutex_lock /pid == cpid && @t0[tid]/ { @wait[@stk[tid]] = sum(nsecs - @t0[tid]); @held[tid, @m[tid]] = nsecs; delete(@t0[tid]); }
+       uprobe:$LIBC:pthread_mutex_unlock /pid == cpid/ { if (@held[tid, arg0]) { @hold = hist(nsecs - @held[tid, arg0]); delete(@held[tid, arg0]); } }
+       END { clear(@wait); clear(@held); clear(@stk); clear(@t0); clear(@m); }" ;;
     bt-futex-tp) run_bpftrace "$mode" "tracepoint:syscalls:sys_enter_futex /pid == cpid/ { @n = count(); }" ;;
     ebrec-lock) run_ebrec "$mode" --lock ;;
     ebrec-lock-uprobe) run_ebrec "$mode" --lock --lock-mode uprobe ;;

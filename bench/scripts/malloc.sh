@@ -4,7 +4,8 @@
 #
 # Rows: untraced; bpftrace uprobe on libc malloc with an empty action (the floor: trap only);
 # bpftrace @[ustack] = count() (both with /pid == cpid/, as bpftrace -c attaches its uprobes for
-# all processes); bcc stackcount c:malloc; bcc memleak (uprobes and uretprobes on malloc, calloc,
+# all processes); bt-leak, bpftrace doing what ebrec --alloc does (malloc's size and stack at entry,
+# the block at return, deleted at free); bcc stackcount c:malloc; bcc memleak (uprobes and uretprobes on malloc, calloc,
 # realloc..., uprobe on free); ebrec record --alloc and --alloc=4096 (skipped unless
 # EBREC=/path/to/ebrec). malloc_loop times its own loop with clock_gettime, so tracer start-up and
 # shutdown are not counted. bpftrace and ebrec launch the program themselves (bpftrace -c,
@@ -49,7 +50,7 @@ ITERS=${ITERS:-2000000}
 DEPTHS=${DEPTHS:-"1 30"}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-floor bt-ustack bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096"}
+MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096"}
 SRC=$here/../cpp/malloc_loop.cpp
 
 need_root
@@ -150,10 +151,15 @@ run_mode() { # MODE DEPTH
     untraced)
       "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1
       record "$mode" "$d" "$(ns_of "$out")" - "" ;;
-    bt-floor | bt-ustack)
+    bt-floor | bt-ustack | bt-leak)
       # bpftrace -c attaches its uprobes for every process (not just the child), so filter.
       local prog="uprobe:$LIBC:malloc /pid == cpid/ {}"
       [ "$mode" = bt-ustack ] && prog="uprobe:$LIBC:malloc /pid == cpid/ { @[ustack] = count(); }"
+      # What a bpftrace user writes for leaks (ebrec --alloc's equivalent): size and stack at
+      # entry, the block at return, forgotten at free.
+      [ "$mode" = bt-leak ] && prog="uprobe:$LIBC:malloc /pid == cpid/ { @size[tid] = arg0; @stk[tid] = ustack; }
+        uretprobe:$LIBC:malloc /pid == cpid/ { @live[retval] = @size[tid]; @where[retval] = @stk[tid]; delete(@size[tid]); delete(@stk[tid]); }
+        uprobe:$LIBC:free /pid == cpid/ { delete(@live[arg0]); delete(@where[arg0]); }"
       log "$mode depth $d: bpftrace -e '$prog' -c malloc_loop"
       if ! bpftrace -e "$prog" -c "$ML --iters $ITERS --depth $d" >"$out" 2>&1; then
         tail -n 5 "$out" >&2

@@ -24,8 +24,10 @@
 # @[ustack]), bt-func (uprobe + uretprobe on FUNC, @[ustack] at entry, latency histogram), bt-all
 # (all of them in one bpftrace). bpftrace keeps counts in maps, which it clears at END (so it
 # does not symbolize and print them); ebrec writes every event with its stack to the trace.
+# bt-alloc-leak (what ebrec --alloc=4096 does, in bpftrace: malloc's size and stack at entry,
+# the block at return, deleted at free: the leak report's data).
 # bpftrace's equivalents do less than ebrec's: bt-alloc probes malloc only (ebrec: every
-# allocator function, the return, and free), bt-offcpu has no waker, bt-memgrowth counts every
+# allocator function, the return, and free), bt-alloc-leak malloc and free only, bt-offcpu has no waker, bt-memgrowth counts every
 # fault.
 #
 # Columns: ops/s = reads per second over the benchmarks that finished inside the window (from
@@ -114,7 +116,7 @@ RSS_EVERY_S=${RSS_EVERY_S:-5}
 FLAT_MIB_PER_MIN=${FLAT_MIB_PER_MIN:-1}
 WARMUP_S=${WARMUP_S:-5}
 STOP_LIMIT_S=${STOP_LIMIT_S:-60}
-MODES=${MODES:-"untraced ebrec-cpu ebrec-offcpu ebrec-alloc ebrec-lock ebrec-memgrowth ebrec-func ebrec-all bt-cpu bt-offcpu bt-alloc bt-lock bt-memgrowth bt-func bt-all untraced-again"}
+MODES=${MODES:-"untraced ebrec-cpu ebrec-offcpu ebrec-alloc ebrec-lock ebrec-memgrowth ebrec-func ebrec-all bt-cpu bt-offcpu bt-alloc bt-alloc-leak bt-lock bt-memgrowth bt-func bt-all untraced-again"}
 LEVELDB_CACHE=$BENCH_CACHE/leveldb
 DB_BENCH=$LEVELDB_CACHE/build/db_bench
 if [ -z "${EBSYM:-}" ] && [ -n "${EBREC:-}" ]; then EBSYM=$(dirname "$EBREC")/ebsym; fi
@@ -339,6 +341,10 @@ bt_part() {
       BT_MAPS="@off @offts @offus" ;;
     alloc) BT_PROG="uprobe:$LIBC:malloc /pid == $P/ { @n = count(); if (arg0 >= 4096) { @alloc[ustack] = count(); } }"
       BT_MAPS="@alloc" ;;
+    alloc-leak) BT_PROG="uprobe:$LIBC:malloc /pid == $P/ { @n = count(); if (arg0 >= 4096) { @asz[tid] = arg0; @astk[tid] = ustack; } }
+uretprobe:$LIBC:malloc /pid == $P && @asz[tid]/ { @live[retval] = @astk[tid]; delete(@asz[tid]); delete(@astk[tid]); }
+uprobe:$LIBC:free /pid == $P/ { delete(@live[arg0]); }"
+      BT_MAPS="@asz @astk @live" ;;
     lock) BT_PROG="tracepoint:syscalls:sys_enter_futex /pid == $P/ { @futts[tid] = nsecs; }
 tracepoint:syscalls:sys_exit_futex /pid == $P && @futts[tid]/ { @n = count(); @fut[ustack] = sum(nsecs - @futts[tid]); delete(@futts[tid]); }"
       BT_MAPS="@fut @futts" ;;
