@@ -36,6 +36,22 @@
 #   ebrec-lock-uprobe    124.975    31.17      6927343   17.46  trace 39 MiB, BPF 804 ns/run
 #   ebrec-alloc-4096      93.588    23.34      8710177   10.28  926225 allocs kept, BPF 218 ns/run
 #   ebrec-alloc          102.402    25.54      8710177   11.30  trace 52 MiB, BPF 735 ns/run
+# Again at 11:26 that day, after ebrec placed its probes past single-stepped instructions
+# (free +3, pthread_mutex_lock +0xe, unlock +5) and kept calls in flight in task storage; the
+# bt-mutex-hold and bt-malloc-leak rows (bpftrace doing what ebrec's uprobe modes do) new;
+# others 0% on every row:
+#   mode                   us/op  x untraced    events  us/hit  notes
+#   untraced               4.024     1.00            -       -  (untraced-again: 4.305)
+#   bt-mutex              47.532    11.81      6927423    6.28
+#   bt-mutex-hold        105.367    26.18      6927423   14.63
+#   bt-malloc-count        9.995     2.48      8711777    0.69
+#   bt-malloc-ustack      20.886     5.19      8711777    1.94
+#   bt-malloc-leak        72.740    18.08      8711777    7.89
+#   ebrec-lock             5.533     1.38            3       -  (db_bench noise: no probe hit)
+#   ebrec-lock-uprobe     32.173     8.00      6927423    4.06  BPF 602 ns/run
+#   ebrec-alloc-4096      30.910     7.68      8711778    3.09  927098 allocs kept, BPF 183 ns/run
+#   ebrec-alloc           43.635    10.84      8711778    4.55  BPF 631 ns/run
+# Run time 384 s for these rows.
 # Over ten runs that day the untraced rows ranged 4.0-6.2 us/op, even with no other process
 # running (run-to-run drift of db_bench itself): differences under ~30% are noise here; use
 # REPEAT=3. Ranges of the quiet runs: bt-mutex 52-60, bt-malloc-count 11.9-14.9,

@@ -38,6 +38,16 @@
 #   bcc-memleak        10379.8   15.34   6.79   11052.7   12.87   3.57
 #   ebrec-alloc         9518.7   14.07   6.23   11893.0   13.85   3.84   (BPF 530 / 1156 ns per run)
 #   ebrec-alloc-4096    7682.0   11.35   5.03    8228.8    9.58   2.65   (none kept; BPF 74 / 80 ns per run)
+# Again at 11:17 that day, after ebrec placed its probes past single-stepped instructions
+# (free at +3) and kept calls in flight in task storage; ITERS=1000000 REPEAT=3, no bcc rows,
+# others <= 2%, the bt-leak row new:
+#   mode               depth 1  x floor  x bt   depth 30  x floor  x bt
+#   untraced              18.8    0.02   0.01      19.2    0.02   0.01
+#   bt-floor             824.8    1.00   0.43     833.8    1.00   0.23
+#   bt-ustack           1940.2    2.35   1.00    3698.9    4.44   1.00
+#   bt-leak            10150.4   12.31   5.23   13346.0   16.01   3.61
+#   ebrec-alloc         4144.4    5.02   2.14    6502.2    7.80   1.76   (0.41x / 0.49x bt-leak)
+#   ebrec-alloc-4096    2408.3    2.92   1.24    2459.5    2.95   0.66   (none kept: the three traps)
 # The script took 247 s with the ebrec rows (WAIT_IDLE_S=30, 46 s of it waiting) and 79 s
 # without them (plain run, bcc-memleak ~40 s of it; the first run also installs packages).
 set -euo pipefail
