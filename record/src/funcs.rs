@@ -1153,10 +1153,20 @@ pub fn probes(a: ProbesArgs) -> Result<()> {
     };
     let matches = resolve_all(&bins, &a.patterns)?;
     let mut out = std::io::stdout().lock();
+    // The fifth column: where --func's uprobe would go and what a hit costs (see
+    // placement.rs): "entry" (an emulated first instruction), "+0xN" (past instructions the
+    // kernel would single-step), "single-step" (a second trap per call).
     let written = matches.iter().try_for_each(|m| {
+        let p =
+            crate::probes::place_in_file(&m.path, m.file_offset, m.size, &crate::placement::ARGS);
+        let at = match (p.skip, p.single_step) {
+            (_, true) => "single-step".to_string(),
+            (0, false) => "entry".to_string(),
+            (n, false) => format!("+{n:#x}"),
+        };
         writeln!(
             out,
-            "{}\t{}\t{:#x}\t{}",
+            "{}\t{}\t{:#x}\t{}\t{at}",
             m.demangled, m.binary, m.vaddr, m.size
         )
     });

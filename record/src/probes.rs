@@ -171,7 +171,7 @@ impl std::fmt::Display for Site {
 
 /// `placement::place` on the `size` bytes at `offset` in `lib` (at most 64 KiB are looked at;
 /// an unreadable file or an unknown size keeps the entry).
-fn place_in_file(lib: &Path, offset: u64, size: u64, keep: &[iced_x86::Register]) -> Placement {
+pub fn place_in_file(lib: &Path, offset: u64, size: u64, keep: &[iced_x86::Register]) -> Placement {
     use std::io::{Read, Seek};
     let entry = Placement {
         skip: 0,

@@ -58,6 +58,8 @@ struct Line {
     binary: String,
     addr: u64,
     size: u64,
+    /// Where the uprobe would go: "entry", "+0xN" or "single-step".
+    probe: String,
 }
 
 fn lines(out: &Output) -> Vec<Line> {
@@ -71,12 +73,13 @@ fn lines(out: &Output) -> Vec<Line> {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            assert_eq!(f.len(), 4, "{l}");
+            assert_eq!(f.len(), 5, "{l}");
             Line {
                 name: f[0].to_string(),
                 binary: f[1].to_string(),
                 addr: u64::from_str_radix(f[2].strip_prefix("0x").unwrap(), 16).unwrap(),
                 size: f[3].parse().unwrap(),
+                probe: f[4].to_string(),
             }
         })
         .collect()
@@ -174,6 +177,12 @@ fn a_command_not_started_is_searched_with_its_libraries() {
         (malloc[0].addr, malloc[0].size),
         symbol(Path::new(&malloc[0].binary), "malloc")
     );
+    // malloc starts with `push %r12`, which the kernel emulates; free with `test %rdi,%rdi`,
+    // which it would single-step: its probe goes on the `je` after it.
+    assert_eq!(malloc[0].probe, "entry", "{malloc:?}");
+    let free = lines(&probes(&["libc.so.6:free", "--", p]));
+    assert_eq!(free.len(), 1, "{free:?}");
+    assert_eq!(free[0].probe, "+0x3", "{free:?}");
 }
 
 #[test]
@@ -316,7 +325,9 @@ fn binary_and_address() {
             name: "shop::Catalog::lookup(unsigned long)".into(),
             binary: p.into(),
             addr,
-            size
+            size,
+            // Built with frame pointers: `push %rbp` first, emulated.
+            probe: "entry".into(),
         }]
     );
     // Inside a function: refused (a return probe there would corrupt the stack).
