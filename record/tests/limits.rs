@@ -138,6 +138,12 @@ fn max_size_stops_and_rotate_keeps_files_that_read_alone() {
         .collect();
     assert!(older[0].exists() && older[1].exists(), "no rotated files");
     assert!(!older[2].exists(), "more files kept than --rotate 2");
+    // Traces hold the target's stacks: every file, rotated or not, is the owner's alone.
+    for p in older[..2].iter().chain([&trace]) {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}: mode {mode:o}", p.display());
+    }
     for p in &older[..2] {
         let f = read(p);
         assert_eq!(
