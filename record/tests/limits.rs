@@ -131,7 +131,10 @@ fn max_size_stops_and_rotate_keeps_files_that_read_alone() {
         &trace,
         "alloc_workload",
         &["--alloc", "--max-size", "64k", "--rotate", "2"],
-        &["--rounds", "400"],
+        // Chunks are cut about once a second: enough seconds for three rotations even when
+        // tracing is cheap (400 rounds ran in ~2.5 s once free was probed past its first
+        // instruction, and then sometimes rotated only once).
+        &["--rounds", "1500"],
     );
     let older: Vec<_> = (1..=3)
         .map(|k| dir.path().join(format!("r.{k}.pb.zst")))
