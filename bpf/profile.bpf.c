@@ -241,7 +241,33 @@ struct call_key {
 };
 
 /* Calls in flight hold the event they will become (entry time in h.time_ns), so that the
- * return probe sends it straight from the map value, without a copy. */
+ * return probe sends it straight from where it waits, without a copy.
+ *
+ * Each thread has FUNC_SLOTS of them in task storage, matched by the stack pointer at entry:
+ * written in place, no hash insert and delete of 1.1 KiB per call (what made --func cost
+ * more than bpftrace with ustack). A slot is free when its sp is 0, and stale when its sp is
+ * at or below the new entry's: a call still in progress in this thread is an ancestor, so
+ * its entry sp is above (a return skipped by longjmp or an exception leaves such a slot).
+ * Recursion deeper than the slots goes to the `calls` LRU hash keyed by (tid, sp), as all
+ * calls did before. */
+#define FUNC_SLOTS 4
+
+struct func_slot {
+	__u64 sp;
+	struct func_event ev;
+};
+
+struct func_slots {
+	struct func_slot s[FUNC_SLOTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct func_slots);
+} func_slots SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -257,19 +283,8 @@ struct {
 	__type(value, __u64);
 } func_min SEC(".maps");
 
-SEC("uprobe")
-int func_enter(struct pt_regs *ctx)
+static __always_inline void fill_call(struct pt_regs *ctx, struct func_event *c)
 {
-	/* A call is a hit when it returns (it has an outcome then); one refused here is a
-	 * hit lost now. */
-	if (!admit(FAM_FUNC)) {
-		count(FAM_FUNC, CTR_HITS);
-		return 0;
-	}
-	__u32 z = 0;
-	struct func_event *c = bpf_map_lookup_elem(&func_scratch, &z);
-	if (!c)
-		return 0;
 	fill_header(&c->h, EV_FUNC);
 	c->function = bpf_get_attach_cookie(ctx);
 	c->flags = 0;
@@ -284,7 +299,36 @@ int func_enter(struct pt_regs *ctx)
 		c->args[4] = PT_REGS_PARM5(ctx);
 		c->args[5] = PT_REGS_PARM6(ctx);
 	}
-	struct call_key k = { .tid = c->h.tid, .sp = PT_REGS_SP(ctx) };
+}
+
+SEC("uprobe")
+int func_enter(struct pt_regs *ctx)
+{
+	/* A call is a hit when it returns (it has an outcome then); one refused here is a
+	 * hit lost now. */
+	if (!admit(FAM_FUNC)) {
+		count(FAM_FUNC, CTR_HITS);
+		return 0;
+	}
+	__u64 sp = PT_REGS_SP(ctx);
+	struct func_slots *st = bpf_task_storage_get(&func_slots, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (st) {
+		for (int i = 0; i < FUNC_SLOTS; i++) {
+			struct func_slot *slot = &st->s[i];
+			if (slot->sp == 0 || slot->sp <= sp) {
+				fill_call(ctx, &slot->ev);
+				slot->sp = sp;
+				return 0;
+			}
+		}
+	}
+	__u32 z = 0;
+	struct func_event *c = bpf_map_lookup_elem(&func_scratch, &z);
+	if (!c)
+		return 0;
+	fill_call(ctx, c);
+	struct call_key k = { .tid = c->h.tid, .sp = sp };
 	if (bpf_map_update_elem(&calls, &k, c, BPF_ANY)) {
 		count(FAM_FUNC, CTR_HITS);
 		count(FAM_FUNC, CTR_LOST_MAP_FULL);
@@ -292,13 +336,26 @@ int func_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
-int func_return(struct pt_regs *ctx)
+/* The end of the call whose entry sp was `sp`: sends it if it is long enough. `tail`: it ends
+ * in a tail jump, the return value is not known. */
+static __always_inline int func_done(struct pt_regs *ctx, __u64 sp, bool tail)
 {
 	__u64 now = bpf_ktime_get_boot_ns();
-	struct call_key k = { .tid = (__u32)bpf_get_current_pid_tgid(),
-			      .sp = PT_REGS_SP(ctx) - 8 };
-	struct func_event *c = bpf_map_lookup_elem(&calls, &k);
+	struct func_event *c = NULL;
+	struct func_slot *slot = NULL;
+	struct func_slots *st = bpf_task_storage_get(&func_slots, bpf_get_current_task_btf(), 0, 0);
+	if (st) {
+		for (int i = 0; i < FUNC_SLOTS; i++) {
+			if (st->s[i].sp == sp) {
+				slot = &st->s[i];
+				c = &slot->ev;
+				break;
+			}
+		}
+	}
+	struct call_key k = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
+	if (!c)
+		c = bpf_map_lookup_elem(&calls, &k);
 	if (!c)
 		return 0; /* entered before the probes were attached */
 	count(FAM_FUNC, CTR_HITS);
@@ -309,7 +366,7 @@ int func_return(struct pt_regs *ctx)
 		count(FAM_FUNC, CTR_FILTERED);
 	} else {
 		c->duration_ns = d;
-		c->ret = PT_REGS_RC(ctx);
+		c->ret = tail ? 0 : PT_REGS_RC(ctx);
 		__u32 n = c->nframes;
 		if (n > MAX_FRAMES)
 			n = MAX_FRAMES;
@@ -317,8 +374,27 @@ int func_return(struct pt_regs *ctx)
 		if (bpf_ringbuf_output(&events, c, size, BPF_RB_NO_WAKEUP))
 			count(FAM_FUNC, CTR_LOST_RINGBUF);
 	}
-	bpf_map_delete_elem(&calls, &k);
+	if (slot)
+		slot->sp = 0;
+	else
+		bpf_map_delete_elem(&calls, &k);
 	return 0;
+}
+
+/* --func-exit uretprobe: after the return, sp is one word above the entry's. */
+SEC("uretprobe")
+int func_return(struct pt_regs *ctx)
+{
+	return func_done(ctx, PT_REGS_SP(ctx) - 8, false);
+}
+
+/* A uprobe on one of the function's exits (a ret, or a tail jump: cookie bit 32): the
+ * stack pointer is back at its entry value there. A call left by an exception never gets
+ * here; its slot goes stale and is reused (see func_slots). */
+SEC("uprobe")
+int func_exit(struct pt_regs *ctx)
+{
+	return func_done(ctx, PT_REGS_SP(ctx), bpf_get_attach_cookie(ctx) >> 32);
 }
 
 /* --- memgrowth --- */

@@ -18,6 +18,10 @@
 #                   duration and the stack at entry
 #   ebrec-func-1ms  ebrec record --func 'bench::work:1000': calls under 1 ms (all of them) dropped
 #                   in BPF: the probes' floor
+#   ebrec-func-exits  ebrec-func with --func-exit exits: a uprobe on the ret instead of the
+#                   uretprobe (what --func gives a function that calls other code, so that a C++
+#                   exception through it cannot terminate the target; the kernel single-steps a
+#                   probed ret)
 # The ebrec rows run when EBREC=/path/to/ebrec is set; if that ebrec refuses --func, they say
 # skipped with its error.
 #
@@ -69,7 +73,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ITERS=${ITERS:-1000000}
 REPEAT=${REPEAT:-3}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-floor bt-func bt-func-ustack ebrec-func ebrec-func-1ms"}
+MODES=${MODES:-"untraced bt-floor bt-func bt-func-ustack ebrec-func ebrec-func-1ms ebrec-func-exits"}
 SRC=$here/../cpp/func_loop.cpp
 SYM=_ZN5bench4workEi
 FUNC=bench::work
@@ -152,16 +156,19 @@ run_mode() { # MODE
       # @st[ustack] entries end in "]: COUNT".
       [ "$mode" = bt-func-ustack ] && note="stacks counted $(awk '/^\]: [0-9]+$/ { s += $2 } END { print s + 0 }' "$out")"
       record "$mode" "$out" "$tms" "$ev" "$note" ;;
-    ebrec-func | ebrec-func-1ms)
+    ebrec-func | ebrec-func-1ms | ebrec-func-exits)
       if ! ebrec_available; then
         record "$mode" - - - "$(ebrec_skip_reason)"
         return 0
       fi
-      local spec=$FUNC trace=$TMP/$mode.pb.zst
+      local spec=$FUNC trace=$TMP/$mode.pb.zst exit=auto
       [ "$mode" = ebrec-func-1ms ] && spec=$FUNC:1000
-      log "$mode: $EBREC record -o $trace --func '$spec' -- func_loop"
+      # bench::work calls nothing, so auto gives it a uretprobe; this row forces the uprobe
+      # on its ret that functions which call other code get (safe with exceptions).
+      [ "$mode" = ebrec-func-exits ] && exit=exits
+      log "$mode: $EBREC record -o $trace --func '$spec' --func-exit $exit -- func_loop"
       children_cpu_ms; c0=$CHILD_MS
-      if ! "$EBREC" record -q -o "$trace" --func "$spec" -- "$FL" --iters "$ITERS" >"$out" 2>&1; then
+      if ! "$EBREC" record -q -o "$trace" --func "$spec" --func-exit "$exit" -- "$FL" --iters "$ITERS" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         local why
         why=$(grep -m1 -iE 'error' "$out" || tail -n1 "$out")

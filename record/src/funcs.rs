@@ -481,6 +481,9 @@ pub struct FuncMatch {
     pub size: u64,
     /// Calls shorter than this are not kept (`:MIN_US` × 1000, else 0).
     pub min_ns: u64,
+    /// The function's `.cold` fragment, if the symbol table has one: (vaddr, file offset,
+    /// size). Its code is the function's too: exits may be there.
+    pub cold: Option<(u64, u64, u64)>,
 }
 
 impl fmt::Display for FuncMatch {
@@ -655,6 +658,13 @@ impl Binaries {
             file_offset: t.file_offset(f.addr).unwrap_or(f.addr),
             size: f.size,
             min_ns,
+            cold: {
+                let name = format!("{}.cold", f.raw);
+                t.funcs
+                    .iter()
+                    .find(|c| c.raw == name)
+                    .and_then(|c| t.file_offset(c.addr).map(|off| (c.addr, off, c.size)))
+            },
         };
         let unknown = |query: &str, by_sig: bool| {
             let mut msg = format!(
@@ -869,6 +879,7 @@ impl Binaries {
             file_offset: addr - va + off,
             size,
             min_ns,
+            cold: None,
         }])
     }
 }

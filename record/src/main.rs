@@ -103,6 +103,14 @@ struct RecordArgs {
     /// data of the target (pointers, sizes, ids) into the trace.
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6))]
     args: u32,
+    /// With --func: how the end of a call is caught. auto: a uprobe on each `ret` and tail
+    /// jump of the function (a C++ exception through the call just leaves it unfinished), or
+    /// a uretprobe for a function that calls nothing; a function whose exits cannot all be
+    /// found (an indirect jump) is refused. exits: the exit uprobes even for a function that
+    /// calls nothing. uretprobe: always a uretprobe, cheaper per call (a probed `ret` is
+    /// single-stepped), but an exception unwinding through a probed call terminates the target.
+    #[arg(long, value_enum, default_value = "auto")]
+    func_exit: FuncExitMode,
     /// How user stacks are taken: fp (frame-pointer walk in the kernel), dwarf[:BYTES] (also
     /// copy the top BYTES of the stack, default 16384, at most 32768, for ebsym to unwind
     /// with the binaries' CFI: whole stacks through code without frame pointers), auto[:BYTES]
@@ -221,6 +229,70 @@ impl std::fmt::Display for StackMode {
             StackMode::Auto(b) => write!(f, "auto:{b}"),
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FuncExitMode {
+    Auto,
+    Exits,
+    Uretprobe,
+}
+
+/// How the end of `m`'s calls is caught (see `--func-exit` and `placement::exits`).
+fn func_exit(m: &funcs::FuncMatch, mode: FuncExitMode) -> Result<probes::FuncExit> {
+    if mode == FuncExitMode::Uretprobe {
+        return Ok(probes::FuncExit::Uretprobe);
+    }
+    let what = || format!("--func {}: {}", m.spec, m.demangled);
+    let read = |off: u64, size: u64| {
+        probes::read_at(&m.path, off, size)
+            .with_context(|| format!("{}: cannot read its code in {}", what(), m.binary))
+    };
+    if m.size == 0 || m.size > 16 << 20 {
+        bail!(
+            "{}: its size is unknown, so its exits cannot be found; --func-exit uretprobe \
+             probes its return instead (an exception unwinding through it then terminates \
+             the target)",
+            what()
+        );
+    }
+    let body = read(m.file_offset, m.size)?;
+    let cold = match m.cold {
+        Some((va, off, size)) if size > 0 && size <= 16 << 20 => Some((va, off, read(off, size)?)),
+        _ => None,
+    };
+    let mut parts = vec![(m.vaddr, body.as_slice())];
+    if let Some((va, _, code)) = &cold {
+        parts.push((*va, code.as_slice()));
+    }
+    let e = placement::exits(&parts);
+    if !e.calls_out && mode == FuncExitMode::Auto {
+        // Nothing can unwind through a function that calls nothing: the uretprobe is safe.
+        return Ok(probes::FuncExit::Uretprobe);
+    }
+    if e.sites.is_empty() && !e.ambiguous {
+        bail!(
+            "{}: it never returns (no ret and no tail jump in its code): there is no call \
+             duration to measure",
+            what()
+        );
+    }
+    if e.ambiguous {
+        bail!(
+            "{}: it may call other code, so a C++ exception may unwind through it, and its exits \
+             cannot all be found (an indirect or conditional jump out of it); --func-exit \
+             uretprobe probes its return instead (an exception unwinding through it then \
+             terminates the target)",
+            what()
+        );
+    }
+    let offset = |va: u64| match &cold {
+        Some((cva, coff, code)) if va >= *cva && va - cva < code.len() as u64 => coff + (va - cva),
+        _ => m.file_offset + (va - m.vaddr),
+    };
+    Ok(probes::FuncExit::Sites(
+        e.sites.iter().map(|&va| offset(va)).collect(),
+    ))
 }
 
 fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
@@ -600,8 +672,10 @@ fn record_with(
                 if !a.quiet {
                     eprintln!("ebrec: --func {}: {m}", m.spec);
                 }
+                let exit = func_exit(&m, a.func_exit)?;
                 sites.push(probes::FuncSite {
                     id,
+                    exit,
                     site: probes::Site::new(
                         &m.path,
                         m.demangled.clone(),

@@ -197,6 +197,69 @@ fn branched_into(code: &[u8], skip: u64) -> bool {
     false
 }
 
+/// How a function's calls end, for timing them without a uretprobe (see `exits`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exits {
+    /// Addresses (in the code's address space) of its `ret` instructions and of its direct
+    /// jumps out of the function (tail calls): at each, the stack pointer is back at its
+    /// value at entry.
+    pub sites: Vec<u64>,
+    /// It calls or tail-calls other code, so an exception may pass through it.
+    pub calls_out: bool,
+    /// Some exits cannot be told from jumps inside: an indirect jump (a jump table, or a tail
+    /// call through a pointer), a conditional jump out of the function (taken or not, a probe
+    /// on it fires), or bytes that do not decode.
+    pub ambiguous: bool,
+}
+
+/// The exits of a function whose code is `parts`: (address, bytes) of its body and of its
+/// other parts (its `.cold` fragment).
+///
+/// Why: a uretprobe replaces the return address on the stack with the kernel's trampoline.
+/// A C++ exception (or a thread cancellation) unwinding through that frame finds no unwind
+/// information for the trampoline, and the runtime calls std::terminate: the traced service
+/// dies (seen here on 6.18, with bpftrace as with ebrec). A uprobe on each exit instead leaves
+/// the stack alone: an exception only leaves the call unfinished.
+pub fn exits(parts: &[(u64, &[u8])]) -> Exits {
+    let inside = |a: u64| {
+        parts
+            .iter()
+            .any(|&(start, code)| a >= start && a - start < code.len() as u64)
+    };
+    let mut e = Exits::default();
+    let mut ins = Instruction::default();
+    for &(start, code) in parts {
+        let mut dec = Decoder::with_ip(64, code, start, DecoderOptions::NONE);
+        while dec.can_decode() {
+            dec.decode_out(&mut ins);
+            if ins.is_invalid() {
+                // Padding after the last instruction is int3 or nop; anything else is a
+                // byte we cannot read as code.
+                e.ambiguous = true;
+                continue;
+            }
+            match ins.flow_control() {
+                FlowControl::Return => e.sites.push(ins.ip()),
+                FlowControl::Call | FlowControl::IndirectCall => e.calls_out = true,
+                FlowControl::UnconditionalBranch if !inside(ins.near_branch_target()) => {
+                    e.calls_out = true;
+                    e.sites.push(ins.ip());
+                }
+                FlowControl::ConditionalBranch if !inside(ins.near_branch_target()) => {
+                    e.calls_out = true;
+                    e.ambiguous = true;
+                }
+                FlowControl::IndirectBranch => {
+                    e.calls_out = true;
+                    e.ambiguous = true;
+                }
+                _ => {}
+            }
+        }
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +362,34 @@ mod tests {
                 single_step: false
             }
         );
+    }
+
+    #[test]
+    fn exits_are_rets_and_jumps_out() {
+        // push %rbp; mov %rsp,%rbp; call +0; test %edi,%edi; je +2; pop %rbp; ret;
+        // pop %rbp; jmp <far away>
+        let code = [
+            0x55, 0x48, 0x89, 0xe5, 0xe8, 0x00, 0x00, 0x00, 0x00, 0x85, 0xff, 0x74, 0x02, 0x5d,
+            0xc3, 0x5d, 0xe9, 0x00, 0x10, 0x00, 0x00,
+        ];
+        let e = exits(&[(0x1000, &code)]);
+        assert_eq!(e.sites, vec![0x100e, 0x1010]);
+        assert!(e.calls_out && !e.ambiguous, "{e:?}");
+        // A leaf: no call, nothing can unwind through it.
+        let e = exits(&[(0x1000, &[0x89, 0xf8, 0xc3])]);
+        assert_eq!(e.sites, vec![0x1002]);
+        assert!(!e.calls_out && !e.ambiguous);
+        // A jump into its .cold part is inside; the cold part's ret is an exit.
+        let main = [0x85, 0xff, 0x0f, 0x85, 0xf8, 0x0f, 0x00, 0x00, 0xc3]; // jne 0x2000
+        let cold = [0xe8, 0x00, 0x00, 0x00, 0x00, 0xc3];
+        let e = exits(&[(0x1000, &main), (0x2000, &cold)]);
+        assert_eq!(e.sites, vec![0x1008, 0x2005]);
+        assert!(e.calls_out && !e.ambiguous, "{e:?}");
+        // Without the cold part, that jne leaves the function: taken or not, unknown.
+        assert!(exits(&[(0x1000, &main)]).ambiguous);
+        // jmp *%rax: a jump table or a tail call.
+        let e = exits(&[(0x1000, &[0xff, 0xe0, 0xc3])]);
+        assert!(e.ambiguous && e.calls_out);
     }
 
     #[test]

@@ -115,7 +115,23 @@ pub struct FuncSite {
     pub id: u64,
     pub site: Site,
     pub min_ns: u64,
+    pub exit: FuncExit,
 }
+
+/// How the end of a --func call is caught.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FuncExit {
+    /// A uretprobe: one trap, but it swaps the return address on the stack, which a C++
+    /// exception unwinding through the call cannot get past (the target terminates). For
+    /// functions that call nothing, or when the user accepts that (`--func-exit uretprobe`).
+    Uretprobe,
+    /// A uprobe on each exit (file offsets): every `ret` (single-stepped: ≈ 6 µs here) and
+    /// direct tail jump (emulated). An exception just leaves the call unfinished.
+    Sites(Vec<u64>),
+}
+
+/// Cookie bit of an exit probe on a tail jump: the call's return value is not in %rax yet.
+const FUNC_EXIT_TAIL: u64 = 1 << 32;
 
 /// A function to probe in a binary.
 #[derive(Debug, Clone)]
@@ -169,10 +185,19 @@ impl std::fmt::Display for Site {
     }
 }
 
+/// `len` bytes at file offset `offset` of `lib`.
+pub fn read_at(lib: &Path, offset: u64, len: u64) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut code = vec![0u8; usize::try_from(len).ok()?];
+    let mut f = std::fs::File::open(lib).ok()?;
+    f.seek(std::io::SeekFrom::Start(offset)).ok()?;
+    f.read_exact(&mut code).ok()?;
+    Some(code)
+}
+
 /// `placement::place` on the `size` bytes at `offset` in `lib` (at most 64 KiB are looked at;
 /// an unreadable file or an unknown size keeps the entry).
 pub fn place_in_file(lib: &Path, offset: u64, size: u64, keep: &[iced_x86::Register]) -> Placement {
-    use std::io::{Read, Seek};
     let entry = Placement {
         skip: 0,
         single_step: false,
@@ -180,14 +205,9 @@ pub fn place_in_file(lib: &Path, offset: u64, size: u64, keep: &[iced_x86::Regis
     if size == 0 {
         return entry;
     }
-    let mut code = vec![0u8; size.min(64 << 10) as usize];
-    let read = std::fs::File::open(lib).and_then(|mut f| {
-        f.seek(std::io::SeekFrom::Start(offset))?;
-        f.read_exact(&mut code)
-    });
-    match read {
-        Ok(()) => placement::place(&code, keep),
-        Err(_) => entry,
+    match read_at(lib, offset, size.min(64 << 10)) {
+        Some(code) => placement::place(&code, keep),
+        None => entry,
     }
 }
 
@@ -524,19 +544,63 @@ impl<'obj> Probes<'obj> {
             pr.maps
                 .func_min
                 .update(&key.to_ne_bytes(), &f.min_ns.to_ne_bytes(), MapFlags::ANY)?;
-            for (prog, ret) in [(&pr.progs.func_enter, false), (&pr.progs.func_return, true)] {
-                let links = attach(
-                    &mut self.trace_probes,
-                    &mut self.filter_fds,
-                    prog,
-                    &f.site,
-                    ret,
-                    pid,
-                    f.id,
-                )?;
-                self.links.extend(links);
+            let links = attach(
+                &mut self.trace_probes,
+                &mut self.filter_fds,
+                &pr.progs.func_enter,
+                &f.site,
+                false,
+                pid,
+                f.id,
+            )?;
+            self.links.extend(links);
+            match &f.exit {
+                FuncExit::Uretprobe => {
+                    let links = attach(
+                        &mut self.trace_probes,
+                        &mut self.filter_fds,
+                        &pr.progs.func_return,
+                        &f.site,
+                        true,
+                        pid,
+                        f.id,
+                    )?;
+                    self.links.extend(links);
+                    self.attached.push(format!("{} (uretprobe)", f.site));
+                }
+                FuncExit::Sites(offsets) => {
+                    let mut rets = 0;
+                    for &off in offsets {
+                        let code = read_at(&f.site.lib, off, 1);
+                        let is_ret = matches!(code.as_deref(), Some([0xc3 | 0xc2 | 0xf3]));
+                        rets += usize::from(is_ret);
+                        let exit = Site {
+                            offset: off,
+                            placement: Placement {
+                                skip: 0,
+                                single_step: is_ret,
+                            },
+                            ..f.site.clone()
+                        };
+                        let cookie = f.id | if is_ret { 0 } else { FUNC_EXIT_TAIL };
+                        let links = attach(
+                            &mut self.trace_probes,
+                            &mut self.filter_fds,
+                            &pr.progs.func_exit,
+                            &exit,
+                            false,
+                            pid,
+                            cookie,
+                        )?;
+                        self.links.extend(links);
+                    }
+                    self.attached.push(format!(
+                        "{} (exits: {rets} ret, {} tail jump)",
+                        f.site,
+                        offsets.len() - rets
+                    ));
+                }
             }
-            self.attached.push(f.site.to_string());
         }
         Ok(())
     }

@@ -405,8 +405,9 @@ fn the_func_test_programs_have_their_functions() {
             "sleeper",
             "sleeper::*",
             &[
+                "sleeper::fail(int)",
                 "sleeper::nap(int)",
-                "sleeper::nap_loop(long, int, sleeper::NapStats*)",
+                "sleeper::nap_loop(long, int, long, sleeper::NapStats*)",
                 "sleeper::recurse(int, int, long*)",
             ],
         ),
@@ -459,8 +460,12 @@ fn the_func_test_programs_report_what_they_did() {
     );
     assert_eq!(u(&a["calls"]), u(&b["calls"]));
     assert_eq!(u(&a["iterations"]), 3 * u(&b["iterations"]));
+    // The split is by iterations (exactly 3:1 above); the CPU time per iteration varies with
+    // what else runs on the machine (0.69 was seen with a build and a fuzzer on both cores),
+    // so the measured share is only near the intended one. The CPU tests compare ebrec with
+    // the measured share, not with this.
     let share = e["measured_share_a"].as_f64().unwrap();
-    assert!((share - 0.75).abs() < 0.05, "{e}");
+    assert!((share - 0.75).abs() < 0.12, "{e}");
     assert!(u(&a["cpu_ns"]) + u(&b["cpu_ns"]) <= u(&e["total_cpu_ns"]));
 
     let e = expect(

@@ -453,6 +453,61 @@ fn function_latency_counts_and_durations() {
     assert_eq!(deepest as u64, expect["recurse"]["calls"].as_u64().unwrap());
 }
 
+/// C++ exceptions leave calls that never return: their uretprobes never fire, and what ebrec
+/// kept for them at entry (slots in task storage, matched by stack pointer) is stale. Later
+/// calls in the same threads must still each be counted, with their own durations.
+#[test]
+fn calls_left_by_exceptions_do_not_cost_later_calls() {
+    if !root() {
+        return;
+    }
+    let rec = common::record(
+        "sleeper",
+        &["--func", "sleeper::fail", "--func", "sleeper::nap"],
+        &[
+            "--calls",
+            "10",
+            "--ms",
+            "2",
+            "--threads",
+            "2",
+            "--depth",
+            "0",
+            "--throws",
+            "20",
+        ],
+    );
+    let expect = expect_line(&rec.out, "sleeper");
+    assert_eq!(expect["fail"]["calls"].as_u64(), Some(240), "{expect}");
+    let t = rec.trace.to_str().unwrap();
+    let lat = ebsym_json(&["latency", t, "-n", "1000"]);
+    let rows = lat["rows"].as_array().unwrap();
+    let count = |name: &str| -> u64 {
+        rows.iter()
+            .filter(|r| functions(r).first().is_some_and(|f| is_fn(f, name)))
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum()
+    };
+    // 240 calls of fail, 6 deep in each thread, none returned: no event.
+    assert_eq!(count("sleeper::fail"), 0, "{lat:#}");
+    let naps = count("sleeper::nap");
+    assert_eq!(naps, expect["nap"]["calls"].as_u64().unwrap(), "{lat:#}");
+    let total: f64 = rows
+        .iter()
+        .filter(|r| {
+            functions(r)
+                .first()
+                .is_some_and(|f| is_fn(f, "sleeper::nap"))
+        })
+        .map(|r| r["total_ns"].as_f64().unwrap())
+        .sum();
+    let want = expect["nap"]["total_ns"].as_f64().unwrap();
+    assert!(
+        (total / want - 1.0).abs() < 0.10,
+        "nap total {total} ns, measured {want} ns"
+    );
+}
+
 /// Stacks with their copies, by id.
 fn stacks(path: &Path) -> std::collections::HashMap<u64, ebtrace_format::proto::Stack> {
     let mut r = TraceReader::open(path).unwrap();

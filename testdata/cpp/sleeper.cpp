@@ -2,16 +2,20 @@
 // several threads at once, and a recursive one, for checking function latency
 // tracing (ebrec --func) and off-CPU time (ebrec --offcpu).
 //
-// usage: sleeper [--calls N] [--ms M] [--threads T] [--depth D] [--wait]
+// usage: sleeper [--calls N] [--ms M] [--threads T] [--depth D] [--throws K] [--wait]
 //   --calls N    calls of sleeper::nap per thread (default 20)
 //   --ms M       milliseconds each nap (and each recursion level) sleeps (default 10)
 //   --threads T  threads calling nap at the same time (default 2)
 //   --depth D    recursion depth of sleeper::recurse (default 5)
+//   --throws K   before its naps, each thread calls sleeper::fail(5) K times: fail
+//                recurses 5 levels and the innermost throws, so 6 nested calls of
+//                fail end by an exception, never by a return (default 0)
 //   --wait       print `READY <pid>`, then block until SIGUSR1 arrives
 //
 // Call tree (every named function is noinline and not a tail call):
 //   main -> run_sleeper
 //     -> T threads started together, each: sleeper::nap_loop(N, M)
+//          -> K x sleeper::fail(5) -> fail(4) -> ... -> fail(0) throws, caught in nap_loop
 //          -> N x sleeper::nap(M)          nanosleep(M ms), restarted on EINTR
 //     -> then, on the main thread: sleeper::recurse(D, M)
 //          recurse(d): nanosleep(M ms), then recurse(d - 1) if d > 0
@@ -23,12 +27,14 @@
 // Last line on stdout (one line; shown wrapped here):
 // EXPECT {"program":"sleeper","pid":P,"ms":M,"threads":T,"calls_per_thread":N,
 //   "nap":{"calls":T*N,"total_ns":t,"min_ns":a,"max_ns":b,"tids":[...]},
-//   "recurse":{"depth":D,"calls":D+1,"tid":t,"durations_ns":[outermost, ..., innermost]}}
+//   "recurse":{"depth":D,"calls":D+1,"tid":t,"durations_ns":[outermost, ..., innermost]},
+//   "fail":{"throws":T*K,"calls":T*K*6}}
 // where every duration is measured by the caller around the call with
 // CLOCK_MONOTONIC (nap) or by each level around its own body (recurse), and
 // tids are the threads that called nap.
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 
 #include "common.h"
@@ -47,13 +53,30 @@ EBT_NOINLINE void nap(int ms) {
   ebt::no_tail_call();
 }
 
+// Left by an exception: no call of fail ever returns (it could: the compiler cannot know
+// `throwing`, so fail has a ret like any function that sometimes throws).
+volatile bool throwing = true;
+
+EBT_NOINLINE void fail(int depth) {
+  asm volatile("" ::: "memory");
+  if (depth > 0) fail(depth - 1);
+  if (throwing) throw std::runtime_error("sleeper::fail");
+  ebt::no_tail_call();
+}
+
 struct NapStats {
   int64_t calls = 0, total_ns = 0, min_ns = INT64_MAX, max_ns = 0;
   long tid = 0;
 };
 
-EBT_NOINLINE void nap_loop(int64_t calls, int ms, NapStats* st) {
+EBT_NOINLINE void nap_loop(int64_t calls, int ms, int64_t throws, NapStats* st) {
   st->tid = ebt::gettid_();
+  for (int64_t i = 0; i < throws; i++) {
+    try {
+      fail(5);
+    } catch (const std::runtime_error&) {
+    }
+  }
   for (int64_t i = 0; i < calls; i++) {
     const int64_t t0 = ebt::now_ns();
     nap(ms);
@@ -78,7 +101,7 @@ EBT_NOINLINE void recurse(int depth, int ms, int64_t* durations) {
 
 }  // namespace sleeper
 
-EBT_NOINLINE void run_sleeper(int64_t calls, int ms, int64_t threads, int depth) {
+EBT_NOINLINE void run_sleeper(int64_t calls, int ms, int64_t threads, int depth, int64_t throws) {
   std::vector<sleeper::NapStats> stats(threads);
   std::vector<std::thread> workers;
   std::atomic<int64_t> ready{0};
@@ -88,7 +111,7 @@ EBT_NOINLINE void run_sleeper(int64_t calls, int ms, int64_t threads, int depth)
       ready.fetch_add(1);
       while (ready.load() < threads) {
       }
-      sleeper::nap_loop(calls, ms, &stats[t]);
+      sleeper::nap_loop(calls, ms, throws, &stats[t]);
     });
   }
   for (auto& w : workers) w.join();
@@ -125,13 +148,20 @@ EBT_NOINLINE void run_sleeper(int64_t calls, int ms, int64_t threads, int depth)
       .num("tid", ebt::gettid_())
       .begin_array("durations_ns");
   for (int d = depth; d >= 0; d--) j.num(durations[d]);
-  j.end_array().end_object().end_object();
+  j.end_array()
+      .end_object()
+      .begin_object("fail")
+      .num("throws", threads * throws)
+      .num("calls", threads * throws * 6)
+      .end_object()
+      .end_object();
   j.print_expect();
 }
 
 int main(int argc, char** argv) {
-  const char* usage = "sleeper [--calls N] [--ms M] [--threads T] [--depth D] [--wait]";
-  int64_t calls = 20, ms = 10, threads = 2, depth = 5;
+  const char* usage =
+      "sleeper [--calls N] [--ms M] [--threads T] [--depth D] [--throws K] [--wait]";
+  int64_t calls = 20, ms = 10, threads = 2, depth = 5, throws = 0;
   bool wait = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--calls") == 0) {
@@ -142,6 +172,8 @@ int main(int argc, char** argv) {
       threads = int64_t(ebt::arg_u64(argc, argv, &i, usage));
     } else if (strcmp(argv[i], "--depth") == 0) {
       depth = int64_t(ebt::arg_u64(argc, argv, &i, usage));
+    } else if (strcmp(argv[i], "--throws") == 0) {
+      throws = int64_t(ebt::arg_u64(argc, argv, &i, usage));
     } else if (strcmp(argv[i], "--wait") == 0) {
       wait = true;
     } else {
@@ -152,6 +184,7 @@ int main(int argc, char** argv) {
   if (ms > 60000) ebt::usage_error(usage, "--ms must be at most 60000", nullptr);
   if (depth > 1000) ebt::usage_error(usage, "--depth must be at most 1000", nullptr);
   if (wait) ebt::wait_for_sigusr1();
-  run_sleeper(calls, int(ms), threads, int(depth));
+  if (throws > 1000000) ebt::usage_error(usage, "--throws must be at most 1000000", nullptr);
+  run_sleeper(calls, int(ms), threads, int(depth), throws);
   return 0;
 }

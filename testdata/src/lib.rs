@@ -603,7 +603,11 @@ mod tests {
             ),
             (
                 "sleeper",
-                &["sleeper::nap(int)", "sleeper::recurse(int, int, long*)"],
+                &[
+                    "sleeper::nap(int)",
+                    "sleeper::recurse(int, int, long*)",
+                    "sleeper::fail(int)",
+                ],
             ),
             (
                 "condvar_block",
