@@ -64,6 +64,15 @@
 # struct stored in an LRU hash whatever the threshold; func_return 0.45 us kept / 0.22 us dropped).
 # The 7 calls "over 1 ms" are real: the loop was preempted inside a call.
 # The rows took 425 s (about 360 s of it waiting for an idle machine).
+# Again at 12:17 that day, quiet (others <= 1%), REPEAT=3, calls in flight in task-storage slots:
+#   mode            ns/call  cpu ns  x floor  x bt  x bt-st  tracer ms    calls
+#   bt-floor          897.6   895.9     1.00  0.69     0.37         95        -
+#   bt-func          1295.6  1295.4     1.45  1.00     0.53         90  1000000
+#   bt-func-ustack   2437.7  2437.3     2.72  1.88     1.00        121  1000000
+#   ebrec-func       2110.4  2109.9     2.36  1.63     0.87        423  1000000  (BPF 469 ns/run)
+#   ebrec-func-1ms   1802.9  1802.2     2.01  1.39     0.74         44  1000000  (BPF 385 ns/run)
+#   ebrec-func-exits 7540.5  7538.6     8.41  5.82     3.09        430  1000000  (ret single-stepped)
+# The rows took 59 s.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
