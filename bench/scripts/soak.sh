@@ -119,7 +119,9 @@
 # untraced-again and reached 0.98 of it. Aims: flat RSS met over 10 minutes (every slope within
 # +-0.00 MiB/min); no losses met; --alloc=4096 1.82x bpftrace's leak equivalent's throughput
 # (0.43 vs 0.24 x untraced); >= 99% with --cpu=99: 0.98 of the adjacent untraced row, inside the
-# drift. The other rows were not rerun at 600 s (60 s rows above).
+# drift. A second run (13:20-13:51, MODES="untraced ebrec-lock bt-lock"): untraced 40447 ops/s,
+# ebrec-lock 38844 (0.96; RSS 23.3-23.6 MiB, +0.01 MiB/min; 4261 events/s, 0 lost), bt-lock 36767
+# (0.91): lock aim met. The other rows were not rerun at 600 s (60 s rows above).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
