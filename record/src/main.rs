@@ -291,7 +291,10 @@ fn func_exit(m: &funcs::FuncMatch, mode: FuncExitMode) -> Result<probes::FuncExi
         _ => m.file_offset + (va - m.vaddr),
     };
     Ok(probes::FuncExit::Sites(
-        e.sites.iter().map(|&va| offset(va)).collect(),
+        e.sites
+            .iter()
+            .map(|&va| (offset(va), e.tails.contains(&va)))
+            .collect(),
     ))
 }
 

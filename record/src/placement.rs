@@ -204,6 +204,8 @@ pub struct Exits {
     /// jumps out of the function (tail calls): at each, the stack pointer is back at its
     /// value at entry.
     pub sites: Vec<u64>,
+    /// Which of `sites` are tail jumps (the rest are `ret`s).
+    pub tails: Vec<u64>,
     /// It calls or tail-calls other code, so an exception may pass through it.
     pub calls_out: bool,
     /// Some exits cannot be told from jumps inside: an indirect jump (a jump table, or a tail
@@ -244,6 +246,7 @@ pub fn exits(parts: &[(u64, &[u8])]) -> Exits {
                 FlowControl::UnconditionalBranch if !inside(ins.near_branch_target()) => {
                     e.calls_out = true;
                     e.sites.push(ins.ip());
+                    e.tails.push(ins.ip());
                 }
                 FlowControl::ConditionalBranch if !inside(ins.near_branch_target()) => {
                     e.calls_out = true;

@@ -125,9 +125,9 @@ pub enum FuncExit {
     /// exception unwinding through the call cannot get past (the target terminates). For
     /// functions that call nothing, or when the user accepts that (`--func-exit uretprobe`).
     Uretprobe,
-    /// A uprobe on each exit (file offsets): every `ret` (single-stepped: ≈ 6 µs here) and
-    /// direct tail jump (emulated). An exception just leaves the call unfinished.
-    Sites(Vec<u64>),
+    /// A uprobe on each exit (file offset, is a tail jump): every `ret` (single-stepped:
+    /// ≈ 5.4 µs more here) and direct tail jump (emulated). An exception just leaves the call unfinished.
+    Sites(Vec<(u64, bool)>),
 }
 
 /// Cookie bit of an exit probe on a tail jump: the call's return value is not in %rax yet.
@@ -570,9 +570,8 @@ impl<'obj> Probes<'obj> {
                 }
                 FuncExit::Sites(offsets) => {
                     let mut rets = 0;
-                    for &off in offsets {
-                        let code = read_at(&f.site.lib, off, 1);
-                        let is_ret = matches!(code.as_deref(), Some([0xc3 | 0xc2 | 0xf3]));
+                    for &(off, tail) in offsets {
+                        let is_ret = !tail;
                         rets += usize::from(is_ret);
                         let exit = Site {
                             offset: off,
