@@ -307,6 +307,18 @@ run_untraced() {
 }
 
 # run_ebrec MODE FLAGS...: ebrec record -o T FLAGS -p $DBP --duration DURATION.
+# started MODE PID LOG READY_REGEX TOOL: waits for the tracer PID to print READY_REGEX in LOG;
+# if it does not within 120 s, stops it, shows its log and records MODE as not started (returns 1).
+started() {
+  local mode=$1 tp=$2 out=$3 ready=$4 tool=$5
+  BG_PIDS+=("$tp")
+  wait_for_line "$out" "$ready" 120 "$tp" && return 0
+  stop_pid "$tp"
+  tail -n 20 "$out" >&2
+  result "$mode" 0 0 "" - - - - "$tool did not start (log above)"
+  return 1
+}
+
 run_ebrec() {
   local mode=$1; shift
   if ! ebrec_available; then
@@ -317,13 +329,7 @@ run_ebrec() {
   log "$mode: $EBREC record -o T $* -p $DBP --duration $DURATION"
   "$EBREC" record -o "$trace" "$@" -p "$DBP" --duration "$DURATION" >"$out" 2>&1 &
   tp=$!
-  BG_PIDS+=("$tp")
-  if ! wait_for_line "$out" '^ebrec: recording to' 120 "$tp"; then
-    stop_pid "$tp"
-    tail -n 20 "$out" >&2
-    result "$mode" 0 0 "" - - - - "ebrec did not start (log above)"
-    return 0
-  fi
+  started "$mode" "$tp" "$out" '^ebrec: recording to' ebrec || return 0
   w0=$(now_us)
   w1=$((w0 + DURATION * 1000000))
   sample_tracer "$tp" $((w1 + STOP_LIMIT_S * 1000000)) "$TMP/$mode.rss"
@@ -396,13 +402,7 @@ run_bpftrace() {
   log "$mode: bpftrace -p $DBP $TMP/$mode.bt ($*)"
   bpftrace -p "$DBP" "$TMP/$mode.bt" >"$out" 2>&1 &
   tp=$!
-  BG_PIDS+=("$tp")
-  if ! wait_for_line "$out" '^bt-ready' 120 "$tp"; then
-    stop_pid "$tp"
-    tail -n 20 "$out" >&2
-    result "$mode" 0 0 "" - - - - "bpftrace did not start (log above)"
-    return 0
-  fi
+  started "$mode" "$tp" "$out" '^bt-ready' bpftrace || return 0
   w0=$(now_us)
   w1=$((w0 + DURATION * 1000000))
   sample_tracer "$tp" "$w1" "$TMP/$mode.rss"
