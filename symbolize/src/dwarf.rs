@@ -78,7 +78,7 @@ fn section(file: &ElfFile, obj: &object::File<'_>, name: Option<&str>) -> gimli:
     if sec.kind() == object::SectionKind::UninitializedData {
         return Ok(empty(endian));
     }
-    let data = sec.uncompressed_data().map_err(|_| gimli::Error::Io)?;
+    let data = crate::elf::section_data(&sec).map_err(|_| gimli::Error::Io)?;
     let bytes = match data {
         std::borrow::Cow::Borrowed(s) => {
             // A slice of the mapped file, normally; an empty section's slice may point

@@ -205,6 +205,39 @@ impl SymbolTable {
     }
 }
 
+/// The most a compressed section may claim to grow by. zlib cannot pass ~1032:1; real
+/// debug sections compress 3–10:1. zstd can do more on runs of zeros, which debug
+/// sections do not have, so 4096:1 refuses only headers that lie.
+pub const MAX_DECOMPRESSION_RATIO: u64 = 4096;
+/// And at most this much in any case (a section's size must fit memory on a laptop).
+pub const MAX_SECTION_BYTES: u64 = 16 << 30;
+
+/// A section's bytes, decompressed when it is `SHF_COMPRESSED` (or `.zdebug_`), with the
+/// uncompressed size its header claims checked before anything is allocated: at most
+/// [`MAX_DECOMPRESSION_RATIO`] times the compressed bytes (plus 1 MiB) and
+/// [`MAX_SECTION_BYTES`]. `object`'s own `uncompressed_data` reserves whatever the header
+/// says (a fuzzed 24 GiB header found that).
+pub fn section_data<'d>(
+    sec: &impl ObjectSection<'d>,
+) -> Result<std::borrow::Cow<'d, [u8]>, String> {
+    let c = sec.compressed_data().map_err(|e| e.to_string())?;
+    if c.format != object::CompressionFormat::None {
+        let bound = (c.data.len() as u64)
+            .saturating_mul(MAX_DECOMPRESSION_RATIO)
+            .saturating_add(1 << 20)
+            .min(MAX_SECTION_BYTES);
+        if c.uncompressed_size > bound {
+            return Err(format!(
+                "compressed section {} claims {} bytes from {} (more than {bound})",
+                sec.name().unwrap_or("?"),
+                c.uncompressed_size,
+                c.data.len()
+            ));
+        }
+    }
+    c.decompress().map_err(|e| e.to_string())
+}
+
 /// The CRC32 (the zlib one, as `.gnu_debuglink` uses) of a whole file's bytes.
 pub fn crc32(data: &[u8]) -> u32 {
     crc32fast::hash(data)
@@ -213,4 +246,26 @@ pub fn crc32(data: &[u8]) -> u32 {
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     ebtrace_format::tables::hex(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A section header that claims 0x1b000000000000 uncompressed bytes from 52 (found by
+    /// the `unwind` fuzz target): refused before any allocation, by name.
+    #[test]
+    fn lying_compressed_size_is_refused() {
+        let bytes = include_bytes!("../../fuzz/corpus/elf/regression-compressed-size-10d546eb");
+        let obj = object::File::parse(&bytes[..]).unwrap();
+        let sec = obj.section_by_name(".eh_frame_hdr").unwrap();
+        let err = section_data(&sec).unwrap_err();
+        assert!(
+            err.starts_with("compressed section .eh_frame_hdr claims 7599824371187712 bytes from"),
+            "{err}"
+        );
+        // The whole file still gives what it can: its .eh_frame.
+        let info = crate::unwind::UnwindInfo::from_elf(&bytes[..]).unwrap();
+        assert!(!info.has_search_table());
+    }
 }

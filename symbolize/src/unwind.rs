@@ -249,7 +249,7 @@ impl UnwindInfo {
         let section = |name: &str| -> (Vec<u8>, u64) {
             obj.section_by_name(name)
                 .filter(|s| s.kind() != object::SectionKind::UninitializedData)
-                .and_then(|s| Some((s.uncompressed_data().ok()?.into_owned(), s.address())))
+                .and_then(|s| Some((crate::elf::section_data(&s).ok()?.into_owned(), s.address())))
                 .unwrap_or_default()
         };
         let (eh_frame, eh_frame_address) = section(".eh_frame");
@@ -291,7 +291,7 @@ impl UnwindInfo {
         let Some(data) = obj
             .section_by_name(".debug_frame")
             .filter(|s| s.kind() != object::SectionKind::UninitializedData)
-            .and_then(|s| s.uncompressed_data().ok())
+            .and_then(|s| crate::elf::section_data(&s).ok())
             .filter(|d| !d.is_empty())
         else {
             return false;
