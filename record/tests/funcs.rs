@@ -407,8 +407,10 @@ fn the_func_test_programs_have_their_functions() {
             &[
                 "sleeper::fail(int)",
                 "sleeper::nap(int)",
-                "sleeper::nap_loop(long, int, long, sleeper::NapStats*)",
+                "sleeper::nap_loop(long, int, long, long, sleeper::NapStats*)",
                 "sleeper::recurse(int, int, long*)",
+                "sleeper::route(long)",
+                "sleeper::tick(long)",
             ],
         ),
         (

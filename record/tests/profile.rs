@@ -508,6 +508,71 @@ fn calls_left_by_exceptions_do_not_cost_later_calls() {
     );
 }
 
+/// `sleeper::route` is a switch compiled to a jump table (`jmp *%rax`) whose cases call
+/// `tick`: ebrec cannot find all its exits by reading its code, and an exception could
+/// unwind through it, so `--func` refuses it with the reason (no exit probe that would miss
+/// calls, no uretprobe that could kill the target) until `--func-exit uretprobe` asks for
+/// the return probe, which then counts every call.
+#[test]
+fn a_function_with_a_jump_table_is_refused_unless_its_return_is_asked_for() {
+    if !root() {
+        return;
+    }
+    let prog = ebtrace_testdata::build("sleeper", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("refused.pb.zst");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .args(["--func", "sleeper::route", "--"])
+        .arg(&prog)
+        .args([
+            "--routes", "10", "--calls", "1", "--ms", "1", "--depth", "0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("sleeper::route(long)") && err.contains("its exits cannot all be found"),
+        "{err}"
+    );
+    assert!(err.contains("--func-exit uretprobe"), "{err}");
+
+    let rec = common::record(
+        "sleeper",
+        &["--func", "sleeper::route", "--func-exit", "uretprobe"],
+        &[
+            "--routes",
+            "300",
+            "--calls",
+            "1",
+            "--ms",
+            "1",
+            "--threads",
+            "2",
+            "--depth",
+            "0",
+        ],
+    );
+    let expect = expect_line(&rec.out, "sleeper");
+    assert_eq!(expect["route"]["calls"].as_u64(), Some(600), "{expect}");
+    let lat = ebsym_json(&["latency", rec.trace.to_str().unwrap(), "-n", "1000"]);
+    let calls: u64 = lat["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            functions(r)
+                .first()
+                .is_some_and(|f| is_fn(f, "sleeper::route"))
+        })
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(calls, 600, "{lat:#}");
+}
+
 /// Stacks with their copies, by id.
 fn stacks(path: &Path) -> std::collections::HashMap<u64, ebtrace_format::proto::Stack> {
     let mut r = TraceReader::open(path).unwrap();

@@ -607,6 +607,7 @@ mod tests {
                     "sleeper::nap(int)",
                     "sleeper::recurse(int, int, long*)",
                     "sleeper::fail(int)",
+                    "sleeper::route(long)",
                 ],
             ),
             (
