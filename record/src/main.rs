@@ -270,19 +270,24 @@ fn func_exit(m: &funcs::FuncMatch, mode: FuncExitMode) -> Result<probes::FuncExi
         // Nothing can unwind through a function that calls nothing: the uretprobe is safe.
         return Ok(probes::FuncExit::Uretprobe);
     }
-    if e.sites.is_empty() && !e.ambiguous {
+    if e.sites.is_empty() && e.ambiguous.is_none() {
         bail!(
             "{}: it never returns (no ret and no tail jump in its code): there is no call \
              duration to measure",
             what()
         );
     }
-    if e.ambiguous {
+    if let Some((at, what_is_there)) = e.ambiguous {
+        let place = match &cold {
+            Some((cva, _, code)) if at >= *cva && at - cva < code.len() as u64 => {
+                format!("+{:#x} of its .cold part", at - cva)
+            }
+            _ => format!("+{:#x}", at.wrapping_sub(m.vaddr)),
+        };
         bail!(
             "{}: it may call other code, so a C++ exception may unwind through it, and its exits \
-             cannot all be found (an indirect or conditional jump out of it); --func-exit \
-             uretprobe probes its return instead (an exception unwinding through it then \
-             terminates the target)",
+             cannot all be found ({what_is_there} at {place}); --func-exit uretprobe probes its \
+             return instead (an exception unwinding through it then terminates the target)",
             what()
         );
     }

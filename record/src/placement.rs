@@ -210,8 +210,9 @@ pub struct Exits {
     pub calls_out: bool,
     /// Some exits cannot be told from jumps inside: an indirect jump (a jump table, or a tail
     /// call through a pointer), a conditional jump out of the function (taken or not, a probe
-    /// on it fires), or bytes that do not decode.
-    pub ambiguous: bool,
+    /// on it fires), or bytes that do not decode: the first such instruction's address
+    /// and what it is.
+    pub ambiguous: Option<(u64, &'static str)>,
 }
 
 /// The exits of a function whose code is `parts`: (address, bytes) of its body and of its
@@ -237,7 +238,8 @@ pub fn exits(parts: &[(u64, &[u8])]) -> Exits {
             if ins.is_invalid() {
                 // Padding after the last instruction is int3 or nop; anything else is a
                 // byte we cannot read as code.
-                e.ambiguous = true;
+                e.ambiguous
+                    .get_or_insert((ins.ip(), "bytes that do not decode"));
                 continue;
             }
             match ins.flow_control() {
@@ -250,11 +252,15 @@ pub fn exits(parts: &[(u64, &[u8])]) -> Exits {
                 }
                 FlowControl::ConditionalBranch if !inside(ins.near_branch_target()) => {
                     e.calls_out = true;
-                    e.ambiguous = true;
+                    e.ambiguous
+                        .get_or_insert((ins.ip(), "a conditional jump out of it"));
                 }
                 FlowControl::IndirectBranch => {
                     e.calls_out = true;
-                    e.ambiguous = true;
+                    e.ambiguous.get_or_insert((
+                        ins.ip(),
+                        "an indirect jump (a jump table, or a tail call through a pointer)",
+                    ));
                 }
                 _ => {}
             }
@@ -377,22 +383,26 @@ mod tests {
         ];
         let e = exits(&[(0x1000, &code)]);
         assert_eq!(e.sites, vec![0x100e, 0x1010]);
-        assert!(e.calls_out && !e.ambiguous, "{e:?}");
+        assert!(e.calls_out && e.ambiguous.is_none(), "{e:?}");
         // A leaf: no call, nothing can unwind through it.
         let e = exits(&[(0x1000, &[0x89, 0xf8, 0xc3])]);
         assert_eq!(e.sites, vec![0x1002]);
-        assert!(!e.calls_out && !e.ambiguous);
+        assert!(!e.calls_out && e.ambiguous.is_none());
         // A jump into its .cold part is inside; the cold part's ret is an exit.
         let main = [0x85, 0xff, 0x0f, 0x85, 0xf8, 0x0f, 0x00, 0x00, 0xc3]; // jne 0x2000
         let cold = [0xe8, 0x00, 0x00, 0x00, 0x00, 0xc3];
         let e = exits(&[(0x1000, &main), (0x2000, &cold)]);
         assert_eq!(e.sites, vec![0x1008, 0x2005]);
-        assert!(e.calls_out && !e.ambiguous, "{e:?}");
+        assert!(e.calls_out && e.ambiguous.is_none(), "{e:?}");
         // Without the cold part, that jne leaves the function: taken or not, unknown.
-        assert!(exits(&[(0x1000, &main)]).ambiguous);
+        assert_eq!(
+            exits(&[(0x1000, &main)]).ambiguous,
+            Some((0x1002, "a conditional jump out of it"))
+        );
         // jmp *%rax: a jump table or a tail call.
-        let e = exits(&[(0x1000, &[0xff, 0xe0, 0xc3])]);
-        assert!(e.ambiguous && e.calls_out);
+        let e = exits(&[(0x1000, &[0x90, 0xff, 0xe0, 0xc3])]);
+        assert_eq!(e.ambiguous.map(|a| a.0), Some(0x1001));
+        assert!(e.calls_out);
     }
 
     #[test]

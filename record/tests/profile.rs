@@ -535,7 +535,8 @@ fn a_function_with_a_jump_table_is_refused_unless_its_return_is_asked_for() {
     assert!(!out.status.success(), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
-        err.contains("sleeper::route(long)") && err.contains("its exits cannot all be found"),
+        err.contains("sleeper::route(long)")
+            && err.contains("its exits cannot all be found (an indirect jump (a jump table"),
         "{err}"
     );
     assert!(err.contains("--func-exit uretprobe"), "{err}");
