@@ -16,7 +16,9 @@
 #
 # Rows: untraced (first and last: drift check); ebrec with one family each: --cpu=99, --offcpu,
 # --alloc=4096, --lock, --memgrowth, --func FUNC (default leveldb::DBImpl::Get, called once per
-# read: a hot function on purpose); ebrec-all with all of them; bpftrace: bt-cpu
+# read: a hot function on purpose); ebrec-func-uret: the same with --func-exit uretprobe (the
+# return probe bpftrace uses, instead of the exception-safe uprobe on each ret that --func's
+# auto mode gives a function that calls other code); ebrec-all with all of them; bpftrace: bt-cpu
 # (profile:hz:99, @[ustack, kstack]), bt-offcpu (sched_switch: @[kstack, ustack] of every
 # blocking switch-out and a histogram of the time off CPU), bt-alloc (uprobe on libc malloc,
 # @[ustack] for size >= 4096), bt-lock (futex syscall enter/exit tracepoints, wait time summed
@@ -121,7 +123,23 @@
 # (0.43 vs 0.24 x untraced); >= 99% with --cpu=99: 0.98 of the adjacent untraced row, inside the
 # drift. A second run (13:20-13:51, MODES="untraced ebrec-lock bt-lock"): untraced 40447 ops/s,
 # ebrec-lock 38844 (0.96; RSS 23.3-23.6 MiB, +0.01 MiB/min; 4261 events/s, 0 lost), bt-lock 36767
-# (0.91): lock aim met. The other rows were not rerun at 600 s (60 s rows above).
+# (0.91): lock aim met.
+# A third run (15:03-16:34, ebrec of commit e2a3ed2), 600 s rows, quiet machine; untraced rose
+# 19% over it, so only neighbours compare:
+#   mode                ops/s x untr    us/op    n | tracer RSS MiB   MiB/min CPU% |  events/s   lost    KiB/s   stop
+#   untraced            39013   1.00   47.743 2340 |             -         -    - |         -      -        -      -
+#   ebrec-offcpu        38394   0.98   49.142 2303 |     31.8-31.8     +0.00    1 |       306      0      3.9    0.0
+#   bt-offcpu           36503   0.94   51.672 2190 |   100.4-100.4     +0.00    0 |      1085      -        -    0.3
+#   ebrec-memgrowth     36242   0.93   52.177 2174 |     23.1-23.1     +0.00    1 |       674      0      4.2    0.2
+#   bt-memgrowth        36185   0.93   52.600 2171 |     88.9-88.9     +0.00    0 |       687      -        -    0.5
+#   ebrec-func          23064   0.59   83.570 1384 |     37.1-37.1     -0.00    2 |     23067      0    115.0    0.2
+#   bt-func             35716   0.92   52.778 2143 |     89.5-89.5     +0.00    0 |     35734      -        -    0.6
+#   bt-cpu              43421   1.11   43.356 2606 |     88.9-88.9     -0.00    0 |       190      -        -    0.2
+#   untraced-again      46343   1.19   40.151 2780 |             -         -    - |         -      -        -      -
+# (x untr here against the first untraced row.) ebrec-func's exit probe on DBImpl::Get's ret is
+# single-stepped by the kernel: about 30 us more CPU per call with two threads stepping. Right
+# after, DURATION=120 MODES="ebrec-func-uret ebrec-func untraced": 39145 / 26880 / 46404 ops/s,
+# so --func-exit uretprobe costs what bpftrace's uretprobe costs.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -137,7 +155,7 @@ RSS_EVERY_S=${RSS_EVERY_S:-5}
 FLAT_MIB_PER_MIN=${FLAT_MIB_PER_MIN:-1}
 WARMUP_S=${WARMUP_S:-5}
 STOP_LIMIT_S=${STOP_LIMIT_S:-60}
-MODES=${MODES:-"untraced ebrec-cpu ebrec-offcpu ebrec-alloc ebrec-lock ebrec-memgrowth ebrec-func ebrec-all bt-cpu bt-offcpu bt-alloc bt-alloc-leak bt-lock bt-memgrowth bt-func bt-all untraced-again"}
+MODES=${MODES:-"untraced ebrec-cpu ebrec-offcpu ebrec-alloc ebrec-lock ebrec-memgrowth ebrec-func ebrec-func-uret ebrec-all bt-cpu bt-offcpu bt-alloc bt-alloc-leak bt-lock bt-memgrowth bt-func bt-all untraced-again"}
 LEVELDB_CACHE=$BENCH_CACHE/leveldb
 DB_BENCH=$LEVELDB_CACHE/build/db_bench
 if [ -z "${EBSYM:-}" ] && [ -n "${EBREC:-}" ]; then EBSYM=$(dirname "$EBREC")/ebsym; fi
@@ -432,6 +450,7 @@ run_row() {
     ebrec-lock) run_ebrec "$mode" --lock ;;
     ebrec-memgrowth) run_ebrec "$mode" --memgrowth ;;
     ebrec-func) run_ebrec "$mode" --func "$FUNC" ;;
+    ebrec-func-uret) run_ebrec "$mode" --func "$FUNC" --func-exit uretprobe ;;
     ebrec-all) run_ebrec "$mode" "${ALL_FLAGS[@]}" ;;
     bt-all) run_bpftrace "$mode" cpu offcpu alloc lock memgrowth func ;;
     bt-*) run_bpftrace "$mode" "${mode#bt-}" ;;
