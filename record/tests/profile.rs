@@ -482,15 +482,9 @@ fn calls_left_by_exceptions_do_not_cost_later_calls() {
     let t = rec.trace.to_str().unwrap();
     let lat = ebsym_json(&["latency", t, "-n", "1000"]);
     let rows = lat["rows"].as_array().unwrap();
-    let count = |name: &str| -> u64 {
-        rows.iter()
-            .filter(|r| functions(r).first().is_some_and(|f| is_fn(f, name)))
-            .map(|r| r["count"].as_u64().unwrap())
-            .sum()
-    };
     // 240 calls of fail, 6 deep in each thread, none returned: no event.
-    assert_eq!(count("sleeper::fail"), 0, "{lat:#}");
-    let naps = count("sleeper::nap");
+    assert_eq!(latency_calls(&lat, "sleeper::fail"), 0, "{lat:#}");
+    let naps = latency_calls(&lat, "sleeper::nap");
     assert_eq!(naps, expect["nap"]["calls"].as_u64().unwrap(), "{lat:#}");
     let total: f64 = rows
         .iter()
@@ -560,18 +554,19 @@ fn a_function_with_a_jump_table_is_refused_unless_its_return_is_asked_for() {
     let expect = expect_line(&rec.out, "sleeper");
     assert_eq!(expect["route"]["calls"].as_u64(), Some(600), "{expect}");
     let lat = ebsym_json(&["latency", rec.trace.to_str().unwrap(), "-n", "1000"]);
-    let calls: u64 = lat["rows"]
+    assert_eq!(latency_calls(&lat, "sleeper::route"), 600, "{lat:#}");
+}
+
+/// Calls of function `name` in an `ebsym latency --json` report: the counts of the rows whose
+/// innermost frame is that function.
+fn latency_calls(lat: &Value, name: &str) -> u64 {
+    lat["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| {
-            functions(r)
-                .first()
-                .is_some_and(|f| is_fn(f, "sleeper::route"))
-        })
+        .filter(|r| functions(r).first().is_some_and(|f| is_fn(f, name)))
         .map(|r| r["count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(calls, 600, "{lat:#}");
+        .sum()
 }
 
 /// Stacks with their copies, by id.
