@@ -26,7 +26,10 @@
 //!   `operator new(unsignedlong)`), against the demangled name without return type, without
 //!   parameters and without the member function's cv/ref qualifiers
 //!   (`shop::Catalog::slow_lookup(std::string const&) const` is `shop::Catalog::slow_lookup`);
-//!   a name with `(` is compared with the parameters (and qualifiers) instead.
+//!   a name with `(` is compared with the parameters (and qualifiers) instead, with or
+//!   without the return type a template function's name starts with (`void foo<int>(int)`).
+//!   Names are demangled by `ebtrace_demangle`, the demangler ebsym prints with, so a name
+//!   copied from a report is a name `--func` takes.
 //! - A name is one function: every symbol it matches must be the same source function in one
 //!   binary (same signature), else it is refused as ambiguous with the list (overloads, or the
 //!   same function in two files: use the signature, the mangled name or `LIB:SYMBOL`).
@@ -275,6 +278,13 @@ struct Func {
     /// `norm(base)` and `norm(signature without clone suffix)`: for matching.
     base_norm: String,
     sig_norm: String,
+    /// `norm` of the whole demangled name without clone suffix, return type included (a
+    /// template function's `void foo<int>(int)`), as ebsym prints a function.
+    full_norm: String,
+    /// `norm` of the whole symbol demangled, clone suffixes included (`foo(int) [clone
+    /// .constprop.0]`), as ebsym prints a clone named from the symbol table; None without a
+    /// clone suffix (then it is `full_norm`).
+    clone_norm: Option<String>,
     /// `.constprop.0`, `.cold`, ... (GCC clone suffixes), if any.
     clone: Option<String>,
     addr: u64,
@@ -290,17 +300,23 @@ impl Func {
             Some(i) if i > 0 => (&raw[..i], Some(raw[i..].to_string())),
             _ => (raw, None),
         };
-        let (sig, base) = demangle(stem).unwrap_or_else(|| (stem.to_string(), stem.to_string()));
+        let (full, sig, base) = demangle(stem)
+            .unwrap_or_else(|| (stem.to_string(), stem.to_string(), stem.to_string()));
         let display = match &clone {
             Some(c) => format!("{sig} [clone {c}]"),
             None => sig.clone(),
         };
+        let clone_norm = clone.as_ref().and_then(|_| {
+            ebtrace_demangle::try_demangle(raw).map(|d| norm(&d))
+        });
         Func {
             raw: raw.to_string(),
             display,
             base_norm: norm(&base),
             base,
             sig_norm: norm(&sig),
+            full_norm: norm(&full),
+            clone_norm,
             clone,
             addr,
             size,
@@ -317,28 +333,90 @@ impl Func {
     }
 }
 
-/// (signature without return type, base name without parameters and qualifiers).
-fn demangle(stem: &str) -> Option<(String, String)> {
+/// The names of a mangled symbol, as ebtrace's one demangler (`ebtrace_demangle`, the one
+/// ebsym prints with) spells it: (whole, as printed; without return type; base name without
+/// parameters and qualifiers). A template function's demangled name starts with its return
+/// type (`void foo<int>(int)`): ebsym prints that, and `--func` takes it as well as `foo<int>(int)`.
+fn demangle(stem: &str) -> Option<(String, String, String)> {
     if !stem.starts_with("_Z") {
         return None;
     }
-    let sym = cpp_demangle::Symbol::new(stem.as_bytes()).ok()?;
-    let opts = cpp_demangle::DemangleOptions::new().no_return_type();
-    let sig = sym.demangle(&opts).ok()?;
-    let mut base = sym.demangle(&opts.no_params()).ok()?;
-    // no_params keeps some qualifiers (`foo::bar &`, `{lambda()#1}::operator() const`).
+    let full = ebtrace_demangle::try_demangle(stem)?;
+    let (sig, base) = split_signature(&full);
+    Some((full.clone(), sig.to_string(), base.to_string()))
+}
+
+/// A demangled function name split into (without return type, base name): `void
+/// ns::f<int>(int) const` is (`ns::f<int>(int) const`, `ns::f<int>`). A name without a
+/// parameter list (a data symbol, a special name) is its own base.
+fn split_signature(full: &str) -> (&str, &str) {
+    // The member function's qualifiers come after the parameters.
+    let mut end = full.len();
     'strip: loop {
-        for q in [" const", " volatile", " &&", " &"] {
-            if let Some(b) = base.strip_suffix(q) {
-                base.truncate(b.len());
+        for q in [" const", " volatile", " &&", " &", " noexcept"] {
+            if full[..end].ends_with(q) {
+                end -= q.len();
                 continue 'strip;
             }
         }
         break;
     }
-    Some((sig, base))
+    let b = full.as_bytes();
+    if end == 0 || b[end - 1] != b')' {
+        return (full, full);
+    }
+    // The parameter list: the `(` matching the last `)`.
+    let mut depth = 0i32;
+    let mut open = None;
+    for i in (0..end).rev() {
+        match b[i] {
+            b')' => depth += 1,
+            b'(' => {
+                depth -= 1;
+                if depth == 0 {
+                    open = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(open) = open else {
+        return (full, full);
+    };
+    let name = &full[..open];
+    let start = return_type_end(name);
+    (&full[start..], &full[start..open])
 }
 
+/// Where the function name starts after a return type in `name` (the text before the
+/// parameter list): past the last space outside brackets that comes before an `operator`
+/// keyword (`operator new`, `operator<`, `operator unsigned long` hold spaces and brackets of
+/// their own), 0 when there is no return type.
+fn return_type_end(name: &str) -> usize {
+    let b = name.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut depth = 0i32;
+    let mut after_space = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'<' | b'(' | b'[' | b'{' => depth += 1,
+            b'>' | b')' | b']' | b'}' => depth -= 1,
+            b' ' if depth == 0 => after_space = i + 1,
+            b'o' if depth == 0
+                && name[i..].starts_with("operator")
+                && (i == 0 || !ident(b[i - 1]))
+                && b.get(i + 8).is_none_or(|&c| !ident(c)) =>
+            {
+                break;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    after_space
+}
 /// A PT_LOAD segment: (vaddr, file offset, file size, executable).
 type Segment = (u64, u64, u64, bool);
 
@@ -397,7 +475,7 @@ impl Table {
                     ph.p_vaddr(endian),
                     ph.p_offset(endian),
                     ph.p_filesz(endian),
-                    ph.p_flags(endian) & elf::PF_X != 0,
+                    ph.p_flags(endian).0 & elf::PF_X.0 != 0,
                 )
             })
             .collect();
@@ -688,18 +766,35 @@ impl Binaries {
                         hits.extend(t.funcs.iter().filter(|f| f.raw == *name).map(|f| (b, t, f)));
                     }
                 }
+                let key = norm(name);
+                if hits.is_empty() && key.contains("[clone") {
+                    // A clone as ebsym names it from the symbol table: that symbol.
+                    for &(b, t) in &tables {
+                        hits.extend(
+                            t.funcs
+                                .iter()
+                                .filter(|f| f.clone_norm.as_ref() == Some(&key))
+                                .map(|f| (b, t, f)),
+                        );
+                    }
+                }
                 if !hits.is_empty() {
                     (hits, true)
                 } else {
-                    let key = norm(name);
                     let by_sig = key.contains('(');
                     for &(b, t) in &tables {
                         hits.extend(
                             t.funcs
                                 .iter()
                                 .filter(|f| {
+                                    // With `(`: the signature, with or without the return
+                                    // type ebsym prints for a template function; or a base
+                                    // name that holds brackets itself (a lambda's
+                                    // `{lambda()#1}::operator()`).
                                     if by_sig {
                                         f.sig_norm == key
+                                            || f.full_norm == key
+                                            || f.base_norm == key
                                     } else {
                                         f.base_norm == key
                                     }
@@ -710,7 +805,7 @@ impl Binaries {
                     if hits.is_empty() {
                         // An unknown mangled name: suggest by what it means.
                         let query =
-                            demangle(name).map(|(sig, base)| if by_sig { sig } else { base });
+                            demangle(name).map(|(_, sig, base)| if by_sig { sig } else { base });
                         return Err(unknown(query.as_deref().unwrap_or(name), by_sig));
                     }
                     if hits.iter().all(|h| h.2.fragment()) {
@@ -736,13 +831,14 @@ impl Binaries {
                             .iter()
                             .filter(|f| !f.fragment() && !f.ifunc)
                             .filter(|f| {
-                                glob.matches(if by_raw {
-                                    f.raw.as_bytes()
+                                if by_raw {
+                                    glob.matches(f.raw.as_bytes())
                                 } else if by_sig {
-                                    f.sig_norm.as_bytes()
+                                    glob.matches(f.sig_norm.as_bytes())
+                                        || glob.matches(f.full_norm.as_bytes())
                                 } else {
-                                    f.base_norm.as_bytes()
-                                })
+                                    glob.matches(f.base_norm.as_bytes())
+                                }
                             })
                             .map(|f| (b, t, f)),
                     );
@@ -1004,7 +1100,7 @@ fn read_deps(path: &Path) -> Result<Deps> {
         .with_context(|| format!("{}: not a 64-bit ELF file", path.display()))?;
     let endian = f.endian();
     let mut d = Deps {
-        machine: f.elf_header().e_machine(endian),
+        machine: f.elf_header().e_machine(endian).0,
         ..Default::default()
     };
     for ph in f.elf_program_headers() {
@@ -1020,10 +1116,10 @@ fn read_deps(path: &Path) -> Result<Deps> {
                 continue;
             };
             let s = String::from_utf8_lossy(s).into_owned();
-            match dy.tag32(endian) {
-                Some(elf::DT_NEEDED) => d.needed.push(s),
-                Some(elf::DT_RPATH) => d.rpath.extend(s.split(':').map(str::to_string)),
-                Some(elf::DT_RUNPATH) => d.runpath.extend(s.split(':').map(str::to_string)),
+            match dy.tag(endian) {
+                elf::DT_NEEDED => d.needed.push(s),
+                elf::DT_RPATH => d.rpath.extend(s.split(':').map(str::to_string)),
+                elf::DT_RUNPATH => d.runpath.extend(s.split(':').map(str::to_string)),
                 _ => {}
             }
         }
@@ -1050,8 +1146,8 @@ impl SearchPath {
         let mut system = Vec::new();
         ld_so_conf(Path::new("/etc/ld.so.conf"), &mut system, 0);
         let triplet = match machine {
-            elf::EM_X86_64 => "x86_64-linux-gnu",
-            elf::EM_AARCH64 => "aarch64-linux-gnu",
+            m if m == elf::EM_X86_64.0 => "x86_64-linux-gnu",
+            m if m == elf::EM_AARCH64.0 => "aarch64-linux-gnu",
             _ => "",
         };
         if !triplet.is_empty() {
@@ -1331,6 +1427,44 @@ mod tests {
 
         let f = Func::new("_ZZ4mainENKUlvE_clEv", 0x10, 4, 0, false);
         assert_eq!(f.base, "main::{lambda()#1}::operator()");
+    }
+
+    #[test]
+    fn return_types_and_parameters_split_off() {
+        let s = split_signature;
+        assert_eq!(s("void foo<int>(int)"), ("foo<int>(int)", "foo<int>"));
+        assert_eq!(s("foo::bar() const &"), ("foo::bar() const &", "foo::bar"));
+        assert_eq!(s("operator new(unsigned long)"), ("operator new(unsigned long)", "operator new"));
+        assert_eq!(
+            s("bool operator< <int>(A<int> const&, A<int> const&)"),
+            ("operator< <int>(A<int> const&, A<int> const&)", "operator< <int>")
+        );
+        assert_eq!(
+            s("main::{lambda()#1}::operator()() const"),
+            ("main::{lambda()#1}::operator()() const", "main::{lambda()#1}::operator()")
+        );
+        assert_eq!(
+            s("std::vector<int, std::allocator<int> > make<int>(unsigned long)"),
+            ("make<int>(unsigned long)", "make<int>")
+        );
+        assert_eq!(
+            s("(anonymous namespace)::oom(char const*)"),
+            ("(anonymous namespace)::oom(char const*)", "(anonymous namespace)::oom")
+        );
+        assert_eq!(s("X::operator unsigned long() const"), ("X::operator unsigned long() const", "X::operator unsigned long"));
+        assert_eq!(s("guard variable for x"), ("guard variable for x", "guard variable for x"));
+    }
+
+    #[test]
+    fn names_as_ebsym_prints_them() {
+        // A template function: ebsym prints the return type.
+        let f = Func::new("_Z3fooIiEvT_", 0x10, 4, 0, false);
+        assert_eq!(f.full_norm, "voidfoo<int>(int)");
+        let f = Func::new("_ZN3foo3barEm.constprop.0", 0x10, 4, 0, false);
+        assert_eq!(
+            f.clone_norm.as_deref(),
+            Some("foo::bar(unsignedlong)[clone.constprop.0]")
+        );
     }
 
     #[test]
