@@ -841,3 +841,234 @@ fn latency_has_percentiles_within_the_bound_and_a_log2_histogram() {
         "{text}"
     );
 }
+
+/// Off-CPU blocks (woken by a thread, by an interrupt), memory growth (brk, mmap, page
+/// faults, and an munmap that is not growth) and lock waits without holds (futex mode,
+/// mutex and condition variable): the kinds and measures the shop trace has not.
+fn write_misc(path: &Path) {
+    use ebtrace_format::events::{MemGrowthEvent, OffCpuEvent};
+    let mut w = writer();
+    let comm = w.intern_string(b"shop").unwrap();
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        comm,
+        event: pb::ProcessEvent::Existing as i32,
+        time_ns: 1_000_000_000,
+        ..Default::default()
+    })))
+    .unwrap();
+    let shop_path = w.intern_string(b"/usr/bin/shop").unwrap();
+    let shop_id = w.intern_build_id(&[0xab; 20]).unwrap();
+    w.write_record(&rec(Kind::Mapping(pb::Mapping {
+        generation: 1,
+        start: SHOP,
+        end: SHOP + 0x10000,
+        file_offset: 0x1000,
+        path: shop_path,
+        build_id: shop_id,
+        perms: 5,
+        source: pb::MappingSource::Snapshot as i32,
+        ..Default::default()
+    })))
+    .unwrap();
+    let s1 = w.intern_stack(1, &[SHOP + 0x1010, SHOP + 0x2020], &[], 0).unwrap();
+    let s2 = w.intern_stack(1, &[SHOP + 0x3010, SHOP + 0x2020], &[], 0).unwrap();
+    let s3 = w.intern_stack(1, &[SHOP + 0x3110, SHOP + 0x2020], &[], 0).unwrap();
+    let mut t = 1_100_000_000;
+    for (stack, duration, waker) in [
+        (s1, 5_000u64, s3),
+        (s1, 7_000, s3),
+        (s1, 1_000, s2),
+        (s2, 40_000, 0),
+        (s2, 2_000, 0),
+        (s3, 100, s1),
+    ] {
+        t += 100_000;
+        w.offcpu(&OffCpuEvent {
+            time_ns: t,
+            generation: 1,
+            tid: 42,
+            stack,
+            duration_ns: duration,
+            waker_tid: 43,
+            waker_stack: waker,
+            state: 1,
+        })
+        .unwrap();
+    }
+    for (stack, kind, size) in [
+        (s1, pb::MemGrowthKind::Brk, 135_168u64),
+        (s1, pb::MemGrowthKind::Brk, 4_096),
+        (s2, pb::MemGrowthKind::Mmap, 1 << 20),
+        (s2, pb::MemGrowthKind::Munmap, 1 << 20),
+        (s3, pb::MemGrowthKind::PageFault, 4096),
+        (s3, pb::MemGrowthKind::PageFault, 4096),
+        (s3, pb::MemGrowthKind::PageFault, 4096),
+    ] {
+        t += 100_000;
+        w.mem_growth(&MemGrowthEvent {
+            time_ns: t,
+            generation: 1,
+            tid: 42,
+            stack,
+            kind,
+            size,
+            address: 0x7000_0000 + t,
+        })
+        .unwrap();
+    }
+    for (stack, mutex, wait, op) in [
+        (s1, 0x1000u64, 3_000u64, 0u32),
+        (s1, 0x1000, 9_000, 0),
+        (s2, 0x2000, 50_000, 9),
+        (s3, 0x3000, 10, 1),
+    ] {
+        t += 100_000;
+        w.lock(&LockEvent {
+            time_ns: t,
+            generation: 1,
+            tid: 44,
+            stack,
+            mutex,
+            wait_ns: wait,
+            hold_ns: 0,
+            waker_tid: 0,
+            waker_stack: if stack == s1 { s2 } else { 0 },
+            futex_op: op,
+            source: pb::LockSource::Futex,
+            result: 0,
+        })
+        .unwrap();
+    }
+    w.write_record(&rec(Kind::SymbolizerInfo(pb::SymbolizerInfo {
+        symbolizer_version: "golden".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    let off = |ip: u64| ip - SHOP + 0x1000;
+    for (address, function, line) in [
+        (off(SHOP + 0x1010), "Warehouse::restock()", 98),
+        (off(SHOP + 0x3010), "Ledger::post(long)", 210),
+        (off(SHOP + 0x2020 - 1), "main", 300),
+    ] {
+        let frames = vec![pb::SymbolFrame {
+            function: w.intern_string(function.as_bytes()).unwrap(),
+            file: w.intern_string(b"shop.cpp").unwrap(),
+            line,
+            ..Default::default()
+        }];
+        w.write_record(&rec(Kind::SymbolizedAddress(pb::SymbolizedAddress {
+            build_id: shop_id,
+            address,
+            frames,
+            reason: 0,
+        })))
+        .unwrap();
+    }
+    let bytes = w.finish(None).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn offcpu_memgrowth_and_futex_locks_match_the_golden_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("misc.pb.zst");
+    write_misc(&trace);
+    let all = Filter::default();
+    for (kind, by, name) in [
+        (EventKind::OffCpu, "time", "top_offcpu"),
+        (EventKind::MemGrowth, "bytes", "top_memgrowth"),
+        (EventKind::Lock, "count", "locks_futex"),
+    ] {
+        let r = reports::top(&trace, kind, by, &all, 20).unwrap();
+        check(&format!("{name}.txt"), &r.to_text());
+        check(&format!("{name}.json"), &json(&r));
+    }
+}
+
+/// Every report of every kind by every measure, in text and JSON, with the folded stacks,
+/// flame graphs, pprof profiles and diffs, written to the directory `EBTRACE_DUMP` names
+/// (skipped without it): run before and after a change to the reports and compare the
+/// two directories.
+#[test]
+fn dump_every_report() {
+    let Some(out) = std::env::var_os("EBTRACE_DUMP") else {
+        return;
+    };
+    let out = PathBuf::from(out);
+    std::fs::create_dir_all(&out).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let traces: Vec<(&str, PathBuf)> = ["shop", "shop5", "cpu", "func", "misc"]
+        .iter()
+        .map(|n| (*n, dir.path().join(format!("{n}.pb.zst"))))
+        .collect();
+    write_shop(&traces[0].1, 3);
+    write_shop(&traces[1].1, 5);
+    write_cpu(&traces[2].1);
+    write_func(&traces[3].1);
+    write_misc(&traces[4].1);
+    let filters = [
+        ("all", Filter::default()),
+        (
+            "tid42",
+            Filter {
+                tids: vec![42],
+                ..Default::default()
+            },
+        ),
+    ];
+    let put = |name: String, bytes: &[u8]| std::fs::write(out.join(name), bytes).unwrap();
+    for (t, path) in &traces {
+        for (f, filter) in &filters {
+            let leaks = reports::leaks(path, filter, 20).unwrap();
+            put(format!("{t}.{f}.leaks.txt"), leaks.to_text().as_bytes());
+            put(format!("{t}.{f}.leaks.json"), json(&leaks).as_bytes());
+            for kind in [
+                EventKind::Alloc,
+                EventKind::Lock,
+                EventKind::Func,
+                EventKind::Cpu,
+                EventKind::OffCpu,
+                EventKind::MemGrowth,
+            ] {
+                let st = reports::stacks(path, kind, filter).unwrap();
+                for by in kind.measures() {
+                    let k = kind.name();
+                    let r = reports::top(path, kind, by, filter, 2).unwrap();
+                    put(format!("{t}.{f}.{k}.{by}.top2.txt"), r.to_text().as_bytes());
+                    let r = reports::top(path, kind, by, filter, 20).unwrap();
+                    put(format!("{t}.{f}.{k}.{by}.top.txt"), r.to_text().as_bytes());
+                    put(format!("{t}.{f}.{k}.{by}.top.json"), json(&r).as_bytes());
+                    let fo = reports::folded(path, kind, by, filter).unwrap();
+                    let text = format!(
+                        "{}\n{:?}\n{}",
+                        fo.lines.join("\n"),
+                        fo.note,
+                        reports::losses_text(&fo.losses)
+                    );
+                    put(format!("{t}.{f}.{k}.{by}.folded"), text.as_bytes());
+                    let mut svg = Vec::new();
+                    let r = reports::flamegraph(&fo.lines, kind, by, None, &mut svg);
+                    put(format!("{t}.{f}.{k}.{by}.svg"), &svg);
+                    put(format!("{t}.{f}.{k}.{by}.svg.err"), format!("{r:?}").as_bytes());
+                    let p = ebtrace_analyze::pprof::profile(&st, by);
+                    let mut gz = Vec::new();
+                    ebtrace_analyze::pprof::write_gz(&p, &mut gz).unwrap();
+                    put(format!("{t}.{f}.{k}.{by}.pprof"), format!("{p:?}").as_bytes());
+                    for (u, other) in &traces {
+                        let d = reports::diff(path, other, kind, by, filter, 20).unwrap();
+                        put(format!("{t}.{f}.{k}.{by}.diff.{u}.txt"), d.to_text().as_bytes());
+                        put(format!("{t}.{f}.{k}.{by}.diff.{u}.json"), json(&d).as_bytes());
+                        for negate in [false, true] {
+                            let mut svg = Vec::new();
+                            let r = reports::diff_flamegraph(&d, kind, None, negate, &mut svg);
+                            svg.extend(format!("{r:?}").bytes());
+                            put(format!("{t}.{f}.{k}.{by}.diff.{u}.{negate}.svg"), &svg);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
