@@ -153,7 +153,7 @@ static __always_inline void send_free(__u32 pid, __u64 addr)
 		count(FAM_FREE, CTR_LOST_RINGBUF);
 		return;
 	}
-	fill_header(&f->h, EV_FREE);
+	fill_header(&f->h, FAM_FREE);
 	f->addr = addr;
 	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
 }
@@ -180,7 +180,7 @@ int BPF_URETPROBE(alloc_return, __u64 ret)
 			send_free(pid, e->arg);
 	}
 	if (e->kind && addr) {
-		fill_header(&e->h, EV_ALLOC);
+		fill_header(&e->h, FAM_ALLOC);
 		e->addr = addr;
 		__u32 n = e->nframes;
 		if (n > MAX_FRAMES)

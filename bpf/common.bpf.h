@@ -214,7 +214,7 @@ static __always_inline __u64 send_copy(struct copy_event *c)
 		return 0;
 	if (len > MAX_COPY)
 		len = MAX_COPY;
-	fill_header(&c->h, EV_STACK_COPY);
+	fill_header(&c->h, FAM_STACK_COPY);
 	c->id = __sync_fetch_and_add(&copy_seq, 1) + 1;
 	__u64 size = __builtin_offsetof(struct copy_event, data) + len;
 	if (bpf_ringbuf_output(&events, c, size, 0)) {

@@ -3,30 +3,15 @@
 #ifndef EBTRACE_EVENTS_H
 #define EBTRACE_EVENTS_H
 
+/* FAM_* (event families, also the `type` of every event header), AK_*, MK_*, LS_*, SF_*:
+ * generated from proto/trace.proto by proto/build.rs, so each is numbered once. */
+#include "families.h"
+
 /* Most user frames kept per stack (the kernel's own limit is 127; one more slot holds the
  * caller read from [sp] at a function-entry probe). */
 #define MAX_FRAMES 128
 /* Most kernel frames kept per stack. */
 #define KFRAMES 64
-
-enum event_type {
-	EV_ALLOC = 1,
-	EV_FREE = 2,
-	EV_LOCK = 3,
-	EV_CPU = 4,
-	EV_OFFCPU = 5,
-	EV_FUNC = 6,
-	EV_MEM = 7,
-	EV_STACK_COPY = 8,
-};
-
-/* Flags of a captured stack; the same bits as StackFlag in trace.proto. */
-enum stack_flags {
-	SF_USER_TRUNCATED = 1,
-	SF_KERNEL_TRUNCATED = 2,
-	SF_USER_ERROR = 4,
-	SF_CALLER_FROM_SP = 8,
-};
 
 /* Counter slots of the per-CPU `counters` array: family * CTR_STRIDE + counter. */
 enum counter {
@@ -38,34 +23,8 @@ enum counter {
 	CTR_STRIDE = 5,
 };
 
-/* Families as in trace.proto's EventFamily. */
-enum family {
-	FAM_ALLOC = 1,
-	FAM_FREE = 2,
-	FAM_LOCK = 3,
-	FAM_FUNC = 4,
-	FAM_CPU = 5,
-	FAM_OFFCPU = 6,
-	FAM_MEM_GROWTH = 7,
-	FAM_STACK_COPY = 9,	/* counters of the stack copies (--stack-mode dwarf) */
-	FAM_COUNT = 10,
-};
-
-/* Allocation kinds, as in trace.proto's AllocKind. */
-enum alloc_kind {
-	AK_MALLOC = 1,
-	AK_CALLOC = 2,
-	AK_REALLOC = 3,
-	AK_REALLOCARRAY = 4,
-	AK_POSIX_MEMALIGN = 5,
-	AK_ALIGNED_ALLOC = 6,
-	AK_MEMALIGN = 7,
-	AK_VALLOC = 8,
-	AK_PVALLOC = 9,
-};
-
 struct event_header {
-	__u32 type;
+	__u32 type;	/* the event's family: FAM_* */
 	__u32 pid;	/* tgid */
 	__u32 tid;
 	__u32 cpu;
@@ -91,11 +50,6 @@ struct alloc_event {
 struct free_event {
 	struct event_header h;
 	__u64 addr;
-};
-
-enum lock_source {
-	LS_FUTEX = 1,
-	LS_UPROBE = 2,
 };
 
 /* A lock wait (futex) or wait-and-hold (uprobe). `ips[0..nframes)` is the waiter's (or
@@ -170,14 +124,6 @@ struct func_event {
 	__u32 pad;
 	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
-};
-
-/* Memory growth kinds, as in trace.proto's MemGrowthKind. */
-enum mem_kind {
-	MK_BRK = 1,
-	MK_MMAP = 2,
-	MK_MUNMAP = 3,
-	MK_PAGE_FAULT = 4,
 };
 
 struct mem_event {

@@ -170,7 +170,7 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 	struct lock_event *e = bpf_map_lookup_elem(&scratch, &z);
 	if (!e)
 		return 0;
-	fill_header(&e->h, EV_LOCK);
+	fill_header(&e->h, FAM_LOCK);
 	e->h.time_ns = start;
 	e->uaddr = uaddr;
 	e->wait_ns = now - start;
@@ -342,7 +342,7 @@ int BPF_UPROBE(mutex_unlock_enter, __u64 mutex)
 		bpf_map_delete_elem(&held, &k);
 		return 0;
 	}
-	fill_header(&e->h, EV_LOCK);
+	fill_header(&e->h, FAM_LOCK);
 	e->h.time_ns = h->call.start;
 	e->uaddr = mutex;
 	e->wait_ns = h->wait_ns;

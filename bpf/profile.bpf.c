@@ -94,7 +94,7 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	struct sample_event *e = bpf_map_lookup_elem(&sample_scratch, &z);
 	if (!e)
 		return 0;
-	fill_header(&e->h, EV_CPU);
+	fill_header(&e->h, FAM_CPU);
 	e->flags = 0;
 	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
 	/* A kernel thread has no user stack: not an error. */
@@ -150,7 +150,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 					       BPF_LOCAL_STORAGE_GET_F_CREATE)
 			: 0;
 		if (st) {
-			st->h.type = EV_OFFCPU;
+			st->h.type = FAM_OFFCPU;
 			st->h.pid = prev->tgid;
 			st->h.tid = prev->pid;
 			st->h.cpu = bpf_get_smp_processor_id();
@@ -285,7 +285,7 @@ struct {
 
 static __always_inline void fill_call(struct pt_regs *ctx, struct func_event *c)
 {
-	fill_header(&c->h, EV_FUNC);
+	fill_header(&c->h, FAM_FUNC);
 	c->function = bpf_get_attach_cookie(ctx);
 	c->flags = 0;
 	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
@@ -424,7 +424,7 @@ static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 si
 	struct mem_event *e = bpf_map_lookup_elem(&mem_scratch, &z);
 	if (!e)
 		return;
-	fill_header(&e->h, EV_MEM);
+	fill_header(&e->h, FAM_MEM_GROWTH);
 	e->kind = kind;
 	e->addr = addr;
 	e->size = size;

@@ -21,6 +21,7 @@
 
 pub mod error;
 pub mod events;
+pub mod family;
 pub mod frame;
 pub mod reader;
 pub mod tables;

@@ -860,7 +860,7 @@ fn record_with(
             last_stats = Instant::now();
             let fam = s.stats(procfs::clock_ns(libc::CLOCK_BOOTTIME))?;
             if tty {
-                let kept: u64 = s.kept.iter().sum();
+                let kept: u64 = s.kept.0.iter().sum();
                 let lost: u64 = fam.iter().map(|f| f.lost).sum();
                 eprint!(
                     "\rebrec: {:>6.1} s  {:>8} events  {:>7.0}/s  {:>7.2} MiB  lost {}   ",
@@ -915,17 +915,7 @@ fn record_with(
         bytes as f64 / (1 << 20) as f64
     );
     for f in &families {
-        let name = match f.family {
-            1 => "alloc",
-            2 => "free",
-            3 => "lock",
-            4 => "func",
-            5 => "cpu",
-            6 => "offcpu",
-            7 => "memgrowth",
-            9 => "stackcopy",
-            _ => "other",
-        };
+        let name = ebtrace_format::family::by_number(f.family).map_or("other", |f| f.name);
         eprintln!(
             "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
             f.kept, f.lost, f.filtered, f.hits

@@ -42,22 +42,15 @@ unsafe impl plain::Plain for offcpu_event {}
 unsafe impl plain::Plain for func_event {}
 unsafe impl plain::Plain for mem_event {}
 
-pub const EV_ALLOC: u32 = 1;
-pub const EV_FREE: u32 = 2;
-pub const EV_LOCK: u32 = 3;
-pub const EV_CPU: u32 = 4;
-pub const EV_OFFCPU: u32 = 5;
-pub const EV_FUNC: u32 = 6;
-pub const EV_MEM: u32 = 7;
-pub const EV_STACK_COPY: u32 = 8;
-pub const MAX_FRAMES: usize = 128;
-pub const FAM_COUNT: usize = 10;
-pub const CTR_STRIDE: usize = 5;
-pub const CTR_HITS: usize = 0;
-pub const CTR_FILTERED: usize = 1;
-pub const CTR_LOST_RINGBUF: usize = 2;
-pub const CTR_LOST_MAP_FULL: usize = 3;
-pub const CTR_LOST_RATE: usize = 4;
+/// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
+#[allow(dead_code)]
+mod bpf_consts {
+    include!(concat!(env!("OUT_DIR"), "/bpf_consts.rs"));
+}
+pub use bpf_consts::*;
+/// Families' numbers (the `type` of an event header, the counters' family dimension) come from
+/// the one registry, trace.proto's EventFamily (`ebtrace_format::family`).
+pub use ebtrace_format::family::COUNT as FAM_COUNT;
 
 /// Reads a possibly short event into a zeroed full-size struct (events are sent only up to
 /// their last used stack slot).

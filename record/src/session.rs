@@ -12,6 +12,7 @@ use ebtrace_format::proto::{
     LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process, ProcessEvent,
     ProgramStats, Record, Stack, StackFlag, Stats, Trailer, UnwindTables, UserStackCopy,
 };
+use ebtrace_format::family::PerFamily;
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -69,7 +70,7 @@ pub struct Session<'a> {
     pub exit_codes: HashMap<u32, i32>,
     exited: HashMap<u32, u64>,
     /// Events written, by EventFamily.
-    pub kept: [u64; 10],
+    pub kept: PerFamily<u64>,
     pub malformed: u64,
     last_counters: BTreeMap<(usize, u32), u64>,
     sideband_lost: u64,
@@ -121,7 +122,7 @@ impl<'a> Session<'a> {
             live: HashSet::new(),
             exit_codes: HashMap::new(),
             exited: HashMap::new(),
-            kept: [0; 10],
+            kept: PerFamily::default(),
             kernel: crate::kallsyms::Needed::default(),
             copies: false,
             auto_copies: false,
@@ -583,7 +584,7 @@ impl<'a> Session<'a> {
         let id = match copy {
             // A stack with a copy is its own record: two copies are rarely equal.
             Some(c) => {
-                self.kept[EventFamily::StackCopy as usize] += 1;
+                self.kept[EventFamily::StackCopy] += 1;
                 self.w.write_stack_copy(Stack {
                     id: 0,
                     generation: g,
@@ -857,13 +858,13 @@ impl<'a> Session<'a> {
             return Ok(());
         }
         let h: probes::event_header = probes::read_event(data);
-        if h.r#type == probes::EV_STACK_COPY {
+        if h.r#type == EventFamily::StackCopy as u32 {
             self.keep_copy(data);
             return Ok(());
         }
         let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
         match h.r#type {
-            probes::EV_ALLOC => {
+            t if t == EventFamily::Alloc as u32 => {
                 let e: probes::alloc_event = probes::read_event(data);
                 let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
                 self.w.alloc(&AllocEvent {
@@ -875,9 +876,9 @@ impl<'a> Session<'a> {
                     address: e.addr,
                     kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
                 })?;
-                self.kept[1] += 1;
+                self.kept[EventFamily::Alloc] += 1;
             }
-            probes::EV_FREE => {
+            t if t == EventFamily::Free as u32 => {
                 let e: probes::free_event = probes::read_event(data);
                 self.w.free(&FreeEvent {
                     time_ns: h.time_ns,
@@ -885,9 +886,9 @@ impl<'a> Session<'a> {
                     tid: h.tid,
                     address: e.addr,
                 })?;
-                self.kept[2] += 1;
+                self.kept[EventFamily::Free] += 1;
             }
-            probes::EV_LOCK => {
+            t if t == EventFamily::Lock as u32 => {
                 let e: probes::lock_event = probes::read_event(data);
                 let stack = self.stack(
                     g,
@@ -919,9 +920,9 @@ impl<'a> Session<'a> {
                     source: LockSource::try_from(e.source as i32).unwrap_or_default(),
                     result: e.ret,
                 })?;
-                self.kept[3] += 1;
+                self.kept[EventFamily::Lock] += 1;
             }
-            probes::EV_CPU => {
+            t if t == EventFamily::Cpu as u32 => {
                 let e: probes::sample_event = probes::read_event(data);
                 let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
                 let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
@@ -932,9 +933,9 @@ impl<'a> Session<'a> {
                     stack,
                     cpu: h.cpu,
                 })?;
-                self.kept[EventFamily::Cpu as usize] += 1;
+                self.kept[EventFamily::Cpu] += 1;
             }
-            probes::EV_OFFCPU => {
+            t if t == EventFamily::Offcpu as u32 => {
                 let e: probes::offcpu_event = probes::read_event(data);
                 let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
                 let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
@@ -972,9 +973,9 @@ impl<'a> Session<'a> {
                     waker_stack,
                     state: e.state,
                 })?;
-                self.kept[EventFamily::Offcpu as usize] += 1;
+                self.kept[EventFamily::Offcpu] += 1;
             }
-            probes::EV_FUNC => {
+            t if t == EventFamily::Func as u32 => {
                 let e: probes::func_event = probes::read_event(data);
                 let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
                 let nargs = (e.nargs as usize).min(e.args.len());
@@ -988,9 +989,9 @@ impl<'a> Session<'a> {
                     args: e.args[..nargs].to_vec(),
                     ret: e.ret,
                 })?;
-                self.kept[EventFamily::Func as usize] += 1;
+                self.kept[EventFamily::Func] += 1;
             }
-            probes::EV_MEM => {
+            t if t == EventFamily::MemGrowth as u32 => {
                 let e: probes::mem_event = probes::read_event(data);
                 let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
                 self.w.mem_growth(&MemGrowthEvent {
@@ -1002,7 +1003,7 @@ impl<'a> Session<'a> {
                     size: e.size,
                     address: e.addr,
                 })?;
-                self.kept[EventFamily::MemGrowth as usize] += 1;
+                self.kept[EventFamily::MemGrowth] += 1;
             }
             _ => self.malformed += 1,
         }
@@ -1034,22 +1035,13 @@ impl<'a> Session<'a> {
             }
         }
         self.flush_kernel_symbols()?;
-        let families: Vec<FamilyStats> = [
-            EventFamily::Alloc,
-            EventFamily::Free,
-            EventFamily::Lock,
-            EventFamily::Func,
-            EventFamily::Cpu,
-            EventFamily::Offcpu,
-            EventFamily::MemGrowth,
-            EventFamily::StackCopy,
-        ]
-        .into_iter()
-        .map(|f| {
-            let i = f as usize;
+        let families: Vec<FamilyStats> = ebtrace_format::family::FAMILIES
+            .iter()
+            .map(|f| {
+            let i = f.number();
             FamilyStats {
-                family: f as i32,
-                kept: self.kept[i],
+                family: f.id as i32,
+                kept: self.kept[f.id],
                 lost: c.total(i, probes::CTR_LOST_RINGBUF)
                     + c.total(i, probes::CTR_LOST_MAP_FULL)
                     + c.total(i, probes::CTR_LOST_RATE),
