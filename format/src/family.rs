@@ -14,7 +14,7 @@ use std::ops::{Index, IndexMut};
 
 /// One family and its names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Family {
+pub struct FamilyInfo {
     pub id: EventFamily,
     /// The family's one name: ebrec's summary lines, `ebsym … --kind NAME`, ARCHITECTURE.md.
     pub name: &'static str,
@@ -27,7 +27,7 @@ pub struct Family {
     pub aliases: &'static [&'static str],
 }
 
-impl Family {
+impl FamilyInfo {
     /// The number of the family, as in the trace and the BPF header.
     pub const fn number(&self) -> usize {
         self.id as usize
@@ -35,7 +35,7 @@ impl Family {
 
     /// The spelling in JSON output and `ebsym info`'s loss lines: the proto enum value's
     /// name, lowercased, without its prefix (`EVENT_FAMILY_MEM_GROWTH` → "mem_growth"). It
-    /// differs from [`Family::name`] for two families and is kept as it is: JSON fields and
+    /// differs from [`FamilyInfo::name`] for two families and is kept as it is: JSON fields and
     /// values are a promise to scripts.
     pub fn wire_name(&self) -> String {
         let full = self.id.as_str_name();
@@ -46,16 +46,16 @@ impl Family {
 }
 
 /// Every family, in the order of their numbers.
-pub const FAMILIES: &[Family] = &[
-    Family { id: EventFamily::Alloc, name: "alloc", flag: Some("--alloc"), report: true, aliases: &[] },
-    Family { id: EventFamily::Free, name: "free", flag: None, report: false, aliases: &[] },
-    Family { id: EventFamily::Lock, name: "lock", flag: Some("--lock"), report: true, aliases: &["locks"] },
-    Family { id: EventFamily::Func, name: "func", flag: Some("--func"), report: true, aliases: &["latency"] },
-    Family { id: EventFamily::Cpu, name: "cpu", flag: Some("--cpu"), report: true, aliases: &[] },
-    Family { id: EventFamily::Offcpu, name: "offcpu", flag: Some("--offcpu"), report: true, aliases: &[] },
-    Family { id: EventFamily::MemGrowth, name: "memgrowth", flag: Some("--memgrowth"), report: true, aliases: &["mem", "mem_growth"] },
-    Family { id: EventFamily::Process, name: "process", flag: None, report: false, aliases: &[] },
-    Family { id: EventFamily::StackCopy, name: "stackcopy", flag: Some("--stack-mode dwarf"), report: false, aliases: &["stack_copy"] },
+pub const FAMILIES: &[FamilyInfo] = &[
+    FamilyInfo { id: EventFamily::Alloc, name: "alloc", flag: Some("--alloc"), report: true, aliases: &[] },
+    FamilyInfo { id: EventFamily::Free, name: "free", flag: None, report: false, aliases: &[] },
+    FamilyInfo { id: EventFamily::Lock, name: "lock", flag: Some("--lock"), report: true, aliases: &["locks"] },
+    FamilyInfo { id: EventFamily::Func, name: "func", flag: Some("--func"), report: true, aliases: &["latency"] },
+    FamilyInfo { id: EventFamily::Cpu, name: "cpu", flag: Some("--cpu"), report: true, aliases: &[] },
+    FamilyInfo { id: EventFamily::Offcpu, name: "offcpu", flag: Some("--offcpu"), report: true, aliases: &[] },
+    FamilyInfo { id: EventFamily::MemGrowth, name: "memgrowth", flag: Some("--memgrowth"), report: true, aliases: &["mem", "mem_growth"] },
+    FamilyInfo { id: EventFamily::Process, name: "process", flag: None, report: false, aliases: &[] },
+    FamilyInfo { id: EventFamily::StackCopy, name: "stackcopy", flag: Some("--stack-mode dwarf"), report: false, aliases: &["stack_copy"] },
 ];
 
 /// One more than the largest family number: the length of every per-family table, and of
@@ -63,7 +63,7 @@ pub const FAMILIES: &[Family] = &[
 pub const COUNT: usize = 10;
 
 /// The row of `id`.
-pub fn family(id: EventFamily) -> &'static Family {
+pub fn family(id: EventFamily) -> &'static FamilyInfo {
     FAMILIES
         .iter()
         .find(|f| f.id == id)
@@ -71,12 +71,12 @@ pub fn family(id: EventFamily) -> &'static Family {
 }
 
 /// The row of a family number read from a trace or the kernel, if it is one.
-pub fn by_number(n: i32) -> Option<&'static Family> {
+pub fn by_number(n: i32) -> Option<&'static FamilyInfo> {
     EventFamily::try_from(n).ok().filter(|f| *f != EventFamily::Unspecified).map(family)
 }
 
 /// The family named `s` (its name or an alias).
-pub fn by_name(s: &str) -> Option<&'static Family> {
+pub fn by_name(s: &str) -> Option<&'static FamilyInfo> {
     FAMILIES.iter().find(|f| f.name == s || f.aliases.contains(&s))
 }
 
@@ -105,7 +105,7 @@ impl<T> IndexMut<EventFamily> for PerFamily<T> {
 
 impl<T> PerFamily<T> {
     /// Every family of [`FAMILIES`] with its value, in number order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static Family, &T)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&'static FamilyInfo, &T)> {
         FAMILIES.iter().map(move |f| (f, &self.0[f.number()]))
     }
 }
