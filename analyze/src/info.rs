@@ -22,6 +22,7 @@ use ebtrace_format::proto::{record::Kind, EventFamily, Header, LossReason, Trail
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
 use std::path::Path;
 
 #[derive(Debug, Serialize)]
@@ -132,9 +133,17 @@ fn reason_name(v: i32) -> String {
         .unwrap_or_else(|_| format!("reason {v}"))
 }
 
-/// Reads the whole trace at `path` and summarizes it.
+/// Reads the whole trace at `path` and summarizes it: [`summarize_from`] of the opened
+/// file, with the file's size.
 pub fn summarize(path: &Path) -> Result<Info, ebtrace_format::Error> {
-    let mut reader = TraceReader::open(path)?;
+    let mut info = summarize_from(TraceReader::open(path)?, &path.display().to_string());
+    info.file.bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    Ok(info)
+}
+
+/// Reads an open trace to its end and summarizes it; `name` is what `file.path` says
+/// (the reader does not know), `file.bytes` the bytes the reader consumed.
+pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     let mut tables = Tables::default();
     let mut header: Option<Header> = None;
     let mut trailer: Option<Trailer> = None;
@@ -251,12 +260,11 @@ pub fn summarize(path: &Path) -> Result<Info, ebtrace_format::Error> {
         .collect();
     processes.sort_by_key(|p| (p.start_time_ns, p.generation));
     let stack_copies = tables.stacks.values().filter(|s| s.copy.is_some()).count() as u64;
-    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let lost_total = losses.values().sum();
-    Ok(Info {
+    Info {
         file: FileInfo {
-            path: path.display().to_string(),
-            bytes,
+            path: name.to_string(),
+            bytes: reader.offset(),
             format_version: reader.version(),
             chunks: reader.chunks(),
             records: reader.records(),
@@ -297,7 +305,7 @@ pub fn summarize(path: &Path) -> Result<Info, ebtrace_format::Error> {
         damage,
         symbolized,
         symbolized_addresses,
-    })
+    }
 }
 
 impl Info {

@@ -6,6 +6,7 @@ use ebtrace_format::proto::{record::Kind, EventFamily, Header, LossReason, Recor
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
 use std::path::Path;
 
 /// What to keep: the report's filters.
@@ -114,6 +115,44 @@ pub struct Loaded {
     pub probed: HashMap<u64, u64>,
 }
 
+/// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
+/// or of bytes in memory: `TraceReader::new(&bytes[..])`), or the records themselves
+/// ([`Records`]), e.g. a raw trace that ebsym symbolized into memory. Reports take one
+/// (`reports::top_from`, `leaks_from`, `stacks_from`, `info::summarize_from`); their
+/// path versions open the file and call them.
+pub trait Trace {
+    /// Calls `f` with every record in order; returns the damage met while reading (as
+    /// `Losses::damage` states it).
+    fn each_record(self, f: impl FnMut(Record)) -> Vec<String>;
+}
+
+impl<R: Read> Trace for &mut TraceReader<R> {
+    fn each_record(self, mut f: impl FnMut(Record)) -> Vec<String> {
+        for record in self.by_ref() {
+            f(record);
+        }
+        self.damage().iter().map(|d| d.to_string()).collect()
+    }
+}
+
+impl<R: Read> Trace for TraceReader<R> {
+    fn each_record(mut self, f: impl FnMut(Record)) -> Vec<String> {
+        (&mut self).each_record(f)
+    }
+}
+
+/// Records already decoded (any iterator of them), as a [`Trace`]: no damage to report;
+/// cut when no `Trailer` record comes.
+#[derive(Debug, Clone)]
+pub struct Records<I>(pub I);
+
+impl<I: IntoIterator<Item = Record>> Trace for Records<I> {
+    fn each_record(self, f: impl FnMut(Record)) -> Vec<String> {
+        self.0.into_iter().for_each(f);
+        Vec::new()
+    }
+}
+
 /// Largest offset into a kernel symbol that names a kernel frame (kernel functions are a
 /// few KiB at most).
 pub const MAX_KERNEL_SYMBOL_SIZE: u64 = 1 << 20;
@@ -184,22 +223,25 @@ impl Loaded {
         true
     }
 
-    /// Reads the trace at `path`, feeding every event that passes `filter` to `sink`.
+    /// Reads the trace at `path`, feeding every event that passes `filter` to `sink`:
+    /// [`Loaded::from_trace`] of the opened file.
     pub fn read(
         path: &Path,
         filter: &Filter,
         sink: &mut dyn Sink,
     ) -> Result<Loaded, ebtrace_format::Error> {
-        let mut reader = TraceReader::open(path)?;
+        Ok(Loaded::from_trace(TraceReader::open(path)?, filter, sink))
+    }
+
+    /// Reads `trace` to its end, feeding every event that passes `filter` to `sink`.
+    pub fn from_trace(trace: impl Trace, filter: &Filter, sink: &mut dyn Sink) -> Loaded {
         let mut l = Loaded::default();
         let mut trailer = false;
-        for record in reader.by_ref() {
-            l.record(record, filter, sink, &mut trailer);
-        }
+        let damage = trace.each_record(|record| l.record(record, filter, sink, &mut trailer));
         l.sort_kernel_symbols();
         l.losses.cut = !trailer;
-        l.losses.damage = reader.damage().iter().map(|d| d.to_string()).collect();
-        Ok(l)
+        l.losses.damage = damage;
+        l
     }
 
     fn record(&mut self, record: Record, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
