@@ -10,7 +10,7 @@
 //! chain innermost first; Functions deduplicated by (name, file); Mappings with their
 //! build-ids and file names.
 use crate::model::{Frame, MappingInfo};
-use crate::reports::{EventKind, Stacks};
+use crate::reports::{EventKind, Measure, Stacks};
 use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 use std::collections::HashMap;
 
@@ -32,18 +32,18 @@ pub fn sample_types(kind: EventKind, has_hold: bool) -> Vec<(&'static str, &'sta
 }
 
 /// The sample type `--by` stands for.
-fn default_type(kind: EventKind, by: &str) -> &'static str {
+fn default_type(kind: EventKind, by: Measure) -> &'static str {
     match (kind, by) {
-        (EventKind::Alloc, "count") => "alloc_objects",
+        (EventKind::Alloc, Measure::Count) => "alloc_objects",
         (EventKind::Alloc, _) => "alloc_space",
-        (EventKind::MemGrowth, "count") => "growth_events",
+        (EventKind::MemGrowth, Measure::Count) => "growth_events",
         (EventKind::MemGrowth, _) => "growth_space",
-        (EventKind::Lock, "count") => "contentions",
-        (EventKind::Lock, "hold") => "hold",
+        (EventKind::Lock, Measure::Count) => "contentions",
+        (EventKind::Lock, Measure::Hold) => "hold",
         (EventKind::Lock, _) => "delay",
         (EventKind::Cpu, _) => "samples",
         (EventKind::OffCpu, _) => "time",
-        (EventKind::Func, "count") => "calls",
+        (EventKind::Func, Measure::Count) => "calls",
         (EventKind::Func, _) => "latency",
     }
 }
@@ -170,8 +170,13 @@ fn chains(frames: &[Frame]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
-/// The pprof profile of `st`, with `by` as the default sample type.
+/// [`profile_by`] with `by` a measure's name (the kind's default if it names none).
 pub fn profile(st: &Stacks, by: &str) -> Profile {
+    profile_by(st, st.kind.measure_or_default(by))
+}
+
+/// The pprof profile of `st`, with `by` as the default sample type.
+pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
     let mut b = Builder::default();
     b.string("");
     let has_hold = st.kind == EventKind::Lock && st.stacks.iter().any(|s| s.hold > 0);

@@ -1,0 +1,207 @@
+//! What a report is about ([`EventKind`]) and what it measures ([`Measure`], `--by`).
+use serde::Serialize;
+
+/// Event kinds a report can be about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Alloc,
+    Lock,
+    Func,
+    Cpu,
+    OffCpu,
+    MemGrowth,
+}
+
+impl EventKind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [EventKind; 6] = [
+        EventKind::Alloc,
+        EventKind::Lock,
+        EventKind::Func,
+        EventKind::Cpu,
+        EventKind::OffCpu,
+        EventKind::MemGrowth,
+    ];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "alloc" => EventKind::Alloc,
+            "lock" | "locks" => EventKind::Lock,
+            "func" | "latency" => EventKind::Func,
+            "cpu" => EventKind::Cpu,
+            "offcpu" => EventKind::OffCpu,
+            "memgrowth" | "mem" => EventKind::MemGrowth,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Alloc => "alloc",
+            EventKind::Lock => "lock",
+            EventKind::Func => "func",
+            EventKind::Cpu => "cpu",
+            EventKind::OffCpu => "offcpu",
+            EventKind::MemGrowth => "memgrowth",
+        }
+    }
+
+    /// What `--by` may be for this kind, the first being the default.
+    pub fn valid_measures(self) -> &'static [Measure] {
+        use Measure::*;
+        match self {
+            EventKind::Alloc | EventKind::MemGrowth => &[Bytes, Count],
+            EventKind::Lock => &[Wait, Hold, Count],
+            EventKind::Func => &[Latency, Count],
+            EventKind::Cpu => &[Samples],
+            EventKind::OffCpu => &[Time, Count],
+        }
+    }
+
+    /// The measure a report of this kind sorts by when `--by` is not given.
+    pub fn default_measure(self) -> Measure {
+        self.valid_measures()[0]
+    }
+
+    /// `by` as a measure of this kind: None if it is not a measure or not one of
+    /// [`EventKind::valid_measures`].
+    pub fn parse_measure(self, by: &str) -> Option<Measure> {
+        Measure::parse(by).filter(|m| self.valid_measures().contains(m))
+    }
+
+    /// The names of [`EventKind::valid_measures`], the first being the default (for
+    /// callers that still pass `--by` as a string).
+    pub fn measures(self) -> &'static [&'static str] {
+        match self {
+            EventKind::Alloc | EventKind::MemGrowth => &["bytes", "count"],
+            EventKind::Lock => &["wait", "hold", "count"],
+            EventKind::Func => &["latency", "count"],
+            EventKind::Cpu => &["samples"],
+            EventKind::OffCpu => &["time", "count"],
+        }
+    }
+
+    /// Unit of the measure named `by`, for flame graphs ([`Measure::unit`]; a name that
+    /// is no measure is nanoseconds).
+    pub fn unit(self, by: &str) -> &'static str {
+        Measure::parse(by).map_or("ns", Measure::unit)
+    }
+
+    /// `by` as a measure, or the default of this kind if it is none (what the string
+    /// taking functions did with a name they did not know).
+    pub(crate) fn measure_or_default(self, by: &str) -> Measure {
+        Measure::parse(by).unwrap_or(self.default_measure())
+    }
+}
+
+/// What a report sums, sorts and draws by (`--by`). Which apply to a kind:
+/// [`EventKind::valid_measures`]. Serializes as its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Measure {
+    /// alloc and memgrowth: bytes.
+    Bytes,
+    /// Events (calls, contentions, blocks).
+    Count,
+    /// lock: time waiting for the lock.
+    Wait,
+    /// lock: time holding it (uprobe mode).
+    Hold,
+    /// func: time in the function.
+    Latency,
+    /// cpu: samples.
+    Samples,
+    /// offcpu: time off the CPU.
+    Time,
+}
+
+impl Measure {
+    /// Every measure.
+    pub const ALL: [Measure; 7] = [
+        Measure::Bytes,
+        Measure::Count,
+        Measure::Wait,
+        Measure::Hold,
+        Measure::Latency,
+        Measure::Samples,
+        Measure::Time,
+    ];
+
+    /// The measure a `--by` value names.
+    pub fn parse(s: &str) -> Option<Self> {
+        Measure::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// The `--by` value (and the JSON `by` field).
+    pub fn name(self) -> &'static str {
+        match self {
+            Measure::Bytes => "bytes",
+            Measure::Count => "count",
+            Measure::Wait => "wait",
+            Measure::Hold => "hold",
+            Measure::Latency => "latency",
+            Measure::Samples => "samples",
+            Measure::Time => "time",
+        }
+    }
+
+    /// Unit of the measure, for flame graphs.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Measure::Bytes => "bytes",
+            Measure::Count => "calls",
+            Measure::Samples => "samples",
+            Measure::Wait | Measure::Hold | Measure::Latency | Measure::Time => "ns",
+        }
+    }
+
+    /// Of a stack's `count` events, with `total` (bytes, wait or duration ns, samples) and
+    /// lock `hold` ns: the value this measures for `kind`.
+    pub(crate) fn pick(self, kind: EventKind, count: u64, total: u64, hold: u64) -> u64 {
+        match (kind, self) {
+            (EventKind::Cpu, _) | (_, Measure::Count) => count,
+            (EventKind::Lock, Measure::Hold) => hold,
+            _ => total,
+        }
+    }
+}
+
+impl std::fmt::Display for Measure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Measure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Measure::parse(s).ok_or_else(|| format!("unknown measure {s}"))
+    }
+}
+
+impl Serialize for Measure {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_and_their_names_agree() {
+        for kind in EventKind::ALL {
+            let names: Vec<&str> = kind.valid_measures().iter().map(|m| m.name()).collect();
+            assert_eq!(names, kind.measures(), "{kind:?}");
+            for m in kind.valid_measures() {
+                assert_eq!(kind.parse_measure(m.name()), Some(*m));
+                assert_eq!(kind.unit(m.name()), m.unit());
+            }
+        }
+        for m in Measure::ALL {
+            assert_eq!(Measure::parse(m.name()), Some(m));
+        }
+        assert_eq!(EventKind::Cpu.parse_measure("count"), None);
+        assert_eq!(Measure::parse("nope"), None);
+    }
+}

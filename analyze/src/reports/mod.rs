@@ -1,0 +1,68 @@
+//! The reports: top stacks, leaks, locks, folded stacks and flame graphs.
+//!
+//! JSON (`--json`), the same shape for every report:
+//! `{"kind", "by", "totals": {…}, "losses": {…}, "rows": [{…values…, "frames": [{"function",
+//! "file", "line", "inlined", "module", "address"}]}]}`, frames leaf first. Values: alloc
+//! `count`, `bytes`; leaks `count`, `bytes`, `oldest_ns`, `alive`; locks `count`, `wait_ns`,
+//! `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `waker_frames`; func `count`,
+//! `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`, `function` (the probed function's
+//! demangled name, null if the trace does not say), `function_id`; cpu `count`; offcpu
+//! `count`, `total_ns`, `waker_frames` (the stack of the thread that most often ended these
+//! blocks; empty when woken by an interrupt); memgrowth `count`, `bytes` (brk, mmap and
+//! first-touch growth; releases — munmap, a shrinking brk — are not counted).
+//!
+//! Percentiles (`wait_p99_ns`, `hold_p99_ns`, `p50_ns`, `p90_ns`, `p99_ns`) are nearest-rank
+//! percentiles read from a log-linear histogram ([`crate::histogram`]), not from every
+//! value: each is within 1/64 (1.6%) of the exact one, exact below 64 ns, and exact when
+//! the rank is the highest (p99 of fewer than 100 events is the maximum). `count`,
+//!
+//! One file per report: `kind.rs` (event kinds and measures), `stacks.rs` (the per-stack
+//! aggregation that `top`, folded stacks, pprof and diffs share), `top.rs` (the
+//! [`Report`] and its typed [`Row`]s), `leaks.rs`, `folded.rs`, `flamegraph.rs`,
+//! `diff.rs` and `text.rs` (the renderings for people); everything is used from here.
+//! Each report reads an open trace ([`Trace`]: a `TraceReader`, or [`Records`] in memory)
+//! in its `…_from` function ([`top_from`], [`leaks_from`], [`stacks_from`],
+//! [`folded_from`], [`diff_from`]); the functions named after the reports take a path
+//! (and `--by` as a string) and are thin wrappers over them.
+mod diff;
+mod flamegraph;
+mod folded;
+mod kind;
+mod leaks;
+mod stacks;
+mod text;
+mod top;
+
+pub use crate::model::{Records, Trace};
+pub use diff::{diff, diff_from, diff_stacks, DiffReport, DiffRow};
+pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
+pub use folded::{folded, folded_from, folded_key, Folded};
+pub use kind::{EventKind, Measure};
+pub use leaks::{leaks, leaks_from};
+pub use stacks::{stacks, stacks_from, StackValues, Stacks};
+pub use text::losses_text;
+pub use top::{top, top_from, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row};
+
+use crate::model::{Filter, Losses};
+
+/// The message a report gives instead of an empty table: no event of `what` (passed the
+/// filters), and how many events were lost while recording, which may be why.
+pub fn empty_note(what: &str, filter: &Filter, losses: &Losses) -> String {
+    let mut s = format!("no {what} events in this trace");
+    if !filter.is_empty() {
+        s.push_str(" match the filters");
+    }
+    let lost: u64 = losses.recorded.values().sum();
+    if lost > 0 {
+        let v: Vec<String> = losses
+            .recorded
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        s.push_str(&format!(
+            " (but {lost} events were lost while recording: {})",
+            v.join(", ")
+        ));
+    }
+    s
+}

@@ -1,0 +1,234 @@
+//! The per-stack aggregation every stack report shares: events of one kind folded into
+//! stacks as they stream by, then stacks that symbolize alike merged ([`Stacks`], what
+//! `top`, folded stacks, flame graphs, pprof and diffs are made of).
+use super::{empty_note, EventKind, Measure};
+use crate::hash::FastMap;
+use crate::histogram::Histogram;
+use crate::model::{Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
+use ebtrace_format::TraceReader;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// What was aggregated under one stack (and sub-key: mutex, probed function).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Agg {
+    pub(crate) count: u64,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
+    /// lock and func: the histograms of a (wait, duration) and b (hold).
+    pub(crate) hists: Option<Box<[Histogram; 2]>>,
+    pub(crate) mutex: u64,
+    pub(crate) futex_op: u32,
+    pub(crate) wakers: HashMap<u64, u64>,
+}
+
+impl Agg {
+    pub(crate) fn hist(&self, i: usize) -> Histogram {
+        self.hists
+            .as_ref()
+            .map(|h| h[i].clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Per-stack aggregation of one kind.
+struct TopSink {
+    kind: EventKind,
+    by_stack: FastMap<(u64, u64), Agg>,
+}
+
+impl Sink for TopSink {
+    fn event(&mut self, ev: &Event<'_>) {
+        let (key, a, b, sample_b) = match (self.kind, ev) {
+            (EventKind::Alloc, Event::Alloc(e)) => ((e.stack, 0), e.size, 0, None),
+            // Growth only: an munmap (or a shrinking brk) releases memory, it does not grow it.
+            (EventKind::MemGrowth, Event::MemGrowth(e))
+                if e.kind != ebtrace_format::proto::MemGrowthKind::Munmap =>
+            {
+                ((e.stack, 0), e.size, 0, None)
+            }
+            (EventKind::Lock, Event::Lock(e)) => {
+                ((e.stack, e.mutex), e.wait_ns, e.hold_ns, Some(e.hold_ns))
+            }
+            (EventKind::Func, Event::Func(e)) => ((e.stack, e.function), e.duration_ns, 0, None),
+            (EventKind::Cpu, Event::Cpu(e)) => ((e.stack, 0), 1, 0, None),
+            (EventKind::OffCpu, Event::OffCpu(e)) => ((e.stack, 0), e.duration_ns, 0, None),
+            _ => return,
+        };
+        let g = self.by_stack.entry(key).or_default();
+        g.count += 1;
+        g.a += a;
+        g.b += b;
+        if matches!(self.kind, EventKind::Lock | EventKind::Func) {
+            let h = g.hists.get_or_insert_default();
+            h[0].record(a);
+            if let Some(hold) = sample_b {
+                h[1].record(hold);
+            }
+        }
+        if let Event::Lock(e) = ev {
+            g.mutex = e.mutex;
+            g.futex_op = e.futex_op;
+            if e.waker_stack != 0 {
+                *g.wakers.entry(e.waker_stack).or_default() += 1;
+            }
+        }
+        if let Event::OffCpu(e) = ev {
+            if e.waker_stack != 0 {
+                *g.wakers.entry(e.waker_stack).or_default() += 1;
+            }
+        }
+    }
+}
+
+/// A stack's frames as (function, file, line, inlined): see [`frame_key`].
+pub(crate) type FrameKey = Vec<(String, Option<String>, Option<u32>, bool)>;
+
+/// Frames without their addresses: the key under which stacks of several generations (or
+/// stack ids that symbolize alike) merge.
+pub(crate) fn frame_key(frames: &[Frame]) -> FrameKey {
+    frames
+        .iter()
+        .map(|f| (f.function.clone(), f.file.clone(), f.line, f.inlined))
+        .collect()
+}
+
+/// One stack after merging (stack ids that symbolize alike, across processes), with what
+/// was aggregated under it.
+pub(crate) struct Merged {
+    pub(crate) sub: u64,
+    pub(crate) frames: Vec<Frame>,
+    pub(crate) mappings: Vec<Option<MappingInfo>>,
+    pub(crate) agg: Agg,
+}
+
+/// Reads the trace and folds events of `kind` into merged stacks, in a fixed order.
+pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loaded, Vec<Merged>) {
+    let mut sink = TopSink {
+        kind,
+        by_stack: FastMap::default(),
+    };
+    let mut l = Loaded::from_trace(trace, filter, &mut sink);
+    type Key = (u64, FrameKey);
+    let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
+    let mut keys: Vec<(u64, u64)> = sink.by_stack.keys().copied().collect();
+    keys.sort_unstable();
+    // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
+    let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
+    for key in keys {
+        let agg = sink.by_stack.remove(&key).unwrap();
+        if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
+            let (f, m) = l.frames_and_mappings(key.0);
+            resolved = Some((key.0, f, m));
+        }
+        let (_, frames, mappings) = resolved.as_ref().unwrap();
+        let e = merged
+            .entry((key.1, frame_key(frames)))
+            .or_insert_with(|| Merged {
+                sub: key.1,
+                frames: frames.clone(),
+                mappings: mappings.clone(),
+                agg: Agg::default(),
+            });
+        let m = &mut e.agg;
+        m.count += agg.count;
+        m.a += agg.a;
+        m.b += agg.b;
+        if let Some(h) = agg.hists {
+            match &mut m.hists {
+                Some(mh) => {
+                    mh[0].merge(&h[0]);
+                    mh[1].merge(&h[1]);
+                }
+                None => m.hists = Some(h),
+            }
+        }
+        m.mutex = agg.mutex;
+        m.futex_op = agg.futex_op;
+        for (w, c) in agg.wakers {
+            *m.wakers.entry(w).or_default() += c;
+        }
+    }
+    (l, merged.into_values().collect())
+}
+
+/// One merged stack and its values, for pprof, folded stacks and diffs.
+#[derive(Debug, Clone)]
+pub struct StackValues {
+    /// Leaf first, inlined frames expanded (innermost first).
+    pub frames: Vec<Frame>,
+    /// The mapping of each frame (None for kernel frames and frames outside any mapping).
+    pub mappings: Vec<Option<MappingInfo>>,
+    /// lock: the mutex; func: the probed function id; else 0.
+    pub sub: u64,
+    /// Events.
+    pub count: u64,
+    /// alloc and memgrowth: bytes; lock: wait ns; func and offcpu: total ns; cpu: samples.
+    pub total: u64,
+    /// lock: hold ns (0 when not recorded).
+    pub hold: u64,
+}
+
+impl StackValues {
+    /// The value `by` measures (as `top` sorts and `folded` prints).
+    pub fn value(&self, kind: EventKind, by: Measure) -> u64 {
+        by.pick(kind, self.count, self.total, self.hold)
+    }
+
+    /// [`StackValues::value`] of the measure named `by` (the kind's default if it names
+    /// none).
+    pub fn measure(&self, kind: EventKind, by: &str) -> u64 {
+        self.value(kind, kind.measure_or_default(by))
+    }
+}
+
+/// The merged stacks of one kind with their values: what `top` sorts and prints.
+#[derive(Debug)]
+pub struct Stacks {
+    pub kind: EventKind,
+    pub stacks: Vec<StackValues>,
+    pub losses: Losses,
+    pub header: ebtrace_format::proto::Header,
+    /// Boottime ns of the first and last event that passed the filter.
+    pub first_event_ns: Option<u64>,
+    pub last_event_ns: Option<u64>,
+    /// Set when no event passed: the message to give instead of an empty report.
+    pub note: Option<String>,
+}
+
+/// [`stacks_from`] of the trace at `path`.
+pub fn stacks(
+    path: &Path,
+    kind: EventKind,
+    filter: &Filter,
+) -> Result<Stacks, ebtrace_format::Error> {
+    Ok(stacks_from(TraceReader::open(path)?, kind, filter))
+}
+
+/// The merged stacks of `kind` in an open trace, with their values (the aggregation of
+/// `top`, with the mapping of every frame), in a fixed order.
+pub fn stacks_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stacks {
+    let (l, merged) = merge(trace, kind, filter);
+    let note = merged
+        .is_empty()
+        .then(|| empty_note(kind.name(), filter, &l.losses));
+    Stacks {
+        kind,
+        stacks: merged
+            .into_iter()
+            .map(|m| StackValues {
+                frames: m.frames,
+                mappings: m.mappings,
+                sub: m.sub,
+                count: m.agg.count,
+                total: m.agg.a,
+                hold: m.agg.b,
+            })
+            .collect(),
+        losses: l.losses,
+        header: l.header,
+        first_event_ns: l.first_event_ns,
+        last_event_ns: l.last_event_ns,
+        note,
+    }
+}

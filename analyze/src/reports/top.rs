@@ -1,0 +1,383 @@
+//! `ebsym top` (and `locks`, `latency`): the stacks of one kind sorted by a measure, and
+//! the [`Report`] with its typed [`Row`]s that `leaks` shares.
+use super::stacks::{merge, Agg, Merged};
+use super::{empty_note, EventKind, Measure};
+use crate::histogram::Log2Bin;
+use crate::model::{Filter, Frame, Losses, Trace};
+use ebtrace_format::TraceReader;
+use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A report ready to print or serialize.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The event kind's name, or "leaks".
+    pub kind: String,
+    pub by: Measure,
+    pub totals: BTreeMap<String, u64>,
+    pub losses: Losses,
+    pub rows: Vec<Row>,
+    /// For `func` (`ebsym latency`): the log2 histogram of each row's durations, shown in
+    /// the text (the JSON has the percentiles).
+    #[serde(skip)]
+    pub histograms: Vec<Vec<Log2Bin>>,
+    /// Set when there are no rows to show: why (no events of the kind, with the losses
+    /// that may explain it; or, for leaks, that every allocation was freed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One row of a [`Report`]: a stack and its values, of the report's kind. Serializes as
+/// the row's object alone (the JSON has no tag); the fields of each row type are in
+/// alphabetical order, as JSON and text show them.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Row {
+    /// alloc and memgrowth.
+    Bytes(BytesRow),
+    Lock(LockRow),
+    Func(FuncRow),
+    Cpu(CpuRow),
+    OffCpu(OffCpuRow),
+    Leak(LeakRow),
+}
+
+/// A row of `top --kind alloc` or `--kind memgrowth`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BytesRow {
+    pub bytes: u64,
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+}
+
+/// A row of `ebsym locks`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    /// Absent when no hold was recorded (futex mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_p99_ns: Option<u64>,
+    /// "mutex", "condvar" or "other".
+    pub kind: &'static str,
+    /// The lock's address, hex.
+    pub mutex: String,
+    pub wait_ns: u64,
+    pub wait_p99_ns: u64,
+    /// The stack of the thread that most often released the lock to these waiters.
+    #[serde(serialize_with = "sorted_frames")]
+    pub waker_frames: Vec<Frame>,
+}
+
+/// A row of `ebsym latency`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FuncRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    /// The probed function's demangled name, None (null) if the trace does not say.
+    pub function: Option<String>,
+    pub function_id: u64,
+    pub max_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub total_ns: u64,
+}
+
+/// A row of `top --kind cpu`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+}
+
+/// A row of `top --kind offcpu`.
+#[derive(Debug, Clone, Serialize)]
+pub struct OffCpuRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    pub total_ns: u64,
+    /// The stack of the thread that most often ended these blocks; empty when woken by an
+    /// interrupt.
+    #[serde(serialize_with = "sorted_frames")]
+    pub waker_frames: Vec<Frame>,
+}
+
+/// A row of `ebsym leaks`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeakRow {
+    /// Whether the process was still alive at the end of the recording.
+    pub alive: bool,
+    pub bytes: u64,
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    /// Age of the oldest block at the end of the recording.
+    pub oldest_ns: u64,
+}
+
+/// A row's scalar value, as the text shows it.
+fn num(v: u64) -> String {
+    v.to_string()
+}
+
+impl Row {
+    /// The stack, leaf first.
+    pub fn frames(&self) -> &[Frame] {
+        match self {
+            Row::Bytes(r) => &r.frames,
+            Row::Lock(r) => &r.frames,
+            Row::Func(r) => &r.frames,
+            Row::Cpu(r) => &r.frames,
+            Row::OffCpu(r) => &r.frames,
+            Row::Leak(r) => &r.frames,
+        }
+    }
+
+    /// The waker's stack, for the kinds that have one (lock, offcpu).
+    pub fn waker_frames(&self) -> Option<&[Frame]> {
+        match self {
+            Row::Lock(r) => Some(&r.waker_frames),
+            Row::OffCpu(r) => Some(&r.waker_frames),
+            _ => None,
+        }
+    }
+
+    /// Events under the stack.
+    pub fn count(&self) -> u64 {
+        match self {
+            Row::Bytes(r) => r.count,
+            Row::Lock(r) => r.count,
+            Row::Func(r) => r.count,
+            Row::Cpu(r) => r.count,
+            Row::OffCpu(r) => r.count,
+            Row::Leak(r) => r.count,
+        }
+    }
+
+    /// The values other than the stacks, named as in the JSON and in its order (strings
+    /// as they are, a missing function name as `null`): what the text's row line shows.
+    pub fn values(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Row::Bytes(r) => vec![("bytes", num(r.bytes)), ("count", num(r.count))],
+            Row::Lock(r) => {
+                let mut v = vec![("count", num(r.count))];
+                if let Some(h) = r.hold_ns {
+                    v.push(("hold_ns", num(h)));
+                }
+                if let Some(h) = r.hold_p99_ns {
+                    v.push(("hold_p99_ns", num(h)));
+                }
+                v.extend([
+                    ("kind", r.kind.to_string()),
+                    ("mutex", r.mutex.clone()),
+                    ("wait_ns", num(r.wait_ns)),
+                    ("wait_p99_ns", num(r.wait_p99_ns)),
+                ]);
+                v
+            }
+            Row::Func(r) => vec![
+                ("count", num(r.count)),
+                (
+                    "function",
+                    r.function.clone().unwrap_or_else(|| "null".into()),
+                ),
+                ("function_id", num(r.function_id)),
+                ("max_ns", num(r.max_ns)),
+                ("p50_ns", num(r.p50_ns)),
+                ("p90_ns", num(r.p90_ns)),
+                ("p99_ns", num(r.p99_ns)),
+                ("total_ns", num(r.total_ns)),
+            ],
+            Row::Cpu(r) => vec![("count", num(r.count))],
+            Row::OffCpu(r) => vec![("count", num(r.count)), ("total_ns", num(r.total_ns))],
+            Row::Leak(r) => vec![
+                ("alive", r.alive.to_string()),
+                ("bytes", num(r.bytes)),
+                ("count", num(r.count)),
+                ("oldest_ns", num(r.oldest_ns)),
+            ],
+        }
+    }
+}
+
+/// Frames in a row serialize with their fields in alphabetical order (a row's JSON has
+/// always been sorted that way), unlike [`Frame`]'s own order (used by `diff`).
+fn sorted_frames<S: Serializer>(frames: &[Frame], s: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Sorted<'a> {
+        address: &'a str,
+        file: &'a Option<String>,
+        function: &'a str,
+        inlined: bool,
+        line: Option<u32>,
+        module: &'a str,
+    }
+    s.collect_seq(frames.iter().map(|f| Sorted {
+        address: &f.address,
+        file: &f.file,
+        function: &f.function,
+        inlined: f.inlined,
+        line: f.line,
+        module: &f.module,
+    }))
+}
+
+/// The waker stack seen most often in `agg` (ties: the lowest id).
+fn top_waker(agg: &Agg) -> Option<u64> {
+    agg.wakers
+        .iter()
+        .max_by_key(|(s, c)| (**c, std::cmp::Reverse(**s)))
+        .map(|(s, _)| *s)
+}
+
+fn lock_kind(frames: &[Frame], futex_op: u32) -> &'static str {
+    let has = |s: &str| frames.iter().any(|f| f.function.contains(s));
+    if has("pthread_cond_") || has("condition_variable") {
+        "condvar"
+    } else if has("lll_lock") || has("pthread_mutex_") || has("mutex::lock") {
+        "mutex"
+    } else {
+        // glibc: mutexes wait with FUTEX_WAIT (or LOCK_PI), condition variables with
+        // FUTEX_WAIT_BITSET.
+        match futex_op {
+            0 | 6 | 13 => "mutex",
+            9 => "condvar",
+            _ => "other",
+        }
+    }
+}
+
+/// [`top_from`] of the trace at `path`, `by` a measure's name (the kind's default if it
+/// names none).
+pub fn top(
+    path: &Path,
+    kind: EventKind,
+    by: &str,
+    filter: &Filter,
+    n: usize,
+) -> Result<Report, ebtrace_format::Error> {
+    let trace = TraceReader::open(path)?;
+    Ok(top_from(
+        trace,
+        kind,
+        kind.measure_or_default(by),
+        filter,
+        n,
+    ))
+}
+
+/// `ebsym top` (and `locks`, `latency`) of an open trace: the `n` stacks of `kind` with
+/// the most `by`.
+pub fn top_from(
+    trace: impl Trace,
+    kind: EventKind,
+    by: Measure,
+    filter: &Filter,
+    n: usize,
+) -> Report {
+    let (mut l, merged) = merge(trace, kind, filter);
+    let note = merged
+        .is_empty()
+        .then(|| empty_note(kind.name(), filter, &l.losses));
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let mut scored: Vec<(u64, Merged)> = Vec::with_capacity(merged.len());
+    for m in merged {
+        let agg = &m.agg;
+        *totals.entry("count".to_string()).or_default() += agg.count;
+        match kind {
+            EventKind::Alloc | EventKind::MemGrowth => {
+                *totals.entry("bytes".into()).or_default() += agg.a;
+            }
+            EventKind::Lock => {
+                *totals.entry("wait_ns".into()).or_default() += agg.a;
+                if agg.b > 0 {
+                    *totals.entry("hold_ns".into()).or_default() += agg.b;
+                }
+            }
+            EventKind::Func | EventKind::OffCpu => {
+                *totals.entry("total_ns".into()).or_default() += agg.a;
+            }
+            EventKind::Cpu => {}
+        }
+        scored.push((by.pick(kind, agg.count, agg.a, agg.b), m));
+    }
+    // Largest first; ties in a fixed order (the frames) so output is deterministic. Only
+    // the rows shown are rendered.
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.frames.cmp(&b.1.frames)));
+    let mut rows: Vec<Row> = Vec::with_capacity(n.min(scored.len()));
+    let mut histograms = Vec::new();
+    for (
+        _,
+        Merged {
+            sub, frames, agg, ..
+        },
+    ) in scored.into_iter().take(n)
+    {
+        rows.push(match kind {
+            EventKind::Alloc | EventKind::MemGrowth => Row::Bytes(BytesRow {
+                bytes: agg.a,
+                count: agg.count,
+                frames,
+            }),
+            EventKind::Lock => {
+                let waker_frames = top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default();
+                let held = agg.b > 0;
+                Row::Lock(LockRow {
+                    count: agg.count,
+                    hold_ns: held.then_some(agg.b),
+                    hold_p99_ns: held.then(|| agg.hist(1).quantile(0.99)),
+                    kind: lock_kind(&frames, agg.futex_op),
+                    mutex: format!("{:#x}", agg.mutex),
+                    wait_ns: agg.a,
+                    wait_p99_ns: agg.hist(0).quantile(0.99),
+                    waker_frames,
+                    frames,
+                })
+            }
+            EventKind::Func => {
+                let h = agg.hist(0);
+                histograms.push(h.log2_bins());
+                Row::Func(FuncRow {
+                    count: agg.count,
+                    frames,
+                    function: l.probed.get(&sub).map(|&n| l.tables.string(n).into_owned()),
+                    function_id: sub,
+                    max_ns: h.max(),
+                    p50_ns: h.quantile(0.5),
+                    p90_ns: h.quantile(0.9),
+                    p99_ns: h.quantile(0.99),
+                    total_ns: agg.a,
+                })
+            }
+            EventKind::Cpu => Row::Cpu(CpuRow {
+                count: agg.count,
+                frames,
+            }),
+            EventKind::OffCpu => Row::OffCpu(OffCpuRow {
+                count: agg.count,
+                total_ns: agg.a,
+                // The stack of the thread that most often ended these blocks.
+                waker_frames: top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default(),
+                frames,
+            }),
+        });
+    }
+    Report {
+        kind: kind.name().into(),
+        by,
+        totals,
+        losses: l.losses,
+        rows,
+        histograms,
+        note,
+    }
+}
