@@ -1100,3 +1100,77 @@ fn dump_every_report() {
         }
     }
 }
+
+/// The reports of an open trace (a reader over bytes in memory, or records already
+/// decoded, as ebsym has after symbolizing a raw trace into memory) are the reports of
+/// the file.
+#[test]
+fn reports_of_an_open_trace_are_the_reports_of_its_file() {
+    use ebtrace_analyze::reports::{Measure, Records};
+    use ebtrace_format::TraceReader;
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, after) = (dir.path().join("shop.pb.zst"), dir.path().join("b.pb.zst"));
+    write_shop(&trace, 3);
+    write_shop(&after, 5);
+    let (bytes, after_bytes) = (
+        std::fs::read(&trace).unwrap(),
+        std::fs::read(&after).unwrap(),
+    );
+    let reader = || TraceReader::new(bytes.as_slice()).unwrap();
+    let records = || Records(reader().collect::<Vec<_>>());
+    let all = Filter::default();
+    for kind in EventKind::ALL {
+        for &by in kind.valid_measures() {
+            let want = reports::top(&trace, kind, by.name(), &all, 20).unwrap();
+            for got in [
+                reports::top_from(reader(), kind, by, &all, 20),
+                reports::top_from(&mut reader(), kind, by, &all, 20),
+                reports::top_from(records(), kind, by, &all, 20),
+            ] {
+                assert_eq!(json(&got), json(&want));
+                assert_eq!(got.to_text(), want.to_text());
+            }
+            let want = reports::folded(&trace, kind, by.name(), &all).unwrap();
+            let got = reports::folded_from(records(), kind, by, &all);
+            assert_eq!((&got.lines, &got.note), (&want.lines, &want.note));
+            let st = reports::stacks_from(reader(), kind, &all);
+            assert_eq!(st.folded(by).lines, want.lines);
+            let want = reports::diff(&trace, &after, kind, by.name(), &all, 20).unwrap();
+            let after_reader = TraceReader::new(after_bytes.as_slice()).unwrap();
+            let got = reports::diff_from(reader(), after_reader, kind, by, &all, 20);
+            assert_eq!(json(&got), json(&want));
+            assert_eq!(got.to_text(), want.to_text());
+        }
+    }
+    let want = reports::leaks(&trace, &all, 20).unwrap();
+    let got = reports::leaks_from(records(), &all, 20);
+    assert_eq!(json(&got), json(&want));
+    assert_eq!(got.by, Measure::Bytes);
+    // The file's name and size are the caller's to give; the rest is the file's.
+    let want = ebtrace_analyze::info::summarize(&trace).unwrap();
+    let got = ebtrace_analyze::info::summarize_from(reader(), &trace.display().to_string());
+    assert_eq!(got.file.bytes, bytes.len() as u64);
+    assert_eq!(json(&got), json(&want));
+}
+
+/// Records without a trailer are a cut recording, as a file without one is.
+#[test]
+fn records_without_a_trailer_are_cut() {
+    use ebtrace_analyze::reports::{Measure, Records};
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("shop.pb.zst");
+    write_shop(&trace, 1);
+    let records: Vec<Record> = ebtrace_format::TraceReader::open(&trace)
+        .unwrap()
+        .filter(|r| !matches!(r.kind, Some(Kind::Trailer(_))))
+        .collect();
+    let r = reports::top_from(
+        Records(records),
+        EventKind::Alloc,
+        Measure::Bytes,
+        &Filter::default(),
+        20,
+    );
+    assert!(r.losses.cut);
+    assert_eq!(r.totals["count"], 5);
+}
