@@ -38,7 +38,7 @@
 #
 # Usage: bench/scripts/dwarf.sh            (as root)
 #   EBREC=/path/to/ebrec EBSYM=/path/to/ebsym   use these; otherwise the script runs
-#                           `cargo build --release -p ebtrace-record -p ebtrace-symbolize` (BUILD=0:
+#                           `cargo build --release -p ebtrace-record -p ebtrace-ebsym` (BUILD=0:
 #                           take target/release as is); either way it runs copies of the two
 #                           binaries, so a concurrent rebuild does not change them mid-run
 #   OPS=20000000            operations (hot + cold) of the program, ~2.5 s of CPU here
@@ -115,8 +115,8 @@ apt_install g++ linux-perf jq time
 if [[ " $MODES " == *" ebrec "* ]]; then
   if [ -z "${EBREC:-}" ] || [ -z "${EBSYM:-}" ]; then
     if [ "$BUILD" = 1 ]; then
-      log "cargo build --release -p ebtrace-record -p ebtrace-symbolize (may wait on the target dir's lock)"
-      (cd "$root" && cargo build --release -p ebtrace-record -p ebtrace-symbolize) >"$TMP/build.log" 2>&1 ||
+      log "cargo build --release -p ebtrace-record -p ebtrace-ebsym (may wait on the target dir's lock)"
+      (cd "$root" && cargo build --release -p ebtrace-record -p ebtrace-ebsym) >"$TMP/build.log" 2>&1 ||
         { tail -n 20 "$TMP/build.log" >&2; die "cargo build failed"; }
     fi
     EBREC=${EBREC:-$root/target/release/ebrec}

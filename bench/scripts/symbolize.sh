@@ -6,7 +6,7 @@
 # to binutils and llvm-symbolizer, then how many output lines of ebsym and binutils agree,
 # and on how many addresses ebsym's whole inline chains (function, file and line of every
 # frame) equal llvm-symbolizer's, names compared after demangler formatting (the rules of
-# the differential test, symbolize/tests/symbolize/llvm_compare.rs).
+# the differential test, ebsym/tests/symbolize/llvm_compare.rs).
 # A benchmark, not a test: it fails only when a tool cannot run.
 #
 # Binaries: leveldb's db_bench when bench/scripts/leveldb.sh has built it in
@@ -52,7 +52,7 @@ command -v eu-addr2line >/dev/null || apt_install elfutils
 
 if [ -z "${EBSYM:-}" ]; then
   EBSYM=$root/target/release/ebsym
-  [ -x "$EBSYM" ] || (cd "$root" && cargo build --release -q -p ebtrace-symbolize)
+  [ -x "$EBSYM" ] || (cd "$root" && cargo build --release -q -p ebtrace-ebsym)
 fi
 LIBSYM=$root/target/release/symbolize
 (cd "$root" && cargo build --release -q -p ebtrace-bench --bin symbolize) || LIBSYM=

@@ -8,7 +8,8 @@
 //! let out = format(parse_address("401234").unwrap(), &Err(Unresolved::from(Reason::NoSymbol)), flags);
 //! assert_eq!(out, "0x0000000000401234\n??\n??:0\n");
 //! ```
-use crate::Lookup;
+use crate::resolve::{Lookup, Module};
+use rayon::prelude::*;
 use std::fmt::Write;
 
 /// The flags of binutils `addr2line` that change what is printed.
@@ -75,4 +76,49 @@ pub fn format(addr: u64, lookup: &Lookup, flags: Flags) -> String {
         }
     }
     out
+}
+
+/// Answers addresses read one per line from `input` in binutils' `addr2line` format, as
+/// `ebsym addr2line` does with no address arguments.
+///
+/// Lines are taken in batches: one line (waiting for it if needed), then every further
+/// complete line that `input` already holds in its buffer, without waiting for more. A
+/// batch is resolved in parallel ([`Module::resolve_many`]), written in input order and
+/// flushed, so a script that writes one address and waits for its answer gets it at
+/// once, and a pipe of many addresses fills every core.
+pub fn addr2line_stream<R: std::io::Read, W: std::io::Write>(
+    module: &Module,
+    flags: Flags,
+    input: &mut std::io::BufReader<R>,
+    out: &mut W,
+) -> std::io::Result<()> {
+    use std::io::BufRead;
+    /// At most this many addresses per batch (bounds the memory of one batch).
+    const BATCH_MAX: usize = 1 << 14;
+    let mut line = String::new();
+    let mut addrs = Vec::new();
+    loop {
+        addrs.clear();
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        addrs.push(parse_address(&line).unwrap_or(0));
+        while addrs.len() < BATCH_MAX && input.buffer().contains(&b'\n') {
+            line.clear();
+            input.read_line(&mut line)?;
+            addrs.push(parse_address(&line).unwrap_or(0));
+        }
+        let lookups = module.resolve_many(&addrs);
+        let texts: Vec<String> = addrs
+            .par_iter()
+            .zip(lookups.par_iter())
+            .with_min_len(256)
+            .map(|(addr, lookup)| format(*addr, lookup, flags))
+            .collect();
+        for t in texts {
+            out.write_all(t.as_bytes())?;
+        }
+        out.flush()?;
+    }
 }

@@ -18,11 +18,12 @@
 //! println!("{:?}", got.path);
 //! ```
 use crate::elf::{hex, ElfFile};
-use crate::find::{Outcome, Searched};
+use crate::progress::{Download, NoProgress, Progress};
+use crate::searched::{Outcome, Searched};
 use std::collections::HashSet;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Which file of a build-id.
@@ -57,8 +58,8 @@ pub struct Config {
     pub timeout: Duration,
     /// Larger files are refused.
     pub max_size: u64,
-    /// Draw a progress bar on stderr for downloads longer than a second (only when
-    /// stderr is a terminal).
+    /// Report the progress of downloads longer than a second to the client's
+    /// [`Progress`] (default: when stderr is a terminal).
     pub progress: bool,
 }
 
@@ -118,12 +119,20 @@ pub struct Fetched {
 }
 
 /// The client: its settings and the servers found dead in this run.
-#[derive(Debug)]
 pub struct Client {
     config: Config,
     agent: ureq::Agent,
     dead: Mutex<HashSet<String>>,
-    bars: indicatif::MultiProgress,
+    progress: Arc<dyn Progress>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .field("dead", &self.dead)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a download did not give a file; `dead` when the server should not be asked again.
@@ -142,7 +151,14 @@ impl Failure {
 }
 
 impl Client {
+    /// A client that reports no progress.
     pub fn new(config: Config) -> Client {
+        Client::with_progress(config, Arc::new(NoProgress))
+    }
+
+    /// A client that reports downloads longer than a second to `progress` (when
+    /// [`Config::progress`] is on).
+    pub fn with_progress(config: Config, progress: Arc<dyn Progress>) -> Client {
         let agent = ureq::Agent::config_builder()
             .timeout_connect(Some(config.connect_timeout))
             .timeout_global(Some(config.timeout))
@@ -154,9 +170,7 @@ impl Client {
             config,
             agent,
             dead: Mutex::new(HashSet::new()),
-            bars: indicatif::MultiProgress::with_draw_target(
-                indicatif::ProgressDrawTarget::stderr(),
-            ),
+            progress,
         }
     }
 
@@ -248,7 +262,7 @@ impl Client {
         let mut body = resp.into_body().into_reader();
         let mut buf = vec![0u8; 256 << 10];
         let mut total = 0u64;
-        let mut bar: Option<indicatif::ProgressBar> = None;
+        let mut bar: Option<Box<dyn Download>> = None;
         loop {
             let n = match body.read(&mut buf) {
                 Ok(0) => break,
@@ -269,14 +283,14 @@ impl Client {
             }
             tmp.write_all(&buf[..n]).map_err(io)?;
             if bar.is_none() && self.config.progress && started.elapsed() > Duration::from_secs(1) {
-                bar = Some(self.bar(url, len));
+                bar = Some(self.progress.download(url, len));
             }
             if let Some(b) = &bar {
-                b.set_position(total);
+                b.position(total);
             }
         }
         if let Some(b) = bar {
-            b.finish_and_clear();
+            b.done();
         }
         if len.is_some_and(|l| l != total) {
             return Err(Failure::soft(Outcome::Unavailable(format!(
@@ -291,24 +305,6 @@ impl Client {
         }
         tmp.persist(dest).map_err(|e| io(e.error))?;
         Ok(())
-    }
-
-    fn bar(&self, url: &str, len: Option<u64>) -> indicatif::ProgressBar {
-        let b = match len {
-            Some(l) => indicatif::ProgressBar::new(l).with_style(
-                indicatif::ProgressStyle::with_template(
-                    "{msg} {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {eta}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            ),
-            None => indicatif::ProgressBar::new_spinner().with_style(
-                indicatif::ProgressStyle::with_template("{spinner} {msg} {bytes} {bytes_per_sec}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-            ),
-        };
-        let b = self.bars.add(b);
-        b.set_message(format!("ebsym: downloading {url}"));
-        b
     }
 }
 

@@ -12,19 +12,21 @@
 //! writer closes chunks by size only, and `SymbolizerInfo.realtime_ns` honours
 //! `SOURCE_DATE_EPOCH`.
 //!
-//! A resolution that takes more than a second shows a progress bar (addresses resolved,
-//! rate, time left) on stderr when stderr is a terminal; `EBSYM_PROGRESS_DELAY_MS` sets
-//! that delay (0: at once).
+//! [`symbolize_trace_with`] reports the resolution's progress (addresses resolved) to a
+//! [`Progress`]: ebsym draws it as a progress bar.
 //!
 //! ```no_run
 //! use ebtrace_symbolize::{trace::symbolize_trace, Options};
 //! let report = symbolize_trace("t.pb.zst".as_ref(), "t.sym.pb.zst".as_ref(), &Options::default()).unwrap();
 //! for m in &report.modules { eprintln!("{}", m.summary_line()); }
 //! ```
-use crate::{elf::hex, Frame, Lookup, Options, Reason, Symbolizer};
+use crate::mapping::mapping_for;
+use crate::progress::{NoProgress, Progress};
+use crate::elf::hex;
+use crate::resolve::{Frame, Lookup, Options, Reason, Symbolizer, Unresolved};
 use ebtrace_format::proto::{
-    record::Kind, InternedString, KeyValue, Mapping, MappingSource, ModuleResolution, Record,
-    SymbolFrame, SymbolizedAddress, SymbolizerInfo, UnresolvedReason, UnwoundStack,
+    record::Kind, InternedString, KeyValue, ModuleResolution, Record, SymbolFrame,
+    SymbolizedAddress, SymbolizerInfo, UnresolvedReason, UnwoundStack,
 };
 use ebtrace_format::{Tables, TraceReader, TraceWriter, WriterOptions};
 use rayon::prelude::*;
@@ -91,7 +93,7 @@ pub struct ModuleReport {
     /// Unresolved addresses by reason.
     pub unresolved: BTreeMap<Reason, u64>,
     /// The module-wide reason and detail, when nothing resolved.
-    pub status: Option<crate::Unresolved>,
+    pub status: Option<Unresolved>,
 }
 
 impl ModuleReport {
@@ -163,23 +165,18 @@ struct Resolved {
     addresses: Vec<(u64, Lookup)>,
 }
 
-/// The mapping that gives meaning to `addr` in `generation`: the latest recorded one that
-/// covers it. Stacks carry no time, so an unmap recorded later does not hide a mapping.
-pub(crate) fn mapping_for(tables: &Tables, generation: u32, addr: u64) -> Option<&Mapping> {
-    if let Some(m) = tables.mapping_at(generation, addr, u64::MAX) {
-        return Some(m);
-    }
-    tables
-        .generations
-        .get(&generation)?
-        .mappings
-        .iter()
-        .filter(|m| m.start <= addr && addr < m.end && m.source() != MappingSource::Unmap)
-        .max_by_key(|m| m.time_ns)
-}
-
 /// Reads `input`, resolves every user frame of its stacks and writes `output`.
 pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result<Report, Error> {
+    symbolize_trace_with(input, output, options, &NoProgress)
+}
+
+/// [`symbolize_trace`], telling `progress` how the resolution goes.
+pub fn symbolize_trace_with(
+    input: &Path,
+    output: &Path,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<Report, Error> {
     let open = || {
         TraceReader::open(input).map_err(|e| {
             Error::new(
@@ -258,12 +255,12 @@ pub fn symbolize_trace(input: &Path, output: &Path, options: &Options) -> Result
     // Resolve, one build-id per task.
     let symbolizer = Symbolizer::new(options.clone());
     let work: Vec<(u64, Work)> = work.into_iter().collect();
-    let progress = Progress::new(work.iter().map(|(_, w)| w.offsets.len() as u64).sum());
+    progress.resolve_start(work.iter().map(|(_, w)| w.offsets.len() as u64).sum());
     let resolved: Vec<(u64, Resolved)> = work
         .par_iter()
-        .map(|(id, w)| (*id, resolve_module(&symbolizer, w, &progress)))
+        .map(|(id, w)| (*id, resolve_module(&symbolizer, w, progress)))
         .collect();
-    progress.finish();
+    progress.resolve_done();
 
     // Pass 2: copy the input through, then append the results.
     let file = create_private(output).map_err(|e| {
@@ -368,66 +365,11 @@ fn create_private(path: &Path) -> io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// The progress bar of the resolution on stderr: drawn only when stderr is a terminal and
-/// only once the run has taken [`PROGRESS_DELAY`] (or `EBSYM_PROGRESS_DELAY_MS`
-/// milliseconds), so short runs and pipes see nothing. Nothing goes to stdout.
-struct Progress {
-    bar: indicatif::ProgressBar,
-    start: std::time::Instant,
-    delay: std::time::Duration,
-    shown: std::sync::atomic::AtomicBool,
-}
-
-/// How long a resolution runs before its progress bar appears.
-const PROGRESS_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Addresses per step of the progress bar (a module's addresses are resolved in steps of
 /// this many; the answers do not depend on it).
 const PROGRESS_STEP: usize = 1 << 16;
 
-impl Progress {
-    fn new(total: u64) -> Progress {
-        let delay = std::env::var("EBSYM_PROGRESS_DELAY_MS")
-            .ok()
-            .and_then(|ms| ms.parse().ok())
-            .map(std::time::Duration::from_millis)
-            .unwrap_or(PROGRESS_DELAY);
-        let style = indicatif::ProgressStyle::with_template(
-            "ebsym: resolving {bar:30} {human_pos}/{human_len} addresses, {per_sec}, {eta} left",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        let bar = indicatif::ProgressBar::with_draw_target(
-            Some(total),
-            indicatif::ProgressDrawTarget::hidden(),
-        )
-        .with_style(style);
-        Progress {
-            bar,
-            start: std::time::Instant::now(),
-            delay,
-            shown: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    fn inc(&self, n: u64) {
-        use std::io::IsTerminal;
-        use std::sync::atomic::Ordering;
-        self.bar.inc(n);
-        if self.start.elapsed() >= self.delay
-            && !self.shown.swap(true, Ordering::Relaxed)
-            && std::io::stderr().is_terminal()
-        {
-            self.bar
-                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        }
-    }
-
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-}
-
-fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &Progress) -> Resolved {
+fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &dyn Progress) -> Resolved {
     use std::os::unix::ffi::OsStrExt;
     let path_bytes = w.paths.iter().next().cloned().unwrap_or_default();
     let path = std::ffi::OsStr::from_bytes(&path_bytes);
@@ -454,9 +396,9 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &Progress) -> Res
     let mut answers = Vec::with_capacity(known.len());
     for step in known.chunks(PROGRESS_STEP) {
         answers.extend(module.resolve_many(step));
-        progress.inc(step.len() as u64);
+        progress.resolved(step.len() as u64);
     }
-    progress.inc((w.offsets.len() - known.len()) as u64);
+    progress.resolved((w.offsets.len() - known.len()) as u64);
     let mut answers = answers.into_iter();
     let addresses: Vec<(u64, Lookup)> = w
         .offsets

@@ -9,7 +9,7 @@
 //! with the library (the options `ebsym TRACE` uses), runs `LLVM_SYMBOLIZER --inlines
 //! --demangle` on them, and prints on how many addresses the whole inline chains
 //! (function, file and line of every frame) are equal, names compared after demangler
-//! formatting (see `symbolize/tests/symbolize/llvm_compare.rs`, shared with the
+//! formatting (see `ebsym/tests/symbolize/llvm_compare.rs`, shared with the
 //! differential test), then the accepted difference classes and a few disagreements.
 use ebtrace_symbolize::binutils::{parse_address, Flags};
 use ebtrace_symbolize::{addr2line_stream, Options, Symbolizer};
@@ -18,7 +18,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-#[path = "../../../symbolize/tests/symbolize/llvm_compare.rs"]
+#[path = "../../../ebsym/tests/symbolize/llvm_compare.rs"]
 mod llvm_compare;
 use llvm_compare::{Chain, Frame, Symbols};
 

@@ -1,4 +1,7 @@
-//! `ebsym`: offline symbolization and reports of ebtrace traces.
+//! `ebsym`: offline symbolization and reports of ebtrace traces. The command line only:
+//! the work is done by `ebtrace-symbolize` (finding files, resolving, unwinding, writing
+//! the symbolized trace) and `ebtrace-analyze` (the reports).
+mod progress;
 mod reports_cli;
 
 use anyhow::Context;
@@ -89,7 +92,10 @@ impl FindArgs {
             if self.debuginfod_timeout.is_finite() && self.debuginfod_timeout > 0.0 {
                 config.timeout = std::time::Duration::from_secs_f64(self.debuginfod_timeout);
             }
-            o.locator.debuginfod = Some(std::sync::Arc::new(Client::new(config)));
+            o.locator.debuginfod = Some(std::sync::Arc::new(Client::with_progress(
+                config,
+                std::sync::Arc::new(progress::Downloads::default()),
+            )));
         }
         o
     }
@@ -306,7 +312,12 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     let trace = a.trace.expect("checked by the caller");
     let output = a.output.unwrap_or_else(|| default_output(&trace));
     let options = a.find.options(!a.no_demangle);
-    let report = ebtrace_symbolize::trace::symbolize_trace(&trace, &output, &options)?;
+    let report = ebtrace_symbolize::trace::symbolize_trace_with(
+        &trace,
+        &output,
+        &options,
+        &progress::Resolving::default(),
+    )?;
     for d in &report.input_damage {
         eprintln!("ebsym: {}: {d}", trace.display());
     }

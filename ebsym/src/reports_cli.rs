@@ -1,7 +1,7 @@
 //! The report subcommands of ebsym: top, leaks, locks, latency, folded, flamegraph, pprof,
-//! diff. A trace
-//! that is not symbolized yet is symbolized on the fly (into a temporary file) with the same
-//! options as `ebsym TRACE`.
+//! diff. A trace that is not symbolized yet is symbolized on the fly (into a temporary
+//! file) with the same options as `ebsym TRACE`: [`symbolized_input`] is the one place
+//! that decides what the reports read.
 use crate::FindArgs;
 use anyhow::{bail, Context, Result};
 use ebtrace_analyze::model::Filter;
@@ -54,10 +54,19 @@ impl ReportArgs {
     }
 }
 
-/// A symbolized trace to read: the input itself, or a temporary symbolized copy.
+/// A symbolized trace for the reports to read: the input itself, or a temporary
+/// symbolized copy (removed when this is dropped).
 pub struct Input {
-    pub path: PathBuf,
+    path: PathBuf,
     _tmp: Option<tempfile::TempDir>,
+}
+
+impl Input {
+    /// Where the symbolized trace is. The reports of `ebtrace-analyze` take a path today;
+    /// once they take a reader, this is the one place to give them one instead.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 fn is_symbolized(path: &Path) -> Result<bool> {
@@ -72,12 +81,8 @@ fn is_symbolized(path: &Path) -> Result<bool> {
     Ok(false)
 }
 
-pub fn symbolized(a: &ReportArgs) -> Result<Input> {
-    symbolized_path(a, &a.trace)
-}
-
 /// `trace` symbolized with the options of `a` (itself if it already is).
-pub fn symbolized_path(a: &ReportArgs, trace: &Path) -> Result<Input> {
+pub fn symbolized_input(a: &ReportArgs, trace: &Path) -> Result<Input> {
     if is_symbolized(trace)? {
         return Ok(Input {
             path: trace.to_path_buf(),
@@ -86,8 +91,13 @@ pub fn symbolized_path(a: &ReportArgs, trace: &Path) -> Result<Input> {
     }
     let tmp = tempfile::tempdir()?;
     let out = tmp.path().join("sym.pb.zst");
-    ebtrace_symbolize::trace::symbolize_trace(trace, &out, &a.find.options(!a.no_demangle))
-        .with_context(|| format!("cannot symbolize {}", trace.display()))?;
+    ebtrace_symbolize::trace::symbolize_trace_with(
+        trace,
+        &out,
+        &a.find.options(!a.no_demangle),
+        &crate::progress::Resolving::default(),
+    )
+    .with_context(|| format!("cannot symbolize {}", trace.display()))?;
     Ok(Input {
         path: out,
         _tmp: Some(tmp),
@@ -120,21 +130,21 @@ fn print(report: &reports::Report, json: bool, out: &mut dyn Write) -> Result<()
 
 pub fn top(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
-    let input = symbolized(a)?;
-    let r = reports::top(&input.path, k, &by, &a.filter(), a.n)?;
+    let input = symbolized_input(a, &a.trace)?;
+    let r = reports::top(input.path(), k, &by, &a.filter(), a.n)?;
     print(&r, a.json, out)
 }
 
 pub fn leaks(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
-    let input = symbolized(a)?;
-    let r = reports::leaks(&input.path, &a.filter(), a.n)?;
+    let input = symbolized_input(a, &a.trace)?;
+    let r = reports::leaks(input.path(), &a.filter(), a.n)?;
     print(&r, a.json, out)
 }
 
 pub fn folded(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
-    let input = symbolized(a)?;
-    let f = reports::folded(&input.path, k, &by, &a.filter())?;
+    let input = symbolized_input(a, &a.trace)?;
+    let f = reports::folded(input.path(), k, &by, &a.filter())?;
     for l in &f.lines {
         writeln!(out, "{l}")?;
     }
@@ -153,8 +163,8 @@ pub fn flamegraph(
     output: &Path,
 ) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
-    let input = symbolized(a)?;
-    let folded = reports::folded(&input.path, k, &by, &a.filter())?;
+    let input = symbolized_input(a, &a.trace)?;
+    let folded = reports::folded(input.path(), k, &by, &a.filter())?;
     if let Some(note) = &folded.note {
         bail!("nothing to draw: {note}");
     }
@@ -173,8 +183,8 @@ pub fn flamegraph(
 /// `ebsym pprof`: a gzip-compressed pprof profile of one kind.
 pub fn pprof(a: &ReportArgs, kind: &str, by: Option<&str>, output: &Path) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
-    let input = symbolized(a)?;
-    let st = ebtrace_analyze::reports::stacks(&input.path, k, &a.filter())?;
+    let input = symbolized_input(a, &a.trace)?;
+    let st = ebtrace_analyze::reports::stacks(input.path(), k, &a.filter())?;
     if let Some(note) = &st.note {
         eprintln!("ebsym: {note} (writing an empty profile)");
     }
@@ -210,11 +220,11 @@ pub fn diff(
     out: &mut dyn Write,
 ) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
-    let before_input = symbolized(a)?;
-    let after_input = symbolized_path(a, after)?;
+    let before_input = symbolized_input(a, &a.trace)?;
+    let after_input = symbolized_input(a, after)?;
     let d = reports::diff(
-        &before_input.path,
-        &after_input.path,
+        before_input.path(),
+        after_input.path(),
         k,
         &by,
         &a.filter(),

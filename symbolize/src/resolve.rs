@@ -1,0 +1,587 @@
+//! Opening the files of a build-id and resolving its addresses: [`Symbolizer`] opens a
+//! [`Module`], which answers each address with its [`Frame`]s or an [`Unresolved`].
+use crate::dwarf::{self, DwarfContext, SplitDwarfPlaces};
+use crate::elf::{self, Load, SymbolTable};
+use crate::find::{Locator, Searched};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// One frame of an address: innermost first, inlined frames then their container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Frame {
+    /// The function name, demangled unless [`Options::demangle`] is off.
+    pub function: Option<String>,
+    pub file: Option<String>,
+    /// 0 when unknown.
+    pub line: u32,
+    /// 0 when unknown.
+    pub column: u32,
+    /// True for an inlined call; false for the function that contains the address.
+    pub inlined: bool,
+    /// Offset of the address from its symbol's start (the containing frame only).
+    pub offset: Option<u64>,
+    /// The name came from the symbol table, not from DWARF (no file:line).
+    pub from_symtab: bool,
+    /// The DWARF discriminator of the address's line-table row (innermost frame only;
+    /// 0 when none).
+    pub discriminator: u32,
+}
+
+/// Why an address or a whole module stayed unresolved. The same values as the
+/// `UnresolvedReason` of the trace schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Reason {
+    /// No file with the build-id was found.
+    NoFile,
+    /// Only a symbol table: function names but no file:line.
+    SymtabOnly,
+    /// No symbol covers the address.
+    NoSymbol,
+    /// The address is outside every recorded mapping.
+    NoMapping,
+    /// A file was found but its build-id differs (refused).
+    BuildIdMismatch,
+    /// The file or its DWARF could not be parsed.
+    BadFile,
+    /// The mapping is anonymous or has no build-id.
+    NoBuildId,
+}
+
+impl Reason {
+    /// The schema's enum value.
+    pub fn to_proto(self) -> ebtrace_proto::v1::UnresolvedReason {
+        use ebtrace_proto::v1::UnresolvedReason as U;
+        match self {
+            Reason::NoFile => U::NoFile,
+            Reason::SymtabOnly => U::SymtabOnly,
+            Reason::NoSymbol => U::NoSymbol,
+            Reason::NoMapping => U::NoMapping,
+            Reason::BuildIdMismatch => U::BuildIdMismatch,
+            Reason::BadFile => U::BadFile,
+            Reason::NoBuildId => U::NoBuildId,
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reason::NoFile => "no file",
+            Reason::SymtabOnly => "stripped, symbol table only",
+            Reason::NoSymbol => "no symbol",
+            Reason::NoMapping => "outside any mapping",
+            Reason::BuildIdMismatch => "build-id mismatch",
+            Reason::BadFile => "bad file",
+            Reason::NoBuildId => "no build-id",
+        })
+    }
+}
+
+/// An unresolved address: the reason, and for module-wide reasons a detail.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Unresolved {
+    pub reason: Reason,
+    pub detail: Option<String>,
+}
+
+impl From<Reason> for Unresolved {
+    fn from(reason: Reason) -> Self {
+        Unresolved {
+            reason,
+            detail: None,
+        }
+    }
+}
+
+/// The answer for one address.
+pub type Lookup = Result<Vec<Frame>, Unresolved>;
+
+/// How to find files and name things.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub locator: Locator,
+    /// Demangle C++ (Itanium) names.
+    pub demangle: bool,
+    /// Name the innermost frame as binutils does: in C++, a function that DWARF names
+    /// without a linkage name (a `static inline` C helper such as
+    /// `__gthread_mutex_unlock`) takes the name of the symbol that contains the address.
+    pub binutils_names: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            locator: Locator::default(),
+            demangle: true,
+            binutils_names: false,
+        }
+    }
+}
+
+/// Opens modules (the files of one build-id) with fixed options.
+#[derive(Debug, Clone, Default)]
+pub struct Symbolizer {
+    pub options: Options,
+}
+
+/// Where a module's symbols come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Dwarf,
+    Symtab,
+}
+
+/// The files of one build-id, opened, and the resolver over them.
+pub struct Module {
+    pub build_id: Option<Vec<u8>>,
+    /// The file that gives symbols (the DWARF file, or the one with the symbol table).
+    pub debug_file: Option<PathBuf>,
+    /// The binary, when found.
+    pub binary: Option<PathBuf>,
+    /// What was searched, in order.
+    pub searched: Vec<Searched>,
+    /// Where symbols come from, or why there are none.
+    pub status: Result<Source, Unresolved>,
+    loads: Vec<Load>,
+    dwarf: Option<DwarfContext>,
+    symbols: SymbolTable,
+    demangle: bool,
+    binutils_names: bool,
+    /// Answers already given, by address (bounded: cleared when full).
+    cache: Mutex<HashMap<u64, Arc<Lookup>>>,
+    /// Demangled names by raw name (bounded: cleared when full).
+    names: Mutex<HashMap<String, String>>,
+}
+
+/// At most this many answers are kept per module (about a kilobyte each with C++ names
+/// and inline chains).
+const CACHE_MAX: usize = 1 << 14;
+
+/// At most this many demangled names are kept per module.
+const NAMES_MAX: usize = 1 << 16;
+
+/// Addresses per parallel task of [`Module::resolve_many`] for a module without DWARF.
+const CHUNK: usize = 1024;
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("build_id", &self.build_id.as_deref().map(elf::hex))
+            .field("debug_file", &self.debug_file)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Symbolizer {
+    pub fn new(options: Options) -> Symbolizer {
+        Symbolizer { options }
+    }
+
+    /// Finds and opens the files of `build_id`, recorded at `recorded_path`.
+    pub fn open(&self, build_id: Option<&[u8]>, recorded_path: &Path) -> Module {
+        self.open_inner(build_id, recorded_path, None)
+    }
+
+    /// Opens a binary given by path (as `addr2line -e` does), taking its build-id from it.
+    pub fn open_binary(&self, path: &Path) -> Module {
+        let id = elf::ElfFile::open(path)
+            .ok()
+            .and_then(|f| f.info().ok())
+            .and_then(|i| i.build_id);
+        self.open_inner(id.as_deref(), path, Some(path))
+    }
+
+    fn open_inner(
+        &self,
+        build_id: Option<&[u8]>,
+        recorded: &Path,
+        binary: Option<&Path>,
+    ) -> Module {
+        let located = self.options.locator.locate(build_id, recorded, binary);
+        let mut m = Module {
+            build_id: build_id.map(<[u8]>::to_vec),
+            debug_file: None,
+            binary: located.binary.as_ref().map(|b| b.file.path.clone()),
+            status: Err(Reason::NoFile.into()),
+            searched: located.searched.clone(),
+            loads: Vec::new(),
+            dwarf: None,
+            symbols: SymbolTable::default(),
+            demangle: self.options.demangle,
+            binutils_names: self.options.binutils_names,
+            cache: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::new()),
+        };
+        // PT_LOADs: from the binary. A debug file made by `objcopy --only-keep-debug`
+        // keeps the program headers but not their file offsets (its segments are NOBITS),
+        // so only the segments that still have file bytes are trusted from it.
+        if let Some(b) = &located.binary {
+            m.loads = b.info.loads.clone();
+        } else if let Some(d) = &located.debug {
+            m.loads = d
+                .info
+                .loads
+                .iter()
+                .filter(|l| l.filesz > 0)
+                .copied()
+                .collect();
+        }
+        let mut bad = None;
+        if let Some(d) = &located.debug {
+            let places = SplitDwarfPlaces {
+                dwo_dirs: located.dwo_dirs.clone(),
+            };
+            match DwarfContext::load(
+                &d.file,
+                located.sup.as_ref().map(|s| &s.file),
+                located.dwp.as_ref(),
+                places,
+            ) {
+                Ok(ctx) => {
+                    m.dwarf = Some(ctx);
+                    m.debug_file = Some(d.file.path.clone());
+                    m.status = Ok(Source::Dwarf);
+                }
+                Err(e) => bad = Some(format!("{}: {e}", d.file.path.display())),
+            }
+            if let Ok(obj) = d.file.object() {
+                m.symbols = SymbolTable::load(&obj);
+            }
+        }
+        if m.symbols.is_empty() {
+            if let Some(b) = &located.binary {
+                if let Ok(obj) = b.file.object() {
+                    m.symbols = SymbolTable::load(&obj);
+                }
+                if m.dwarf.is_none() && !m.symbols.is_empty() {
+                    m.debug_file = Some(b.file.path.clone());
+                }
+            }
+        }
+        if m.dwarf.is_none() {
+            m.status = if !m.symbols.is_empty() {
+                Ok(Source::Symtab)
+            } else if let Some(detail) = bad {
+                Err(Unresolved {
+                    reason: Reason::BadFile,
+                    detail: Some(detail),
+                })
+            } else if located.binary.is_some() || located.debug.is_some() {
+                Err(Unresolved {
+                    reason: Reason::NoSymbol,
+                    detail: Some("no DWARF and no symbol table".into()),
+                })
+            } else {
+                let id = build_id.map(elf::hex).unwrap_or_else(|| "(none)".into());
+                let searched: Vec<String> = m.searched.iter().map(|s| s.to_string()).collect();
+                let reason = if located.saw_mismatch() {
+                    Reason::BuildIdMismatch
+                } else {
+                    Reason::NoFile
+                };
+                Err(Unresolved {
+                    reason,
+                    detail: Some(format!(
+                        "no file with build-id {id} (searched: {})",
+                        searched.join(", ")
+                    )),
+                })
+            };
+        }
+        m
+    }
+
+    /// Demangles `name` if it is an Itanium C++ name (or a Rust v0 one, `_R…`); else
+    /// returns it as is: [`ebtrace_demangle::demangle`], the demangler ebrec's `--func`
+    /// matches names with.
+    pub fn demangle(name: &str) -> String {
+        ebtrace_demangle::demangle(name)
+    }
+}
+
+impl Module {
+    /// The ELF virtual address of file offset `offset`, through the PT_LOAD segments.
+    pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
+        // As `ElfInfo::offset_to_vaddr`, without copying the segments.
+        self.loads
+            .iter()
+            .find(|l| l.offset <= offset && offset - l.offset < l.filesz.max(1))
+            .and_then(|l| (offset - l.offset).checked_add(l.vaddr))
+    }
+
+    /// The PT_LOAD segments used to normalize addresses.
+    pub fn loads(&self) -> &[Load] {
+        &self.loads
+    }
+
+    fn name(&self, raw: String) -> String {
+        if !self.demangle || !ebtrace_demangle::is_mangled(&raw) {
+            return raw;
+        }
+        // The same functions come back address after address: demangle each once.
+        if let Some(hit) = self.names.lock().ok().and_then(|n| n.get(&raw).cloned()) {
+            return hit;
+        }
+        let out = ebtrace_demangle::demangle(&raw);
+        if let Ok(mut names) = self.names.lock() {
+            if names.len() >= NAMES_MAX {
+                names.clear();
+            }
+            names.insert(raw, out.clone());
+        }
+        out
+    }
+
+    /// The frames of ELF virtual address `addr`, innermost first.
+    pub fn resolve(&self, addr: u64) -> Lookup {
+        if let Err(u) = &self.status {
+            return Err(u.clone());
+        }
+        if let Some(hit) = self.cache.lock().ok().and_then(|c| c.get(&addr).cloned()) {
+            return (*hit).clone();
+        }
+        let out = match &self.dwarf {
+            Some(ctx) => ctx
+                .with_slot(ctx.slot_of(addr), |l| self.resolve_uncached(Some(l), addr))
+                .unwrap_or_else(|e| {
+                    Err(Unresolved {
+                        reason: Reason::BadFile,
+                        detail: Some(e),
+                    })
+                }),
+            None => self.resolve_uncached(None, addr),
+        };
+        let out = Arc::new(out);
+        self.remember(std::iter::once((addr, &out)));
+        Arc::unwrap_or_clone(out)
+    }
+
+    /// The frames of each of `addrs`, in the same order: [`Module::resolve`] for all,
+    /// spread over rayon's threads (one task per DWARF slot, see
+    /// [`dwarf::DwarfContext`]). Repeated and already resolved addresses are resolved
+    /// once, and their answers are shared, not copied. The answers do not depend on the
+    /// number of threads.
+    pub fn resolve_many(&self, addrs: &[u64]) -> Vec<Arc<Lookup>> {
+        if let Err(u) = &self.status {
+            // One shared answer for all.
+            let answer = Arc::new(Err(u.clone()));
+            return addrs.iter().map(|_| answer.clone()).collect();
+        }
+        let mut todo: Vec<u64> = addrs.to_vec();
+        todo.sort_unstable();
+        todo.dedup();
+        let mut known: HashMap<u64, Arc<Lookup>> = HashMap::with_capacity(todo.len());
+        if let Ok(cache) = self.cache.lock() {
+            todo.retain(|a| match cache.get(a) {
+                Some(hit) => {
+                    known.insert(*a, hit.clone());
+                    false
+                }
+                None => true,
+            });
+        }
+        // Tasks: the addresses of one DWARF slot each (in order, as slots are slices of
+        // the text); fixed-size chunks without DWARF.
+        let groups: Vec<&[u64]> = match &self.dwarf {
+            Some(ctx) => todo
+                .chunk_by(|a, b| ctx.slot_of(*a) == ctx.slot_of(*b))
+                .collect(),
+            None => todo.chunks(CHUNK).collect(),
+        };
+        let fresh: Vec<Vec<(u64, Arc<Lookup>)>> = groups
+            .into_par_iter()
+            .map(|addrs| {
+                let one = |l: Option<&dwarf::Lookup<'_>>| -> Vec<(u64, Arc<Lookup>)> {
+                    addrs
+                        .iter()
+                        .map(|&a| (a, Arc::new(self.resolve_uncached(l, a))))
+                        .collect()
+                };
+                match &self.dwarf {
+                    Some(ctx) => ctx
+                        .with_slot(ctx.slot_of(addrs[0]), |l| one(Some(l)))
+                        .unwrap_or_else(|e| {
+                            let u = Arc::new(Err(Unresolved {
+                                reason: Reason::BadFile,
+                                detail: Some(e),
+                            }));
+                            addrs.iter().map(|&a| (a, u.clone())).collect()
+                        }),
+                    None => one(None),
+                }
+            })
+            .collect();
+        self.remember(fresh.iter().flatten().map(|(a, l)| (*a, l)));
+        known.extend(fresh.into_iter().flatten());
+        addrs.iter().map(|a| known[a].clone()).collect()
+    }
+
+    fn remember<'a>(&self, answers: impl Iterator<Item = (u64, &'a Arc<Lookup>)>) {
+        let Ok(mut cache) = self.cache.lock() else {
+            return;
+        };
+        for (a, l) in answers {
+            if cache.len() >= CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(a, l.clone());
+        }
+    }
+
+    fn resolve_uncached(&self, lookup: Option<&dwarf::Lookup<'_>>, addr: u64) -> Lookup {
+        let sym = self.symbols.find(addr);
+        if let Some(ctx) = lookup {
+            let raw = match ctx.frames(addr) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Err(Unresolved {
+                        reason: Reason::BadFile,
+                        detail: Some(e),
+                    })
+                }
+            };
+            if !raw.is_empty() {
+                let n = raw.len();
+                let discriminator = ctx.discriminator(addr);
+                let frames = raw
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let last = i + 1 == n;
+                        // A line-table row without a DIE for its function: name it from
+                        // the symbol table, as binutils does.
+                        let mut function = f.function;
+                        let is_cxx = matches!(
+                            f.language,
+                            Some(
+                                gimli::DW_LANG_C_plus_plus
+                                    | gimli::DW_LANG_C_plus_plus_03
+                                    | gimli::DW_LANG_C_plus_plus_11
+                                    | gimli::DW_LANG_C_plus_plus_14
+                                    | gimli::DW_LANG_C_plus_plus_17
+                                    | gimli::DW_LANG_C_plus_plus_20
+                            )
+                        );
+                        let linkage = function.as_deref().is_some_and(|n| n.starts_with("_Z"));
+                        if self.binutils_names && i == 0 && is_cxx && !linkage {
+                            if let Some(s) = sym {
+                                function = Some(s.name.clone());
+                            }
+                        } else if !self.binutils_names && last && is_cxx && !linkage {
+                            // gcc gives no linkage name to some functions with internal
+                            // linkage (in an anonymous namespace): DWARF calls
+                            // `(anonymous namespace)::oom(char const*)` just `oom`. The
+                            // symbol that contains the address is the function itself (or
+                            // a part split off it, `.cold`, `.part.0`): take its qualified
+                            // name, without the split-off suffix.
+                            if let (Some(s), Some(short)) = (sym, function.as_deref()) {
+                                let base = s.name.split('.').next().unwrap_or(&s.name);
+                                // `~Counters` is `…CountersD2Ev`.
+                                let short = short.trim_start_matches('~');
+                                if base.starts_with("_Z") && base.contains(short) {
+                                    function = Some(base.to_string());
+                                }
+                            }
+                        }
+                        // A line-table row without a DIE for its function: name it from
+                        // the symbol table, as binutils does.
+                        let function = function
+                            .or_else(|| last.then(|| sym.map(|s| s.name.clone())).flatten())
+                            .map(|n| self.name(n));
+                        // binutils: an address that no line-table row covers (the start of
+                        // a `.cold` part) takes the file of its local symbol (`STT_FILE`).
+                        let file = match f.file {
+                            None if self.binutils_names && i == 0 => {
+                                sym.and_then(|s| s.file.clone())
+                            }
+                            file => file,
+                        };
+                        Frame {
+                            function,
+                            file,
+                            line: f.line,
+                            column: f.column,
+                            inlined: !last,
+                            offset: if last {
+                                sym.map(|s| addr - s.address)
+                            } else {
+                                None
+                            },
+                            from_symtab: false,
+                            discriminator: if i == 0 { discriminator } else { 0 },
+                        }
+                    })
+                    .collect();
+                return Ok(frames);
+            }
+        }
+        match sym {
+            Some(s) => Ok(vec![Frame {
+                function: Some(self.name(s.name.clone())),
+                file: s.file.clone(),
+                line: 0,
+                column: 0,
+                inlined: false,
+                offset: Some(addr - s.address),
+                from_symtab: true,
+                discriminator: 0,
+            }]),
+            None => Err(Reason::NoSymbol.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::{Object, ObjectSymbol};
+
+    /// `resolve_many` gives the same answers on 1 and 3 threads as `resolve` one by one,
+    /// repeated addresses included (on this test binary's own DWARF).
+    #[test]
+    fn resolve_many_is_the_same_at_any_thread_count() {
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let mut addrs: Vec<u64> = obj
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.size() > 0)
+            .step_by(7)
+            .take(800)
+            .flat_map(|s| [s.address(), s.address().saturating_add(s.size() / 2)])
+            .collect();
+        addrs.extend(addrs.clone());
+        addrs.push(0);
+        let sym = Symbolizer::default();
+        let on = |threads: usize| -> Vec<Lookup> {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let m = sym.open_binary(&exe);
+                assert_eq!(m.status, Ok(Source::Dwarf));
+                let mut out: Vec<Lookup> = Vec::new();
+                for half in addrs.chunks(addrs.len() / 2 + 1) {
+                    out.extend(m.resolve_many(half).iter().map(|l| (**l).clone()));
+                }
+                out
+            })
+        };
+        let one = on(1);
+        assert_eq!(one, on(3));
+        let m = sym.open_binary(&exe);
+        let seq: Vec<Lookup> = addrs.iter().map(|&a| m.resolve(a)).collect();
+        assert_eq!(one, seq);
+        let named = one
+            .iter()
+            .filter(|l| matches!(l, Ok(f) if f.last().is_some_and(|f| f.function.is_some())))
+            .count();
+        assert!(named * 10 > addrs.len() * 9, "{named} of {}", addrs.len());
+    }
+}
