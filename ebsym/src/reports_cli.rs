@@ -70,15 +70,8 @@ impl Input {
 }
 
 fn is_symbolized(path: &Path) -> Result<bool> {
-    use ebtrace_format::proto::record::Kind;
-    let r = ebtrace_format::TraceReader::open(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    for rec in r {
-        if matches!(rec.kind, Some(Kind::SymbolizerInfo(_))) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    ebtrace_symbolize::trace::is_symbolized(path)
+        .with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// `trace` symbolized with the options of `a` (itself if it already is).

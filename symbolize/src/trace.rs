@@ -20,9 +20,9 @@
 //! let report = symbolize_trace("t.pb.zst".as_ref(), "t.sym.pb.zst".as_ref(), &Options::default()).unwrap();
 //! for m in &report.modules { eprintln!("{}", m.summary_line()); }
 //! ```
+use crate::elf::hex;
 use crate::mapping::mapping_for;
 use crate::progress::{NoProgress, Progress};
-use crate::elf::hex;
 use crate::resolve::{Frame, Lookup, Options, Reason, Symbolizer, Unresolved};
 use ebtrace_format::proto::{
     record::Kind, InternedString, KeyValue, ModuleResolution, Record, SymbolFrame,
@@ -352,6 +352,91 @@ pub fn symbolize_trace_with(
     Ok(report)
 }
 
+/// Whether the trace at `path` is symbolized: whether it has the records
+/// [`symbolize_trace`] appends (a `SymbolizerInfo`, then `UnwoundStack`,
+/// `ModuleResolution` and `SymbolizedAddress` records, and the strings they name).
+///
+/// Cheap on a trace of any size: those records are the last of the file but for its
+/// trailer, so only the chunk descriptors are read (each chunk's compressed body is
+/// skipped) and the chunks are decompressed from the last one back until one holds a
+/// record other than a string or the trailer. A file whose chunks cannot be walked so
+/// (damaged, cut short) is read whole, as [`TraceReader`] reads it, as is a trace older
+/// than this rule (the answer is the same: every symbolized trace ebsym ever wrote ends
+/// so).
+pub fn is_symbolized(path: &Path) -> Result<bool, ebtrace_format::Error> {
+    if let Some(answer) = symbolized_by_tail(path) {
+        return Ok(answer);
+    }
+    let reader = TraceReader::open(path)?;
+    for rec in reader {
+        if matches!(rec.kind, Some(Kind::SymbolizerInfo(_))) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// [`is_symbolized`] from the last chunks; None when the chunks cannot be walked from
+/// their descriptors alone.
+fn symbolized_by_tail(path: &Path) -> Option<bool> {
+    use ebtrace_format::frame::{
+        ChunkDescriptor, CHUNK_DESCRIPTOR_LEN, FILE_FRAME_MAGIC, MAX_COMPRESSED_BYTES,
+    };
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let mut head = [0u8; 8];
+    file.read_exact(&mut head).ok()?;
+    if u32::from_le_bytes(head[0..4].try_into().ok()?) != FILE_FRAME_MAGIC {
+        return None;
+    }
+    let header_len = 8 + u64::from(u32::from_le_bytes(head[4..8].try_into().ok()?));
+    let mut header = vec![0u8; usize::try_from(header_len).ok()?];
+    file.seek(SeekFrom::Start(0)).ok()?;
+    file.read_exact(&mut header).ok()?;
+    // Every chunk: where it starts and its length, descriptor included.
+    let mut chunks: Vec<(u64, u64)> = Vec::new();
+    let mut at = header_len;
+    while at < len {
+        let mut d = [0u8; CHUNK_DESCRIPTOR_LEN];
+        file.seek(SeekFrom::Start(at)).ok()?;
+        file.read_exact(&mut d).ok()?;
+        let desc = ChunkDescriptor::decode(&d)?;
+        if desc.compressed_len > MAX_COMPRESSED_BYTES || desc.sequence as usize != chunks.len() {
+            return None;
+        }
+        let size = CHUNK_DESCRIPTOR_LEN as u64 + desc.compressed_len;
+        chunks.push((at, size));
+        at = at.checked_add(size)?;
+    }
+    if at != len {
+        return None;
+    }
+    for &(start, size) in chunks.iter().rev() {
+        file.seek(SeekFrom::Start(start)).ok()?;
+        let one = (&header[..]).chain((&mut file).take(size));
+        let mut reader = TraceReader::new(one).ok()?;
+        let records: Vec<Record> = reader.by_ref().collect();
+        if !reader.damage().is_empty() {
+            return None;
+        }
+        for rec in records.iter().rev() {
+            match &rec.kind {
+                // A kind this build does not know (a later format's) says nothing either.
+                Some(Kind::String(_) | Kind::Trailer(_)) | None => continue,
+                Some(
+                    Kind::SymbolizerInfo(_)
+                    | Kind::UnwoundStack(_)
+                    | Kind::ModuleResolution(_)
+                    | Kind::SymbolizedAddress(_),
+                ) => return Some(true),
+                _ => return Some(false),
+            }
+        }
+    }
+    Some(false)
+}
+
 fn create_private(path: &Path) -> io::Result<std::fs::File> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let file = std::fs::OpenOptions::new()
@@ -365,7 +450,7 @@ fn create_private(path: &Path) -> io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Addresses per step of the progress bar (a module's addresses are resolved in steps of
+/// Addresses per progress report (a module's addresses are resolved in steps of
 /// this many; the answers do not depend on it).
 const PROGRESS_STEP: usize = 1 << 16;
 
@@ -547,4 +632,37 @@ fn symbol_frame<W: io::Write>(
         inlined: f.inlined,
         offset: f.offset.unwrap_or(0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clean trace is answered from its chunk descriptors and last chunks, without the
+    /// full read.
+    #[test]
+    fn clean_traces_are_answered_from_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = dir.path().join("raw.pb.zst");
+        let opts = WriterOptions {
+            chunk_bytes: 1,
+            chunk_interval: None,
+            ..Default::default()
+        };
+        let mut w = TraceWriter::new(Vec::new(), Default::default(), opts).unwrap();
+        for id in 1..20 {
+            w.write_record(&Record {
+                kind: Some(Kind::String(InternedString {
+                    id,
+                    value: b"s".to_vec(),
+                })),
+            })
+            .unwrap();
+        }
+        std::fs::write(&raw, w.finish(Some(Default::default())).unwrap()).unwrap();
+        assert_eq!(symbolized_by_tail(&raw), Some(false));
+        let sym = dir.path().join("sym.pb.zst");
+        symbolize_trace(&raw, &sym, &Options::default()).unwrap();
+        assert_eq!(symbolized_by_tail(&sym), Some(true));
+    }
 }
