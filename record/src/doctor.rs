@@ -634,42 +634,31 @@ struct BinaryReport {
 
 impl BinaryReport {
     fn read(path: String, file: &Path, executable: bool) -> Self {
-        use object::Object;
         let mut r = BinaryReport {
             path,
             executable,
             ..Default::default()
         };
-        let data = match std::fs::read(file) {
-            Ok(d) => d,
+        let elf = match crate::elf::Elf::open(file) {
+            Ok(e) => e,
             Err(e) => {
                 r.error = Some(format!("cannot read {}: {e}", file.display()));
                 return r;
             }
         };
-        let f = match object::File::parse(&*data) {
-            Ok(f) => f,
-            Err(e) => {
-                r.error = Some(format!("not an ELF file we can read: {e}"));
-                return r;
-            }
-        };
-        let has = |name: &str| f.section_by_name(name).is_some();
-        r.symtab = has(".symtab");
-        r.dynsym = has(".dynsym");
-        r.debug_info = has(".debug_info") || has(".zdebug_info");
-        r.eh_frame = has(".eh_frame");
-        r.debuglink = f
-            .gnu_debuglink()
-            .ok()
-            .flatten()
-            .map(|(name, _)| String::from_utf8_lossy(name).into_owned());
-        r.build_id = f
+        if let Err(e) = elf.object() {
+            r.error = Some(format!("not an ELF file we can read: {e}"));
+            return r;
+        }
+        r.symtab = elf.has_section(".symtab");
+        r.dynsym = elf.has_section(".dynsym");
+        r.debug_info = elf.has_section(".debug_info") || elf.has_section(".zdebug_info");
+        r.eh_frame = elf.has_section(".eh_frame");
+        r.debuglink = elf.debuglink();
+        r.build_id = elf
             .build_id()
-            .ok()
-            .flatten()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
-        r.frame_pointers = crate::elf::has_frame_pointers(file);
+        r.frame_pointers = elf.has_frame_pointers();
         r
     }
 

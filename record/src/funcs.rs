@@ -51,12 +51,12 @@
 //! - A glob is every match, but more than [`GLOB_LIMIT`] functions is refused (each is a
 //!   uprobe pair).
 //!
-//! Why not `elf::Symbols`: this needs the symbol type (indirect functions), binding (which alias
-//! to show), the executable flag of segments (for `BINARY:0xADDR`) and `DT_NEEDED` (for a
-//! command not started yet), which it does not keep.
+//! The ELF files are read with [`crate::elf::Elf`]: the symbol type (indirect functions),
+//! binding (which alias to show), the executable flag of segments (for `BINARY:0xADDR`) and
+//! `DT_NEEDED` (for a command not started yet).
 use anyhow::{bail, Context, Result};
-use object::read::elf::{Dyn, ElfFile64, FileHeader, ProgramHeader};
-use object::{elf, Endianness, Object, ObjectSymbol};
+use crate::elf::{Elf, Segment};
+use object::elf;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsString;
@@ -417,9 +417,6 @@ fn return_type_end(name: &str) -> usize {
     }
     after_space
 }
-/// A PT_LOAD segment: (vaddr, file offset, file size, executable).
-type Segment = (u64, u64, u64, bool);
-
 /// The function symbols and load segments of one ELF file.
 #[derive(Debug)]
 struct Table {
@@ -430,70 +427,42 @@ struct Table {
 
 impl Table {
     fn read(path: &Path) -> Result<Table, String> {
-        let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let f = ElfFile64::<Endianness>::parse(&*data)
-            .map_err(|e| format!("{}: not a 64-bit ELF file ({e})", path.display()))?;
-        let endian = f.endian();
-        let mut seen: BTreeMap<(u64, String), Func> = BTreeMap::new();
-        for s in f.symbols().chain(f.dynamic_symbols()) {
-            if s.kind() != object::SymbolKind::Text || s.is_undefined() || s.address() == 0 {
+        let elf = Elf::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let syms = elf
+            .text_symbols()
+            .map_err(|e| format!("{}: not an ELF file ({e})", path.display()))?;
+        let mut seen: BTreeMap<(u64, &str), Func> = BTreeMap::new();
+        for s in syms {
+            if s.name.is_empty() {
                 continue;
             }
-            let Ok(name) = s.name() else { continue };
-            let name = name.split('@').next().unwrap_or(name);
-            if name.is_empty() {
-                continue;
-            }
-            let es = s.elf_symbol();
-            let bind_rank = match es.st_bind() {
-                elf::STB_GLOBAL => 0,
-                elf::STB_WEAK => 1,
-                _ => 2,
-            };
-            let ifunc = es.st_type() == elf::STT_GNU_IFUNC;
-            let key = (s.address(), name.to_string());
-            match seen.get_mut(&key) {
+            match seen.get_mut(&(s.address, s.name)) {
                 Some(f) => {
                     // The same symbol in both tables: keep the better facts.
-                    f.bind_rank = f.bind_rank.min(bind_rank);
-                    f.size = f.size.max(s.size());
+                    f.bind_rank = f.bind_rank.min(s.bind_rank);
+                    f.size = f.size.max(s.size);
                 }
                 None => {
                     seen.insert(
-                        key,
-                        Func::new(name, s.address(), s.size(), bind_rank, ifunc),
+                        (s.address, s.name),
+                        Func::new(s.name, s.address, s.size, s.bind_rank, s.ifunc),
                     );
                 }
             }
         }
-        let segments = f
-            .elf_program_headers()
-            .iter()
-            .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
-            .map(|ph| {
-                (
-                    ph.p_vaddr(endian),
-                    ph.p_offset(endian),
-                    ph.p_filesz(endian),
-                    ph.p_flags(endian).0 & elf::PF_X.0 != 0,
-                )
-            })
-            .collect();
         Ok(Table {
             funcs: seen.into_values().collect(),
-            segments,
+            segments: elf.load_segments(),
         })
     }
 
     /// The segment holding `vaddr`'s bytes in the file.
     fn segment(&self, vaddr: u64) -> Option<&Segment> {
-        self.segments
-            .iter()
-            .find(|&&(va, _, sz, _)| vaddr >= va && vaddr - va < sz)
+        self.segments.iter().find(|s| s.holds(vaddr))
     }
 
     fn file_offset(&self, vaddr: u64) -> Option<u64> {
-        self.segment(vaddr).map(|&(va, off, _, _)| vaddr - va + off)
+        Elf::file_offset(&self.segments, vaddr)
     }
 }
 
@@ -930,7 +899,13 @@ impl Binaries {
                 names.join(", ")
             );
         };
-        let Some(&(va, off, _, exec)) = t.segment(addr) else {
+        let Some(&Segment {
+            vaddr: va,
+            offset: off,
+            executable: exec,
+            ..
+        }) = t.segment(addr)
+        else {
             bail!(
                 "'{}': {addr:#x} is in no loaded segment of {}",
                 spec.text,
@@ -1085,46 +1060,11 @@ fn levenshtein(a: &[u8], b: &[u8]) -> usize {
 }
 
 /// What the dynamic loader needs to find an ELF file's libraries.
-#[derive(Debug, Default)]
-struct Deps {
-    needed: Vec<String>,
-    rpath: Vec<String>,
-    runpath: Vec<String>,
-    interp: Option<String>,
-    machine: u16,
-}
+type Deps = crate::elf::Dynamic;
 
 fn read_deps(path: &Path) -> Result<Deps> {
-    let data = std::fs::read(path).with_context(|| path.display().to_string())?;
-    let f = ElfFile64::<Endianness>::parse(&*data)
-        .with_context(|| format!("{}: not a 64-bit ELF file", path.display()))?;
-    let endian = f.endian();
-    let mut d = Deps {
-        machine: f.elf_header().e_machine(endian).0,
-        ..Default::default()
-    };
-    for ph in f.elf_program_headers() {
-        if let Ok(Some(i)) = ph.interpreter(endian, &*data) {
-            d.interp = Some(String::from_utf8_lossy(i).into_owned());
-        }
-    }
-    let sections = f.elf_section_table();
-    if let Ok(Some((dyns, link))) = sections.dynamic(endian, &*data) {
-        let strings = sections.strings(endian, &*data, link).unwrap_or_default();
-        for dy in dyns {
-            let Ok(s) = dy.string(endian, strings) else {
-                continue;
-            };
-            let s = String::from_utf8_lossy(s).into_owned();
-            match dy.tag(endian) {
-                elf::DT_NEEDED => d.needed.push(s),
-                elf::DT_RPATH => d.rpath.extend(s.split(':').map(str::to_string)),
-                elf::DT_RUNPATH => d.runpath.extend(s.split(':').map(str::to_string)),
-                _ => {}
-            }
-        }
-    }
-    Ok(d)
+    let elf = Elf::open(path).with_context(|| path.display().to_string())?;
+    elf.dynamic().map_err(|e| anyhow::anyhow!(e))
 }
 
 /// ld.so's search for a DT_NEEDED name, minus hwcaps subdirectories and the cache.
