@@ -1,6 +1,6 @@
 //! Offline x86_64 stack unwinding with DWARF call frame information (CFI): the registers
 //! and the raw top of the user stack that `ebrec --stack-mode dwarf` copies at an event
-//! ([`UserStackCopy`]) are walked back, frame by frame, with the `.eh_frame` rules of each
+//! ([`UserStackCopy`](ebtrace_format::proto::UserStackCopy)) are walked back, frame by frame, with the `.eh_frame` rules of each
 //! module (found through `.eh_frame_hdr`'s binary search table, or a sorted index of the
 //! FDEs built once), `.debug_frame` of a debug file where `.eh_frame` has nothing, and the
 //! frame-pointer chain where a module has no CFI at all.
@@ -44,9 +44,9 @@
 //! the trace's `UnwindTables` records, else from the binaries found on disk; the results
 //! become `UnwoundStack` records, whose user ips the reports use.
 //!
-//! Three parts, each below the next: [`tables`] (reading a module's CFI), [`walk`]
-//! (stepping a copy with tables it is given) and [`driver`] (a trace's copies: mappings,
-//! files, caching).
+//! Three parts, each below the next: `tables` (reading a module's CFI, [`UnwindInfo`]),
+//! `walk` (stepping a copy with the tables it is given, [`unwind`]) and `driver` (a
+//! trace's copies: mappings, files, caching, [`TraceUnwinder`]).
 mod driver;
 mod tables;
 mod walk;
