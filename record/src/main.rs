@@ -1,5 +1,6 @@
 //! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
 //! an ebtrace trace file. It never reads DWARF and never symbolizes.
+mod cli;
 mod doctor;
 mod elf;
 mod funcs;
@@ -42,7 +43,7 @@ enum Command {
   ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
     Record(Box<RecordArgs>),
     /// List the functions `--func` would attach to, from the target's symbol tables.
-    Probes(funcs::ProbesArgs),
+    Probes(cli::probes::ProbesArgs),
     /// Check that this machine (and with -p, that process) can be recorded: each check one
     /// line, `ok`, `warn` or `FAIL`, with the fix. Exits 1 when a check FAILs.
     #[command(after_help = "Examples:
@@ -346,7 +347,7 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Record(a) => record(*a),
-        Command::Probes(a) => funcs::probes(a),
+        Command::Probes(a) => cli::probes::probes(a),
         Command::Doctor(a) => doctor::run(a),
     };
     if let Err(e) = r {

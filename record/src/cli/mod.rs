@@ -1,0 +1,2 @@
+//! The command line: `ebrec record`, `ebrec probes`, `ebrec doctor`.
+pub mod probes;
