@@ -1122,9 +1122,13 @@ fn reports_of_an_open_trace_are_the_reports_of_its_file() {
     for kind in EventKind::ALL {
         for &by in kind.valid_measures() {
             let want = reports::top(&trace, kind, by.name(), &all, 20).unwrap();
+            // A borrowed reader stays the caller's, read to its end.
+            let mut borrowed = reader();
+            let of_borrowed = reports::top_from(&mut borrowed, kind, by, &all, 20);
+            assert_eq!(borrowed.offset(), bytes.len() as u64);
             for got in [
                 reports::top_from(reader(), kind, by, &all, 20),
-                reports::top_from(&mut reader(), kind, by, &all, 20),
+                of_borrowed,
                 reports::top_from(records(), kind, by, &all, 20),
             ] {
                 assert_eq!(json(&got), json(&want));
