@@ -2,7 +2,7 @@
 //! diff. A trace that is not symbolized yet is symbolized on the fly (into a temporary
 //! file) with the same options as `ebsym TRACE`: [`symbolized_input`] is the one place
 //! that decides what the reports read.
-use crate::FindArgs;
+use crate::find_args::FindArgs;
 use anyhow::{bail, Context, Result};
 use ebtrace_analyze::model::Filter;
 use ebtrace_analyze::reports::{self, EventKind};

@@ -264,8 +264,6 @@ mod tests {
             err.starts_with("compressed section .eh_frame_hdr claims 7599824371187712 bytes from"),
             "{err}"
         );
-        // The whole file still gives what it can: its .eh_frame.
-        let info = crate::unwind::UnwindInfo::from_elf(&bytes[..]).unwrap();
-        assert!(!info.has_search_table());
+        // The whole file still gives what it can: see `unwind::tables`'s test.
     }
 }

@@ -539,3 +539,18 @@ fn row_of<'a, S: UnwindSection<Slice<'a>>>(
         signal: fde.is_signal_trampoline(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The file whose `.eh_frame_hdr` claims 0x1b000000000000 uncompressed bytes (see
+    /// `elf`'s test) still gives what it can: its `.eh_frame`, without the search table.
+    #[test]
+    fn a_lying_compressed_section_leaves_the_rest() {
+        let bytes =
+            include_bytes!("../../../fuzz/corpus/elf/regression-compressed-size-10d546eb");
+        let info = UnwindInfo::from_elf(&bytes[..]).unwrap();
+        assert!(!info.has_search_table());
+    }
+}
