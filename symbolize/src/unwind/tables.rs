@@ -548,8 +548,7 @@ mod tests {
     /// `elf`'s test) still gives what it can: its `.eh_frame`, without the search table.
     #[test]
     fn a_lying_compressed_section_leaves_the_rest() {
-        let bytes =
-            include_bytes!("../../../fuzz/corpus/elf/regression-compressed-size-10d546eb");
+        let bytes = include_bytes!("../../../fuzz/corpus/elf/regression-compressed-size-10d546eb");
         let info = UnwindInfo::from_elf(&bytes[..]).unwrap();
         assert!(!info.has_search_table());
     }
