@@ -18,7 +18,7 @@
 //! ```
 use crate::time;
 use ebtrace_format::events::Family;
-use ebtrace_format::proto::{record::Kind, EventFamily, Header, LossReason, Trailer};
+use ebtrace_format::proto::{record::Kind, Header, LossReason, Trailer};
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,9 +122,9 @@ pub fn enum_name(full: &str, prefix: &str) -> String {
 }
 
 fn family_name(v: i32) -> String {
-    EventFamily::try_from(v)
-        .map(|f| enum_name(f.as_str_name(), "EVENT_FAMILY_"))
-        .unwrap_or_else(|_| format!("family {v}"))
+    ebtrace_format::family::by_number(v)
+        .map(|f| f.wire_name())
+        .unwrap_or_else(|| format!("family {v}"))
 }
 
 fn reason_name(v: i32) -> String {

@@ -2,7 +2,7 @@
 //! (memory grows with distinct stacks, not with events), then stacks are resolved with the
 //! symbolizer's records, which come at the end of a symbolized trace.
 use ebtrace_format::events::Family;
-use ebtrace_format::proto::{record::Kind, EventFamily, Header, LossReason, Record};
+use ebtrace_format::proto::{record::Kind, Header, LossReason, Record};
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -189,9 +189,9 @@ impl Event<'_> {
 }
 
 fn family_name(v: i32) -> String {
-    EventFamily::try_from(v)
-        .map(|f| crate::info::enum_name(f.as_str_name(), "EVENT_FAMILY_"))
-        .unwrap_or_else(|_| v.to_string())
+    ebtrace_format::family::by_number(v)
+        .map(|f| f.wire_name())
+        .unwrap_or_else(|| v.to_string())
 }
 
 impl Loaded {

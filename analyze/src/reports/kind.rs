@@ -1,4 +1,6 @@
 //! What a report is about ([`EventKind`]) and what it measures ([`Measure`], `--by`).
+use ebtrace_format::family;
+use ebtrace_format::proto::EventFamily;
 use serde::Serialize;
 
 /// Event kinds a report can be about.
@@ -23,27 +25,28 @@ impl EventKind {
         EventKind::MemGrowth,
     ];
 
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "alloc" => EventKind::Alloc,
-            "lock" | "locks" => EventKind::Lock,
-            "func" | "latency" => EventKind::Func,
-            "cpu" => EventKind::Cpu,
-            "offcpu" => EventKind::OffCpu,
-            "memgrowth" | "mem" => EventKind::MemGrowth,
-            _ => return None,
-        })
+    /// The event family of the registry (`ebtrace_format::family`) this kind reports on.
+    pub fn family(self) -> EventFamily {
+        match self {
+            EventKind::Alloc => EventFamily::Alloc,
+            EventKind::Lock => EventFamily::Lock,
+            EventKind::Func => EventFamily::Func,
+            EventKind::Cpu => EventFamily::Cpu,
+            EventKind::OffCpu => EventFamily::Offcpu,
+            EventKind::MemGrowth => EventFamily::MemGrowth,
+        }
     }
 
+    /// The kind of the family named `s` (its registry name or an alias: `mem`, `locks`,
+    /// `latency`).
+    pub fn parse(s: &str) -> Option<Self> {
+        let f = family::by_name(s)?;
+        EventKind::ALL.into_iter().find(|k| k.family() == f.id)
+    }
+
+    /// The family's one name in the registry.
     pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Alloc => "alloc",
-            EventKind::Lock => "lock",
-            EventKind::Func => "func",
-            EventKind::Cpu => "cpu",
-            EventKind::OffCpu => "offcpu",
-            EventKind::MemGrowth => "memgrowth",
-        }
+        family::family(self.family()).name
     }
 
     /// What `--by` may be for this kind, the first being the default.
@@ -203,5 +206,27 @@ mod tests {
         }
         assert_eq!(EventKind::Cpu.parse_measure("count"), None);
         assert_eq!(Measure::parse("nope"), None);
+    }
+}
+
+#[cfg(test)]
+mod registry_tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_for_every_family_with_reports_and_only_those() {
+        for f in family::FAMILIES {
+            let kind = EventKind::ALL.into_iter().find(|k| k.family() == f.id);
+            assert_eq!(kind.is_some(), f.report, "{}", f.name);
+            if let Some(k) = kind {
+                assert_eq!(k.name(), f.name);
+                assert_eq!(EventKind::parse(f.name), Some(k));
+            }
+        }
+        for (alias, k) in [("mem", EventKind::MemGrowth), ("locks", EventKind::Lock), ("latency", EventKind::Func)] {
+            assert_eq!(EventKind::parse(alias), Some(k));
+        }
+        assert_eq!(EventKind::parse("free"), None);
+        assert_eq!(EventKind::parse("nonsense"), None);
     }
 }
