@@ -55,6 +55,35 @@ fn read_trace(path: &Path) -> Trace {
     t
 }
 
+/// A demangled name without its parameter list (and the qualifiers after it).
+fn without_params(name: &str) -> String {
+    let mut end = name.len();
+    while let Some(q) = [" const", " volatile", " &&", " &"]
+        .iter()
+        .find(|q| name[..end].ends_with(*q))
+    {
+        end -= q.len();
+    }
+    let b = name.as_bytes();
+    if end == 0 || b[end - 1] != b')' {
+        return name.to_string();
+    }
+    let mut depth = 0;
+    for i in (0..end).rev() {
+        match b[i] {
+            b')' => depth += 1,
+            b'(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return name[..i].to_string();
+                }
+            }
+            _ => {}
+        }
+    }
+    name.to_string()
+}
+
 /// Resolves addresses to demangled function names with the ELF symbol tables, the way a
 /// user would check with nm: independent of ebsym.
 #[derive(Default)]
@@ -75,13 +104,7 @@ impl Resolver {
                 .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
                 .map(|s| {
                     let name = s.name().unwrap_or("?");
-                    let name = cpp_demangle::Symbol::new(name)
-                        .ok()
-                        .and_then(|d| {
-                            d.demangle(&cpp_demangle::DemangleOptions::new().no_params())
-                                .ok()
-                        })
-                        .unwrap_or_else(|| name.to_string());
+                    let name = without_params(&ebtrace_demangle::demangle(name));
                     (s.address(), s.size().max(1), name)
                 })
                 .collect();
