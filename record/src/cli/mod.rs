@@ -1,2 +1,230 @@
-//! The command line: `ebrec record`, `ebrec probes`, `ebrec doctor`.
+//! The command line: `ebrec record` (its flags and their parsing), `ebrec probes`,
+//! `ebrec doctor`.
 pub mod probes;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ebrec",
+    version,
+    about = "Record allocations, leaks and lock contention of C++ processes with eBPF"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Record events of running processes (-p), of a command it starts (-- CMD), or of all.
+    #[command(after_help = "Examples:
+  ebrec record -o trace.pb.zst --alloc=4096 -p 1234
+  ebrec record -o trace.pb.zst --alloc --lock=100 -- ./server --port 8080
+  ebrec record -o trace.pb.zst --alloc=1024 --sample 10 --all --duration 30
+  ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
+    Record(Box<RecordArgs>),
+    /// List the functions `--func` would attach to, from the target's symbol tables.
+    Probes(probes::ProbesArgs),
+    /// Check that this machine (and with -p, that process) can be recorded: each check one
+    /// line, `ok`, `warn` or `FAIL`, with the fix. Exits 1 when a check FAILs.
+    #[command(after_help = "Examples:
+  ebrec doctor
+  ebrec doctor -p 1234            # also its binaries: frame pointers, symbols, --stack-mode
+  ebrec doctor -p 1234 --json")]
+    Doctor(crate::doctor::DoctorArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RecordArgs {
+    /// Trace file to write (created 0600).
+    #[arg(short, long, default_value = "trace.pb.zst")]
+    pub output: PathBuf,
+    /// Trace this running process (repeatable).
+    #[arg(short, long = "pid")]
+    pub pid: Vec<u32>,
+    /// Trace every process (uprobes then cost every process a trap per call).
+    #[arg(long)]
+    pub all: bool,
+    /// Allocations of at least MIN_BYTES (default 0: all), with frees of traced blocks.
+    #[arg(long, value_name = "MIN_BYTES", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
+    pub alloc: Option<u64>,
+    /// The allocator library to probe instead of the one found in the target (jemalloc,
+    /// tcmalloc); repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub alloc_lib: Vec<PathBuf>,
+    /// Do not probe free: no leak report, but one uprobe trap less per allocation and free.
+    #[arg(long)]
+    pub no_free: bool,
+    /// Keep one allocation in N, at random.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub sample: u32,
+    /// Lock waits of at least MIN_US microseconds (default 0: all contended waits).
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
+    pub lock: Option<u64>,
+    /// futex: contended waits only, at no cost for uncontended locks; uprobe: exact wait and
+    /// hold of every pthread_mutex lock (a trap per lock call).
+    #[arg(long, value_enum, default_value = "futex")]
+    pub lock_mode: LockModeArg,
+    /// On-CPU samples at HZ per CPU (default 99), with user and kernel stacks.
+    #[arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true, default_missing_value = "99")]
+    pub cpu: Option<u64>,
+    /// Off-CPU blocks of at least MIN_US microseconds (default 100), with the blocking stack
+    /// and the waker.
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "100")]
+    pub offcpu: Option<u64>,
+    /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
+    #[arg(long)]
+    pub memgrowth: bool,
+    /// Calls of a function, with their duration and the stack at entry (repeatable). SPEC:
+    /// a demangled C++ name or glob (`ns::Class::method`, `ns::*::get*`), a mangled name,
+    /// `LIB:SYMBOL` or `BINARY:0xADDR`; `:MIN_US` keeps only calls that long. `ebrec probes`
+    /// lists what a SPEC attaches to.
+    #[arg(long, value_name = "SPEC[:MIN_US]")]
+    pub func: Vec<String>,
+    /// With --func: also keep the first N integer arguments of each call (0-6). This copies
+    /// data of the target (pointers, sizes, ids) into the trace.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6))]
+    pub args: u32,
+    /// With --func: how the end of a call is caught. auto: a uprobe on each `ret` and tail
+    /// jump of the function (a C++ exception through the call just leaves it unfinished), or
+    /// a uretprobe for a function that calls nothing; a function whose exits cannot all be
+    /// found (an indirect jump) is refused. exits: the exit uprobes even for a function that
+    /// calls nothing. uretprobe: always a uretprobe, cheaper per call (a probed `ret` is
+    /// single-stepped), but an exception unwinding through a probed call terminates the target.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub func_exit: FuncExitMode,
+    /// How user stacks are taken: fp (frame-pointer walk in the kernel), dwarf[:BYTES] (also
+    /// copy the top BYTES of the stack, default 16384, at most 32768, for ebsym to unwind
+    /// with the binaries' CFI: whole stacks through code without frame pointers), auto[:BYTES]
+    /// (dwarf only for processes whose executable lacks frame pointers).
+    #[arg(long, value_name = "MODE", default_value = "fp", value_parser = parse_stack_mode)]
+    pub stack_mode: StackMode,
+    /// With --stack-mode dwarf|auto: do not store the binaries' unwind tables (.eh_frame) in
+    /// the trace; ebsym then needs the binaries to unwind.
+    #[arg(long)]
+    pub no_unwind_info: bool,
+    /// Cap the events kept per second (all families, split evenly over the CPUs, a token
+    /// bucket per CPU in BPF with a 100 ms burst); events over the cap are counted as lost
+    /// (rate limit). It bounds the BPF work per event, not the uprobe trap itself.
+    #[arg(long, value_name = "N")]
+    pub max_events_per_sec: Option<u64>,
+    /// Stop cleanly when the trace reaches SIZE bytes (suffixes k, M, G: powers of 1024),
+    /// before a disk fills; with --rotate, go on in a new file instead.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
+    /// With --max-size: when the trace is full, rename it OUTPUT.1 (older ones shift to .2,
+    /// …), keep at most N of them, and go on in a new OUTPUT; each file reads on its own.
+    #[arg(long, value_name = "N", requires = "max_size")]
+    pub rotate: Option<u32>,
+    /// Stop after SECONDS.
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<f64>,
+    /// Size of each BPF ring buffer in bytes (a power of two, at least one page; default
+    /// 8 MiB, 64 MiB with --stack-mode dwarf or auto).
+    #[arg(long)]
+    pub ringbuf_size: Option<u32>,
+    /// Most user frames per stack (at most 127).
+    #[arg(long, default_value_t = 127, value_parser = clap::value_parser!(u32).range(1..=127))]
+    pub stack_depth: u32,
+    /// No live status line.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command to start and trace from its first instruction.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// --ringbuf-size, else 8 MiB, or 64 MiB when events carry stack copies (up to 32 KiB each).
+pub fn ringbuf_bytes(a: &RecordArgs) -> u32 {
+    a.ringbuf_size.unwrap_or(match a.stack_mode {
+        StackMode::Fp => 8 << 20,
+        StackMode::Dwarf(_) | StackMode::Auto(_) => 64 << 20,
+    })
+}
+
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => {
+            let m = match t[i..].to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "" => 1,
+                _ => return Err(format!("'{s}': a size is a number with k, M or G")),
+            };
+            (&t[..i], m)
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}': a size is a number with k, M or G"))?;
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))?;
+    if v < 64 << 10 {
+        return Err(format!("'{s}': at least 64k"));
+    }
+    Ok(v)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackMode {
+    Fp,
+    Dwarf(u32),
+    Auto(u32),
+}
+
+impl std::fmt::Display for StackMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StackMode::Fp => write!(f, "fp"),
+            StackMode::Dwarf(b) => write!(f, "dwarf:{b}"),
+            StackMode::Auto(b) => write!(f, "auto:{b}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FuncExitMode {
+    Auto,
+    Exits,
+    Uretprobe,
+}
+
+fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
+    let (mode, bytes) = match s.split_once(':') {
+        Some((m, b)) => (m, Some(b)),
+        None => (s, None),
+    };
+    let bytes = match bytes {
+        None => 16384,
+        Some(b) => {
+            let n: u32 = b
+                .parse()
+                .map_err(|_| format!("'{b}' is not a number of bytes"))?;
+            if !(512..=32768).contains(&n) {
+                return Err(format!(
+                    "the stack copy must be 512 to 32768 bytes (got {n})"
+                ));
+            }
+            n & !7
+        }
+    };
+    match mode {
+        "fp" if bytes == 16384 => Ok(StackMode::Fp),
+        "dwarf" => Ok(StackMode::Dwarf(bytes)),
+        "auto" => Ok(StackMode::Auto(bytes)),
+        _ => Err(format!("'{s}': use fp, dwarf[:BYTES] or auto[:BYTES]")),
+    }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum LockModeArg {
+    Futex,
+    Uprobe,
+}

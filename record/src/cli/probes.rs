@@ -33,7 +33,7 @@ pub fn probes(a: ProbesArgs) -> Result<()> {
     let bins = match (a.pid, a.command.first()) {
         (Some(pid), None) => Binaries::of_pid(pid)?,
         (None, Some(cmd)) => {
-            let exe = crate::find_in_path(cmd)
+            let exe = crate::targets::find_in_path(cmd)
                 .with_context(|| format!("command not found: {}", cmd.to_string_lossy()))?;
             Binaries::of_command(&exe)?
         }

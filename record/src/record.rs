@@ -1,0 +1,407 @@
+//! `ebrec record`: checks the flags, loads and attaches the probes, then the loop that
+//! drains the ring buffers and the side band into the trace until a stop, with rotation and
+//! the exit summary.
+use crate::cli::{LockModeArg, RecordArgs, StackMode};
+use crate::probes::{LockMode, ProbeConfig, Probes};
+use crate::targets::{self, Launched};
+use crate::{funcs, perf, procfs, rotate, session, summary};
+use anyhow::{bail, Context, Result};
+use ebtrace_format::proto::{Header, KeyValue, Trailer};
+use ebtrace_format::{TraceWriter, WriterOptions};
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+pub(crate) fn header(a: &RecordArgs) -> Header {
+    let (host, release, arch) = procfs::uname();
+    let mut options = Vec::new();
+    let mut opt = |k: &str, v: String| {
+        options.push(KeyValue {
+            key: k.into(),
+            value: v,
+        })
+    };
+    if let Some(m) = a.alloc {
+        opt("alloc", m.to_string());
+        opt("sample", a.sample.to_string());
+        if a.no_free {
+            opt("no-free", "true".into());
+        }
+    }
+    if let Some(m) = a.lock {
+        opt("lock", m.to_string());
+        opt("lock-mode", format!("{:?}", a.lock_mode).to_lowercase());
+    }
+    if let Some(hz) = a.cpu {
+        opt("cpu", hz.to_string());
+    }
+    if let Some(us) = a.offcpu {
+        opt("offcpu", us.to_string());
+    }
+    if a.memgrowth {
+        opt("memgrowth", "true".into());
+    }
+    if let Some(n) = a.max_events_per_sec {
+        opt("max-events-per-sec", n.to_string());
+    }
+    if let Some(n) = a.max_size {
+        opt("max-size", n.to_string());
+    }
+    if let Some(n) = a.rotate {
+        opt("rotate", n.to_string());
+    }
+    for f in &a.func {
+        opt("func", f.clone());
+    }
+    if a.args > 0 {
+        opt("args", a.args.to_string());
+    }
+    for l in &a.alloc_lib {
+        opt("alloc-lib", l.display().to_string());
+    }
+    opt("stack-mode", a.stack_mode.to_string());
+    if a.no_unwind_info {
+        opt("no-unwind-info", "true".into());
+    }
+    opt("stack-depth", a.stack_depth.to_string());
+    opt("ringbuf-size", crate::cli::ringbuf_bytes(a).to_string());
+    if a.all {
+        opt("all", "true".into());
+    }
+    Header {
+        format_version: 0,
+        recorder_version: format!("ebrec {}", env!("CARGO_PKG_VERSION")),
+        hostname: host,
+        kernel_release: release,
+        arch,
+        page_size: procfs::page_size() as u32,
+        cpu_count: procfs::possible_cpus().unwrap_or(1) as u32,
+        boot_id: procfs::boot_id(),
+        clock: "boottime".into(),
+        options,
+        argv: std::env::args().collect(),
+        start_time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+        start_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+        clock_ticks_per_sec: procfs::clock_ticks() as u32,
+    }
+}
+
+pub fn record(a: RecordArgs) -> Result<()> {
+    let targets =
+        usize::from(!a.pid.is_empty()) + usize::from(a.all) + usize::from(!a.command.is_empty());
+    if targets != 1 {
+        bail!("say what to trace: -p PID (repeatable), --all, or -- CMD ARGS...");
+    }
+    if a.alloc.is_none()
+        && a.lock.is_none()
+        && a.cpu.is_none()
+        && a.offcpu.is_none()
+        && !a.memgrowth
+        && a.func.is_empty()
+    {
+        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC");
+    }
+    let func_specs: Vec<funcs::FuncSpec> =
+        a.func.iter().map(|s| s.parse()).collect::<Result<_>>()?;
+    if !func_specs.is_empty() && a.all {
+        bail!("--func needs targets to resolve its names in: use -p PID or -- CMD, not --all");
+    }
+    if a.args > 0 && func_specs.is_empty() {
+        bail!("--args applies to --func calls: add --func SPEC");
+    }
+    if let Some(hz) = a.cpu {
+        if hz == 0 || hz > 100_000 {
+            bail!("--cpu=HZ must be between 1 and 100000 (got {hz})");
+        }
+    }
+    let rb = crate::cli::ringbuf_bytes(&a);
+    if !rb.is_power_of_two() || (rb as usize) < procfs::page_size() {
+        bail!(
+            "--ringbuf-size must be a power of two of at least one page ({} bytes)",
+            procfs::page_size()
+        );
+    }
+    for &pid in &a.pid {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process with pid {pid}");
+        }
+    }
+    let lock_mode = match a.lock_mode {
+        LockModeArg::Futex => LockMode::Futex,
+        LockModeArg::Uprobe => LockMode::Uprobe,
+    };
+    let cfg = ProbeConfig {
+        alloc_min: a.alloc,
+        sample_every: a.sample.max(1),
+        lock_min_ns: a.lock.map(|us| us * 1000),
+        lock_mode,
+        stack_depth: a.stack_depth,
+        ringbuf_bytes: rb,
+        all: a.all,
+        cpu_hz: a.cpu,
+        offcpu_min_ns: a.offcpu.map(|us| us * 1000),
+        memgrowth: a.memgrowth,
+        func_args: a.args,
+        func: !func_specs.is_empty(),
+        copy_bytes: match a.stack_mode {
+            StackMode::Fp => 0,
+            StackMode::Dwarf(b) | StackMode::Auto(b) => b,
+        },
+        copy_all: matches!(a.stack_mode, StackMode::Dwarf(_)),
+        rate_per_cpu: a.max_events_per_sec.map_or(0, |n| {
+            let cpus = procfs::online_cpus().map_or(1, |c| c.len().max(1)) as u64;
+            n.div_ceil(cpus).max(1)
+        }),
+    };
+
+    let mut launched = if a.command.is_empty() {
+        None
+    } else {
+        Some(targets::launch(&a.command)?)
+    };
+    let result = record_with(&a, &cfg, &func_specs, &mut launched);
+    if let Some(l) = &mut launched {
+        // Never leave the command blocked: release it even when setting up failed.
+        if result.is_err() {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(l.pid as i32, libc::SIGKILL) };
+            l.release.take();
+            let mut st = 0;
+            unsafe { libc::waitpid(l.pid as i32, &mut st, 0) };
+        }
+    }
+    result
+}
+
+fn record_with(
+    a: &RecordArgs,
+    cfg: &ProbeConfig,
+    func_specs: &[funcs::FuncSpec],
+    launched: &mut Option<Launched>,
+) -> Result<()> {
+    let mut alloc_obj = std::mem::MaybeUninit::uninit();
+    let mut lock_obj = std::mem::MaybeUninit::uninit();
+    let mut profile_obj = std::mem::MaybeUninit::uninit();
+    perf::remove_stale_probes();
+    let mut probes = Probes::load(cfg, &mut alloc_obj, &mut lock_obj, &mut profile_obj)?;
+
+    let pids = targets::pids(a, launched.as_ref());
+    if matches!(a.stack_mode, StackMode::Auto(_)) {
+        targets::auto_copies(a, launched.as_ref(), &pids, &mut probes)?;
+    }
+    let probed = targets::attach(a, cfg, func_specs, launched.as_ref(), &pids, &mut probes)?;
+    if !a.quiet {
+        for s in &probes.attached {
+            eprintln!("ebrec: attached {s}");
+        }
+        if cfg.alloc_min.is_some() {
+            eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold");
+        }
+        if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
+            eprintln!("ebrec: note: --lock-mode uprobe costs a trap at every pthread_mutex lock and unlock, contended or not");
+        }
+    }
+
+    // Side band: maps, forks, execs, exits, as they happen.
+    let mut side = perf::SideBandReader::default();
+    for &pid in &pids {
+        side.add(pid, 64).context("opening the perf side band")?;
+    }
+
+    let mut w = TraceWriter::create(&a.output, header(a), WriterOptions::default())
+        .with_context(|| format!("cannot create {}", a.output.display()))?;
+    let _ = &mut w;
+    let probes_ref = &probes;
+    let mut s = session::Session::new(w, probes_ref, !a.all);
+    s.copies = cfg.copy_bytes > 0;
+    s.auto_copies = matches!(a.stack_mode, StackMode::Auto(_));
+    s.unwind_info = cfg.copy_bytes > 0 && !a.no_unwind_info;
+    s.clock_sync()?;
+    for (i, (m, bid)) in probed.iter().enumerate() {
+        s.probed_function(i as u64 + 1, m, bid)?;
+    }
+    let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    for &pid in &a.pid {
+        s.snapshot(pid, now)?;
+        s.live.insert(pid);
+    }
+    if let Some(l) = launched.as_ref() {
+        s.live.insert(l.pid);
+        s.launched = Some(l.pid);
+    }
+
+    let pending = std::rc::Rc::new(std::cell::RefCell::new(Vec::<u8>::with_capacity(1 << 20)));
+    let mut rbb = libbpf_rs::RingBufferBuilder::new();
+    let push = |p: std::rc::Rc<std::cell::RefCell<Vec<u8>>>| {
+        move |data: &[u8]| -> i32 {
+            let mut b = p.borrow_mut();
+            b.extend_from_slice(&(data.len() as u32).to_ne_bytes());
+            b.extend_from_slice(data);
+            0
+        }
+    };
+    if let Some(al) = &probes_ref.alloc {
+        rbb.add(&al.maps.events, push(pending.clone()))?;
+    }
+    if let Some(lk) = &probes_ref.lock {
+        rbb.add(&lk.maps.events, push(pending.clone()))?;
+    }
+    if let Some(pr) = &probes_ref.profile {
+        rbb.add(&pr.maps.events, push(pending.clone()))?;
+    }
+    let rb = rbb.build()?;
+
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    // The header and the targets reach the disk now: a recorder killed in its first second
+    // still leaves a file that says what it was recording.
+    s.w.flush()?;
+    // Tests and scripts wait for this line before starting the workload of a -p target.
+    eprintln!(
+        "ebrec: recording to {} (Ctrl-C to stop)",
+        a.output.display()
+    );
+    if let Some(l) = launched.as_mut() {
+        l.release.take(); // closing our end lets the command exec
+    }
+
+    let started = Instant::now();
+    let deadline = a.duration.map(|d| started + Duration::from_secs_f64(d));
+    let tty = std::io::stderr().is_terminal() && !a.quiet;
+    let mut last_stats = Instant::now();
+    let mut last_sync = Instant::now();
+    let mut last_kept = 0u64;
+    let mut rotations = 0u32;
+    let stop_reason;
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        session::drain_once(&mut s, &rb, &pending, &mut side)?;
+        if let Some(l) = launched.as_ref() {
+            let mut st = 0;
+            // SAFETY: st is a valid out pointer.
+            let r = unsafe { libc::waitpid(l.pid as i32, &mut st, libc::WNOHANG) };
+            if r == l.pid as i32 {
+                let code = if libc::WIFEXITED(st) {
+                    libc::WEXITSTATUS(st)
+                } else {
+                    128 + libc::WTERMSIG(st)
+                };
+                session::drain_once(&mut s, &rb, &pending, &mut side)?;
+                s.launched_exited(l.pid, code)?;
+            }
+        }
+        for &pid in &a.pid {
+            // SAFETY: signal 0 only checks existence.
+            if s.live.contains(&pid) && unsafe { libc::kill(pid as i32, 0) } != 0 {
+                s.live.remove(&pid);
+            }
+        }
+        s.w.flush_if_due()?;
+        if let Some(max) = a.max_size {
+            if s.w.stats().bytes_written >= max {
+                let Some(keep) = a.rotate else {
+                    stop_reason = "max size".to_string();
+                    break;
+                };
+                rotate::rotate(&mut s, a, keep)?;
+                rotations += 1;
+            }
+        }
+        let sig = SIGNAL.load(Ordering::SeqCst);
+        if sig != 0 {
+            stop_reason = format!(
+                "signal {}",
+                if sig == libc::SIGINT {
+                    "SIGINT"
+                } else {
+                    "SIGTERM"
+                }
+            );
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            stop_reason = "duration".to_string();
+            break;
+        }
+        if !a.all && s.live.is_empty() {
+            stop_reason = "targets exited".to_string();
+            break;
+        }
+        if last_stats.elapsed() >= Duration::from_secs(1) {
+            last_stats = Instant::now();
+            let fam = s.stats(procfs::clock_ns(libc::CLOCK_BOOTTIME))?;
+            if tty {
+                let kept: u64 = s.kept.0.iter().sum();
+                let lost: u64 = fam.iter().map(|f| f.lost).sum();
+                eprint!(
+                    "\rebrec: {:>6.1} s  {:>8} events  {:>7.0}/s  {:>7.2} MiB  lost {}   ",
+                    started.elapsed().as_secs_f64(),
+                    kept,
+                    (kept - last_kept) as f64,
+                    s.w.stats().bytes_written as f64 / (1 << 20) as f64,
+                    lost
+                );
+                last_kept = kept;
+            }
+        }
+        if last_sync.elapsed() >= Duration::from_secs(10) {
+            last_sync = Instant::now();
+            s.clock_sync()?;
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    // Last events, then the final counters and the trailer.
+    std::thread::sleep(Duration::from_millis(20));
+    session::drain_once(&mut s, &rb, &pending, &mut side)?;
+    let end = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    s.clock_sync()?;
+    let families = s.stats(end)?;
+    let programs = probes_ref.program_stats();
+    let elapsed = started.elapsed().as_secs_f64();
+    let processes = s.processes();
+    let malformed = s.malformed;
+    let sideband_lost = s.sideband_lost();
+    let (copies_missing, waker_frames_dropped) = (s.copies_missing, s.waker_frames_dropped);
+    let no_kallsyms = s.kernel.unavailable();
+    let evictions = s.w.stats().stack_evictions;
+    let out = s.w.finish(Some(Trailer {
+        end_time_ns: end,
+        end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+        stop_reason: stop_reason.clone(),
+        families: families.clone(),
+        ..Default::default()
+    }))?;
+    drop(out);
+    let bytes = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
+
+    summary::Summary {
+        output: &a.output,
+        stop_reason,
+        elapsed,
+        processes,
+        bytes,
+        families,
+        programs,
+        evictions,
+        rotations,
+        no_kallsyms,
+        malformed,
+        sideband_lost,
+        copies_missing,
+        waker_frames_dropped,
+    }
+    .print();
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! `--max-size SIZE --rotate N`: the full file ends with its trailer and is renamed
+//! `OUTPUT.1` (older ones shift, at most N kept); recording goes on in a new OUTPUT.
+use crate::cli::RecordArgs;
+use crate::procfs;
+use crate::session::Session;
+use anyhow::{Context, Result};
+use ebtrace_format::proto::Trailer;
+use ebtrace_format::{TraceWriter, WriterOptions};
+use std::path::{Path, PathBuf};
+
+/// OUTPUT with `.k` before its `.pb.zst` (or at the end): the k-th older file of a rotation.
+pub fn rotated_name(output: &Path, k: u32) -> PathBuf {
+    let s = output.to_string_lossy();
+    match s.strip_suffix(".pb.zst") {
+        Some(stem) => PathBuf::from(format!("{stem}.{k}.pb.zst")),
+        None => PathBuf::from(format!("{s}.{k}")),
+    }
+}
+
+/// Shifts OUTPUT.1 … OUTPUT.(keep-1) up by one (dropping OUTPUT.keep) and moves OUTPUT to
+/// OUTPUT.1.
+fn shift_rotated(output: &Path, keep: u32) -> Result<()> {
+    if keep == 0 {
+        std::fs::remove_file(output)?;
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(rotated_name(output, keep));
+    for k in (1..keep).rev() {
+        let from = rotated_name(output, k);
+        if from.exists() {
+            std::fs::rename(&from, rotated_name(output, k + 1))?;
+        }
+    }
+    std::fs::rename(output, rotated_name(output, 1))?;
+    Ok(())
+}
+
+/// Ends the current file and goes on in a new OUTPUT, keeping `keep` older files.
+pub fn rotate(s: &mut Session<'_>, a: &RecordArgs, keep: u32) -> Result<()> {
+    // A new file: the old one ends with its trailer and is shifted to .1.
+    let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    let families = s.stats(now)?;
+    let trailer = Trailer {
+        end_time_ns: now,
+        end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+        stop_reason: "rotated".into(),
+        families,
+        ..Default::default()
+    };
+    let tmp = a.output.with_extension("next");
+    let next = TraceWriter::create(&tmp, crate::record::header(a), WriterOptions::default())
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    s.rotate(next, trailer, now)?;
+    s.w.flush()?;
+    shift_rotated(&a.output, keep)?;
+    std::fs::rename(&tmp, &a.output)?;
+    Ok(())
+}

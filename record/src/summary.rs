@@ -1,0 +1,99 @@
+//! What ebrec prints when it stops: what it kept, lost and filtered per family, what went
+//! wrong, and what the BPF programs cost.
+use ebtrace_format::proto::FamilyStats;
+use std::path::Path;
+
+/// The numbers of a finished recording.
+#[derive(Debug)]
+pub struct Summary<'a> {
+    pub output: &'a Path,
+    pub stop_reason: String,
+    pub elapsed: f64,
+    pub processes: usize,
+    /// The size of OUTPUT.
+    pub bytes: u64,
+    pub families: Vec<FamilyStats>,
+    /// (program, run time ns, runs).
+    pub programs: Vec<(String, u64, u64)>,
+    pub evictions: u64,
+    pub rotations: u32,
+    pub no_kallsyms: bool,
+    pub malformed: u64,
+    pub sideband_lost: u64,
+    pub copies_missing: u64,
+    pub waker_frames_dropped: u64,
+}
+
+impl Summary<'_> {
+    /// Prints it on stderr.
+    pub fn print(self) {
+        let Summary {
+            output,
+            stop_reason,
+            elapsed,
+            processes,
+            bytes,
+            families,
+            programs,
+            evictions,
+            rotations,
+            no_kallsyms,
+            malformed,
+            sideband_lost,
+            copies_missing,
+            waker_frames_dropped,
+        } = self;
+        eprintln!(
+            "ebrec: {} after {:.1} s: {} processes, {} ({:.2} MiB)",
+            stop_reason,
+            elapsed,
+            processes,
+            output.display(),
+            bytes as f64 / (1 << 20) as f64
+        );
+        for f in &families {
+            let name = ebtrace_format::family::by_number(f.family).map_or("other", |f| f.name);
+            eprintln!(
+                "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
+                f.kept, f.lost, f.filtered, f.hits
+            );
+        }
+        if evictions > 0 {
+            eprintln!("ebrec:   stack table emptied {evictions} times (bounded memory): stacks seen again were written again");
+        }
+        if rotations > 0 {
+            eprintln!(
+                "ebrec:   rotated {rotations} times; older files: {} …",
+                crate::rotate::rotated_name(output, 1).display()
+            );
+        }
+        if no_kallsyms {
+            eprintln!("ebrec:   kernel frames are unnamed: /proc/kallsyms shows no addresses (kernel.kptr_restrict)");
+        }
+        if malformed > 0 || sideband_lost > 0 {
+            eprintln!("ebrec:   malformed events {malformed}, side-band records lost {sideband_lost}");
+        }
+        if copies_missing > 0 {
+            eprintln!("ebrec:   {copies_missing} events kept their frame-pointer stack: their stack copy was lost");
+        }
+        if waker_frames_dropped > 0 {
+            eprintln!("ebrec:   {waker_frames_dropped} off-CPU wakers outside the traced processes: their user frames dropped, kernel frames kept");
+        }
+        let total_ns: u64 = programs.iter().map(|p| p.1).sum();
+        let total_runs: u64 = programs.iter().map(|p| p.2).sum();
+        if total_runs > 0 {
+            eprintln!(
+                "ebrec:   BPF run time {:.1} ms for {} program runs ({:.0} ns per run; uprobes add the trap itself, ~1 µs per call):",
+                total_ns as f64 / 1e6,
+                total_runs,
+                total_ns as f64 / total_runs as f64
+            );
+            for (name, ns, n) in &programs {
+                eprintln!(
+                    "ebrec:     {name:<22} {n:>10} runs {:>8.0} ns/run",
+                    *ns as f64 / *n as f64
+                );
+            }
+        }
+    }
+}

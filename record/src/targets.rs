@@ -1,0 +1,270 @@
+//! The targets: the command ebrec starts (held on a pipe until the probes are attached),
+//! the pids the probes are for, and what is attached in each (allocator, lock and `--func`
+//! uprobes, stack copies for `--stack-mode auto`).
+use crate::cli::{FuncExitMode, RecordArgs, StackMode};
+use crate::probes::{self, LockMode, ProbeConfig, Probes};
+use crate::{elf, funcs, placement};
+use anyhow::{bail, Context, Result};
+use std::ffi::{CString, OsString};
+use std::path::{Path, PathBuf};
+
+/// The launched command, held on a pipe until the probes are attached.
+pub struct Launched {
+    pub pid: u32,
+    pub release: Option<std::os::fd::OwnedFd>,
+    pub exe: PathBuf,
+}
+
+pub fn find_in_path(cmd: &OsString) -> Option<PathBuf> {
+    let p = Path::new(cmd);
+    if p.components().count() > 1 {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(p))
+            .find(|c| c.is_file())
+    })
+}
+
+pub fn launch(cmd: &[OsString]) -> Result<Launched> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let exe = find_in_path(&cmd[0])
+        .with_context(|| format!("command not found: {}", cmd[0].to_string_lossy()))?;
+    let args: Vec<CString> = cmd
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let file = CString::new(exe.as_os_str().as_bytes())?;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid out array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: ebrec is single-threaded here; the child only calls async-signal-safe
+    // functions (read, close, execv, write, _exit) before exec.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        unsafe {
+            libc::close(fds[1]);
+            let mut b = 0u8;
+            // Wait until the parent has attached (it closes its end).
+            while libc::read(fds[0], (&mut b as *mut u8).cast(), 1) < 0 {}
+            libc::close(fds[0]);
+            libc::execv(file.as_ptr(), argv.as_ptr());
+            let msg = b"ebrec: cannot execute the command\n";
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: fds[0] and fds[1] are ours; the child has its own copies.
+    unsafe { libc::close(fds[0]) };
+    let release = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+    Ok(Launched {
+        pid: pid as u32,
+        release: Some(release),
+        exe,
+    })
+}
+
+/// The pids the probes are for: the `-p` ones and the launched command, or -1 for `--all`.
+pub fn pids(a: &RecordArgs, launched: Option<&Launched>) -> Vec<i32> {
+    let mut pids: Vec<i32> = a.pid.iter().map(|&p| p as i32).collect();
+    if let Some(l) = launched {
+        pids.push(l.pid as i32);
+    }
+    if a.all {
+        pids = vec![-1];
+    }
+    pids
+}
+
+/// `--stack-mode auto`: stack copies for the targets whose executable lacks frame pointers.
+pub fn auto_copies(
+    a: &RecordArgs,
+    launched: Option<&Launched>,
+    pids: &[i32],
+    probes: &mut Probes<'_>,
+) -> Result<()> {
+    if matches!(a.stack_mode, StackMode::Auto(_)) {
+        for &pid in pids {
+            let exe = match launched {
+                Some(l) if l.pid as i32 == pid => l.exe.clone(),
+                _ if pid > 0 => PathBuf::from(format!("/proc/{pid}/exe")),
+                _ => continue,
+            };
+            if elf::has_frame_pointers(&exe) == Some(false) {
+                probes.set_copy_pid(pid as u32)?;
+                if !a.quiet {
+                    eprintln!(
+                        "ebrec: {} has no frame pointers: copying its stacks (--stack-mode auto)",
+                        exe.display()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the uprobes of every target (allocator, locks, `--func`) and makes each a
+/// target. Returns the `--func` functions: (match, build-id), the id being the index + 1.
+pub fn attach(
+    a: &RecordArgs,
+    cfg: &ProbeConfig,
+    func_specs: &[funcs::FuncSpec],
+    launched: Option<&Launched>,
+    pids: &[i32],
+    probes: &mut Probes<'_>,
+) -> Result<Vec<(funcs::FuncMatch, Vec<u8>)>> {
+    let mut probed: Vec<(funcs::FuncMatch, Vec<u8>)> = Vec::new();
+    for &pid in pids {
+        let (lookup_pid, exe) = match launched {
+            Some(l) if l.pid as i32 == pid => (None, Some(l.exe.clone())),
+            _ if pid == -1 => (None, None),
+            _ => (Some(pid as u32), None),
+        };
+        let mut alloc_sites = Vec::new();
+        if cfg.alloc_min.is_some() {
+            let libs = if a.alloc_lib.is_empty() {
+                probes::find_provider(lookup_pid, exe.as_deref(), "malloc")
+                    .context("no allocator to probe (give one with --alloc-lib PATH)")?
+            } else {
+                a.alloc_lib.clone()
+            };
+            for lib in libs {
+                alloc_sites.extend(probes::sites(
+                    &lib,
+                    probes::ALLOC_FUNCS,
+                    probes::ALLOC_KEEP,
+                )?);
+            }
+            if a.no_free {
+                alloc_sites.retain(|s| s.symbol != "free");
+            }
+        }
+        let mut lock_sites = Vec::new();
+        if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
+            for lib in probes::find_provider(lookup_pid, exe.as_deref(), "pthread_mutex_lock")? {
+                lock_sites.extend(probes::sites(&lib, probes::LOCK_FUNCS, probes::LOCK_KEEP)?);
+            }
+            if lock_sites.is_empty() {
+                bail!("no pthread_mutex_lock to probe in the target");
+            }
+        }
+        probes.attach_uprobes(&alloc_sites, &lock_sites, pid)?;
+        if !func_specs.is_empty() {
+            let bins = match (&lookup_pid, &exe) {
+                (Some(p), _) => funcs::Binaries::of_pid(*p)?,
+                (None, Some(exe)) => funcs::Binaries::of_command(exe)?,
+                (None, None) => bail!("--func needs a target process"),
+            };
+            let mut sites = Vec::new();
+            for m in funcs::resolve_all(&bins, func_specs)? {
+                // One id per function, whichever targets share it.
+                let id = match probed
+                    .iter()
+                    .position(|(p, _)| p.path == m.path && p.vaddr == m.vaddr)
+                {
+                    Some(i) => i as u64 + 1,
+                    None => {
+                        probed.push((m.clone(), crate::elf::build_id(&m.path).unwrap_or_default()));
+                        probed.len() as u64
+                    }
+                };
+                if !a.quiet {
+                    eprintln!("ebrec: --func {}: {m}", m.spec);
+                }
+                let exit = func_exit(&m, a.func_exit)?;
+                sites.push(probes::FuncSite {
+                    id,
+                    exit,
+                    site: probes::Site::new(
+                        &m.path,
+                        m.demangled.clone(),
+                        m.file_offset,
+                        m.size,
+                        &placement::ARGS,
+                    ),
+                    min_ns: m.min_ns,
+                });
+            }
+            probes.attach_funcs(&sites, pid)?;
+        }
+        if pid > 0 {
+            probes.add_target(pid as u32)?;
+        }
+    }
+    Ok(probed)
+}
+
+/// How the end of `m`'s calls is caught (see `--func-exit` and `placement::exits`).
+fn func_exit(m: &funcs::FuncMatch, mode: FuncExitMode) -> Result<probes::FuncExit> {
+    if mode == FuncExitMode::Uretprobe {
+        return Ok(probes::FuncExit::Uretprobe);
+    }
+    let what = || format!("--func {}: {}", m.spec, m.demangled);
+    let read = |off: u64, size: u64| {
+        probes::read_at(&m.path, off, size)
+            .with_context(|| format!("{}: cannot read its code in {}", what(), m.binary))
+    };
+    if m.size == 0 || m.size > 16 << 20 {
+        bail!(
+            "{}: its size is unknown, so its exits cannot be found; --func-exit uretprobe \
+             probes its return instead (an exception unwinding through it then terminates \
+             the target)",
+            what()
+        );
+    }
+    let body = read(m.file_offset, m.size)?;
+    let cold = match m.cold {
+        Some((va, off, size)) if size > 0 && size <= 16 << 20 => Some((va, off, read(off, size)?)),
+        _ => None,
+    };
+    let mut parts = vec![(m.vaddr, body.as_slice())];
+    if let Some((va, _, code)) = &cold {
+        parts.push((*va, code.as_slice()));
+    }
+    let e = placement::exits(&parts);
+    if !e.calls_out && mode == FuncExitMode::Auto {
+        // Nothing can unwind through a function that calls nothing: the uretprobe is safe.
+        return Ok(probes::FuncExit::Uretprobe);
+    }
+    if e.sites.is_empty() && e.ambiguous.is_none() {
+        bail!(
+            "{}: it never returns (no ret and no tail jump in its code): there is no call \
+             duration to measure",
+            what()
+        );
+    }
+    if let Some((at, what_is_there)) = e.ambiguous {
+        let place = match &cold {
+            Some((cva, _, code)) if at >= *cva && at - cva < code.len() as u64 => {
+                format!("+{:#x} of its .cold part", at - cva)
+            }
+            _ => format!("+{:#x}", at.wrapping_sub(m.vaddr)),
+        };
+        bail!(
+            "{}: it may call other code, so a C++ exception may unwind through it, and its exits \
+             cannot all be found ({what_is_there} at {place}); --func-exit uretprobe probes its \
+             return instead (an exception unwinding through it then terminates the target)",
+            what()
+        );
+    }
+    let offset = |va: u64| match &cold {
+        Some((cva, coff, code)) if va >= *cva && va - cva < code.len() as u64 => coff + (va - cva),
+        _ => m.file_offset + (va - m.vaddr),
+    };
+    Ok(probes::FuncExit::Sites(
+        e.sites
+            .iter()
+            .map(|&va| (offset(va), e.tails.contains(&va)))
+            .collect(),
+    ))
+}
