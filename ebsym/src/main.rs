@@ -281,17 +281,12 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     }
     eprintln!("ebsym: wrote {}", output.display());
     // What a user looks at next: the top stacks of each kind the trace holds.
-    use ebtrace_analyze::reports::{top, EventKind};
+    use ebtrace_analyze::reports::{top_from, EventKind};
     let mut out = std::io::stdout().lock();
-    for kind in [
-        EventKind::Alloc,
-        EventKind::Lock,
-        EventKind::Func,
-        EventKind::Cpu,
-        EventKind::OffCpu,
-        EventKind::MemGrowth,
-    ] {
-        let r = top(&output, kind, kind.measures()[0], &Default::default(), 5)?;
+    for kind in EventKind::ALL {
+        let trace = ebtrace_format::TraceReader::open(&output)
+            .with_context(|| format!("cannot read {}", output.display()))?;
+        let r = top_from(trace, kind, kind.default_measure(), &Default::default(), 5);
         if !r.rows.is_empty() {
             writeln!(
                 out,

@@ -1,12 +1,13 @@
 //! The report subcommands of ebsym: top, leaks, locks, latency, folded, flamegraph, pprof,
-//! diff. A trace that is not symbolized yet is symbolized on the fly (into a temporary
-//! file) with the same options as `ebsym TRACE`: [`symbolized_input`] is the one place
-//! that decides what the reports read.
+//! diff. A trace that is not symbolized yet is symbolized on the fly, in memory, with the
+//! same options as `ebsym TRACE`, and the report reads those bytes (no temporary file):
+//! [`symbolized_input`] is the one place that decides what the reports read.
 use crate::find_args::FindArgs;
 use anyhow::{bail, Context, Result};
 use ebtrace_analyze::model::Filter;
-use ebtrace_analyze::reports::{self, EventKind};
-use std::io::Write;
+use ebtrace_analyze::reports::{self, EventKind, Measure};
+use ebtrace_format::TraceReader;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 /// Options every report takes.
@@ -54,18 +55,38 @@ impl ReportArgs {
     }
 }
 
-/// A symbolized trace for the reports to read: the input itself, or a temporary
-/// symbolized copy (removed when this is dropped).
-pub struct Input {
-    path: PathBuf,
-    _tmp: Option<tempfile::TempDir>,
+/// A symbolized trace for the reports to read: the input file itself, or the bytes of a
+/// symbolized copy made in memory.
+pub enum Input {
+    File(PathBuf),
+    Memory(Vec<u8>),
+}
+
+/// What an [`Input`] is read from.
+pub enum Source<'a> {
+    File(std::fs::File),
+    Memory(&'a [u8]),
+}
+
+impl Read for Source<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::File(f) => f.read(buf),
+            Source::Memory(b) => b.read(buf),
+        }
+    }
 }
 
 impl Input {
-    /// Where the symbolized trace is. The reports of `ebtrace-analyze` take a path today;
-    /// once they take a reader, this is the one place to give them one instead.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The symbolized trace, open for a report.
+    pub fn reader(&self) -> Result<TraceReader<Source<'_>>> {
+        let source = match self {
+            Input::File(p) => Source::File(
+                std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?,
+            ),
+            Input::Memory(b) => Source::Memory(b),
+        };
+        Ok(TraceReader::new(source)?)
     }
 }
 
@@ -74,41 +95,35 @@ fn is_symbolized(path: &Path) -> Result<bool> {
         .with_context(|| format!("cannot read {}", path.display()))
 }
 
-/// `trace` symbolized with the options of `a` (itself if it already is).
+/// `trace` symbolized with the options of `a` (itself if it already is). A raw trace is
+/// symbolized into memory: the symbolized copy costs about the raw trace's size in RAM.
 pub fn symbolized_input(a: &ReportArgs, trace: &Path) -> Result<Input> {
     if is_symbolized(trace)? {
-        return Ok(Input {
-            path: trace.to_path_buf(),
-            _tmp: None,
-        });
+        return Ok(Input::File(trace.to_path_buf()));
     }
-    let tmp = tempfile::tempdir()?;
-    let out = tmp.path().join("sym.pb.zst");
-    ebtrace_symbolize::trace::symbolize_trace_with(
+    let (_, bytes) = ebtrace_symbolize::trace::symbolize_trace_to_vec(
         trace,
-        &out,
         &a.find.options(!a.no_demangle),
         &crate::progress::Resolving::default(),
     )
     .with_context(|| format!("cannot symbolize {}", trace.display()))?;
-    Ok(Input {
-        path: out,
-        _tmp: Some(tmp),
-    })
+    Ok(Input::Memory(bytes))
 }
 
-fn kind_and_by(kind: &str, by: Option<&str>) -> Result<(EventKind, String)> {
+fn kind_and_by(kind: &str, by: Option<&str>) -> Result<(EventKind, Measure)> {
     let k = EventKind::parse(kind).with_context(|| {
         format!("unknown --kind {kind} (alloc, lock, func, cpu, offcpu, memgrowth)")
     })?;
-    let by = by.unwrap_or(k.measures()[0]);
-    if !k.measures().contains(&by) {
-        bail!(
-            "--by {by} does not apply to --kind {kind} (use one of: {})",
-            k.measures().join(", ")
-        );
+    match by {
+        None => Ok((k, k.default_measure())),
+        Some(by) => match k.parse_measure(by) {
+            Some(m) => Ok((k, m)),
+            None => bail!(
+                "--by {by} does not apply to --kind {kind} (use one of: {})",
+                k.measures().join(", ")
+            ),
+        },
     }
-    Ok((k, by.to_string()))
 }
 
 fn print(report: &reports::Report, json: bool, out: &mut dyn Write) -> Result<()> {
@@ -124,20 +139,20 @@ fn print(report: &reports::Report, json: bool, out: &mut dyn Write) -> Result<()
 pub fn top(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::top(input.path(), k, &by, &a.filter(), a.n)?;
+    let r = reports::top_from(input.reader()?, k, by, &a.filter(), a.n);
     print(&r, a.json, out)
 }
 
 pub fn leaks(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::leaks(input.path(), &a.filter(), a.n)?;
+    let r = reports::leaks_from(input.reader()?, &a.filter(), a.n);
     print(&r, a.json, out)
 }
 
 pub fn folded(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized_input(a, &a.trace)?;
-    let f = reports::folded(input.path(), k, &by, &a.filter())?;
+    let f = reports::folded_from(input.reader()?, k, by, &a.filter());
     for l in &f.lines {
         writeln!(out, "{l}")?;
     }
@@ -157,13 +172,13 @@ pub fn flamegraph(
 ) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized_input(a, &a.trace)?;
-    let folded = reports::folded(input.path(), k, &by, &a.filter())?;
+    let folded = reports::folded_from(input.reader()?, k, by, &a.filter());
     if let Some(note) = &folded.note {
         bail!("nothing to draw: {note}");
     }
     let f = std::fs::File::create(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
-    reports::flamegraph(&folded.lines, k, &by, title, std::io::BufWriter::new(f))?;
+    folded.flamegraph(title, std::io::BufWriter::new(f))?;
     eprint!("{}", reports::losses_text(&folded.losses));
     eprintln!(
         "ebsym: wrote {} ({} stacks)",
@@ -177,11 +192,11 @@ pub fn flamegraph(
 pub fn pprof(a: &ReportArgs, kind: &str, by: Option<&str>, output: &Path) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized_input(a, &a.trace)?;
-    let st = ebtrace_analyze::reports::stacks(input.path(), k, &a.filter())?;
+    let st = reports::stacks_from(input.reader()?, k, &a.filter());
     if let Some(note) = &st.note {
         eprintln!("ebsym: {note} (writing an empty profile)");
     }
-    let profile = ebtrace_analyze::pprof::profile(&st, &by);
+    let profile = ebtrace_analyze::pprof::profile_by(&st, by);
     let f = std::fs::File::create(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
     let mut w = std::io::BufWriter::new(f);
@@ -215,14 +230,14 @@ pub fn diff(
     let (k, by) = kind_and_by(kind, by)?;
     let before_input = symbolized_input(a, &a.trace)?;
     let after_input = symbolized_input(a, after)?;
-    let d = reports::diff(
-        before_input.path(),
-        after_input.path(),
+    let d = reports::diff_from(
+        before_input.reader()?,
+        after_input.reader()?,
         k,
-        &by,
+        by,
         &a.filter(),
         a.n,
-    )?;
+    );
     if let Some(output) = output {
         let f = std::fs::File::create(output)
             .with_context(|| format!("cannot create {}", output.display()))?;

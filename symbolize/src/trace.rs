@@ -177,6 +177,41 @@ pub fn symbolize_trace_with(
     options: &Options,
     progress: &dyn Progress,
 ) -> Result<Report, Error> {
+    let (report, _) = symbolize(input, options, progress, || {
+        let file = create_private(output).map_err(|e| {
+            Error::new(
+                ErrorKind::Output,
+                format!("cannot create {}", output.display()),
+                e,
+            )
+        })?;
+        Ok((
+            io::BufWriter::with_capacity(1 << 20, file),
+            output.display().to_string(),
+        ))
+    })?;
+    Ok(report)
+}
+
+/// [`symbolize_trace_with`] into memory: the symbolized trace's bytes, for a report to
+/// read without a file (`TraceReader::new(&bytes[..])`).
+pub fn symbolize_trace_to_vec(
+    input: &Path,
+    options: &Options,
+    progress: &dyn Progress,
+) -> Result<(Report, Vec<u8>), Error> {
+    symbolize(input, options, progress, || Ok((Vec::new(), "memory".to_string())))
+}
+
+/// Reads `input` twice (definitions, then a copy through) and writes the symbolized trace
+/// to what `output` makes (a writer and its name for errors), called once the addresses
+/// are resolved.
+fn symbolize<W: io::Write>(
+    input: &Path,
+    options: &Options,
+    progress: &dyn Progress,
+    output: impl FnOnce() -> Result<(W, String), Error>,
+) -> Result<(Report, W), Error> {
     let open = || {
         TraceReader::open(input).map_err(|e| {
             Error::new(
@@ -263,13 +298,7 @@ pub fn symbolize_trace_with(
     progress.resolve_done();
 
     // Pass 2: copy the input through, then append the results.
-    let file = create_private(output).map_err(|e| {
-        Error::new(
-            ErrorKind::Output,
-            format!("cannot create {}", output.display()),
-            e,
-        )
-    })?;
+    let (out, out_name) = output()?;
     let wopts = WriterOptions {
         chunk_interval: None,
         ..Default::default()
@@ -277,12 +306,12 @@ pub fn symbolize_trace_with(
     let out_err = |e: io::Error| {
         Error::new(
             ErrorKind::Output,
-            format!("cannot write {}", output.display()),
+            format!("cannot write {out_name}"),
             e,
         )
     };
     let mut w = TraceWriter::new(
-        io::BufWriter::with_capacity(1 << 20, file),
+        out,
         header.unwrap_or_default(),
         wopts,
     )
@@ -348,8 +377,9 @@ pub fn symbolize_trace_with(
         write_module(&mut w, &mut strings, build_id, &r).map_err(out_err)?;
         report.modules.push(r.report);
     }
-    w.finish(trailer).map_err(out_err)?;
-    Ok(report)
+    let mut out = w.finish(trailer).map_err(out_err)?;
+    out.flush().map_err(out_err)?;
+    Ok((report, out))
 }
 
 /// Whether the trace at `path` is symbolized: whether it has the records
