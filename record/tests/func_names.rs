@@ -76,7 +76,11 @@ fn check_probes(exe: &Path, name: &str) {
     for line in stdout.lines() {
         let f: Vec<&str> = line.split('\t').collect();
         assert_eq!(f.len(), 5, "{line}");
-        assert_eq!(f[1], exe.to_str().unwrap(), "'{name}' resolved elsewhere: {line}");
+        assert_eq!(
+            f[1],
+            exe.to_str().unwrap(),
+            "'{name}' resolved elsewhere: {line}"
+        );
         // ebrec lists a signature without the return type a template function's name
         // starts with; ebsym prints it with, and a clone's suffix only from the symbol table.
         let listed = without_clone(f[0]);
@@ -92,7 +96,10 @@ fn check_probes(exe: &Path, name: &str) {
 /// latency report under the name it was given by.
 fn check_func(dir: &Path, exe: &Path, args: &[&str], names: &BTreeSet<String>) {
     let trace = dir.join("func.pb.zst");
-    let flags: Vec<String> = names.iter().flat_map(|n| ["--func".into(), n.clone()]).collect();
+    let flags: Vec<String> = names
+        .iter()
+        .flat_map(|n| ["--func".into(), n.clone()])
+        .collect();
     record(&trace, exe, &flags, args);
     let lat = ebsym_json(&["latency", trace.to_str().unwrap(), "-n", "100000"]);
     let mut calls: BTreeMap<String, u64> = BTreeMap::new();
@@ -101,8 +108,9 @@ fn check_func(dir: &Path, exe: &Path, args: &[&str], names: &BTreeSet<String>) {
         // entry of a function is named first).
         let frames = row["frames"].as_array().unwrap();
         let f = &frames.iter().find(|f| f["inlined"] == false).unwrap()["function"];
-        *calls.entry(f.as_str().unwrap_or("").to_string()).or_default() +=
-            row["count"].as_u64().unwrap();
+        *calls
+            .entry(f.as_str().unwrap_or("").to_string())
+            .or_default() += row["count"].as_u64().unwrap();
     }
     for n in names {
         assert!(
@@ -162,7 +170,11 @@ fn names_from_the_symbol_table_too() {
         .arg(&stripped)
         .output()
         .expect("run objcopy");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     names_round_trip(
         &stripped,
         &["--seconds", "0.5"],

@@ -1,0 +1,262 @@
+//! Decoding the BPF events into trace records: stacks (the caller at `[sp]`, frames that
+//! left the code, kernel frames) and each family's event.
+use super::*;
+
+impl Session<'_> {
+    /// The id of a stack: `user[..n]` and `kernel` frames, leaf first. Kernel frames of a
+    /// new stack queue their kallsyms entries for the next KernelSymbols record.
+    pub(super) fn stack(
+        &mut self,
+        g: u32,
+        user: &[u64],
+        n: u32,
+        kernel: &[u64],
+        flags: u32,
+        copy_id: u64,
+    ) -> Result<u64> {
+        let n = (n as usize).min(user.len());
+        let kernel = if kernel.is_empty() {
+            kernel
+        } else {
+            self.kernel.strip_tracer(kernel)
+        };
+        if n == 0 && kernel.is_empty() {
+            return Ok(0);
+        }
+        let mut frames = std::mem::take(&mut self.frames);
+        frames.clear();
+        frames.extend_from_slice(&user[..n]);
+        // At an entry probe frame 1 is the caller read from [sp]; if the kernel had added
+        // it too (functions starting with push %rbp), frame 2 repeats it.
+        if flags & StackFlag::CallerFromSp as u32 != 0
+            && frames.len() >= 3
+            && frames[1] == frames[2]
+        {
+            frames.remove(2);
+        }
+        let mut flags = flags;
+        if let Some(cut) = self.left_code(g, &frames) {
+            frames.truncate(cut);
+            flags |= StackFlag::UserLeftCode as u32;
+        }
+        let copy = if copy_id != 0 {
+            let c = self.pending_copies.remove(&copy_id);
+            if c.is_none() {
+                self.copies_missing += 1;
+            }
+            c
+        } else {
+            None
+        };
+        let before = self.w.stats().stacks;
+        let id = match copy {
+            // A stack with a copy is its own record: two copies are rarely equal.
+            Some(c) => {
+                self.kept[EventFamily::StackCopy] += 1;
+                self.w.write_stack_copy(Stack {
+                    id: 0,
+                    generation: g,
+                    user_ips: frames.clone(),
+                    kernel_ips: kernel.to_vec(),
+                    flags,
+                    copy: Some(UserStackCopy {
+                        // DWARF x86_64 numbering: rbp 6, rsp 7, return address (rip) 16.
+                        regs: vec![c.bp, c.sp, c.ip],
+                        reg_mask: (1 << 6) | (1 << 7) | (1 << 16),
+                        sp: c.sp,
+                        data: c.data,
+                    }),
+                })
+            }
+            None => self.w.intern_stack(g, &frames, kernel, flags),
+        };
+        self.frames = frames;
+        if !kernel.is_empty() && self.w.stats().stacks != before {
+            self.kernel.note(kernel);
+        }
+        Ok(id?)
+    }
+    /// Where a frame-pointer walk went astray: the first return address (frame 1 on) that
+    /// is in no executable mapping of generation `g`. None when all are, or when the
+    /// generation's mappings are unknown (nothing to judge by).
+    pub(super) fn left_code(&self, g: u32, frames: &[u64]) -> Option<usize> {
+        let gen = self.gens.get(g as usize - 1)?;
+        if gen.maps.is_empty() {
+            return None;
+        }
+        let exec = &gen.exec;
+        frames.iter().enumerate().skip(1).find_map(|(i, &ip)| {
+            // The range starting last at or before ip; ranges may overlap (a remapped
+            // file), so a miss there is checked against all before saying "outside".
+            let near = exec.partition_point(|r| r.0 <= ip);
+            let inside = near.checked_sub(1).is_some_and(|j| ip < exec[j].1)
+                || exec.iter().any(|r| r.0 <= ip && ip < r.1);
+            (!inside).then_some(i)
+        })
+    }
+    /// Decodes and writes one BPF event.
+    pub fn event(&mut self, data: &[u8]) -> Result<()> {
+        if data.len() < std::mem::size_of::<probes::event_header>() {
+            self.malformed += 1;
+            return Ok(());
+        }
+        let h: probes::event_header = probes::read_event(data);
+        if h.r#type == EventFamily::StackCopy as u32 {
+            self.keep_copy(data);
+            return Ok(());
+        }
+        let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
+        match h.r#type {
+            t if t == EventFamily::Alloc as u32 => {
+                let e: probes::alloc_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
+                self.w.alloc(&AllocEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    size: e.size,
+                    address: e.addr,
+                    kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
+                })?;
+                self.kept[EventFamily::Alloc] += 1;
+            }
+            t if t == EventFamily::Free as u32 => {
+                let e: probes::free_event = probes::read_event(data);
+                self.w.free(&FreeEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    address: e.addr,
+                })?;
+                self.kept[EventFamily::Free] += 1;
+            }
+            t if t == EventFamily::Lock as u32 => {
+                let e: probes::lock_event = probes::read_event(data);
+                let stack = self.stack(
+                    g,
+                    &e.ips[..probes::MAX_FRAMES],
+                    e.nframes,
+                    &[],
+                    e.flags,
+                    e.copy_id,
+                )?;
+                let waker_stack = self.stack(
+                    g,
+                    &e.ips[probes::MAX_FRAMES..],
+                    e.waker_nframes,
+                    &[],
+                    e.waker_flags,
+                    0,
+                )?;
+                self.w.lock(&LockEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    mutex: e.uaddr,
+                    wait_ns: e.wait_ns,
+                    hold_ns: e.hold_ns,
+                    waker_tid: e.waker_tid,
+                    waker_stack,
+                    futex_op: e.op,
+                    source: LockSource::try_from(e.source as i32).unwrap_or_default(),
+                    result: e.ret,
+                })?;
+                self.kept[EventFamily::Lock] += 1;
+            }
+            t if t == EventFamily::Cpu as u32 => {
+                let e: probes::sample_event = probes::read_event(data);
+                let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
+                self.w.cpu_sample(&CpuSample {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    cpu: h.cpu,
+                })?;
+                self.kept[EventFamily::Cpu] += 1;
+            }
+            t if t == EventFamily::Offcpu as u32 => {
+                let e: probes::offcpu_event = probes::read_event(data);
+                let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
+                let used = (e.nframes + e.kframes) as usize;
+                let rest = e.ips.get(used.min(e.ips.len())..).unwrap_or(&[]);
+                let (wuser, wkernel) = split_frames(rest, e.waker_nframes, e.waker_kframes);
+                // The waker's user frames are addresses in *its* process: kept only when
+                // that process is known (a target), under its own generation. A wake from
+                // an interrupt names whoever was running: the kernel frames tell.
+                let (wg, wuser) = if e.waker_pid == h.pid {
+                    (g, wuser)
+                } else {
+                    match self.gen_at(e.waker_pid, h.time_ns) {
+                        Some(wg) => (wg, wuser),
+                        None => {
+                            if !wuser.is_empty() {
+                                self.waker_frames_dropped += 1;
+                            }
+                            (g, &[][..])
+                        }
+                    }
+                };
+                let waker_stack = if e.waker_tid != 0 {
+                    self.stack(wg, wuser, wuser.len() as u32, wkernel, e.waker_flags, 0)?
+                } else {
+                    0
+                };
+                self.w.offcpu(&OffCpuEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    duration_ns: e.duration_ns,
+                    waker_tid: e.waker_tid,
+                    waker_stack,
+                    state: e.state,
+                })?;
+                self.kept[EventFamily::Offcpu] += 1;
+            }
+            t if t == EventFamily::Func as u32 => {
+                let e: probes::func_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
+                let nargs = (e.nargs as usize).min(e.args.len());
+                self.w.func(&FuncEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    function: e.function,
+                    duration_ns: e.duration_ns,
+                    args: e.args[..nargs].to_vec(),
+                    ret: e.ret,
+                })?;
+                self.kept[EventFamily::Func] += 1;
+            }
+            t if t == EventFamily::MemGrowth as u32 => {
+                let e: probes::mem_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
+                self.w.mem_growth(&MemGrowthEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    kind: MemGrowthKind::try_from(e.kind as i32).unwrap_or_default(),
+                    size: e.size,
+                    address: e.addr,
+                })?;
+                self.kept[EventFamily::MemGrowth] += 1;
+            }
+            _ => self.malformed += 1,
+        }
+        Ok(())
+    }
+}
+
+/// `ips[..nframes]` (user) and the `kframes` after them (kernel), clamped to `ips`.
+fn split_frames(ips: &[u64], nframes: u32, kframes: u32) -> (&[u64], &[u64]) {
+    let n = (nframes as usize).min(ips.len());
+    let k = (kframes as usize).min(ips.len() - n);
+    (&ips[..n], &ips[n..n + k])
+}

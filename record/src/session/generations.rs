@@ -1,0 +1,230 @@
+//! Process generations (a pid's life between two execs) and their mappings: snapshots of
+//! running processes, build-ids and unwind tables of the mapped files, exits.
+use super::*;
+
+impl Session<'_> {
+    pub(super) fn new_gen(
+        &mut self,
+        pid: u32,
+        start_ns: u64,
+        comm: u64,
+        exe: u64,
+        cmdline: Vec<u64>,
+    ) -> u32 {
+        self.gens.push(Gen {
+            start_ns,
+            comm,
+            exe,
+            cmdline,
+            maps: Vec::new(),
+            exec: Vec::new(),
+        });
+        let id = self.gens.len() as u32;
+        self.by_pid.entry(pid).or_default().push(id);
+        id
+    }
+    /// The generation of `pid` at `time`.
+    pub(super) fn gen_at(&self, pid: u32, time: u64) -> Option<u32> {
+        let ids = self.by_pid.get(&pid)?;
+        let mut best = ids[0];
+        for &id in ids {
+            if self.gens[id as usize - 1].start_ns <= time {
+                best = id;
+            }
+        }
+        Some(best)
+    }
+    /// The generation of `pid` at `time`, recording the process from /proc if it is new
+    /// (already running when tracing began, or seen first through an event).
+    pub(super) fn gen_or_snapshot(&mut self, pid: u32, time: u64) -> Result<u32> {
+        if let Some(g) = self.gen_at(pid, time) {
+            return Ok(g);
+        }
+        self.snapshot(pid, time)
+    }
+    /// Records a running process as an EXISTING generation with its current maps.
+    pub fn snapshot(&mut self, pid: u32, now: u64) -> Result<u32> {
+        let info = procfs::proc_info(pid).unwrap_or_default();
+        let comm = self.w.intern_string(&info.comm)?;
+        let exe = self.w.intern_string(&info.exe)?;
+        let cmdline = info
+            .cmdline
+            .iter()
+            .map(|a| self.w.intern_string(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let start_ns = boot_of_ticks(info.start_ticks);
+        let g = self.new_gen(pid, start_ns, comm, exe, cmdline.clone());
+        self.w.write_record(&Record {
+            kind: Some(Kind::Process(Process {
+                generation: g,
+                pid,
+                start_time_ns: start_ns,
+                ppid: info.ppid,
+                comm,
+                exe,
+                cmdline,
+                pid_ns: info.pid_ns,
+                event: ProcessEvent::Existing as i32,
+                time_ns: now,
+                parent_generation: 0,
+                exit_code: 0,
+                ns_pid: info.ns_pid,
+            })),
+        })?;
+        for m in procfs::maps(pid).unwrap_or_default() {
+            if m.perms & 4 == 0 || m.path.is_empty() {
+                continue;
+            }
+            let bid = if m.path.starts_with(b"/") {
+                let mf = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+                let file = if mf.exists() {
+                    mf
+                } else {
+                    procfs::path_in(pid, &m.path)
+                };
+                let bid =
+                    self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(&file))?;
+                self.unwind_tables(bid, &file)?;
+                bid
+            } else {
+                0
+            };
+            let path = self.w.intern_string(&m.path)?;
+            self.add_mapping(
+                g,
+                MapRec {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    path,
+                    build_id: bid,
+                    inode: m.inode,
+                    dev: m.dev,
+                    perms: m.perms,
+                },
+                now,
+                MappingSource::Snapshot,
+            )?;
+        }
+        Ok(g)
+    }
+    pub(super) fn build_id_of(
+        &mut self,
+        dev: u64,
+        inode: u64,
+        path: &[u8],
+        read: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Result<u64> {
+        let key = (dev, inode, path.to_vec());
+        if let Some(&id) = self.build_ids.get(&key) {
+            return Ok(id);
+        }
+        let id = match read() {
+            Some(b) if !b.is_empty() => self.w.intern_build_id(&b)?,
+            _ => 0,
+        };
+        self.build_ids.insert(key, id);
+        Ok(id)
+    }
+    pub(super) fn add_mapping(
+        &mut self,
+        g: u32,
+        m: MapRec,
+        time: u64,
+        source: MappingSource,
+    ) -> Result<()> {
+        self.write_mapping(g, &m, time, source)?;
+        let gen = &mut self.gens[g as usize - 1];
+        if m.perms & 4 != 0 {
+            let i = gen.exec.partition_point(|r| r.0 <= m.start);
+            gen.exec.insert(i, (m.start, m.end));
+        }
+        gen.maps.push(m);
+        Ok(())
+    }
+    /// The Mapping record of `m` in generation `g`.
+    pub(super) fn write_mapping(
+        &mut self,
+        g: u32,
+        m: &MapRec,
+        time: u64,
+        source: MappingSource,
+    ) -> Result<()> {
+        self.w.write_record(&Record {
+            kind: Some(Kind::Mapping(Mapping {
+                generation: g,
+                start: m.start,
+                end: m.end,
+                file_offset: m.offset,
+                path: m.path,
+                build_id: m.build_id,
+                inode: m.inode,
+                dev: m.dev,
+                perms: m.perms,
+                time_ns: time,
+                source: source as i32,
+            })),
+        })?;
+        Ok(())
+    }
+    pub(super) fn awaiting_code(&self, pid: u32) -> bool {
+        self.launched == Some(pid)
+    }
+    /// Writes the EXIT record of `pid` (the launched command's, once waitpid has its code).
+    pub fn write_exit(&mut self, pid: u32, time: u64, code: i32) -> Result<()> {
+        let Some(g) = self.gen_at(pid, time) else {
+            return Ok(());
+        };
+        self.w.write_record(&Record {
+            kind: Some(Kind::Process(Process {
+                generation: g,
+                pid,
+                event: ProcessEvent::Exit as i32,
+                time_ns: time,
+                exit_code: code,
+                ..Default::default()
+            })),
+        })?;
+        Ok(())
+    }
+    /// The launched command exited with `code` (from waitpid).
+    pub fn launched_exited(&mut self, pid: u32, code: i32) -> Result<()> {
+        self.exit_codes.insert(pid, code);
+        self.live.remove(&pid);
+        let time = self
+            .exited
+            .get(&pid)
+            .copied()
+            .unwrap_or_else(|| procfs::clock_ns(libc::CLOCK_BOOTTIME));
+        self.write_exit(pid, time, code)
+    }
+    /// Writes the unwind tables of the binary `file` (build-id id `bid`) once.
+    pub(super) fn unwind_tables(&mut self, bid: u64, file: &std::path::Path) -> Result<()> {
+        if !self.unwind_info || bid == 0 || !self.unwind_written.insert(bid) {
+            return Ok(());
+        }
+        if let Some(t) = crate::elf::unwind_tables(file) {
+            self.w.write_record(&Record {
+                kind: Some(Kind::UnwindTables(UnwindTables {
+                    build_id: bid,
+                    eh_frame: t.eh_frame,
+                    eh_frame_address: t.eh_frame_address,
+                    eh_frame_hdr: t.eh_frame_hdr,
+                    eh_frame_hdr_address: t.eh_frame_hdr_address,
+                    load_segments: t
+                        .load_segments
+                        .iter()
+                        .flat_map(|&(v, o, n)| [v, o, n])
+                        .collect(),
+                })),
+            })?;
+        }
+        Ok(())
+    }
+    /// --stack-mode auto: copies for `pid` if its executable `exe` lacks frame pointers.
+    pub(super) fn judge_frame_pointers(&mut self, pid: u32, exe: &std::path::Path) {
+        if self.auto_copies && crate::elf::has_frame_pointers(exe) == Some(false) {
+            let _ = self.probes.set_copy_pid(pid);
+        }
+    }
+}

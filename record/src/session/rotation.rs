@@ -1,0 +1,102 @@
+//! Rotation: the current file ends and a new one starts that defines again the live
+//! processes, their maps and the `--func` functions, so each file reads on its own.
+use super::*;
+
+impl Session<'_> {
+    /// Goes on in `next` (--rotate): finishes the current file with `trailer`, then defines
+    /// again in the new one what its events will refer to — the processes (alive, or ended
+    /// in the last 10 s: late events may still come) with their maps, the --func functions —
+    /// so that each file reads on its own. Generation ids stay the same across files.
+    pub fn rotate(
+        &mut self,
+        next: TraceWriter<BufWriter<File>>,
+        trailer: Trailer,
+        now: u64,
+    ) -> Result<()> {
+        let strings: HashMap<u64, Vec<u8>> = self
+            .w
+            .interned_strings()
+            .map(|(id, b)| (id, b.to_vec()))
+            .collect();
+        let bids: HashMap<u64, Vec<u8>> = self
+            .w
+            .interned_build_ids()
+            .map(|(id, b)| (id, b.to_vec()))
+            .collect();
+        let old = std::mem::replace(&mut self.w, next);
+        old.finish(Some(trailer))?;
+        let w = &mut self.w;
+        let mut s = |id: u64| -> Result<u64> {
+            Ok(match strings.get(&id) {
+                Some(b) if id != 0 => w.intern_string(b)?,
+                _ => 0,
+            })
+        };
+        let mut pid_of = HashMap::new();
+        for (&pid, ids) in &self.by_pid {
+            for &g in ids {
+                pid_of.insert(g, pid);
+            }
+        }
+        let mut keep = Vec::new();
+        for (i, g) in self.gens.iter_mut().enumerate() {
+            let id = i as u32 + 1;
+            let pid = pid_of.get(&id).copied().unwrap_or(0);
+            g.comm = s(g.comm)?;
+            g.exe = s(g.exe)?;
+            for a in g.cmdline.iter_mut() {
+                *a = s(*a)?;
+            }
+            for m in g.maps.iter_mut() {
+                m.path = s(m.path)?;
+            }
+            let ended = self.exited.get(&pid).copied();
+            let latest = self.by_pid.get(&pid).and_then(|v| v.last()) == Some(&id);
+            if !latest || ended.is_some_and(|t| now.saturating_sub(t) > 10_000_000_000) {
+                continue;
+            }
+            keep.push((id, pid, ended));
+        }
+        for m in self.gens.iter_mut().flat_map(|g| g.maps.iter_mut()) {
+            m.build_id = match bids.get(&m.build_id) {
+                Some(b) if m.build_id != 0 => self.w.intern_build_id(b)?,
+                _ => 0,
+            };
+        }
+        for v in self.build_ids.values_mut() {
+            *v = match bids.get(v) {
+                Some(b) if *v != 0 => self.w.intern_build_id(b)?,
+                _ => 0,
+            };
+        }
+        self.unwind_written.clear();
+        self.kernel.forget_written();
+        self.clock_sync()?;
+        for (id, pid, ended) in keep {
+            let g = &self.gens[id as usize - 1];
+            self.w.write_record(&Record {
+                kind: Some(Kind::Process(Process {
+                    generation: id,
+                    pid,
+                    start_time_ns: g.start_ns,
+                    comm: g.comm,
+                    exe: g.exe,
+                    cmdline: g.cmdline.clone(),
+                    event: ProcessEvent::Existing as i32,
+                    time_ns: now,
+                    ..Default::default()
+                })),
+            })?;
+            for m in g.maps.clone() {
+                self.write_mapping(id, &m, now, MappingSource::Snapshot)?;
+            }
+            if let Some(t) = ended {
+                self.write_exit(pid, t, 0)?;
+            }
+        }
+        for (id, m, bid) in std::mem::take(&mut self.probed) {
+            self.probed_function(id, &m, &bid)?;
+        }
+        Ok(())
+    }
+}

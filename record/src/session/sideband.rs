@@ -1,0 +1,194 @@
+//! The perf side band (MMAP2, FORK, COMM/exec, EXIT) written into the trace as the
+//! generations' mappings and process records.
+use super::*;
+
+impl Session<'_> {
+    /// Applies side-band records (in time order).
+    pub fn side_band(&mut self, mut recs: Vec<SideBand>) -> Result<()> {
+        let time = |r: &SideBand| match r {
+            SideBand::Mmap { time, .. }
+            | SideBand::Fork { time, .. }
+            | SideBand::Exit { time, .. }
+            | SideBand::Exec { time, .. } => *time,
+            SideBand::Lost { .. } => 0,
+        };
+        recs.sort_by_key(time);
+        for r in recs {
+            match r {
+                SideBand::Fork {
+                    pid,
+                    ppid,
+                    tid,
+                    time,
+                    ..
+                } if pid == tid && pid != ppid => {
+                    let parent = self.gen_at(ppid, time);
+                    let (comm, exe, cmdline, maps) = match parent {
+                        Some(p) => {
+                            let p = &self.gens[p as usize - 1];
+                            (p.comm, p.exe, p.cmdline.clone(), p.maps.clone())
+                        }
+                        None => (0, 0, Vec::new(), Vec::new()),
+                    };
+                    let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Process(Process {
+                            generation: g,
+                            pid,
+                            start_time_ns: time,
+                            ppid,
+                            comm,
+                            exe,
+                            cmdline,
+                            event: ProcessEvent::Fork as i32,
+                            time_ns: time,
+                            parent_generation: parent.unwrap_or(0),
+                            ..Default::default()
+                        })),
+                    })?;
+                    for m in maps {
+                        self.add_mapping(g, m, time, MappingSource::Fork)?;
+                    }
+                    if self.auto_copies && self.probes.copies_for(ppid) {
+                        let _ = self.probes.set_copy_pid(pid);
+                    }
+                    if self.follow {
+                        self.live.insert(pid);
+                    }
+                }
+                SideBand::Fork { .. } => {}
+                SideBand::Exec {
+                    pid, time, comm, ..
+                } => {
+                    let parent = self.gen_at(pid, time);
+                    let info = procfs::proc_info(pid).unwrap_or_default();
+                    let comm = self.w.intern_string(&comm)?;
+                    let exe = self.w.intern_string(&info.exe)?;
+                    let cmdline = info
+                        .cmdline
+                        .iter()
+                        .map(|a| self.w.intern_string(a))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if !info.exe.is_empty() {
+                        self.judge_frame_pointers(pid, &procfs::path_in(pid, &info.exe));
+                    }
+                    let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Process(Process {
+                            generation: g,
+                            pid,
+                            start_time_ns: time,
+                            ppid: info.ppid,
+                            comm,
+                            exe,
+                            cmdline,
+                            pid_ns: info.pid_ns,
+                            event: ProcessEvent::Exec as i32,
+                            time_ns: time,
+                            parent_generation: parent.unwrap_or(0),
+                            ns_pid: info.ns_pid,
+                            ..Default::default()
+                        })),
+                    })?;
+                }
+                SideBand::Mmap {
+                    pid,
+                    time,
+                    start,
+                    len,
+                    pgoff,
+                    inode,
+                    build_id,
+                    prot,
+                    flags,
+                    path,
+                    ..
+                } => {
+                    let g = self.gen_or_snapshot(pid, time)?;
+                    let (dev, ino) = inode
+                        .map(|(ma, mi, ino)| ((u64::from(ma) << 20) | u64::from(mi), ino))
+                        .unwrap_or((0, 0));
+                    let file = path.starts_with(b"/").then(|| procfs::path_in(pid, &path));
+                    let kernel_bid = build_id.clone();
+                    let bid = match (build_id, &file) {
+                        (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
+                        (None, Some(file)) => {
+                            self.build_id_of(dev, ino, &path, || crate::elf::build_id(file))?
+                        }
+                        (None, None) => 0,
+                    };
+                    if let (Some(file), true) = (&file, prot & libc::PROT_EXEC as u32 != 0) {
+                        // A process that has already exited has no /proc/PID/root: the
+                        // file at the same path here will do if it has the same build-id.
+                        let here = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&path));
+                        if file.exists() {
+                            self.unwind_tables(bid, file)?;
+                        } else if self.unwind_info
+                            && kernel_bid.is_some()
+                            && crate::elf::build_id(&here) == kernel_bid
+                        {
+                            self.unwind_tables(bid, &here)?;
+                        }
+                    }
+                    let mut perms = 0;
+                    if prot & libc::PROT_READ as u32 != 0 {
+                        perms |= 1;
+                    }
+                    if prot & libc::PROT_WRITE as u32 != 0 {
+                        perms |= 2;
+                    }
+                    if prot & libc::PROT_EXEC as u32 != 0 {
+                        perms |= 4;
+                    }
+                    if flags & libc::MAP_SHARED as u32 != 0 {
+                        perms |= 8;
+                    }
+                    let path = self.w.intern_string(&path)?;
+                    self.add_mapping(
+                        g,
+                        MapRec {
+                            start,
+                            end: start + len,
+                            offset: pgoff,
+                            path,
+                            build_id: bid,
+                            inode: ino,
+                            dev,
+                            perms,
+                        },
+                        time,
+                        MappingSource::Mmap,
+                    )?;
+                }
+                SideBand::Exit { pid, tid, time, .. } if pid == tid => {
+                    self.exited.insert(pid, time);
+                    // The launched command stays "live" until waitpid has its exit code,
+                    // so that its EXIT record is written before the recording stops.
+                    if !self.awaiting_code(pid) {
+                        self.live.remove(&pid);
+                    }
+                    if !self.exit_codes.contains_key(&pid) {
+                        // the launched command's exit is written once waitpid gives its code
+                        if !self.awaiting_code(pid) {
+                            self.write_exit(pid, time, 0)?;
+                        }
+                    }
+                }
+                SideBand::Exit { .. } => {}
+                SideBand::Lost { count, cpu } => {
+                    self.sideband_lost += count;
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Lost(Lost {
+                            time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+                            family: EventFamily::Process as i32,
+                            reason: LossReason::RingbufFull as i32,
+                            count,
+                            cpu,
+                        })),
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
