@@ -71,7 +71,9 @@ impl Summary<'_> {
             eprintln!("ebrec:   kernel frames are unnamed: /proc/kallsyms shows no addresses (kernel.kptr_restrict)");
         }
         if malformed > 0 || sideband_lost > 0 {
-            eprintln!("ebrec:   malformed events {malformed}, side-band records lost {sideband_lost}");
+            eprintln!(
+                "ebrec:   malformed events {malformed}, side-band records lost {sideband_lost}"
+            );
         }
         if copies_missing > 0 {
             eprintln!("ebrec:   {copies_missing} events kept their frame-pointer stack: their stack copy was lost");

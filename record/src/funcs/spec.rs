@@ -206,7 +206,6 @@ mod tests {
         s.parse().unwrap()
     }
 
-
     #[test]
     fn specs_parse_from_the_right() {
         let s = spec("shop::Catalog::slow_lookup");

@@ -6,7 +6,12 @@ use std::collections::HashSet;
 
 /// The `n` names closest to `query` by edit distance, comparing with the whole name and
 /// with each of its trailing scopes (`slow_lokup` is close to `shop::Catalog::slow_lookup`).
-pub(super) fn closest(query: &str, by_sig: bool, tables: &[(&Binary, &Table)], n: usize) -> Vec<String> {
+pub(super) fn closest(
+    query: &str,
+    by_sig: bool,
+    tables: &[(&Binary, &Table)],
+    n: usize,
+) -> Vec<String> {
     let q = norm(query);
     let q = q.as_bytes();
     let mut names: HashSet<&str> = HashSet::new();

@@ -45,9 +45,9 @@ impl Func {
             Some(c) => format!("{sig} [clone {c}]"),
             None => sig.clone(),
         };
-        let clone_norm = clone.as_ref().and_then(|_| {
-            ebtrace_demangle::try_demangle(raw).map(|d| norm(&d))
-        });
+        let clone_norm = clone
+            .as_ref()
+            .and_then(|_| ebtrace_demangle::try_demangle(raw).map(|d| norm(&d)));
         Func {
             raw: raw.to_string(),
             display,
@@ -257,14 +257,23 @@ mod tests {
         let s = split_signature;
         assert_eq!(s("void foo<int>(int)"), ("foo<int>(int)", "foo<int>"));
         assert_eq!(s("foo::bar() const &"), ("foo::bar() const &", "foo::bar"));
-        assert_eq!(s("operator new(unsigned long)"), ("operator new(unsigned long)", "operator new"));
+        assert_eq!(
+            s("operator new(unsigned long)"),
+            ("operator new(unsigned long)", "operator new")
+        );
         assert_eq!(
             s("bool operator< <int>(A<int> const&, A<int> const&)"),
-            ("operator< <int>(A<int> const&, A<int> const&)", "operator< <int>")
+            (
+                "operator< <int>(A<int> const&, A<int> const&)",
+                "operator< <int>"
+            )
         );
         assert_eq!(
             s("main::{lambda()#1}::operator()() const"),
-            ("main::{lambda()#1}::operator()() const", "main::{lambda()#1}::operator()")
+            (
+                "main::{lambda()#1}::operator()() const",
+                "main::{lambda()#1}::operator()"
+            )
         );
         assert_eq!(
             s("std::vector<int, std::allocator<int> > make<int>(unsigned long)"),
@@ -272,10 +281,22 @@ mod tests {
         );
         assert_eq!(
             s("(anonymous namespace)::oom(char const*)"),
-            ("(anonymous namespace)::oom(char const*)", "(anonymous namespace)::oom")
+            (
+                "(anonymous namespace)::oom(char const*)",
+                "(anonymous namespace)::oom"
+            )
         );
-        assert_eq!(s("X::operator unsigned long() const"), ("X::operator unsigned long() const", "X::operator unsigned long"));
-        assert_eq!(s("guard variable for x"), ("guard variable for x", "guard variable for x"));
+        assert_eq!(
+            s("X::operator unsigned long() const"),
+            (
+                "X::operator unsigned long() const",
+                "X::operator unsigned long"
+            )
+        );
+        assert_eq!(
+            s("guard variable for x"),
+            ("guard variable for x", "guard variable for x")
+        );
     }
 
     #[test]
