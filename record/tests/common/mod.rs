@@ -4,7 +4,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// ebsym from the same build (cargo builds every binary of the workspace for its tests).
+/// ebsym from the same build (`target/<profile>/ebsym`, of the ebtrace-ebsym package).
 pub fn ebsym_path() -> PathBuf {
     let dir = std::env::current_exe()
         .unwrap()
@@ -16,7 +16,7 @@ pub fn ebsym_path() -> PathBuf {
     let p = dir.join("ebsym");
     assert!(
         p.exists(),
-        "{} is not built: run `cargo build -p ebtrace-symbolize` (scripts/test does)",
+        "{} is not built: run `cargo build -p ebtrace-ebsym` (scripts/test does)",
         p.display()
     );
     p
