@@ -535,12 +535,8 @@ const K_TEXT: u64 = 0xffff_ffff_8100_0000;
 const K_FUTEX: u64 = 0xffff_ffff_8110_0000;
 const K_EXT4: u64 = 0xffff_ffff_c010_0000;
 
-/// A process sampled on the CPU (`--cpu`): 5 samples in the kernel under a futex system
-/// call, 3 in an ext4 module function under a kernel frame no symbol covers, 2 in user
-/// space only. The kernel symbols come in three `KernelSymbols` records (as the recorder
-/// adds the ones new stacks need), not in address order between records.
-fn write_cpu(path: &Path) {
-    let mut w = writer();
+/// Process 42 (`shop`, generation 1) with `/usr/bin/shop` mapped at SHOP.
+fn shop_process(w: &mut TraceWriter<Vec<u8>>) -> u64 {
     let comm = w.intern_string(b"shop").unwrap();
     w.write_record(&rec(Kind::Process(pb::Process {
         generation: 1,
@@ -565,6 +561,16 @@ fn write_cpu(path: &Path) {
         ..Default::default()
     })))
     .unwrap();
+    shop_id
+}
+
+/// A process sampled on the CPU (`--cpu`): 5 samples in the kernel under a futex system
+/// call, 3 in an ext4 module function under a kernel frame no symbol covers, 2 in user
+/// space only. The kernel symbols come in three `KernelSymbols` records (as the recorder
+/// adds the ones new stacks need), not in address order between records.
+fn write_cpu(path: &Path) {
+    let mut w = writer();
+    let shop_id = shop_process(&mut w);
     let ksyms = |w: &mut TraceWriter<Vec<u8>>, syms: &[(u64, &str, &str)]| {
         let mut k = pb::KernelSymbols::default();
         for &(address, name, module) in syms {
@@ -858,30 +864,7 @@ fn latency_has_percentiles_within_the_bound_and_a_log2_histogram() {
 fn write_misc(path: &Path) {
     use ebtrace_format::events::{MemGrowthEvent, OffCpuEvent};
     let mut w = writer();
-    let comm = w.intern_string(b"shop").unwrap();
-    w.write_record(&rec(Kind::Process(pb::Process {
-        generation: 1,
-        pid: 42,
-        comm,
-        event: pb::ProcessEvent::Existing as i32,
-        time_ns: 1_000_000_000,
-        ..Default::default()
-    })))
-    .unwrap();
-    let shop_path = w.intern_string(b"/usr/bin/shop").unwrap();
-    let shop_id = w.intern_build_id(&[0xab; 20]).unwrap();
-    w.write_record(&rec(Kind::Mapping(pb::Mapping {
-        generation: 1,
-        start: SHOP,
-        end: SHOP + 0x10000,
-        file_offset: 0x1000,
-        path: shop_path,
-        build_id: shop_id,
-        perms: 5,
-        source: pb::MappingSource::Snapshot as i32,
-        ..Default::default()
-    })))
-    .unwrap();
+    let shop_id = shop_process(&mut w);
     let s1 = w
         .intern_stack(1, &[SHOP + 0x1010, SHOP + 0x2020], &[], 0)
         .unwrap();
