@@ -3,10 +3,13 @@
 //! ebsym prints function names with it and ebrec matches `--func` patterns against it, so a
 //! name copied from a report is a name `--func` accepts. C++ names go through the C++
 //! runtime's own demangler, `__cxa_demangle` (libiberty's cp-demangle, the code behind c++filt,
-//! binutils, gdb and perf), so names read as those tools print them. The `cpp_demangle` crate
-//! was used before and is gone: it gets some pack expansions wrong (`void (S::*&&)(long)` comes
-//! out as `void (S&&::*)(long)`, whole parameters vanish), and two demanglers gave two
-//! spellings of one function. Rust v0 names (`_R…`) go through `rustc-demangle`.
+//! binutils, gdb and perf), so names read as those tools print them. Only a name it refuses
+//! goes to the `cpp_demangle` crate (it refuses some very long legacy Rust symbols that
+//! llvm-symbolizer demangles; `cpp_demangle` is not first because it gets some pack
+//! expansions wrong: `void (S::*&&)(long)` comes out as `void (S&&::*)(long)`). Before this
+//! crate, ebrec matched `--func` names with cpp_demangle 0.4 alone while ebsym printed
+//! libstdc++'s, so a name copied from a report could fail to match. Rust v0 names (`_R…`) go
+//! through `rustc-demangle`.
 
 /// Demangles `name` if it is an Itanium C++ name (`_Z…`) or a Rust v0 one (`_R…`); else, or
 /// when it does not demangle, returns it as is.
@@ -23,7 +26,11 @@ pub fn try_demangle(name: &str) -> Option<String> {
         }
     }
     if name.starts_with("_Z") {
-        return cxa_demangle(name);
+        return cxa_demangle(name).or_else(|| {
+            cpp_demangle::Symbol::new(name)
+                .ok()
+                .and_then(|sym| sym.demangle().ok())
+        });
     }
     None
 }
@@ -76,6 +83,18 @@ mod tests {
         );
         // A pack expansion cpp_demangle 0.4/0.5 got wrong.
         assert_eq!(demangle("_Z1fIJM1SFvlEEEvDpOT_"), "void f<void (S::*)(long)>(void (S::*&&)(long))");
+    }
+
+    #[test]
+    fn a_name_libstdcxx_refuses_falls_back() {
+        // A legacy Rust symbol with an identifier of 2,018 characters (ebsym's own
+        // drop_in_place of a rayon job) that __cxa_demangle refuses; llvm-symbolizer prints it
+        // as below.
+        let id = format!("drop_in_place$LT${}$GT$", "x".repeat(2018 - 21));
+        assert_eq!(id.len(), 2018);
+        let mangled = format!("_ZN4core3ptr{}{id}17h69177438a41cf974E", id.len());
+        assert_eq!(cxa_demangle(&mangled), None, "libstdc++ now reads it: drop the fallback?");
+        assert_eq!(demangle(&mangled), format!("core::ptr::{id}::h69177438a41cf974"));
     }
 
     #[test]
