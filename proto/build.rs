@@ -43,7 +43,11 @@ fn main() {
                 (c.is_ascii_uppercase().then_some('_').into_iter()).chain(std::iter::once(lower))
             })
             .collect::<String>();
-        let _ = writeln!(h, "\n/* trace.proto's {proto_name}. */\nenum {} {{", c_name.trim_start_matches('_'));
+        let _ = writeln!(
+            h,
+            "\n/* trace.proto's {proto_name}. */\nenum {} {{",
+            c_name.trim_start_matches('_')
+        );
         let mut max = 0;
         for v in &e.value {
             let name = v.name();
@@ -57,7 +61,11 @@ fn main() {
             let _ = writeln!(h, "\t{c_prefix}{short} = {},", v.number());
         }
         if *proto_name == "EventFamily" {
-            let _ = writeln!(h, "\tFAM_COUNT = {}, /* one more than the largest */", max + 1);
+            let _ = writeln!(
+                h,
+                "\tFAM_COUNT = {}, /* one more than the largest */",
+                max + 1
+            );
         }
         h.push_str("};\n");
     }

@@ -23,7 +23,14 @@ fn main() {
         SkeletonBuilder::new()
             .source(&src)
             .clang(&clang)
-            .clang_args(["-I", bpf.to_str().unwrap(), "-I", &generated, "-Wall", "-Wno-unused-function"])
+            .clang_args([
+                "-I",
+                bpf.to_str().unwrap(),
+                "-I",
+                &generated,
+                "-Wall",
+                "-Wno-unused-function",
+            ])
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
     }
@@ -57,7 +64,9 @@ fn write_consts(header: &std::path::Path, out: &std::path::Path) {
             continue;
         };
         let is_name = !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
             && name != "EBTRACE_EVENTS_H";
         if is_name && value.parse::<u64>().is_ok() {
             rs.push_str(&format!("pub const {name}: usize = {value};\n"));

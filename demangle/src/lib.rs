@@ -82,7 +82,10 @@ mod tests {
             "shop::Catalog::slow_lookup(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)"
         );
         // A pack expansion cpp_demangle 0.4/0.5 got wrong.
-        assert_eq!(demangle("_Z1fIJM1SFvlEEEvDpOT_"), "void f<void (S::*)(long)>(void (S::*&&)(long))");
+        assert_eq!(
+            demangle("_Z1fIJM1SFvlEEEvDpOT_"),
+            "void f<void (S::*)(long)>(void (S::*&&)(long))"
+        );
     }
 
     #[test]
@@ -93,8 +96,15 @@ mod tests {
         let id = format!("drop_in_place$LT${}$GT$", "x".repeat(2018 - 21));
         assert_eq!(id.len(), 2018);
         let mangled = format!("_ZN4core3ptr{}{id}17h69177438a41cf974E", id.len());
-        assert_eq!(cxa_demangle(&mangled), None, "libstdc++ now reads it: drop the fallback?");
-        assert_eq!(demangle(&mangled), format!("core::ptr::{id}::h69177438a41cf974"));
+        assert_eq!(
+            cxa_demangle(&mangled),
+            None,
+            "libstdc++ now reads it: drop the fallback?"
+        );
+        assert_eq!(
+            demangle(&mangled),
+            format!("core::ptr::{id}::h69177438a41cf974")
+        );
     }
 
     #[test]

@@ -47,15 +47,69 @@ impl FamilyInfo {
 
 /// Every family, in the order of their numbers.
 pub const FAMILIES: &[FamilyInfo] = &[
-    FamilyInfo { id: EventFamily::Alloc, name: "alloc", flag: Some("--alloc"), report: true, aliases: &[] },
-    FamilyInfo { id: EventFamily::Free, name: "free", flag: None, report: false, aliases: &[] },
-    FamilyInfo { id: EventFamily::Lock, name: "lock", flag: Some("--lock"), report: true, aliases: &["locks"] },
-    FamilyInfo { id: EventFamily::Func, name: "func", flag: Some("--func"), report: true, aliases: &["latency"] },
-    FamilyInfo { id: EventFamily::Cpu, name: "cpu", flag: Some("--cpu"), report: true, aliases: &[] },
-    FamilyInfo { id: EventFamily::Offcpu, name: "offcpu", flag: Some("--offcpu"), report: true, aliases: &[] },
-    FamilyInfo { id: EventFamily::MemGrowth, name: "memgrowth", flag: Some("--memgrowth"), report: true, aliases: &["mem", "mem_growth"] },
-    FamilyInfo { id: EventFamily::Process, name: "process", flag: None, report: false, aliases: &[] },
-    FamilyInfo { id: EventFamily::StackCopy, name: "stackcopy", flag: Some("--stack-mode dwarf"), report: false, aliases: &["stack_copy"] },
+    FamilyInfo {
+        id: EventFamily::Alloc,
+        name: "alloc",
+        flag: Some("--alloc"),
+        report: true,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::Free,
+        name: "free",
+        flag: None,
+        report: false,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::Lock,
+        name: "lock",
+        flag: Some("--lock"),
+        report: true,
+        aliases: &["locks"],
+    },
+    FamilyInfo {
+        id: EventFamily::Func,
+        name: "func",
+        flag: Some("--func"),
+        report: true,
+        aliases: &["latency"],
+    },
+    FamilyInfo {
+        id: EventFamily::Cpu,
+        name: "cpu",
+        flag: Some("--cpu"),
+        report: true,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::Offcpu,
+        name: "offcpu",
+        flag: Some("--offcpu"),
+        report: true,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::MemGrowth,
+        name: "memgrowth",
+        flag: Some("--memgrowth"),
+        report: true,
+        aliases: &["mem", "mem_growth"],
+    },
+    FamilyInfo {
+        id: EventFamily::Process,
+        name: "process",
+        flag: None,
+        report: false,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::StackCopy,
+        name: "stackcopy",
+        flag: Some("--stack-mode dwarf"),
+        report: false,
+        aliases: &["stack_copy"],
+    },
 ];
 
 /// One more than the largest family number: the length of every per-family table, and of
@@ -72,12 +126,17 @@ pub fn family(id: EventFamily) -> &'static FamilyInfo {
 
 /// The row of a family number read from a trace or the kernel, if it is one.
 pub fn by_number(n: i32) -> Option<&'static FamilyInfo> {
-    EventFamily::try_from(n).ok().filter(|f| *f != EventFamily::Unspecified).map(family)
+    EventFamily::try_from(n)
+        .ok()
+        .filter(|f| *f != EventFamily::Unspecified)
+        .map(family)
 }
 
 /// The family named `s` (its name or an alias).
 pub fn by_name(s: &str) -> Option<&'static FamilyInfo> {
-    FAMILIES.iter().find(|f| f.name == s || f.aliases.contains(&s))
+    FAMILIES
+        .iter()
+        .find(|f| f.name == s || f.aliases.contains(&s))
 }
 
 /// A value per family, indexed by [`EventFamily`].
@@ -124,9 +183,16 @@ mod tests {
                 n += 1;
             }
         }
-        assert_eq!(n, FAMILIES.len(), "a row per EventFamily value, and no more");
+        assert_eq!(
+            n,
+            FAMILIES.len(),
+            "a row per EventFamily value, and no more"
+        );
         assert!(FAMILIES.windows(2).all(|w| w[0].number() < w[1].number()));
-        assert_eq!(COUNT, FAMILIES.iter().map(|f| f.number()).max().unwrap() + 1);
+        assert_eq!(
+            COUNT,
+            FAMILIES.iter().map(|f| f.number()).max().unwrap() + 1
+        );
     }
 
     #[test]
@@ -149,6 +215,11 @@ mod tests {
         let mut kept = PerFamily::<u64>::default();
         kept[EventFamily::Cpu] += 3;
         assert_eq!(kept.0[5], 3);
-        assert_eq!(kept.iter().find(|(f, _)| f.id == EventFamily::Cpu).map(|x| *x.1), Some(3));
+        assert_eq!(
+            kept.iter()
+                .find(|(f, _)| f.id == EventFamily::Cpu)
+                .map(|x| *x.1),
+            Some(3)
+        );
     }
 }

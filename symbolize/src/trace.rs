@@ -200,7 +200,9 @@ pub fn symbolize_trace_to_vec(
     options: &Options,
     progress: &dyn Progress,
 ) -> Result<(Report, Vec<u8>), Error> {
-    symbolize(input, options, progress, || Ok((Vec::new(), "memory".to_string())))
+    symbolize(input, options, progress, || {
+        Ok((Vec::new(), "memory".to_string()))
+    })
 }
 
 /// Reads `input` twice (definitions, then a copy through) and writes the symbolized trace
@@ -303,19 +305,9 @@ fn symbolize<W: io::Write>(
         chunk_interval: None,
         ..Default::default()
     };
-    let out_err = |e: io::Error| {
-        Error::new(
-            ErrorKind::Output,
-            format!("cannot write {out_name}"),
-            e,
-        )
-    };
-    let mut w = TraceWriter::new(
-        out,
-        header.unwrap_or_default(),
-        wopts,
-    )
-    .map_err(out_err)?;
+    let out_err =
+        |e: io::Error| Error::new(ErrorKind::Output, format!("cannot write {out_name}"), e);
+    let mut w = TraceWriter::new(out, header.unwrap_or_default(), wopts).map_err(out_err)?;
     let mut trailer = None;
     let mut seen_header = false;
     for rec in open()? {

@@ -223,7 +223,11 @@ mod registry_tests {
                 assert_eq!(EventKind::parse(f.name), Some(k));
             }
         }
-        for (alias, k) in [("mem", EventKind::MemGrowth), ("locks", EventKind::Lock), ("latency", EventKind::Func)] {
+        for (alias, k) in [
+            ("mem", EventKind::MemGrowth),
+            ("locks", EventKind::Lock),
+            ("latency", EventKind::Func),
+        ] {
             assert_eq!(EventKind::parse(alias), Some(k));
         }
         assert_eq!(EventKind::parse("free"), None);
