@@ -535,6 +535,25 @@ const K_TEXT: u64 = 0xffff_ffff_8100_0000;
 const K_FUTEX: u64 = 0xffff_ffff_8110_0000;
 const K_EXT4: u64 = 0xffff_ffff_c010_0000;
 
+/// One-frame `SymbolizedAddress` records in `shop.cpp` for `(address, function, line)`.
+fn symbolized(w: &mut TraceWriter<Vec<u8>>, shop_id: u64, addrs: &[(u64, &str, u32)]) {
+    for &(address, function, line) in addrs {
+        let frames = vec![pb::SymbolFrame {
+            function: w.intern_string(function.as_bytes()).unwrap(),
+            file: w.intern_string(b"shop.cpp").unwrap(),
+            line,
+            ..Default::default()
+        }];
+        w.write_record(&rec(Kind::SymbolizedAddress(pb::SymbolizedAddress {
+            build_id: shop_id,
+            address,
+            frames,
+            reason: 0,
+        })))
+        .unwrap();
+    }
+}
+
 /// Process 42 (`shop`, generation 1) with `/usr/bin/shop` mapped at SHOP.
 fn shop_process(w: &mut TraceWriter<Vec<u8>>) -> u64 {
     let comm = w.intern_string(b"shop").unwrap();
@@ -648,26 +667,16 @@ fn write_cpu(path: &Path) {
         ..Default::default()
     })))
     .unwrap();
-    for (address, function, line) in [
-        // The first user frame is the leaf (looked up as is), the others return addresses.
-        (off(SHOP + 0x3010), "Ledger::post(long)", 210),
-        (off(SHOP + 0x1010), "Warehouse::restock()", 98),
-        (off(SHOP + 0x2020 - 1), "main", 300),
-    ] {
-        let frames = vec![pb::SymbolFrame {
-            function: w.intern_string(function.as_bytes()).unwrap(),
-            file: w.intern_string(b"shop.cpp").unwrap(),
-            line,
-            ..Default::default()
-        }];
-        w.write_record(&rec(Kind::SymbolizedAddress(pb::SymbolizedAddress {
-            build_id: shop_id,
-            address,
-            frames,
-            reason: 0,
-        })))
-        .unwrap();
-    }
+    // The first user frame is the leaf (looked up as is), the others return addresses.
+    symbolized(
+        &mut w,
+        shop_id,
+        &[
+            (off(SHOP + 0x3010), "Ledger::post(long)", 210),
+            (off(SHOP + 0x1010), "Warehouse::restock()", 98),
+            (off(SHOP + 0x2020 - 1), "main", 300),
+        ],
+    );
     let bytes = w.finish(Some(pb::Trailer::default())).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
@@ -946,25 +955,15 @@ fn write_misc(path: &Path) {
     })))
     .unwrap();
     let off = |ip: u64| ip - SHOP + 0x1000;
-    for (address, function, line) in [
-        (off(SHOP + 0x1010), "Warehouse::restock()", 98),
-        (off(SHOP + 0x3010), "Ledger::post(long)", 210),
-        (off(SHOP + 0x2020 - 1), "main", 300),
-    ] {
-        let frames = vec![pb::SymbolFrame {
-            function: w.intern_string(function.as_bytes()).unwrap(),
-            file: w.intern_string(b"shop.cpp").unwrap(),
-            line,
-            ..Default::default()
-        }];
-        w.write_record(&rec(Kind::SymbolizedAddress(pb::SymbolizedAddress {
-            build_id: shop_id,
-            address,
-            frames,
-            reason: 0,
-        })))
-        .unwrap();
-    }
+    symbolized(
+        &mut w,
+        shop_id,
+        &[
+            (off(SHOP + 0x1010), "Warehouse::restock()", 98),
+            (off(SHOP + 0x3010), "Ledger::post(long)", 210),
+            (off(SHOP + 0x2020 - 1), "main", 300),
+        ],
+    );
     let bytes = w.finish(None).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
