@@ -91,7 +91,10 @@ static __always_inline bool admit(__u32 family)
 	return false;
 }
 
-/* The user stack into ips[0..), leaf first; returns the frame count. At a function-entry
+#include "unwind.bpf.h"
+
+/* The user stack into ips[0..), leaf first (--stack-mode cfi|auto: unwound with the rows,
+ * unwind.bpf.h); returns the frame count. At a function-entry
  * probe (`at_entry`) the frame-pointer walk misses the direct caller, whose return address
  * is at [sp]: it goes in as frame 1 (user space drops frame 2 if the kernel had already
  * added it, which it does for functions that start with push %rbp). */
@@ -100,6 +103,8 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 	__u32 limit = max_frames;
 	if (limit > MAX_FRAMES - 1)
 		limit = MAX_FRAMES - 1;
+	if (cfi_mode != CFI_MODE_OFF)
+		return cfi_stack(ips, flags, at_entry, limit);
 	/* At entry, frames go from slot 1 so that slot 0 can take the ip and slot 1 the caller. */
 	long n = at_entry ? bpf_get_stack(ctx, &ips[1], limit * sizeof(__u64), BPF_F_USER_STACK)
 			  : bpf_get_stack(ctx, &ips[0], limit * sizeof(__u64), BPF_F_USER_STACK);
@@ -124,7 +129,7 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 /* Copies map memory to map memory: clang cannot inline a memcpy this large for BPF. */
 #define copy_big(dst, src, size) bpf_probe_read_kernel((dst), (size), (src))
 
-/* --- stack copies (--stack-mode dwarf|auto) ---
+/* --- stack copies (--stack-mode dwarf) ---
  *
  * Frame pointers cannot walk through code built without them (libc, libstdc++, most
  * production C++). In dwarf mode each event also carries the top of the user stack and the
@@ -133,15 +138,6 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 
 /* 0: frame pointers only. Set by user space before load. */
 const volatile __u32 copy_bytes = 0;
-/* Copy for every target process, or only for those in `copy_pids` (auto mode). */
-const volatile bool copy_all = false;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, __u8);
-} copy_pids SEC(".maps");
 
 /* One copy buffer per CPU (max_entries set to the CPU count by user space): too large for
  * a per-CPU array value. */
@@ -167,9 +163,6 @@ static long vma_end(struct task_struct *task, struct vm_area_struct *vma, void *
 static __always_inline __u32 fill_copy(struct copy_event *c)
 {
 	if (!copy_bytes)
-		return 0;
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	if (!copy_all && !bpf_map_lookup_elem(&copy_pids, &pid))
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);

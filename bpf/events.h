@@ -154,4 +154,62 @@ struct copy_event {
 	__u8 data[MAX_COPY + 4096]; /* room for the verifier's view of the last chunk */
 };
 
+/* --- unwinding in the kernel (--stack-mode cfi|auto) ---
+ *
+ * ebrec turns each mapped binary's .eh_frame into rows, one u64 per address range:
+ *   bits  0..31  file offset where the row starts
+ *   bits 32..39  kind (CFI_*)
+ *   bits 40..47  rbp rule: the caller's rbp is at CFA + 8 * (signed byte); 0: unchanged;
+ *                CFI_RBP_LOST: unknown. For CFI_PLT: the threshold on (pc & 15).
+ *   bits 48..63  CFA offset, bytes
+ * sorted by offset, in `cfi_rows`; a file's rows are one range of it. `cfi_pages` holds, per
+ * 4 KiB page of a file's code, the index of the first row at or after the page's start,
+ * so that a lookup is a binary search within one page. */
+#define CFI_PAGE_SHIFT 12
+/* The walks (rodata cfi_mode): off (fp, dwarf), rows only, rows and the frame pointer. */
+#define CFI_MODE_OFF 0
+#define CFI_MODE_CFI 1
+#define CFI_MODE_AUTO 2
+/* Executable mappings per process the unwinder knows. */
+#define CFI_MAX_MAPS 512
+/* Files with rows loaded at once (slot 0: none). */
+#define CFI_MAX_FILES 8192
+#define CFI_RBP_LOST 128
+
+enum cfi_kind {
+	CFI_INVALID = 0,	/* no rule: a gap between FDEs, or a rule the walk cannot do */
+	CFI_RSP = 1,		/* CFA = rsp + offset */
+	CFI_RBP = 2,		/* CFA = rbp + offset */
+	CFI_PLT = 3,		/* CFA = rsp + offset + ((pc & 15) >= threshold ? 8 : 0) */
+	CFI_SIGNAL = 4,		/* a signal trampoline: the registers are in the ucontext at rsp */
+	CFI_STOP = 5,		/* the outermost frame (return address undefined: _start, clone) */
+};
+
+/* A file's rows: cfi_rows[row_base .. row_base + nrows), cfi_pages[page_base ..
+ * page_base + npages] (one more entry than pages: the end). */
+struct cfi_file {
+	__u32 row_base;
+	__u32 nrows;
+	__u32 page_base;
+	__u32 npages;
+	__u64 first_off;	/* file offset of the first page */
+};
+
+/* An executable mapping of a process: file offset = address + delta. file: a slot of
+ * cfi_files (0: no rows loaded for it). */
+struct cfi_map {
+	__u64 start;
+	__u64 end;
+	__u64 delta;
+	__u32 file;
+	__u32 pad;
+};
+
+/* A process's executable mappings, sorted by start (written by user space). */
+struct cfi_proc {
+	__u32 n;
+	__u32 pad;
+	struct cfi_map m[CFI_MAX_MAPS];
+};
+
 #endif

@@ -5,6 +5,7 @@
 #ifndef __VMLINUX_H__
 #define __VMLINUX_H__
 
+typedef signed char __s8;
 typedef unsigned char __u8;
 typedef short unsigned int __u16;
 typedef int __s32;
@@ -35,6 +36,7 @@ enum bpf_map_type {
 
 enum {
 	BPF_F_NO_PREALLOC = 1,
+	BPF_F_MMAPABLE = 1024,
 };
 
 enum {

@@ -39,6 +39,7 @@ fn main() {
         "events.h",
         "common.bpf.h",
         "targets.bpf.h",
+        "unwind.bpf.h",
         "alloc.bpf.c",
         "lock.bpf.c",
         "profile.bpf.c",

@@ -30,7 +30,9 @@ use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 /// Event types of `bpf/events.h`.
 pub use alloc_skel::types::{alloc_event, event_header, free_event};
 pub use lock_skel::types::lock_event;
-pub use profile_skel::types::{copy_event, func_event, mem_event, offcpu_event, sample_event};
+pub use profile_skel::types::{
+    cfi_file, cfi_map, cfi_proc, copy_event, func_event, mem_event, offcpu_event, sample_event,
+};
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}
@@ -41,6 +43,8 @@ unsafe impl plain::Plain for sample_event {}
 unsafe impl plain::Plain for offcpu_event {}
 unsafe impl plain::Plain for func_event {}
 unsafe impl plain::Plain for mem_event {}
+unsafe impl plain::Plain for cfi_file {}
+unsafe impl plain::Plain for cfi_proc {}
 
 /// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
 #[allow(dead_code)]
@@ -89,10 +93,10 @@ pub struct ProbeConfig {
     pub func: bool,
     /// --stack-mode dwarf|auto: bytes of user stack copied per event (0: fp).
     pub copy_bytes: u32,
-    /// dwarf: copy for every target; auto: only for processes added with `set_copy_pid`.
-    pub copy_all: bool,
     /// --max-events-per-sec, split evenly over the CPUs (0: no cap).
     pub rate_per_cpu: u64,
+    /// --stack-mode cfi|auto: CFI_MODE_CFI or CFI_MODE_AUTO of bpf/unwind.bpf.h (0: off).
+    pub cfi_mode: u32,
 }
 
 impl ProbeConfig {
@@ -248,13 +252,20 @@ impl Drop for Probes<'_> {
 /// copies, the rate cap, the ring buffer and the per-CPU copy buffers. A macro because each
 /// skeleton has its own generated types.
 macro_rules! common_setup {
-    ($open:expr, $ro:expr, $cfg:expr, $depth:expr, $ncpu:expr) => {{
+    ($open:expr, $ro:expr, $cfg:expr, $depth:expr, $ncpu:expr, $cfi:expr) => {{
         $ro.max_frames = $depth;
+        if let Some(fds) = $cfi {
+            $ro.cfi_mode = $cfg.cfi_mode;
+            $open.maps.cfi_rows.reuse_fd(fds.rows)?;
+            $open.maps.cfi_pages.reuse_fd(fds.pages)?;
+            $open.maps.cfi_files.reuse_fd(fds.files)?;
+            $open.maps.cfi_procs.reuse_fd(fds.procs)?;
+        }
         $ro.copy_bytes = $cfg.copy_bytes;
-        $ro.copy_all = $cfg.copy_all;
         $ro.rate_per_cpu = $cfg.rate_per_cpu;
         $open.maps.events.set_max_entries($cfg.ringbuf_bytes)?;
         $open.maps.copy_scratch.set_max_entries($ncpu)?;
+        $open.maps.uw_frames.set_max_entries($ncpu * MAX_FRAMES as u32)?;
     }};
 }
 
@@ -332,6 +343,7 @@ impl<'obj> Probes<'obj> {
         alloc_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
         // Kernel BPF stats (run time per program) stay on while this fd is open.
@@ -354,7 +366,7 @@ impl<'obj> Probes<'obj> {
                 let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
                 ro.min_size = min;
                 ro.sample_every = cfg.sample_every.max(1);
-                common_setup!(open, ro, cfg, depth, ncpu);
+                common_setup!(open, ro, cfg, depth, ncpu, cfi);
                 let skel = open.load().map_err(|e| load_error("allocation", e))?;
                 Some(skel)
             }
@@ -369,7 +381,7 @@ impl<'obj> Probes<'obj> {
                 ro.min_wait_ns = min;
                 ro.min_hold_ns = min;
                 ro.all_processes = cfg.all;
-                common_setup!(open, ro, cfg, depth, ncpu);
+                common_setup!(open, ro, cfg, depth, ncpu, cfi);
                 // Only the programs of the chosen mode get loaded.
                 let futex = cfg.lock_mode == LockMode::Futex;
                 for mut p in open.open_object_mut().progs_mut() {
@@ -389,7 +401,7 @@ impl<'obj> Probes<'obj> {
             ro.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
-            common_setup!(open, ro, cfg, depth, ncpu);
+            common_setup!(open, ro, cfg, depth, ncpu, cfi);
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("cpu_") {
@@ -505,22 +517,6 @@ impl<'obj> Probes<'obj> {
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
         }
         Ok(())
-    }
-
-    /// Stack copies for `pid` (--stack-mode auto, for a process whose code lacks frame
-    /// pointers).
-    pub fn set_copy_pid(&self, pid: u32) -> Result<()> {
-        let k = pid.to_ne_bytes();
-        each_skel!(self, s => s.maps.copy_pids.update(&k, &[1u8], MapFlags::ANY)?);
-        Ok(())
-    }
-
-    /// Whether `pid` gets stack copies in auto mode.
-    pub fn copies_for(&self, pid: u32) -> bool {
-        let k = pid.to_ne_bytes();
-        let mut found = false;
-        each_skel!(self, s => found |= matches!(s.maps.copy_pids.lookup(&k, MapFlags::ANY), Ok(Some(_))));
-        found
     }
 
     /// Attaches the --func probes (entry and return, the function's id as the BPF cookie)

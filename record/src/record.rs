@@ -151,10 +151,14 @@ pub fn record(a: RecordArgs) -> Result<()> {
         func_args: a.args,
         func: !func_specs.is_empty(),
         copy_bytes: match a.stack_mode {
-            StackMode::Fp => 0,
-            StackMode::Dwarf(b) | StackMode::Auto(b) => b,
+            StackMode::Dwarf(b) => b,
+            _ => 0,
         },
-        copy_all: matches!(a.stack_mode, StackMode::Dwarf(_)),
+        cfi_mode: match a.stack_mode {
+            StackMode::Cfi => crate::probes::CFI_MODE_CFI as u32,
+            StackMode::Auto => crate::probes::CFI_MODE_AUTO as u32,
+            _ => 0,
+        },
         rate_per_cpu: a.max_events_per_sec.map_or(0, |n| {
             let cpus = procfs::online_cpus().map_or(1, |c| c.len().max(1)) as u64;
             n.div_ceil(cpus).max(1)
@@ -190,12 +194,20 @@ fn record_with(
     let mut lock_obj = std::mem::MaybeUninit::uninit();
     let mut profile_obj = std::mem::MaybeUninit::uninit();
     perf::remove_stale_probes();
-    let mut probes = Probes::load(cfg, &mut alloc_obj, &mut lock_obj, &mut profile_obj)?;
+    let cfi = if a.stack_mode.in_kernel_cfi() {
+        Some(crate::cfi::Tables::new(a.cfi_memory)?)
+    } else {
+        None
+    };
+    let mut probes = Probes::load(
+        cfg,
+        &mut alloc_obj,
+        &mut lock_obj,
+        &mut profile_obj,
+        cfi.as_ref().map(|t| t.fds()),
+    )?;
 
     let pids = targets::pids(a, launched.as_ref());
-    if matches!(a.stack_mode, StackMode::Auto(_)) {
-        targets::auto_copies(a, launched.as_ref(), &pids, &mut probes)?;
-    }
     let probed = targets::attach(a, cfg, func_specs, launched.as_ref(), &pids, &mut probes)?;
     if !a.quiet {
         for s in &probes.attached {
@@ -221,7 +233,11 @@ fn record_with(
     let probes_ref = &probes;
     let mut s = session::Session::new(w, probes_ref, !a.all);
     s.copies = cfg.copy_bytes > 0;
-    s.auto_copies = matches!(a.stack_mode, StackMode::Auto(_));
+    s.cfi = cfi;
+    if let (Some(t), Some(l)) = (s.cfi.as_mut(), launched.as_ref()) {
+        // The launched command's executable and libraries get their rows before it runs.
+        crate::cfi::preload(t, &l.exe);
+    }
     s.unwind_info = cfg.copy_bytes > 0 && !a.no_unwind_info;
     s.clock_sync()?;
     for (i, (m, bid)) in probed.iter().enumerate() {

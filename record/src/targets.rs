@@ -1,9 +1,9 @@
 //! The targets: the command ebrec starts (held on a pipe until the probes are attached),
 //! the pids the probes are for, and what is attached in each (allocator, lock and `--func`
 //! uprobes, stack copies for `--stack-mode auto`).
-use crate::cli::{FuncExitMode, RecordArgs, StackMode};
+use crate::cli::{FuncExitMode, RecordArgs};
 use crate::probes::{self, LockMode, ProbeConfig, Probes};
-use crate::{elf, funcs, placement};
+use crate::{funcs, placement};
 use anyhow::{bail, Context, Result};
 use std::ffi::{CString, OsString};
 use std::path::{Path, PathBuf};
@@ -85,33 +85,6 @@ pub fn pids(a: &RecordArgs, launched: Option<&Launched>) -> Vec<i32> {
     pids
 }
 
-/// `--stack-mode auto`: stack copies for the targets whose executable lacks frame pointers.
-pub fn auto_copies(
-    a: &RecordArgs,
-    launched: Option<&Launched>,
-    pids: &[i32],
-    probes: &mut Probes<'_>,
-) -> Result<()> {
-    if matches!(a.stack_mode, StackMode::Auto(_)) {
-        for &pid in pids {
-            let exe = match launched {
-                Some(l) if l.pid as i32 == pid => l.exe.clone(),
-                _ if pid > 0 => PathBuf::from(format!("/proc/{pid}/exe")),
-                _ => continue,
-            };
-            if elf::has_frame_pointers(&exe) == Some(false) {
-                probes.set_copy_pid(pid as u32)?;
-                if !a.quiet {
-                    eprintln!(
-                        "ebrec: {} has no frame pointers: copying its stacks (--stack-mode auto)",
-                        exe.display()
-                    );
-                }
-            }
-        }
-    }
-    Ok(())
-}
 
 /// Attaches the uprobes of every target (allocator, locks, `--func`) and makes each a
 /// target. Returns the `--func` functions: (match, build-id), the id being the index + 1.

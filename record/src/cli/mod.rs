@@ -96,12 +96,21 @@ pub struct RecordArgs {
     /// single-stepped), but an exception unwinding through a probed call terminates the target.
     #[arg(long, value_enum, default_value = "auto")]
     pub func_exit: FuncExitMode,
-    /// How user stacks are taken: fp (frame-pointer walk in the kernel), dwarf[:BYTES] (also
-    /// copy the top BYTES of the stack, default 16384, at most 32768, for ebsym to unwind
-    /// with the binaries' CFI: whole stacks through code without frame pointers), auto[:BYTES]
-    /// (dwarf only for processes whose executable lacks frame pointers).
-    #[arg(long, value_name = "MODE", default_value = "fp", value_parser = parse_stack_mode)]
+    /// How user stacks are taken. auto (the default): unwound in the kernel with each
+    /// binary's unwind rows (from .eh_frame, loaded once per file), and with the frame
+    /// pointer in code that has no rows loaded: whole stacks with or without frame pointers,
+    /// return addresses only. cfi: the rows only (a frame without rows ends the stack,
+    /// marked). fp: the kernel's frame-pointer walk, the cheapest. dwarf[:BYTES]: also copy
+    /// the top BYTES of the stack (default 16384, at most 32768) for ebsym to unwind offline:
+    /// for code no CFI rows describe; the trace then holds the target's stack memory.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_stack_mode)]
     pub stack_mode: StackMode,
+    /// With --stack-mode cfi|auto: most memory for the unwind rows in the kernel (suffixes
+    /// k, M, G). A binary whose rows do not fit is counted and walked with the frame
+    /// pointer (auto), or ends its stacks (cfi); tables no process maps any more are
+    /// evicted first.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub cfi_memory: u64,
     /// With --stack-mode dwarf|auto: do not store the binaries' unwind tables (.eh_frame) in
     /// the trace; ebsym then needs the binaries to unwind.
     #[arg(long)]
@@ -123,7 +132,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SECONDS")]
     pub duration: Option<f64>,
     /// Size of each BPF ring buffer in bytes (a power of two, at least one page; default
-    /// 8 MiB, 64 MiB with --stack-mode dwarf or auto).
+    /// 8 MiB, 64 MiB with --stack-mode dwarf).
     #[arg(long)]
     pub ringbuf_size: Option<u32>,
     /// Most user frames per stack (at most 127).
@@ -140,8 +149,8 @@ pub struct RecordArgs {
 /// --ringbuf-size, else 8 MiB, or 64 MiB when events carry stack copies (up to 32 KiB each).
 pub fn ringbuf_bytes(a: &RecordArgs) -> u32 {
     a.ringbuf_size.unwrap_or(match a.stack_mode {
-        StackMode::Fp => 8 << 20,
-        StackMode::Dwarf(_) | StackMode::Auto(_) => 64 << 20,
+        StackMode::Fp | StackMode::Cfi | StackMode::Auto => 8 << 20,
+        StackMode::Dwarf(_) => 64 << 20,
     })
 }
 
@@ -176,7 +185,15 @@ fn parse_size(s: &str) -> std::result::Result<u64, String> {
 pub enum StackMode {
     Fp,
     Dwarf(u32),
-    Auto(u32),
+    Cfi,
+    Auto,
+}
+
+impl StackMode {
+    /// The walk in the kernel with unwind rows (cfi, auto).
+    pub fn in_kernel_cfi(self) -> bool {
+        matches!(self, StackMode::Cfi | StackMode::Auto)
+    }
 }
 
 impl std::fmt::Display for StackMode {
@@ -184,7 +201,8 @@ impl std::fmt::Display for StackMode {
         match self {
             StackMode::Fp => write!(f, "fp"),
             StackMode::Dwarf(b) => write!(f, "dwarf:{b}"),
-            StackMode::Auto(b) => write!(f, "auto:{b}"),
+            StackMode::Cfi => write!(f, "cfi"),
+            StackMode::Auto => write!(f, "auto"),
         }
     }
 }
@@ -217,9 +235,10 @@ fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
     };
     match mode {
         "fp" if bytes == 16384 => Ok(StackMode::Fp),
+        "cfi" if bytes == 16384 => Ok(StackMode::Cfi),
+        "auto" if bytes == 16384 => Ok(StackMode::Auto),
         "dwarf" => Ok(StackMode::Dwarf(bytes)),
-        "auto" => Ok(StackMode::Auto(bytes)),
-        _ => Err(format!("'{s}': use fp, dwarf[:BYTES] or auto[:BYTES]")),
+        _ => Err(format!("'{s}': use auto, cfi, fp or dwarf[:BYTES]")),
     }
 }
 

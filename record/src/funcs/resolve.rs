@@ -174,6 +174,11 @@ impl Binaries {
         })
     }
 
+    /// Where ebrec opens each binary.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.bins.iter().map(|b| b.path.clone()).collect()
+    }
+
     /// The binaries a spec's LIB names (all of them without LIB).
     fn select<'a>(
         &'a self,

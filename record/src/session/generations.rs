@@ -85,6 +85,11 @@ impl Session<'_> {
                 let bid =
                     self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(&file))?;
                 self.unwind_tables(bid, &file)?;
+                if let Some(t) = self.cfi.as_mut() {
+                    let key = crate::cfi::key(None, &file);
+                    let slot = t.slot(&key, &file);
+                    t.map(pid, m.start, m.end, m.offset, slot);
+                }
                 bid
             } else {
                 0
@@ -105,6 +110,9 @@ impl Session<'_> {
                 now,
                 MappingSource::Snapshot,
             )?;
+        }
+        if let Some(t) = self.cfi.as_mut() {
+            t.flush();
         }
         Ok(g)
     }
@@ -220,11 +228,5 @@ impl Session<'_> {
             })?;
         }
         Ok(())
-    }
-    /// --stack-mode auto: copies for `pid` if its executable `exe` lacks frame pointers.
-    pub(super) fn judge_frame_pointers(&mut self, pid: u32, exe: &std::path::Path) {
-        if self.auto_copies && crate::elf::has_frame_pointers(exe) == Some(false) {
-            let _ = self.probes.set_copy_pid(pid);
-        }
     }
 }

@@ -94,8 +94,8 @@ pub struct Session<'a> {
     pub kernel: crate::kallsyms::Needed,
     /// --stack-mode dwarf|auto: events may carry stack copies.
     pub copies: bool,
-    /// --stack-mode auto: copies only for processes without frame pointers (judged at exec).
-    pub auto_copies: bool,
+    /// --stack-mode cfi|auto: the unwind rows in the kernel and the processes' mappings.
+    pub cfi: Option<crate::cfi::Tables>,
     /// Write each binary's unwind tables once (not with --no-unwind-info).
     pub unwind_info: bool,
     unwind_written: HashSet<u64>,
@@ -138,7 +138,7 @@ impl<'a> Session<'a> {
             kept: PerFamily::default(),
             kernel: crate::kallsyms::Needed::default(),
             copies: false,
-            auto_copies: false,
+            cfi: None,
             unwind_info: false,
             unwind_written: HashSet::new(),
             pending_copies: BTreeMap::new(),

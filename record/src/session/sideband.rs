@@ -49,8 +49,8 @@ impl Session<'_> {
                     for m in maps {
                         self.add_mapping(g, m, time, MappingSource::Fork)?;
                     }
-                    if self.auto_copies && self.probes.copies_for(ppid) {
-                        let _ = self.probes.set_copy_pid(pid);
+                    if let Some(t) = self.cfi.as_mut() {
+                        t.fork(ppid, pid);
                     }
                     if self.follow {
                         self.live.insert(pid);
@@ -69,8 +69,8 @@ impl Session<'_> {
                         .iter()
                         .map(|a| self.w.intern_string(a))
                         .collect::<Result<Vec<_>, _>>()?;
-                    if !info.exe.is_empty() {
-                        self.judge_frame_pointers(pid, &procfs::path_in(pid, &info.exe));
+                    if let Some(t) = self.cfi.as_mut() {
+                        t.forget(pid);
                     }
                     let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
                     self.w.write_record(&Record {
@@ -143,6 +143,13 @@ impl Session<'_> {
                     if flags & libc::MAP_SHARED as u32 != 0 {
                         perms |= 8;
                     }
+                    if let (Some(t), Some(f), true) =
+                        (self.cfi.as_mut(), &file, prot & libc::PROT_EXEC as u32 != 0)
+                    {
+                        let key = crate::cfi::key(kernel_bid.as_deref(), f);
+                        let slot = t.slot(&key, f);
+                        t.map(pid, start, start + len, pgoff, slot);
+                    }
                     let path = self.w.intern_string(&path)?;
                     self.add_mapping(
                         g,
@@ -161,6 +168,9 @@ impl Session<'_> {
                     )?;
                 }
                 SideBand::Exit { pid, tid, time, .. } if pid == tid => {
+                    if let Some(t) = self.cfi.as_mut() {
+                        t.forget(pid);
+                    }
                     self.exited.insert(pid, time);
                     // The launched command stays "live" until waitpid has its exit code,
                     // so that its EXIT record is written before the recording stops.
@@ -188,6 +198,9 @@ impl Session<'_> {
                     })?;
                 }
             }
+        }
+        if let Some(t) = self.cfi.as_mut() {
+            t.flush();
         }
         Ok(())
     }

@@ -1,0 +1,360 @@
+/* Unwinding user stacks in the kernel from unwind rows (--stack-mode cfi|auto).
+ *
+ * ebrec turns each mapped binary's .eh_frame into rows (see events.h) and tells the kernel
+ * side, per process, which executable mapping holds which file's rows. Each frame is then a
+ * binary search within one 4 KiB page of rows and one or two reads of the stack: the CFA
+ * from rsp or rbp plus an offset, the return address at CFA - 8, the caller's rbp where the
+ * row says. Frame-pointer code is no special case (its rows say CFA = rbp + 16). No stack
+ * memory leaves the kernel: only return addresses, as in fp mode.
+ *
+ * The walk is a bpf_loop over frames; its state is on the caller's stack, the frames go to a
+ * per-CPU range of `uw_frames` and are copied into the event at the end. */
+#ifndef EBTRACE_UNWIND_BPF_H
+#define EBTRACE_UNWIND_BPF_H
+
+/* Set by user space before load: 0 fp/dwarf, 1 cfi (rows only), 2 auto (rows, and the frame
+ * pointer where a binary has none loaded). */
+const volatile __u32 cfi_mode = CFI_MODE_OFF;
+
+/* The maps below are created by user space once and shared by every object (reuse_fd), so
+ * that a table is loaded once for all the families. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} cfi_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cfi_pages SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CFI_MAX_FILES);
+	__type(key, __u32);
+	__type(value, struct cfi_file);
+} cfi_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct cfi_proc);
+} cfi_procs SEC(".maps");
+
+/* The frames of the walk in progress: MAX_FRAMES values per CPU (max_entries set by user
+ * space), written one by one by key so that the frame count is not a pointer offset (the
+ * verifier then need not tell the loop's iterations apart). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_FRAMES);
+	__type(key, __u32);
+	__type(value, __u64);
+} uw_frames SEC(".maps");
+
+struct cfi_file _cfi_file = {};
+struct cfi_proc _cfi_proc = {};
+
+struct uw_state {
+	__u64 pc, sp, bp;
+	/* the mapping of pc, once found */
+	__u64 start, end, delta;
+	__u64 first_off;
+	__u32 row_base, nrows, page_base, npages;
+	__u32 pid, n, limit, flags;
+	__u32 frame0;	/* this CPU's first slot in uw_frames */
+	__u32 exact;	/* pc is the exact instruction (the leaf, or after a signal frame) */
+	__u32 at_entry;	/* the event is a function-entry probe */
+	__u32 have_map;
+	__u32 pad;
+};
+
+/* 1 when a <= b, without a branch (both below 2^63): the searches below are straight-line
+ * code, so the verifier walks one path through them. */
+static __always_inline __u64 le(__u64 a, __u64 b)
+{
+	return 1 - ((b - a) >> 63);
+}
+
+/* Finds pc's mapping in the process's table; false: none known. */
+static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
+{
+	struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &s->pid);
+	if (!p)
+		return false;
+	__u64 len = p->n;
+	if (len == 0)
+		return false;
+	if (len > CFI_MAX_MAPS)
+		len = CFI_MAX_MAPS;
+	__u64 base = 0;
+	/* the last mapping starting at or before pc (CFI_MAX_MAPS = 2^9) */
+#pragma unroll
+	for (int k = 0; k < 9; k++) {
+		__u64 half = len >> 1;
+		__u64 start = p->m[(base + half) & (CFI_MAX_MAPS - 1)].start;
+		base += le(start, pc) * half;
+		len -= half;
+	}
+	struct cfi_map *m = &p->m[base & (CFI_MAX_MAPS - 1)];
+	if (pc < m->start || pc >= m->end)
+		return false;
+	s->start = m->start;
+	s->end = m->end;
+	s->delta = m->delta;
+	s->nrows = 0;
+	__u32 slot = m->file;
+	if (slot) {
+		struct cfi_file *f = bpf_map_lookup_elem(&cfi_files, &slot);
+		if (f) {
+			s->row_base = f->row_base;
+			s->nrows = f->nrows;
+			s->page_base = f->page_base;
+			s->npages = f->npages;
+			s->first_off = f->first_off;
+		}
+	}
+	return true;
+}
+
+/* The row for file offset `off` of the current mapping's file; false: none. */
+static __always_inline bool uw_row(struct uw_state *s, __u64 off, __u64 *row)
+{
+	if (off < s->first_off)
+		return false;
+	__u64 page = (off - s->first_off) >> CFI_PAGE_SHIFT;
+	if (page >= s->npages)
+		return false;
+	__u32 pi = s->page_base + (__u32)page;
+	__u32 *a = bpf_map_lookup_elem(&cfi_pages, &pi);
+	pi++;
+	__u32 *b = bpf_map_lookup_elem(&cfi_pages, &pi);
+	if (!a || !b)
+		return false;
+	/* The row covering off is the last one starting at or before it: among those from the
+	 * one before the page's first row to the next page's first row (exclusive). */
+	__u64 lo = *a ? *a - 1 : 0, hi = *b;
+	if (hi > s->nrows)
+		hi = s->nrows;
+	if (lo >= hi)
+		return false;
+	__u64 base = lo, len = hi - lo;
+	/* a page holds at most 4097 rows (2^13) */
+#pragma unroll
+	for (int k = 0; k < 13; k++) {
+		__u64 half = len >> 1;
+		__u32 ri = s->row_base + base + half;
+		__u64 *r = bpf_map_lookup_elem(&cfi_rows, &ri);
+		if (!r)
+			return false;
+		base += le((__u32)*r, off) * half;
+		len -= half;
+	}
+	__u32 ri = s->row_base + base;
+	__u64 *r = bpf_map_lookup_elem(&cfi_rows, &ri);
+	if (!r || (__u32)*r > off)
+		return false;
+	*row = *r;
+	return true;
+}
+
+/* One step with the frame pointer (auto mode, code without rows). 1: the walk ends. */
+static __always_inline long uw_fp_step(struct uw_state *s)
+{
+	s->flags |= SF_USER_FP_STEPS;
+	if (s->n == 1 && s->at_entry) {
+		/* at a function's first instruction the caller's address is at [sp] */
+		__u64 ra = 0;
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)s->sp)) {
+			s->flags |= SF_USER_BAD_FRAME;
+			return 1;
+		}
+		s->sp += 8;
+		s->pc = ra;
+		s->exact = 0;
+		return ra == 0;
+	}
+	__u64 bp = s->bp;
+	if (bp == 0)
+		return 1;
+	if (bp < s->sp) {
+		s->flags |= SF_USER_BAD_FRAME;
+		return 1;
+	}
+	__u64 fr[2];
+	if (bpf_probe_read_user(fr, sizeof(fr), (void *)bp)) {
+		s->flags |= SF_USER_BAD_FRAME;
+		return 1;
+	}
+	s->bp = fr[0];
+	s->pc = fr[1];
+	s->sp = bp + 16;
+	s->exact = 0;
+	return s->pc == 0;
+}
+
+/* Applies a row: 0 go on, 1 the walk ends, -1 the row has no rule (kind CFI_INVALID). */
+static __always_inline long uw_apply(struct uw_state *s, __u64 row)
+{
+	__u32 kind = (row >> 32) & 0xff;
+	__u32 rb = (row >> 40) & 0xff;
+	__u64 off = row >> 48;
+	__u64 cfa;
+	switch (kind) {
+	case CFI_RSP:
+		cfa = s->sp + off;
+		break;
+	case CFI_RBP:
+		if (!s->bp) {
+			s->flags |= SF_USER_BAD_FRAME;
+			return 1;
+		}
+		cfa = s->bp + off;
+		break;
+	case CFI_PLT:
+		cfa = s->sp + off + ((s->pc & 15) >= rb ? 8 : 0);
+		rb = 0;
+		break;
+	case CFI_SIGNAL: {
+		/* At the sigreturn trampoline rsp points at the ucontext: uc_mcontext starts at
+		 * 40; rbp is at 120, rsp at 160, rip at 168. */
+		__u64 r[7];
+		if (bpf_probe_read_user(r, sizeof(r), (void *)(s->sp + 120))) {
+			s->flags |= SF_USER_BAD_FRAME;
+			return 1;
+		}
+		s->bp = r[0];
+		s->sp = r[5];
+		s->pc = r[6];
+		s->exact = 1;
+		return s->pc == 0;
+	}
+	case CFI_STOP:
+		return 1;
+	default:
+		return -1;
+	}
+	if (cfa <= s->sp) {
+		s->flags |= SF_USER_BAD_FRAME;
+		return 1;
+	}
+	__u64 ra = 0, bp = s->bp;
+	if (rb == 0xfe) {
+		/* the common prologue: rbp saved just below the return address */
+		__u64 two[2];
+		if (bpf_probe_read_user(two, sizeof(two), (void *)(cfa - 16))) {
+			s->flags |= SF_USER_BAD_FRAME;
+			return 1;
+		}
+		bp = two[0];
+		ra = two[1];
+	} else {
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+			s->flags |= SF_USER_BAD_FRAME;
+			return 1;
+		}
+		if (rb == CFI_RBP_LOST) {
+			bp = 0;
+		} else if (rb) {
+			__s64 k = (__s8)rb;
+			if (bpf_probe_read_user(&bp, sizeof(bp), (void *)(cfa + k * 8))) {
+				s->flags |= SF_USER_BAD_FRAME;
+				return 1;
+			}
+		}
+	}
+	s->sp = cfa;
+	s->bp = bp;
+	s->pc = ra;
+	s->exact = 0;
+	return ra == 0;
+}
+
+/* One frame. A global function: the verifier checks it once, for any state, instead of once
+ * per loop iteration for each state the loop reaches (which did not fit its budget). */
+__noinline int uw_frame(struct uw_state *s)
+{
+	if (!s)
+		return 1;
+	if (s->n >= s->limit) {
+		s->flags |= SF_USER_TRUNCATED;
+		return 1;
+	}
+	__u64 pc = s->pc;
+	if (!s->have_map || pc < s->start || pc >= s->end)
+		s->have_map = uw_find_map(s, pc);
+	__u32 k = s->frame0 + s->n;
+	__u64 *slot = bpf_map_lookup_elem(&uw_frames, &k);
+	if (!slot)
+		return 1;
+	*slot = pc;
+	s->n++;
+	__u32 why;
+	if (s->have_map && s->nrows) {
+		/* a return address is past its call: look up the call */
+		__u64 off = pc - (s->exact ? 0 : 1) + s->delta;
+		__u64 row;
+		if (uw_row(s, off, &row)) {
+			long r = uw_apply(s, row);
+			if (r >= 0)
+				return r;
+		}
+		why = SF_USER_NO_ROWS;
+	} else {
+		why = s->have_map ? SF_USER_NO_TABLE : SF_USER_UNKNOWN_MAPPING;
+	}
+	if (cfi_mode != CFI_MODE_AUTO) {
+		s->flags |= why;
+		return 1;
+	}
+	return uw_fp_step(s);
+}
+
+static long uw_step(__u32 i, void *ctx)
+{
+	return uw_frame(ctx) ? 1 : 0;
+}
+
+/* The current thread's user stack unwound with the rows into ips[0..), leaf first;
+ * returns the frame count. */
+static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, __u32 limit)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (!task->mm)
+		return 0; /* a kernel thread */
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!regs) {
+		*flags |= SF_USER_ERROR;
+		return 0;
+	}
+	struct uw_state s = {};
+	s.pc = regs->ip;
+	s.sp = regs->sp;
+	s.bp = regs->bp;
+	s.pid = bpf_get_current_pid_tgid() >> 32;
+	s.limit = limit;
+	s.exact = 1;
+	s.at_entry = at_entry;
+	s.frame0 = bpf_get_smp_processor_id() * MAX_FRAMES;
+	bpf_loop(MAX_FRAMES, uw_step, &s, 0);
+	__u32 k = s.frame0;
+	__u64 *first = bpf_map_lookup_elem(&uw_frames, &k);
+	if (!first)
+		return 0;
+	__u32 n = s.n;
+	if (n > MAX_FRAMES - 1)
+		n = MAX_FRAMES - 1;
+	/* the CPU's MAX_FRAMES values follow each other in the array */
+	bpf_probe_read_kernel(ips, n * sizeof(__u64), first);
+	*flags |= s.flags | SF_USER_CFI;
+	return n;
+}
+
+#endif
