@@ -163,8 +163,9 @@ struct copy_event {
  *                CFI_RBP_LOST: unknown. For CFI_PLT: the threshold on (pc & 15).
  *   bits 48..63  CFA offset, bytes
  * sorted by offset, in `cfi_rows`; a file's rows are one range of it. `cfi_pages` holds, per
- * 4 KiB page of a file's code, the index of the first row at or after the page's start,
- * so that a lookup is a binary search within one page. */
+ * 4 KiB page of a file's code, the index of the first row at or after the page's start
+ * (low half) and the next page's (high half), so that a lookup is a binary search within
+ * one page. */
 #define CFI_PAGE_SHIFT 12
 /* The walks (rodata cfi_mode): off (fp, dwarf), rows only, rows and the frame pointer. */
 #define CFI_MODE_OFF 0
@@ -186,7 +187,7 @@ enum cfi_kind {
 };
 
 /* A file's rows: cfi_rows[row_base .. row_base + nrows), cfi_pages[page_base ..
- * page_base + npages] (one more entry than pages: the end). */
+ * page_base + npages). */
 struct cfi_file {
 	__u32 row_base;
 	__u32 nrows;

@@ -31,7 +31,7 @@ struct {
 	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, __u64);
 } cfi_pages SEC(".maps");
 
 struct {
@@ -133,14 +133,13 @@ static __always_inline bool uw_row(struct uw_state *s, __u64 off, __u64 *row)
 	if (page >= s->npages)
 		return false;
 	__u32 pi = s->page_base + (__u32)page;
-	__u32 *a = bpf_map_lookup_elem(&cfi_pages, &pi);
-	pi++;
-	__u32 *b = bpf_map_lookup_elem(&cfi_pages, &pi);
-	if (!a || !b)
+	__u64 *pg = bpf_map_lookup_elem(&cfi_pages, &pi);
+	if (!pg)
 		return false;
 	/* The row covering off is the last one starting at or before it: among those from the
 	 * one before the page's first row to the next page's first row (exclusive). */
-	__u64 lo = *a ? *a - 1 : 0, hi = *b;
+	__u32 a = (__u32)*pg, b = *pg >> 32;
+	__u64 lo = a ? a - 1 : 0, hi = b;
 	if (hi > s->nrows)
 		hi = s->nrows;
 	if (lo >= hi)

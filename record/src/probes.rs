@@ -265,7 +265,10 @@ macro_rules! common_setup {
         $ro.rate_per_cpu = $cfg.rate_per_cpu;
         $open.maps.events.set_max_entries($cfg.ringbuf_bytes)?;
         $open.maps.copy_scratch.set_max_entries($ncpu)?;
-        $open.maps.uw_frames.set_max_entries($ncpu * MAX_FRAMES as u32)?;
+        $open
+            .maps
+            .uw_frames
+            .set_max_entries($ncpu * MAX_FRAMES as u32)?;
     }};
 }
 

@@ -392,6 +392,8 @@ fn record_with(
     let (copies_missing, waker_frames_dropped) = (s.copies_missing, s.waker_frames_dropped);
     let no_kallsyms = s.kernel.unavailable();
     let evictions = s.w.stats().stack_evictions;
+    let stacks = s.stack_quality.lines();
+    let cfi = s.cfi.as_ref().map(|t| t.summary());
     let out = s.w.finish(Some(Trailer {
         end_time_ns: end,
         end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
@@ -417,6 +419,8 @@ fn record_with(
         sideband_lost,
         copies_missing,
         waker_frames_dropped,
+        stacks,
+        cfi,
     }
     .print();
     Ok(())

@@ -22,6 +22,10 @@ pub struct Summary<'a> {
     pub sideband_lost: u64,
     pub copies_missing: u64,
     pub waker_frames_dropped: u64,
+    /// Per family: user stacks and why some stopped early.
+    pub stacks: Vec<String>,
+    /// --stack-mode cfi|auto: the unwind tables in the kernel.
+    pub cfi: Option<String>,
 }
 
 impl Summary<'_> {
@@ -42,6 +46,8 @@ impl Summary<'_> {
             sideband_lost,
             copies_missing,
             waker_frames_dropped,
+            stacks,
+            cfi,
         } = self;
         eprintln!(
             "ebrec: {} after {:.1} s: {} processes, {} ({:.2} MiB)",
@@ -57,6 +63,12 @@ impl Summary<'_> {
                 "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
                 f.kept, f.lost, f.filtered, f.hits
             );
+        }
+        for l in &stacks {
+            eprintln!("ebrec:   stacks {l}");
+        }
+        if let Some(c) = &cfi {
+            eprintln!("ebrec:   {c}");
         }
         if evictions > 0 {
             eprintln!("ebrec:   stack table emptied {evictions} times (bounded memory): stacks seen again were written again");

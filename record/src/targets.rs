@@ -85,7 +85,6 @@ pub fn pids(a: &RecordArgs, launched: Option<&Launched>) -> Vec<i32> {
     pids
 }
 
-
 /// Attaches the uprobes of every target (allocator, locks, `--func`) and makes each a
 /// target. Returns the `--func` functions: (match, build-id), the id being the index + 1.
 pub fn attach(

@@ -75,7 +75,8 @@ impl<T> Mapped<T> {
 
 impl<T> Drop for Mapped<T> {
     fn drop(&mut self) {
-        let bytes = (self.len * std::mem::size_of::<T>()).next_multiple_of(crate::procfs::page_size());
+        let bytes =
+            (self.len * std::mem::size_of::<T>()).next_multiple_of(crate::procfs::page_size());
         // SAFETY: the mapping made in `new`.
         unsafe { libc::munmap(self.ptr.cast(), bytes) };
     }
@@ -162,7 +163,7 @@ pub struct Tables {
     files_map: MapHandle,
     procs_map: MapHandle,
     rows: Mapped<u64>,
-    pages: Mapped<u32>,
+    pages: Mapped<u64>,
     free_rows: Ranges,
     free_pages: Ranges,
     free_slots: Vec<u32>,
@@ -187,7 +188,14 @@ impl std::fmt::Debug for Tables {
     }
 }
 
-fn create(kind: MapType, name: &str, key: u32, value: u32, n: u32, flags: u32) -> Result<MapHandle> {
+fn create(
+    kind: MapType,
+    name: &str,
+    key: u32,
+    value: u32,
+    n: u32,
+    flags: u32,
+) -> Result<MapHandle> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
         map_flags: flags,
@@ -204,13 +212,14 @@ const PAGE: u64 = 1 << CFI_PAGE_SHIFT;
 impl Tables {
     /// Maps for a budget of `budget` bytes of rows and page index.
     pub fn new(budget: u64) -> Result<Tables> {
-        // The page index is ~1/1000 of the code; rows ~1/5: give the index 1/32.
+        // The page index is ~1/500 of the code; rows ~1/5: give the index 1/32. (Array
+        // values are 8 bytes apart whatever their size: both hold u64s.)
         let page_bytes = (budget / 32).max(64 << 10);
         let row_bytes = budget.saturating_sub(page_bytes).max(64 << 10);
         let nrows = u32::try_from(row_bytes / 8).unwrap_or(u32::MAX / 2);
-        let npages = u32::try_from(page_bytes / 4).unwrap_or(u32::MAX / 2);
+        let npages = u32::try_from(page_bytes / 8).unwrap_or(u32::MAX / 2);
         let rows_map = create(MapType::Array, "cfi_rows", 4, 8, nrows, BPF_F_MMAPABLE)?;
-        let pages_map = create(MapType::Array, "cfi_pages", 4, 4, npages, BPF_F_MMAPABLE)?;
+        let pages_map = create(MapType::Array, "cfi_pages", 4, 8, npages, BPF_F_MMAPABLE)?;
         let files_map = create(
             MapType::Array,
             "cfi_files",
@@ -258,11 +267,44 @@ impl Tables {
         }
     }
 
+    /// The exit summary's line.
+    pub fn summary(&self) -> String {
+        let st = &self.stats;
+        let mut s = format!(
+            "unwind rows: {} binaries, {} rows, {:.1} MiB of {:.0} MiB (--cfi-memory), built in {:.0} ms",
+            st.files_loaded,
+            st.rows_loaded,
+            self.bytes_used() as f64 / (1 << 20) as f64,
+            self.budget as f64 / (1 << 20) as f64,
+            st.build_ns as f64 / 1e6
+        );
+        if st.files_without_cfi > 0 {
+            s += &format!("; {} without .eh_frame", st.files_without_cfi);
+        }
+        if st.evicted > 0 {
+            s += &format!("; {} evicted", st.evicted);
+        }
+        if !st.did_not_fit.is_empty() {
+            s += &format!(
+                "; {} did not fit: {}",
+                st.did_not_fit.len(),
+                st.did_not_fit.join(", ")
+            );
+        }
+        if st.maps_over_limit > 0 {
+            s += &format!(
+                "; {} processes with more than {CFI_MAX_MAPS} executable mappings",
+                st.maps_over_limit
+            );
+        }
+        s
+    }
+
     /// Bytes of rows and page index in use.
     pub fn bytes_used(&self) -> u64 {
         self.files
             .values()
-            .map(|l| l.nrows as u64 * 8 + l.npages as u64 * 4)
+            .map(|l| l.nrows as u64 * 8 + l.npages as u64 * 8)
             .sum()
     }
 
@@ -297,18 +339,23 @@ impl Tables {
         let first_off = u64::from(rows[0].offset) & !(PAGE - 1);
         let last = u64::from(rows[rows.len() - 1].offset);
         let npages = ((last - first_off) / PAGE + 1) as usize;
-        // index[i]: the first row at or after page i's start
-        let mut index = Vec::with_capacity(npages + 1);
+        // first[i]: the first row at or after page i's start; index[i]: first[i] and
+        // first[i + 1] (the rows a lookup in page i searches)
+        let mut first = Vec::with_capacity(npages + 1);
         let mut r = 0usize;
         for i in 0..=npages {
             let page_start = first_off + i as u64 * PAGE;
             while r < rows.len() && u64::from(rows[r].offset) < page_start {
                 r += 1;
             }
-            index.push(r as u32);
+            first.push(r as u64);
         }
+        let index: Vec<u64> = first.windows(2).map(|w| w[0] | (w[1] << 32)).collect();
         let (rows_at, pages_at) = loop {
-            match (self.free_rows.alloc(rows.len()), self.free_pages.alloc(index.len())) {
+            match (
+                self.free_rows.alloc(rows.len()),
+                self.free_pages.alloc(index.len()),
+            ) {
                 (Some(a), Some(b)) => break (a, b),
                 (a, b) => {
                     if let Some(a) = a {
@@ -483,9 +530,7 @@ impl Tables {
                 n += 1;
             }
             p.n = n as u32;
-            let _ = self
-                .procs_map
-                .update(&key, plain_bytes(&*p), MapFlags::ANY);
+            let _ = self.procs_map.update(&key, plain_bytes(&*p), MapFlags::ANY);
         }
     }
 }

@@ -11,6 +11,8 @@ use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, RegisterRule,
     UnwindContext, UnwindSection,
 };
+#[cfg(test)]
+use std::path::Path;
 
 const RSP: gimli::Register = gimli::X86_64::RSP;
 const RBP: gimli::Register = gimli::X86_64::RBP;
@@ -265,5 +267,49 @@ fn plt_threshold(e: &gimli::UnwindExpression<usize>, eh: &EhFrame<Slice<'_>>) ->
             Some(t - 0x30)
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The row covering `off`, as the BPF side finds it (the last starting at or before).
+    fn lookup(rows: &[Row], off: u32) -> Option<Row> {
+        let i = rows.partition_point(|r| r.offset <= off);
+        i.checked_sub(1).map(|i| rows[i])
+    }
+
+    #[test]
+    fn libc_rows_cover_its_functions() {
+        let elf = Elf::open(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
+        let built = build(&elf).unwrap();
+        eprintln!(
+            "{} rows, {} fdes, {} unsupported",
+            built.rows.len(),
+            built.fdes,
+            built.unsupported
+        );
+        let syms = elf.text_symbols().unwrap();
+        let segs = elf.load_segments();
+        let mut missing = Vec::new();
+        for name in [
+            "__lll_lock_wait",
+            "__lll_lock_wake",
+            "pthread_mutex_lock",
+            "memcpy",
+            "malloc",
+        ] {
+            let Some(s) = syms.iter().find(|s| s.name == name) else {
+                continue;
+            };
+            let off = Elf::file_offset(&segs, s.address).unwrap() as u32;
+            let r = lookup(&built.rows, off + 1);
+            eprintln!("{name} {:#x} -> {:?}", off, r);
+            if r.is_none_or(|r| r.kind == CFI_INVALID as u8) {
+                missing.push(name);
+            }
+        }
+        assert!(missing.is_empty(), "no rows for {missing:?}");
     }
 }

@@ -39,6 +39,8 @@ impl Session<'_> {
             frames.truncate(cut);
             flags |= StackFlag::UserLeftCode as u32;
         }
+        self.stack_quality
+            .note(self.family, n > 0 || flags != 0, flags);
         let copy = if copy_id != 0 {
             let c = self.pending_copies.remove(&copy_id);
             if c.is_none() {
@@ -106,6 +108,7 @@ impl Session<'_> {
             return Ok(());
         }
         let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
+        self.family = h.r#type as usize;
         match h.r#type {
             t if t == EventFamily::Alloc as u32 => {
                 let e: probes::alloc_event = probes::read_event(data);

@@ -96,6 +96,10 @@ pub struct Session<'a> {
     pub copies: bool,
     /// --stack-mode cfi|auto: the unwind rows in the kernel and the processes' mappings.
     pub cfi: Option<crate::cfi::Tables>,
+    /// The family of the event being decoded.
+    family: usize,
+    /// User stacks per family: how many, and how many stopped early, by reason.
+    pub stack_quality: StackQuality,
     /// Write each binary's unwind tables once (not with --no-unwind-info).
     pub unwind_info: bool,
     unwind_written: HashSet<u64>,
@@ -139,6 +143,8 @@ impl<'a> Session<'a> {
             kernel: crate::kallsyms::Needed::default(),
             copies: false,
             cfi: None,
+            family: 0,
+            stack_quality: StackQuality::default(),
             unwind_info: false,
             unwind_written: HashSet::new(),
             pending_copies: BTreeMap::new(),
@@ -257,4 +263,59 @@ pub fn drain_once(
         *p = buf; // keep the capacity
     }
     Ok(())
+}
+
+/// User stacks per family and the reasons some stopped before the outermost frame (the
+/// stack flags every Stack record carries), for the exit summary.
+#[derive(Debug, Default)]
+pub struct StackQuality {
+    /// family -> (user stacks, reason -> count)
+    pub per_family: BTreeMap<usize, (u64, BTreeMap<&'static str, u64>)>,
+}
+
+/// The flags that say a user stack stopped early, and their names.
+pub const CUT_REASONS: &[(StackFlag, &str)] = &[
+    (StackFlag::UserTruncated, "longer than --stack-depth"),
+    (StackFlag::UserError, "no user stack (read failed)"),
+    (StackFlag::UserLeftCode, "frame pointer left the code"),
+    (StackFlag::UserNoRows, "pc without unwind rows"),
+    (StackFlag::UserNoTable, "binary without rows loaded"),
+    (
+        StackFlag::UserUnknownMapping,
+        "pc in a mapping not known yet",
+    ),
+    (StackFlag::UserBadFrame, "bad stack read or frame"),
+    (StackFlag::UserFpSteps, "frame-pointer steps (auto)"),
+];
+
+impl StackQuality {
+    fn note(&mut self, family: usize, user: bool, flags: u32) {
+        if !user {
+            return;
+        }
+        let e = self.per_family.entry(family).or_default();
+        e.0 += 1;
+        for (f, name) in CUT_REASONS {
+            if flags & *f as u32 != 0 {
+                *e.1.entry(name).or_default() += 1;
+            }
+        }
+    }
+
+    /// One line per family with user stacks: "alloc 1,204 stacks: 3 pc without rows, …".
+    pub fn lines(&self) -> Vec<String> {
+        self.per_family
+            .iter()
+            .map(|(&fam, (n, reasons))| {
+                let name =
+                    ebtrace_format::family::by_number(fam as i32).map_or("other", |f| f.name);
+                if reasons.is_empty() {
+                    format!("{name}: {n} user stacks, all whole")
+                } else {
+                    let r: Vec<String> = reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                    format!("{name}: {n} user stacks; {}", r.join(", "))
+                }
+            })
+            .collect()
+    }
 }
