@@ -196,6 +196,13 @@ struct cfi_file {
 	__u64 first_off;	/* file offset of the first page */
 };
 
+/* A file as the kernel names it (the inode's device, s_dev, and number), for a pc in a
+ * mapping user space has not told the unwinder of yet. */
+struct cfi_inode {
+	__u64 dev;
+	__u64 ino;
+};
+
 /* An executable mapping of a process: file offset = address + delta. file: a slot of
  * cfi_files (0: no rows loaded for it). */
 struct cfi_map {

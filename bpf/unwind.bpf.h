@@ -59,6 +59,14 @@ struct {
 	__type(value, __u64);
 } uw_frames SEC(".maps");
 
+/* (dev, ino) -> file slot, for the mappings found with bpf_find_vma. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, CFI_MAX_FILES);
+	__type(key, struct cfi_inode);
+	__type(value, __u32);
+} cfi_inodes SEC(".maps");
+
 struct cfi_file _cfi_file = {};
 struct cfi_proc _cfi_proc = {};
 
@@ -74,7 +82,70 @@ struct uw_state {
 	__u32 at_entry;	/* the event is a function-entry probe */
 	__u32 have_map;
 	__u32 pad;
+	__u64 ra_addr;	/* where the last return address was read from */
+	__u32 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
+			 * per program run): do not call it again */
+	__u32 pad2;
 };
+
+struct vma_info {
+	__u64 start, end, pgoff, dev, ino;
+	__u32 found;
+	__u32 pad;
+};
+
+static long uw_vma(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
+{
+	struct vma_info *v = ctx;
+	struct file *f = vma->vm_file;
+	if (!f)
+		return 0;
+	v->start = vma->vm_start;
+	v->end = vma->vm_end;
+	v->pgoff = vma->vm_pgoff;
+	v->ino = BPF_CORE_READ(f, f_inode, i_ino);
+	v->dev = BPF_CORE_READ(f, f_inode, i_sb, s_dev);
+	v->found = 1;
+	return 0;
+}
+
+static __always_inline void uw_set_file(struct uw_state *s, __u32 slot)
+{
+	s->nrows = 0;
+	if (!slot)
+		return;
+	struct cfi_file *f = bpf_map_lookup_elem(&cfi_files, &slot);
+	if (f) {
+		s->row_base = f->row_base;
+		s->nrows = f->nrows;
+		s->page_base = f->page_base;
+		s->npages = f->npages;
+		s->first_off = f->first_off;
+	}
+}
+
+/* pc's mapping from the kernel's own list (a mapping made after user space last read the
+ * side band: the first milliseconds of a process, a fresh dlopen). */
+static __always_inline bool uw_find_vma(struct uw_state *s, __u64 pc)
+{
+	if (s->vma_busy)
+		return false;
+	struct vma_info v = {};
+	long err = bpf_find_vma(bpf_get_current_task_btf(), pc, uw_vma, &v, 0);
+	if (err == -16 /* EBUSY */)
+		s->vma_busy = 1;
+	if (err || !v.found)
+		return false;
+	if (pc < v.start || pc >= v.end)
+		return false;
+	struct cfi_inode key = { .dev = v.dev, .ino = v.ino };
+	__u32 *slot = bpf_map_lookup_elem(&cfi_inodes, &key);
+	s->start = v.start;
+	s->end = v.end;
+	s->delta = (v.pgoff << 12) - v.start;
+	uw_set_file(s, slot ? *slot : 0);
+	return true;
+}
 
 /* 1 when a <= b, without a branch (both below 2^63): the searches below are straight-line
  * code, so the verifier walks one path through them. */
@@ -88,10 +159,10 @@ static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 {
 	struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &s->pid);
 	if (!p)
-		return false;
+		return uw_find_vma(s, pc);
 	__u64 len = p->n;
 	if (len == 0)
-		return false;
+		return uw_find_vma(s, pc);
 	if (len > CFI_MAX_MAPS)
 		len = CFI_MAX_MAPS;
 	__u64 base = 0;
@@ -105,22 +176,11 @@ static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 	}
 	struct cfi_map *m = &p->m[base & (CFI_MAX_MAPS - 1)];
 	if (pc < m->start || pc >= m->end)
-		return false;
+		return uw_find_vma(s, pc);
 	s->start = m->start;
 	s->end = m->end;
 	s->delta = m->delta;
-	s->nrows = 0;
-	__u32 slot = m->file;
-	if (slot) {
-		struct cfi_file *f = bpf_map_lookup_elem(&cfi_files, &slot);
-		if (f) {
-			s->row_base = f->row_base;
-			s->nrows = f->nrows;
-			s->page_base = f->page_base;
-			s->npages = f->npages;
-			s->first_off = f->first_off;
-		}
-	}
+	uw_set_file(s, m->file);
 	return true;
 }
 
@@ -175,6 +235,7 @@ static __always_inline long uw_fp_step(struct uw_state *s)
 			s->flags |= SF_USER_BAD_FRAME;
 			return 1;
 		}
+		s->ra_addr = s->sp;
 		s->sp += 8;
 		s->pc = ra;
 		s->exact = 0;
@@ -194,6 +255,7 @@ static __always_inline long uw_fp_step(struct uw_state *s)
 	}
 	s->bp = fr[0];
 	s->pc = fr[1];
+	s->ra_addr = bp + 8;
 	s->sp = bp + 16;
 	s->exact = 0;
 	return s->pc == 0;
@@ -232,6 +294,7 @@ static __always_inline long uw_apply(struct uw_state *s, __u64 row)
 		s->bp = r[0];
 		s->sp = r[5];
 		s->pc = r[6];
+		s->ra_addr = 0;
 		s->exact = 1;
 		return s->pc == 0;
 	}
@@ -272,8 +335,27 @@ static __always_inline long uw_apply(struct uw_state *s, __u64 row)
 	s->sp = cfa;
 	s->bp = bp;
 	s->pc = ra;
+	s->ra_addr = cfa - 8;
 	s->exact = 0;
 	return ra == 0;
+}
+
+/* A return address that is the uretprobe trampoline (a return probe pending in that frame):
+ * the original one, from the kernel's list of pending returns, matched by the stack slot it
+ * was read from; 0: not the trampoline, or no match. */
+static __always_inline __u64 uw_uretprobe(struct uw_state *s, __u64 pc)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u64 xol = BPF_CORE_READ(t, mm, uprobes_state.xol_area, vaddr);
+	if (!xol || pc != xol || !s->ra_addr)
+		return 0;
+	struct return_instance *ri = BPF_CORE_READ(t, utask, return_instances);
+	for (int k = 0; k < 16 && ri; k++) {
+		if (BPF_CORE_READ(ri, stack) == s->ra_addr)
+			return BPF_CORE_READ(ri, orig_ret_vaddr);
+		ri = BPF_CORE_READ(ri, next);
+	}
+	return 0;
 }
 
 /* One frame. A global function: the verifier checks it once, for any state, instead of once
@@ -287,8 +369,15 @@ __noinline int uw_frame(struct uw_state *s)
 		return 1;
 	}
 	__u64 pc = s->pc;
-	if (!s->have_map || pc < s->start || pc >= s->end)
+	if (!s->have_map || pc < s->start || pc >= s->end) {
 		s->have_map = uw_find_map(s, pc);
+		__u64 orig = s->have_map || s->n == 0 ? 0 : uw_uretprobe(s, pc);
+		if (orig) {
+			pc = orig;
+			s->pc = pc;
+			s->have_map = uw_find_map(s, pc);
+		}
+	}
 	__u32 k = s->frame0 + s->n;
 	__u64 *slot = bpf_map_lookup_elem(&uw_frames, &k);
 	if (!slot)

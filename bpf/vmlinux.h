@@ -84,13 +84,47 @@ struct pt_regs {
 	long unsigned int ss;
 };
 
+struct xol_area {
+	long unsigned int vaddr;
+};
+
+struct uprobes_state {
+	struct xol_area *xol_area;
+};
+
 struct mm_struct {
 	long unsigned int brk;
+	struct uprobes_state uprobes_state;
+};
+
+struct return_instance {
+	long unsigned int stack;
+	long unsigned int orig_ret_vaddr;
+	struct return_instance *next;
+};
+
+struct uprobe_task {
+	struct return_instance *return_instances;
+};
+
+struct super_block {
+	__u32 s_dev;
+};
+
+struct inode {
+	long unsigned int i_ino;
+	struct super_block *i_sb;
+};
+
+struct file {
+	struct inode *f_inode;
 };
 
 struct vm_area_struct {
 	long unsigned int vm_start;
 	long unsigned int vm_end;
+	long unsigned int vm_pgoff;
+	struct file *vm_file;
 };
 
 struct task_struct {
@@ -98,6 +132,7 @@ struct task_struct {
 	int tgid;
 	struct task_struct *group_leader;
 	struct mm_struct *mm;
+	struct uprobe_task *utask;
 };
 
 #pragma clang attribute pop

@@ -365,6 +365,8 @@ impl Loaded {
         if stop != 0 {
             let reason = self.tables.string(stop).into_owned();
             *self.losses.stacks_cut.entry(reason).or_default() += 1;
+        } else if let Some(reason) = cut_reason(stack.flags) {
+            *self.losses.stacks_cut.entry(reason.into()).or_default() += 1;
         }
         let mut out = Vec::with_capacity(ips.len());
         let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
@@ -516,4 +518,23 @@ impl Loaded {
             }
         }
     }
+}
+
+/// Why the recorder's user stack stopped before the outermost frame, from its flags (None:
+/// whole, as far as the recorder knows).
+pub fn cut_reason(flags: u32) -> Option<&'static str> {
+    use ebtrace_format::proto::StackFlag as F;
+    const REASONS: &[(F, &str)] = &[
+        (F::UserTruncated, "longer than --stack-depth"),
+        (F::UserNoRows, "in-kernel unwind: a pc without unwind rows"),
+        (F::UserNoTable, "in-kernel unwind: a binary without rows loaded"),
+        (F::UserUnknownMapping, "in-kernel unwind: a pc in a mapping not known yet"),
+        (F::UserBadFrame, "in-kernel unwind: a bad stack read or frame"),
+        (F::UserLeftCode, "frame-pointer walk left the code"),
+        (F::UserError, "no user stack (read failed)"),
+    ];
+    REASONS
+        .iter()
+        .find(|(f, _)| flags & *f as u32 != 0)
+        .map(|(_, r)| *r)
 }

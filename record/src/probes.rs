@@ -31,7 +31,8 @@ use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 pub use alloc_skel::types::{alloc_event, event_header, free_event};
 pub use lock_skel::types::lock_event;
 pub use profile_skel::types::{
-    cfi_file, cfi_map, cfi_proc, copy_event, func_event, mem_event, offcpu_event, sample_event,
+    cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event, offcpu_event,
+    sample_event,
 };
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
@@ -45,6 +46,7 @@ unsafe impl plain::Plain for func_event {}
 unsafe impl plain::Plain for mem_event {}
 unsafe impl plain::Plain for cfi_file {}
 unsafe impl plain::Plain for cfi_proc {}
+unsafe impl plain::Plain for cfi_inode {}
 
 /// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
 #[allow(dead_code)]
@@ -260,6 +262,7 @@ macro_rules! common_setup {
             $open.maps.cfi_pages.reuse_fd(fds.pages)?;
             $open.maps.cfi_files.reuse_fd(fds.files)?;
             $open.maps.cfi_procs.reuse_fd(fds.procs)?;
+            $open.maps.cfi_inodes.reuse_fd(fds.inodes)?;
         }
         $ro.copy_bytes = $cfg.copy_bytes;
         $ro.rate_per_cpu = $cfg.rate_per_cpu;

@@ -15,7 +15,9 @@
 pub mod rows;
 
 use crate::elf::Elf;
-use crate::probes::{cfi_file, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT};
+use crate::probes::{
+    cfi_file, cfi_inode, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT,
+};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use std::collections::{BTreeMap, HashMap};
@@ -29,6 +31,7 @@ pub struct Fds<'a> {
     pub pages: BorrowedFd<'a>,
     pub files: BorrowedFd<'a>,
     pub procs: BorrowedFd<'a>,
+    pub inodes: BorrowedFd<'a>,
 }
 
 /// A mapping of a BPF array map's values.
@@ -135,6 +138,8 @@ struct Loaded {
     npages: usize,
     /// mappings of processes that use it
     users: u64,
+    /// the kernel's name of the file (s_dev, i_ino), for a mapping found in BPF
+    inode: Option<cfi_inode>,
     last_use: u64,
 }
 
@@ -162,6 +167,7 @@ pub struct Tables {
     pages_map: MapHandle,
     files_map: MapHandle,
     procs_map: MapHandle,
+    inodes_map: MapHandle,
     rows: Mapped<u64>,
     pages: Mapped<u64>,
     free_rows: Ranges,
@@ -236,6 +242,14 @@ impl Tables {
             16384,
             BPF_F_NO_PREALLOC,
         )?;
+        let inodes_map = create(
+            MapType::Hash,
+            "cfi_inodes",
+            std::mem::size_of::<cfi_inode>() as u32,
+            4,
+            CFI_MAX_FILES as u32,
+            0,
+        )?;
         let rows = Mapped::new(&rows_map, nrows as usize)?;
         let pages = Mapped::new(&pages_map, npages as usize)?;
         Ok(Tables {
@@ -243,6 +257,7 @@ impl Tables {
             pages_map,
             files_map,
             procs_map,
+            inodes_map,
             rows,
             pages,
             free_rows: Ranges::new(nrows as usize),
@@ -264,6 +279,7 @@ impl Tables {
             pages: self.pages_map.as_fd(),
             files: self.files_map.as_fd(),
             procs: self.procs_map.as_fd(),
+            inodes: self.inodes_map.as_fd(),
         }
     }
 
@@ -404,6 +420,19 @@ impl Tables {
             self.free_slots.push(slot);
             return 0;
         }
+        let inode = std::fs::metadata(file).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            let dev = m.dev();
+            cfi_inode {
+                dev: (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)),
+                ino: m.ino(),
+            }
+        });
+        if let Some(k) = &inode {
+            let _ = self
+                .inodes_map
+                .update(plain_bytes(k), &slot.to_ne_bytes(), MapFlags::ANY);
+        }
         self.stats.files_loaded += 1;
         self.stats.rows_loaded += rows.len() as u64;
         self.files.insert(
@@ -415,6 +444,7 @@ impl Tables {
                 pages_at,
                 npages: index.len(),
                 users: 0,
+                inode,
                 last_use: self.clock,
             },
         );
@@ -433,6 +463,9 @@ impl Tables {
             return false;
         };
         let l = self.files.remove(&key).expect("present");
+        if let Some(k) = &l.inode {
+            let _ = self.inodes_map.delete(plain_bytes(k));
+        }
         let zero = cfi_file::default();
         let _ = self
             .files_map
