@@ -104,7 +104,7 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 	if (limit > MAX_FRAMES - 1)
 		limit = MAX_FRAMES - 1;
 	if (cfi_mode != CFI_MODE_OFF)
-		return cfi_stack(ips, flags, at_entry, limit);
+		return cfi_stack(ips, flags, at_entry, limit, cfi_mode == CFI_MODE_AUTO);
 	/* At entry, frames go from slot 1 so that slot 0 can take the ip and slot 1 the caller. */
 	long n = at_entry ? bpf_get_stack(ctx, &ips[1], limit * sizeof(__u64), BPF_F_USER_STACK)
 			  : bpf_get_stack(ctx, &ips[0], limit * sizeof(__u64), BPF_F_USER_STACK);
@@ -124,6 +124,20 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 	ips[1] = ret;
 	*flags |= SF_CALLER_FROM_SP;
 	return frames + 1;
+}
+
+/* The stack of a lock holder releasing a futex, or of a thread waking another: unwound with
+ * the rows in every mode where they are loaded (the frame-pointer walk loses the holder's
+ * function: the wake is made from libc, which keeps no frame pointer). */
+static __always_inline __u32 waker_stack(void *ctx, __u64 *ips, __u32 *flags)
+{
+	if (cfi_mode == CFI_MODE_OFF && cfi_wakers) {
+		__u32 limit = max_frames;
+		if (limit > MAX_FRAMES - 1)
+			limit = MAX_FRAMES - 1;
+		return cfi_stack(ips, flags, false, limit, true);
+	}
+	return user_stack(ctx, ips, flags, false);
 }
 
 /* Copies map memory to map memory: clang cannot inline a memcpy this large for BPF. */

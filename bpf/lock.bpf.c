@@ -136,7 +136,7 @@ int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
 		w->tid = tid;
 		w->flags = 0;
 		/* In a raw syscall tracepoint, the user stack is that of the syscall site. */
-		w->nframes = user_stack(ctx, w->ips, &w->flags, false);
+		w->nframes = waker_stack(ctx, w->ips, &w->flags);
 		struct waker_key k = { .pid = pid, .uaddr = uaddr };
 		bpf_map_update_elem(&wakers, &k, w, BPF_ANY);
 		return 0;

@@ -224,7 +224,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	st->waker_pid = pt >> 32;
 	st->waker_tid = (__u32)pt;
 	__u32 used = st->used & 255;
-	__u32 n = user_stack(ctx, &st->ips[used], &st->waker_flags, false);
+	__u32 n = waker_stack(ctx, &st->ips[used], &st->waker_flags);
 	n &= MAX_FRAMES - 1;
 	st->waker_nframes = n;
 	__u32 at = (used + n) & 511;

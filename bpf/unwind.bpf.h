@@ -15,6 +15,9 @@
 /* Set by user space before load: 0 fp/dwarf, 1 cfi (rows only), 2 auto (rows, and the frame
  * pointer where a binary has none loaded). */
 const volatile __u32 cfi_mode = CFI_MODE_OFF;
+/* The rows are loaded even in fp and dwarf mode (with --lock or --offcpu), for the stacks of
+ * lock holders and wakers (waker_stack in common.bpf.h). */
+const volatile bool cfi_wakers = false;
 
 /* The maps below are created by user space once and shared by every object (reuse_fd), so
  * that a table is loaded once for all the families. */
@@ -83,6 +86,7 @@ struct uw_state {
 	__u32 have_map;
 	__u32 pad;
 	__u64 ra_addr;	/* where the last return address was read from */
+	__u32 fp_fallback;	/* walk on with the frame pointer where rows are missing */
 	__u32 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
 			 * per program run): do not call it again */
 	__u32 pad2;
@@ -398,7 +402,7 @@ __noinline int uw_frame(struct uw_state *s)
 	} else {
 		why = s->have_map ? SF_USER_NO_TABLE : SF_USER_UNKNOWN_MAPPING;
 	}
-	if (cfi_mode != CFI_MODE_AUTO) {
+	if (!s->fp_fallback) {
 		s->flags |= why;
 		return 1;
 	}
@@ -412,7 +416,8 @@ static long uw_step(__u32 i, void *ctx)
 
 /* The current thread's user stack unwound with the rows into ips[0..), leaf first;
  * returns the frame count. */
-static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, __u32 limit)
+static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, __u32 limit,
+					bool fp_fallback)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (!task->mm)
@@ -430,6 +435,7 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 	s.limit = limit;
 	s.exact = 1;
 	s.at_entry = at_entry;
+	s.fp_fallback = fp_fallback;
 	s.frame0 = bpf_get_smp_processor_id() * MAX_FRAMES;
 	bpf_loop(MAX_FRAMES, uw_step, &s, 0);
 	__u32 k = s.frame0;

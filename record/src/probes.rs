@@ -258,6 +258,7 @@ macro_rules! common_setup {
         $ro.max_frames = $depth;
         if let Some(fds) = $cfi {
             $ro.cfi_mode = $cfg.cfi_mode;
+            $ro.cfi_wakers = true;
             $open.maps.cfi_rows.reuse_fd(fds.rows)?;
             $open.maps.cfi_pages.reuse_fd(fds.pages)?;
             $open.maps.cfi_files.reuse_fd(fds.files)?;

@@ -194,7 +194,8 @@ fn record_with(
     let mut lock_obj = std::mem::MaybeUninit::uninit();
     let mut profile_obj = std::mem::MaybeUninit::uninit();
     perf::remove_stale_probes();
-    let cfi = if a.stack_mode.in_kernel_cfi() {
+    // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
+    let cfi = if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
         Some(crate::cfi::Tables::new(a.cfi_memory)?)
     } else {
         None
