@@ -11,7 +11,7 @@
 //!                  "start_time_ns", "exit_time_ns", "exit_code", "parent_generation",
 //!                  "binaries": [{"path", "build_id"}]}],
 //!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth"},
-//!   "stacks", "stack_copies",
+//!   "stacks", "stack_copies", "stack_copy_bytes",   // copies of the target's stack memory
 //!   "losses": [{"family", "reason", "count"}], "lost_total",
 //!   "ended": "clean" | "cut", "stop_reason", "damage": ["…"],
 //!   "symbolized": bool, "symbolized_addresses" }
@@ -33,7 +33,11 @@ pub struct Info {
     pub processes: Vec<ProcessInfo>,
     pub events: EventCounts,
     pub stacks: u64,
+    /// Stacks that carry a raw copy of the target's user stack (`--stack-mode dwarf`):
+    /// target memory (request data, keys, passwords), 0 when none.
     pub stack_copies: u64,
+    /// The bytes of target stack those copies hold (their `data`).
+    pub stack_copy_bytes: u64,
     pub losses: Vec<LossInfo>,
     pub lost_total: u64,
     pub ended: &'static str,
@@ -114,6 +118,34 @@ pub struct LossInfo {
     pub count: u64,
 }
 
+/// `n` with a comma every three digits: 1234567 → "1,234,567".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut s = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            s.push(',');
+        }
+        s.push(c);
+    }
+    s
+}
+
+/// A size for people: "512 B", "16.0 KiB", "5.6 MiB", "1.2 GiB".
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
 /// Lowercase name of an enum value without its prefix, e.g. `ALLOC_KIND_MALLOC` → "malloc".
 pub fn enum_name(full: &str, prefix: &str) -> String {
     full.strip_prefix(prefix)
@@ -153,6 +185,8 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     let mut symbolized = false;
     let mut symbolized_addresses = 0u64;
     let mut bad_batches = 0u64;
+    let mut stack_copies = 0u64;
+    let mut stack_copy_bytes = 0u64;
     let mut widen = |t0: u64, t1: u64| {
         span = Some(match span {
             None => (t0, t1),
@@ -167,6 +201,17 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     }
     for record in reader.by_ref() {
         if tables.observe(&record) {
+            // Counted as they stream by, and not kept: a dwarf trace's copies can be
+            // gigabytes.
+            if let Some(Kind::Stack(s)) = &record.kind {
+                if let Some(c) = &s.copy {
+                    stack_copies += 1;
+                    stack_copy_bytes += c.data.len() as u64;
+                    if let Some(t) = tables.stacks.get_mut(&s.id) {
+                        t.copy = None;
+                    }
+                }
+            }
             continue;
         }
         let Some(kind) = record.kind else { continue };
@@ -259,7 +304,6 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
         })
         .collect();
     processes.sort_by_key(|p| (p.start_time_ns, p.generation));
-    let stack_copies = tables.stacks.values().filter(|s| s.copy.is_some()).count() as u64;
     let lost_total = losses.values().sum();
     Info {
         file: FileInfo {
@@ -291,6 +335,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
         events,
         stacks: tables.stacks.len() as u64,
         stack_copies,
+        stack_copy_bytes,
         losses: losses
             .into_iter()
             .map(|((family, reason), count)| LossInfo {
@@ -309,6 +354,20 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
 }
 
 impl Info {
+    /// Whether the trace holds the target's stack memory, and how much: `stack memory
+    /// none`, or the count and size of the copies with the warning.
+    pub fn stack_memory_line(&self) -> String {
+        if self.stack_copies == 0 {
+            return "stack memory none (no stack copies)".into();
+        }
+        format!(
+            "stack memory {} stack copies, {} of the target's stack (--stack-mode dwarf): \
+             share it only where that is acceptable; `ebsym strip` removes them",
+            thousands(self.stack_copies),
+            size_text(self.stack_copy_bytes)
+        )
+    }
+
     /// The report for people.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
@@ -373,6 +432,7 @@ impl Info {
                 "no".into()
             }
         );
+        let _ = writeln!(s, "{}", self.stack_memory_line());
         let e = &self.events;
         let _ = writeln!(s, "\nevents");
         for (name, n) in [
@@ -389,9 +449,6 @@ impl Info {
             }
         }
         let _ = writeln!(s, "  {:<11}{:>12}", "stacks", self.stacks);
-        if self.stack_copies > 0 {
-            let _ = writeln!(s, "  {:<11}{:>12}", "stack copies", self.stack_copies);
-        }
         if self.losses.is_empty() {
             let _ = writeln!(s, "\nlosses     none");
         } else {
@@ -430,5 +487,23 @@ impl Info {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_sizes_for_people() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1234), "1,234");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(size_text(0), "0 B");
+        assert_eq!(size_text(1023), "1023 B");
+        assert_eq!(size_text(16384), "16.0 KiB");
+        assert_eq!(size_text(5_872_026), "5.6 MiB");
+        assert_eq!(size_text(3 << 30), "3.0 GiB");
     }
 }

@@ -360,6 +360,7 @@ fn info_reports_a_clean_trace_exactly() {
     );
     assert_eq!(j["stacks"], 2);
     assert_eq!(j["stack_copies"], 0);
+    assert_eq!(j["stack_copy_bytes"], 0);
     assert_eq!(
         j["losses"],
         json!([
@@ -390,6 +391,7 @@ fn info_reports_a_clean_trace_exactly() {
             "processes",
             "span",
             "stack_copies",
+            "stack_copy_bytes",
             "stacks",
             "stop_reason",
             "symbolized",
@@ -418,6 +420,7 @@ fn info_reports_a_clean_trace_exactly() {
     has_line(&t, "events in 13.0 µs (boottime 10000 .. 23000 ns)");
     has_line(&t, "ended clean (stopped: duration)");
     has_line(&t, "symbolized no");
+    has_line(&t, "stack memory none (no stack copies)");
     has_line(&t, "alloc 5");
     has_line(&t, "free 3");
     has_line(&t, "lock 2");
