@@ -24,6 +24,7 @@ mod mapping;
 pub mod progress;
 pub mod resolve;
 pub mod searched;
+pub mod strip;
 pub mod trace;
 pub mod unwind;
 

@@ -110,6 +110,11 @@ pub struct Options {
     /// without a linkage name (a `static inline` C helper such as
     /// `__gthread_mutex_unlock`) takes the name of the symbol that contains the address.
     pub binutils_names: bool,
+    /// For a symbolized trace ([`crate::trace`]): keep the raw stack copies
+    /// (`--stack-mode dwarf`, the target's stack memory) in the output. By default they
+    /// are dropped once unwound: the output keeps the unwound frames (`UnwoundStack`) and
+    /// holds no target memory.
+    pub keep_stack_copies: bool,
 }
 
 impl Default for Options {
@@ -118,6 +123,7 @@ impl Default for Options {
             locator: Locator::default(),
             demangle: true,
             binutils_names: false,
+            keep_stack_copies: false,
         }
     }
 }

@@ -6,7 +6,11 @@
 //!
 //! A stack with a raw copy of the user stack (`ebrec --stack-mode dwarf`) is first unwound
 //! with CFI ([`crate::unwind::TraceUnwinder`]): one `UnwoundStack` per such stack is
-//! written after the `SymbolizerInfo`, and its user ips are the ones resolved.
+//! written after the `SymbolizerInfo`, and its user ips are the ones resolved. The copy
+//! itself (the target's stack memory: request data, keys, passwords) is then dropped from
+//! the output, the `Stack` written with its id, generation, ips and flags as they were, so
+//! every report reads the same; [`Options::keep_stack_copies`] keeps it. [`crate::strip`]
+//! removes the copies from any trace.
 //!
 //! The output depends on the input and the files found only: everything is sorted, the
 //! writer closes chunks by size only, and `SymbolizerInfo.realtime_ns` honours
@@ -54,7 +58,7 @@ pub enum ErrorKind {
 }
 
 impl Error {
-    fn new(
+    pub(crate) fn new(
         kind: ErrorKind,
         message: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -63,6 +67,15 @@ impl Error {
             kind,
             message: message.into(),
             source: Some(source.into()),
+        }
+    }
+
+    /// An error that is its own cause.
+    pub(crate) fn plain(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
         }
     }
 }
@@ -147,6 +160,28 @@ pub struct Report {
     pub input_damage: Vec<String>,
     /// The stack copies (`--stack-mode dwarf`) unwound.
     pub unwind: crate::unwind::UnwindSummary,
+    /// The stack copies left out of the output, and their bytes of target stack (0 with
+    /// [`Options::keep_stack_copies`]).
+    pub dropped: Stripped,
+}
+
+/// Stack copies removed from a trace: how many, and the bytes of target stack they held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stripped {
+    pub copies: u64,
+    pub bytes: u64,
+}
+
+impl Stripped {
+    /// Takes the copy out of `record` if it is a stack with one, counting it.
+    pub fn strip(&mut self, record: &mut Record) {
+        if let Some(Kind::Stack(s)) = &mut record.kind {
+            if let Some(c) = s.copy.take() {
+                self.copies += 1;
+                self.bytes += c.data.len() as u64;
+            }
+        }
+    }
 }
 
 /// Addresses of one build-id to resolve.
@@ -310,11 +345,17 @@ fn symbolize<W: io::Write>(
     let mut w = TraceWriter::new(out, header.unwrap_or_default(), wopts).map_err(out_err)?;
     let mut trailer = None;
     let mut seen_header = false;
-    for rec in open()? {
+    for mut rec in open()? {
         match rec.kind {
             Some(Kind::Header(_)) if !seen_header => seen_header = true,
             Some(Kind::Trailer(t)) => trailer = Some(t),
-            _ => w.write_record(&rec).map_err(out_err)?,
+            _ => {
+                // Unwound above: the output needs the frames, not the target's memory.
+                if !options.keep_stack_copies {
+                    report.dropped.strip(&mut rec);
+                }
+                w.write_record(&rec).map_err(out_err)?
+            }
         }
     }
     let mut strings = Strings {
@@ -459,7 +500,7 @@ fn symbolized_by_tail(path: &Path) -> Option<bool> {
     Some(false)
 }
 
-fn create_private(path: &Path) -> io::Result<std::fs::File> {
+pub(crate) fn create_private(path: &Path) -> io::Result<std::fs::File> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let file = std::fs::OpenOptions::new()
         .write(true)
