@@ -16,7 +16,7 @@ use std::path::PathBuf;
     name = "ebsym",
     version,
     about = "Symbolize and analyze ebtrace traces (trace.pb.zst) offline",
-    after_help = "Examples:\n  ebsym trace.pb.zst --debug-dir ./dbg     # writes trace.sym.pb.zst\n  ebsym trace.pb.zst --debuginfod http://127.0.0.1:8002\n  ebsym addr2line -e ./app -f -i -C 0x401234\n  ebsym info trace.pb.zst\n  ebsym info trace.pb.zst --json | jq .events",
+    after_help = "Examples:\n  ebsym trace.pb.zst --debug-dir ./dbg     # writes trace.sym.pb.zst\n  ebsym trace.pb.zst --debuginfod http://127.0.0.1:8002\n  ebsym addr2line -e ./app -f -i -C 0x401234\n  ebsym info trace.pb.zst\n  ebsym info trace.pb.zst --json | jq .events\n  ebsym strip trace.sym.pb.zst -o shareable.pb.zst   # without the target's stack memory",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true
 )]
@@ -42,6 +42,11 @@ struct SymbolizeArgs {
     /// Keep C++ names mangled.
     #[arg(long)]
     no_demangle: bool,
+    /// Keep the raw stack copies of `--stack-mode dwarf` (the target's stack memory:
+    /// request data, keys, passwords) in the output. By default they are dropped once
+    /// unwound: the output keeps the unwound frames, and every report reads the same.
+    #[arg(long)]
+    keep_stack_copies: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -168,6 +173,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Rewrite a trace (raw or symbolized) without its stack copies: the raw copies of the
+    /// target's user stack that `ebrec --stack-mode dwarf` takes (stack memory: request
+    /// data, keys, passwords). Every other record is kept, in order, and the stacks keep
+    /// their ids, ips and flags; the binaries' unwind tables stay (they are not target
+    /// memory). A symbolized trace reports the same after it. A raw trace that is not
+    /// symbolized yet can then no longer be unwound offline: its stacks become the
+    /// frame-pointer walks ebrec took as a fallback, so symbolize first (`ebsym TRACE`
+    /// drops the copies itself) unless the trace only has frame-pointer code.
+    ///
+    /// Example: `ebsym strip trace.sym.pb.zst -o trace.shareable.pb.zst`
+    Strip {
+        /// The trace file.
+        trace: PathBuf,
+        /// The stripped trace to write (not the input).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Every record of a trace, one per line (Rust debug notation, events decoded), for
     /// debugging the recorder or the format.
     ///
@@ -254,7 +276,8 @@ fn addr2line(a: Addr2lineArgs, out: &mut impl Write) -> anyhow::Result<()> {
 fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     let trace = a.trace.expect("checked by the caller");
     let output = a.output.unwrap_or_else(|| default_output(&trace));
-    let options = a.find.options(!a.no_demangle);
+    let mut options = a.find.options(!a.no_demangle);
+    options.keep_stack_copies = a.keep_stack_copies;
     let report = ebtrace_symbolize::trace::symbolize_trace_with(
         &trace,
         &output,
@@ -279,6 +302,19 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     if report.unwind.stacks > 0 {
         eprintln!("ebsym: {}", report.unwind.summary_line());
     }
+    if report.dropped.copies > 0 {
+        eprintln!(
+            "ebsym: left out {} (the target's stack memory; the unwound frames are kept; \
+             --keep-stack-copies keeps them)",
+            copies_text(report.dropped)
+        );
+    } else if a.keep_stack_copies && report.unwind.stacks > 0 {
+        eprintln!(
+            "ebsym: kept the stack copies: {} holds the target's stack memory \
+             (`ebsym strip` removes it)",
+            output.display()
+        );
+    }
     eprintln!("ebsym: wrote {}", output.display());
     // What a user looks at next: the top stacks of each kind the trace holds.
     use ebtrace_analyze::reports::{top_from, EventKind};
@@ -299,6 +335,41 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
             writeln!(out)?;
         }
     }
+    Ok(())
+}
+
+/// "1,234 stack copies (5.6 MiB of target stack)".
+fn copies_text(s: ebtrace_symbolize::trace::Stripped) -> String {
+    use ebtrace_analyze::info::{size_text, thousands};
+    format!(
+        "{} stack cop{} ({} of target stack)",
+        thousands(s.copies),
+        if s.copies == 1 { "y" } else { "ies" },
+        size_text(s.bytes)
+    )
+}
+
+/// `ebsym strip`: one line on stderr saying what was removed.
+fn strip(trace: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()> {
+    let r = ebtrace_symbolize::strip::strip_stack_copies(trace, output)?;
+    for d in &r.input_damage {
+        eprintln!("ebsym: {}: {d}", trace.display());
+    }
+    let lost = if r.not_unwound > 0 {
+        format!(
+            "; {} of them never unwound (not symbolized): those stacks are now \
+             frame-pointer walks only (`ebsym {}` first keeps them whole)",
+            ebtrace_analyze::info::thousands(r.not_unwound),
+            trace.display()
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "ebsym: wrote {}: removed {}{lost}",
+        output.display(),
+        copies_text(r.removed)
+    );
     Ok(())
 }
 
@@ -363,6 +434,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 out.write_all(info.to_text().as_bytes())?;
             }
         }
+        Command::Strip { trace, output } => strip(&trace, &output)?,
         Command::Dump { trace } => {
             use ebtrace_format::events::Family;
             use ebtrace_format::proto::record::Kind;

@@ -915,3 +915,161 @@ fn trace_stack_copies_are_unwound_symbolized_and_reported() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["losses"]["stacks_cut"]["copy too small"], 1, "{v}");
 }
+
+/// The stack copies of a trace (count, bytes of data), read record by record.
+fn stack_copies(path: &Path) -> (u64, u64) {
+    use ebtrace_format::proto::record::Kind;
+    let mut r = ebtrace_format::TraceReader::open(path).unwrap();
+    let mut n = (0, 0);
+    for rec in r.by_ref() {
+        if let Some(Kind::Stack(s)) = rec.kind {
+            if let Some(c) = s.copy {
+                n.0 += 1;
+                n.1 += c.data.len() as u64;
+            }
+        }
+    }
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    n
+}
+
+/// Every record of a trace, stacks without their copies, `SymbolizerInfo` and the
+/// trailer's counts left out (the writer's own).
+fn records_without_copies(path: &Path) -> Vec<ebtrace_format::proto::Record> {
+    use ebtrace_format::proto::record::Kind;
+    ebtrace_format::TraceReader::open(path)
+        .unwrap()
+        .filter_map(|mut rec| {
+            match &mut rec.kind {
+                Some(Kind::Stack(s)) => s.copy = None,
+                Some(Kind::SymbolizerInfo(_) | Kind::Trailer(_)) => return None,
+                _ => {}
+            }
+            Some(rec)
+        })
+        .collect()
+}
+
+/// The symbolized output holds no stack memory unless asked: the copies are dropped once
+/// unwound (every record but them is the same, and so is every report),
+/// `--keep-stack-copies` keeps them, `ebsym strip` removes them from any trace, and
+/// `ebsym info` counts them.
+#[test]
+fn symbolized_output_drops_the_stack_copies_unless_asked() {
+    let exe = selfstack(Variant::NoFramePointer);
+    let captures = run_selfstack(&exe, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let raw = path("t.pb.zst");
+    write_dwarf_trace(&raw, &exe, &captures);
+    let in_raw = stack_copies(&raw);
+    assert_eq!(in_raw.0, captures.len() as u64 + 1);
+    assert!(in_raw.1 > 256, "{in_raw:?}");
+
+    let symbolize = |out: &Path, extra: &[&str]| -> String {
+        let o = run_ok(
+            ebsym()
+                .arg(&raw)
+                .arg("-o")
+                .arg(out)
+                .arg("--no-debuginfod")
+                .args(extra)
+                .env("SOURCE_DATE_EPOCH", "1700000000"),
+        );
+        String::from_utf8(o.stderr).unwrap()
+    };
+    let (sym, kept) = (path("t.sym.pb.zst"), path("kept.sym.pb.zst"));
+    let err = symbolize(&sym, &[]);
+    assert!(
+        err.contains(&format!(
+            "ebsym: left out {} stack copies (",
+            captures.len() + 1
+        )),
+        "{err}"
+    );
+    let err = symbolize(&kept, &["--keep-stack-copies"]);
+    assert!(err.contains("kept the stack copies"), "{err}");
+    assert_eq!(stack_copies(&sym), (0, 0));
+    assert_eq!(stack_copies(&kept), in_raw);
+    // The same trace but for the copies: ids, generations, ips and flags unchanged.
+    assert!(records_without_copies(&sym) == records_without_copies(&kept));
+
+    // `ebsym strip`: one line saying what went, on a symbolized trace and a raw one.
+    let strip = |input: &Path, out: &Path| -> String {
+        let o = run_ok(ebsym().arg("strip").arg(input).arg("-o").arg(out));
+        assert!(o.stdout.is_empty());
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        err
+    };
+    let stripped = path("stripped.sym.pb.zst");
+    let err = strip(&kept, &stripped);
+    assert!(
+        err.starts_with(&format!(
+            "ebsym: wrote {}: removed {} stack copies (",
+            stripped.display(),
+            in_raw.0
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("never unwound"), "{err}");
+    assert_eq!(stack_copies(&stripped), (0, 0));
+    assert!(records_without_copies(&stripped) == records_without_copies(&kept));
+    let raw_stripped = path("stripped.pb.zst");
+    let err = strip(&raw, &raw_stripped);
+    assert!(
+        err.contains(&format!("{} of them never unwound", in_raw.0)),
+        "{err}"
+    );
+    assert_eq!(stack_copies(&raw_stripped), (0, 0));
+    let err = strip(&sym, &path("again.pb.zst"));
+    assert!(err.contains("removed 0 stack copies (0 B"), "{err}");
+
+    // The reports read the same with and without the copies.
+    let folded = |trace: &Path| -> String {
+        let o = run_ok(
+            ebsym()
+                .args(["folded", "--kind", "alloc", "--no-debuginfod"])
+                .arg(trace),
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let want = folded(&kept);
+    assert!(want.contains("selfstack::compare("), "{want}");
+    for t in [&sym, &stripped, &raw] {
+        assert_eq!(folded(t), want, "{}", t.display());
+    }
+
+    // `ebsym info` says how much stack memory a trace holds.
+    let info = |trace: &Path| -> serde_json::Value {
+        let o = run_ok(ebsym().args(["info", "--json"]).arg(trace));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    for (t, (n, bytes)) in [
+        (&raw, in_raw),
+        (&kept, in_raw),
+        (&sym, (0, 0)),
+        (&stripped, (0, 0)),
+    ] {
+        let j = info(t);
+        assert_eq!(j["stack_copies"], n, "{}", t.display());
+        assert_eq!(j["stack_copy_bytes"], bytes, "{}", t.display());
+    }
+    let text = String::from_utf8(run_ok(ebsym().arg("info").arg(&raw)).stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("stack memory"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains(&format!("{} stack copies, ", in_raw.0))
+            && line.contains("of the target's stack (--stack-mode dwarf)")
+            && line.contains("`ebsym strip` removes them"),
+        "{line}"
+    );
+    let text = String::from_utf8(run_ok(ebsym().arg("info").arg(&stripped)).stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("stack memory") && l.ends_with("none (no stack copies)")),
+        "{text}"
+    );
+}
