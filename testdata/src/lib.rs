@@ -146,6 +146,7 @@ const PROGRAMS: &[&str] = &[
     "condvar_block",
     "selfstack",
     "dlopener",
+    "secret_stack",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -482,6 +483,32 @@ mod tests {
         });
     }
 
+    /// The token is 64 bytes, made from the seed at run time: the same for a seed,
+    /// another for another, and in no byte of the binary.
+    #[test]
+    fn secret_stack_makes_its_token_at_run_time() {
+        each_variant("secret_stack", |_, exe| {
+            let token = |seed: &str| {
+                let e = run_one(exe, &["--seed", seed, "--allocs", "3"]);
+                assert_eq!(e["program"], "secret_stack");
+                assert_eq!(e["seed"], seed);
+                assert_eq!(u(&e["allocs"]), 3);
+                assert_eq!(u(&e["token_bytes"]), 64);
+                e["token"].as_str().unwrap().to_string()
+            };
+            let (a, b) = (token("12345"), token("12346"));
+            assert_eq!(a, token("12345"));
+            assert_ne!(a, b);
+            for t in [&a, &b] {
+                assert_eq!(t.len(), 64, "{t}");
+                let hex = t.strip_prefix("EBTRACE-SECRET-TOKEN-").unwrap();
+                assert!(hex.bytes().all(|c| c.is_ascii_hexdigit()), "{t}");
+            }
+            let binary = fs::read(exe).unwrap();
+            assert!(!binary.windows(64).any(|w| w == a.as_bytes()));
+        });
+    }
+
     /// `--wait`: READY comes first, nothing runs until SIGUSR1.
     #[test]
     fn wait_blocks_until_sigusr1() {
@@ -620,6 +647,14 @@ mod tests {
             (
                 "dlopener",
                 &["dl::cycle(char const*, std::vector<char*, std::allocator<char*> >*)"],
+            ),
+            (
+                "secret_stack",
+                &[
+                    "secret::make_token(unsigned long, char*)",
+                    "secret::allocate_with_token(char const*, long, long)",
+                    "secret::hold_token(unsigned long, long, long)",
+                ],
             ),
             (
                 "selfstack",
