@@ -488,6 +488,9 @@ impl Tables {
 
     /// `pid` maps [start, end) at file offset `pgoff` of the file in `slot`.
     pub fn map(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, slot: u32) {
+        if std::env::var_os("EBREC_DEBUG").is_some() {
+            eprintln!("cfi: pid {pid} maps {start:#x}-{end:#x} at {pgoff:#x}: slot {slot}");
+        }
         let mut dropped = Vec::new();
         let m = self.procs.entry(pid).or_default();
         // a new mapping replaces what it overlaps
