@@ -14,7 +14,7 @@
 //! ok    BTF: /sys/kernel/btf/vmlinux is readable (5.3 MiB)
 //! ...
 //! warn  executable /srv/server: no frame pointers, .symtab, DWARF, .eh_frame, build-id 1f0c…
-//!       — fix: record with --stack-mode dwarf (or auto), or rebuild with -fno-omit-frame-pointer
+//!       — fix: --stack-mode auto (the default) unwinds it with its .eh_frame rows; rebuild …
 //! ```
 use crate::procfs;
 use anyhow::{bail, Result};
@@ -724,7 +724,8 @@ impl BinaryReport {
             Check::warn(
                 &name,
                 finding,
-                "record with --stack-mode dwarf (or auto), or rebuild with -fno-omit-frame-pointer",
+                "--stack-mode auto (the default) unwinds it with its .eh_frame rows; rebuild \
+                 with -fno-omit-frame-pointer for the cheaper --stack-mode fp",
             )
         } else if self.build_id.is_none() {
             Check::warn(
@@ -833,8 +834,7 @@ fn check_process(pid: u32) -> (Vec<Check>, Vec<BinaryReport>, Option<&'static st
     (checks, bins, mode)
 }
 
-/// Which --stack-mode the target needs, from its executable's frame pointers; and what the
-/// libraries without them cost in fp mode.
+/// Which --stack-mode the target needs, from its binaries' frame pointers and unwind tables.
 fn stack_mode(bins: &[BinaryReport]) -> (Check, Option<&'static str>) {
     const NAME: &str = "stack mode";
     let no_fp: Vec<&str> = bins
@@ -846,47 +846,60 @@ fn stack_mode(bins: &[BinaryReport]) -> (Check, Option<&'static str>) {
         String::new()
     } else {
         format!(
-            "; {} {} no frame pointers, so stacks taken inside them (allocations, lock \
-             waits) lose their caller's frame: --stack-mode dwarf recovers those frames",
+            "; {} {} no frame pointers: --stack-mode fp would lose the frames of stacks \
+             taken inside them (allocations, lock waits), auto unwinds them with their rows",
             no_fp.join(", "),
             if no_fp.len() == 1 { "has" } else { "have" }
         )
     };
     match bins.iter().find(|b| b.executable) {
+        Some(exe) if exe.frame_pointers == Some(true) && no_fp.is_empty() => (
+            Check::ok(
+                NAME,
+                "--stack-mode fp (the cheapest) or auto: every binary keeps frame pointers",
+            ),
+            Some("fp"),
+        ),
         Some(exe) if exe.frame_pointers == Some(true) => (
             Check::ok(
                 NAME,
-                format!("--stack-mode fp: the executable keeps frame pointers{libs}"),
+                format!("--stack-mode auto (the default): the executable keeps frame pointers{libs}"),
             ),
-            Some("fp"),
+            Some("auto"),
+        ),
+        Some(exe) if exe.frame_pointers == Some(false) && exe.eh_frame => (
+            Check::ok(
+                NAME,
+                format!(
+                    "--stack-mode auto (the default): the executable has no frame pointers; \
+                     its .eh_frame rows unwind it in the kernel{libs}"
+                ),
+            ),
+            Some("auto"),
         ),
         Some(exe) if exe.frame_pointers == Some(false) => (
             Check::warn(
                 NAME,
-                format!(
-                    "--stack-mode dwarf (or auto): the executable has no frame pointers, so fp \
-                     stacks stop after a frame or two{libs}"
-                ),
-                "record with --stack-mode dwarf (or auto), or rebuild with -fno-omit-frame-pointer",
-            ),
-            Some("dwarf"),
-        ),
-        Some(_) => (
-            Check::warn(
-                NAME,
-                format!(
-                    "cannot tell whether the executable keeps frame pointers (no symbols to \
-                     judge by){libs}"
-                ),
-                "record with --stack-mode dwarf: it works either way",
+                "the executable has no frame pointers and no .eh_frame: no mode can unwind it",
+                "rebuild with -fno-omit-frame-pointer, or keep .eh_frame (-fasynchronous-unwind-tables)",
             ),
             None,
+        ),
+        Some(_) => (
+            Check::ok(
+                NAME,
+                format!(
+                    "--stack-mode auto (the default): cannot tell whether the executable keeps \
+                     frame pointers (no symbols to judge by), and auto works either way{libs}"
+                ),
+            ),
+            Some("auto"),
         ),
         None => (
             Check::warn(
                 NAME,
                 "the executable is not among the readable mapped files",
-                "run ebrec as root, or record with --stack-mode dwarf",
+                "run ebrec as root; --stack-mode auto (the default) works either way",
             ),
             None,
         ),

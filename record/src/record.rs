@@ -67,6 +67,9 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
         opt("alloc-lib", l.display().to_string());
     }
     opt("stack-mode", a.stack_mode.to_string());
+    if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
+        opt("cfi-memory", a.cfi_memory.to_string());
+    }
     if a.no_unwind_info {
         opt("no-unwind-info", "true".into());
     }
