@@ -66,6 +66,16 @@ pub struct Dynamic {
 }
 
 impl Elf {
+    /// An ELF image already in memory (the vDSO), copied into an anonymous mapping.
+    pub fn from_bytes(name: &str, bytes: &[u8]) -> std::io::Result<Elf> {
+        let mut m = memmap2::MmapMut::map_anon(bytes.len().max(1))?;
+        m[..bytes.len()].copy_from_slice(bytes);
+        Ok(Elf {
+            path: PathBuf::from(name),
+            map: m.make_read_only()?,
+        })
+    }
+
     /// Opens and maps the file at `path`.
     pub fn open(path: &Path) -> std::io::Result<Elf> {
         let file = std::fs::File::open(path)?;

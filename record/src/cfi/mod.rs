@@ -342,9 +342,42 @@ impl Tables {
         slot
     }
 
+    /// The slot of the vDSO's rows (every process of this kernel maps the same image as
+    /// ebrec's own), loaded the first time; 0: none.
+    pub fn vdso_slot(&mut self) -> u32 {
+        let key = b"[vdso]".to_vec();
+        if let Some(l) = self.files.get(&key) {
+            return l.slot;
+        }
+        if self.failed.contains_key(&key) {
+            return 0;
+        }
+        let slot = own_vdso()
+            .and_then(|e| self.load_elf(&key, &e, Path::new("[vdso]")))
+            .unwrap_or(0);
+        if slot == 0 {
+            self.failed.insert(key, ());
+        }
+        slot
+    }
+
     fn load(&mut self, key: &[u8], file: &Path) -> u32 {
+        match Elf::open(file) {
+            Ok(e) => self.load_elf(key, &e, file).unwrap_or(0),
+            Err(_) => {
+                self.stats.files_without_cfi += 1;
+                0
+            }
+        }
+    }
+
+    fn load_elf(&mut self, key: &[u8], elf: &Elf, file: &Path) -> Option<u32> {
+        Some(self.load_built(key, elf, file)).filter(|&s| s != 0)
+    }
+
+    fn load_built(&mut self, key: &[u8], elf: &Elf, file: &Path) -> u32 {
         let t0 = std::time::Instant::now();
-        let built = Elf::open(file).ok().and_then(|e| rows::build(&e));
+        let built = rows::build(elf);
         self.stats.build_ns += t0.elapsed().as_nanos() as u64;
         let Some(built) = built.filter(|b| !b.rows.is_empty()) else {
             self.stats.files_without_cfi += 1;
@@ -602,4 +635,27 @@ pub fn preload(t: &mut Tables, exe: &Path) {
         let k = key(None, &p);
         t.slot(&k, &p);
     }
+}
+
+/// ebrec's own vDSO image (AT_SYSINFO_EHDR, its size from /proc/self/maps).
+fn own_vdso() -> Option<Elf> {
+    // SAFETY: getauxval has no preconditions.
+    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+    if base == 0 {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (range, _) = line.split_once(' ')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    if a != base as u64 || b <= a {
+        return None;
+    }
+    // SAFETY: [a, b) is our own vDSO mapping, readable for the life of the process.
+    let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) };
+    Elf::from_bytes("[vdso]", bytes).ok()
 }

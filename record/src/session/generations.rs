@@ -75,6 +75,12 @@ impl Session<'_> {
             if m.perms & 4 == 0 || m.path.is_empty() {
                 continue;
             }
+            if m.path == b"[vdso]" {
+                if let Some(t) = self.cfi.as_mut() {
+                    let slot = t.vdso_slot();
+                    t.map(pid, m.start, m.end, 0, slot);
+                }
+            }
             let bid = if m.path.starts_with(b"/") {
                 let mf = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
                 let file = if mf.exists() {

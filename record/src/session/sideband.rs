@@ -143,12 +143,16 @@ impl Session<'_> {
                     if flags & libc::MAP_SHARED as u32 != 0 {
                         perms |= 8;
                     }
-                    if let (Some(t), Some(f), true) =
-                        (self.cfi.as_mut(), &file, prot & libc::PROT_EXEC as u32 != 0)
+                    if let (Some(t), true) = (self.cfi.as_mut(), prot & libc::PROT_EXEC as u32 != 0)
                     {
-                        let key = crate::cfi::key(kernel_bid.as_deref(), f);
-                        let slot = t.slot(&key, f);
-                        t.map(pid, start, start + len, pgoff, slot);
+                        if let Some(f) = &file {
+                            let key = crate::cfi::key(kernel_bid.as_deref(), f);
+                            let slot = t.slot(&key, f);
+                            t.map(pid, start, start + len, pgoff, slot);
+                        } else if path == b"[vdso]" {
+                            let slot = t.vdso_slot();
+                            t.map(pid, start, start + len, 0, slot);
+                        }
                     }
                     let path = self.w.intern_string(&path)?;
                     self.add_mapping(
