@@ -106,7 +106,14 @@ fn check_func(dir: &Path, exe: &Path, args: &[&str], names: &BTreeSet<String>) {
     // exits cannot all be found (run_shop has a conditional jump out of it), and which
     // functions are on the sampled stacks varies from run to run. These programs throw no
     // exceptions; how exits are caught is profile.rs's test.
-    let mut flags: Vec<String> = vec!["--func-exit".into(), "uretprobe".into()];
+    // fp: the --func events' own stacks do not matter here, and dozens of functions
+    // probed at once are cheapest with the kernel's frame-pointer walk
+    let mut flags: Vec<String> = vec![
+        "--func-exit".into(),
+        "uretprobe".into(),
+        "--stack-mode".into(),
+        "fp".into(),
+    ];
     flags.extend(names.iter().flat_map(|n| ["--func".into(), n.clone()]));
     record(&trace, exe, &flags, args);
     let lat = ebsym_json(&["latency", trace.to_str().unwrap(), "-n", "100000"]);
@@ -131,7 +138,16 @@ fn check_func(dir: &Path, exe: &Path, args: &[&str], names: &BTreeSet<String>) {
 fn names_round_trip(exe: &Path, args: &[&str], known: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.pb.zst");
-    let flags = ["--cpu=999".to_string(), "--alloc".to_string()];
+    // fp, as when this test was written: the whole stacks of auto also name functions that
+    // are on a stack only through inlining or rare calls, whose --func calls come back under
+    // another name (seen: `(anonymous namespace)::site(...)` in alloc_workload): left for
+    // the symbolizer issue.
+    let flags = [
+        "--cpu=999".to_string(),
+        "--alloc".to_string(),
+        "--stack-mode".to_string(),
+        "fp".to_string(),
+    ];
     record(&trace, exe, &flags, args);
     let names = frame_names(&trace, exe);
     // Only functions every run samples: a rare one (slow_lookup) may be missing from a run.
@@ -141,7 +157,10 @@ fn names_round_trip(exe: &Path, args: &[&str], known: &[&str]) {
     for n in &names {
         check_probes(exe, n);
     }
-    check_func(dir.path(), exe, args, &names);
+    // The outermost frames of the whole stacks (_start) never return: a --func call of
+    // theirs has no end, so it is in no latency report.
+    let returning: BTreeSet<String> = names.iter().filter(|n| *n != "_start").cloned().collect();
+    check_func(dir.path(), exe, args, &returning);
 }
 
 #[test]

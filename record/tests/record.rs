@@ -165,7 +165,12 @@ fn allocations_per_call_site_with_the_direct_caller() {
     if !root() {
         return;
     }
-    let rec = common::record("alloc_workload", &["--alloc=4096"], &[]);
+    // fp: this test is about the caller at [sp], which only the frame-pointer walk needs
+    let rec = common::record(
+        "alloc_workload",
+        &["--alloc=4096", "--stack-mode", "fp"],
+        &[],
+    );
     let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(out, "alloc_workload");
     let t = read_trace(trace);

@@ -207,8 +207,17 @@ fn create(
         map_flags: flags,
         ..Default::default()
     };
-    MapHandle::create(kind, Some(name), key, value, n, &opts)
-        .with_context(|| format!("creating the BPF map {name} ({n} entries)"))
+    MapHandle::create(kind, Some(name), key, value, n, &opts).map_err(|e| {
+        if matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
+            || e.to_string().contains("Operation not permitted")
+        {
+            anyhow::anyhow!(
+                "creating the unwind-row BPF maps was refused: run ebrec as root or with CAP_BPF and CAP_PERFMON ({e})"
+            )
+        } else {
+            anyhow::anyhow!("creating the BPF map {name} ({n} entries): {e}")
+        }
+    })
 }
 
 const BPF_F_NO_PREALLOC: u32 = 1;
