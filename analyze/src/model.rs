@@ -527,9 +527,18 @@ pub fn cut_reason(flags: u32) -> Option<&'static str> {
     const REASONS: &[(F, &str)] = &[
         (F::UserTruncated, "longer than --stack-depth"),
         (F::UserNoRows, "in-kernel unwind: a pc without unwind rows"),
-        (F::UserNoTable, "in-kernel unwind: a binary without rows loaded"),
-        (F::UserUnknownMapping, "in-kernel unwind: a pc in a mapping not known yet"),
-        (F::UserBadFrame, "in-kernel unwind: a bad stack read or frame"),
+        (
+            F::UserNoTable,
+            "in-kernel unwind: a binary without rows loaded",
+        ),
+        (
+            F::UserUnknownMapping,
+            "in-kernel unwind: a pc in a mapping not known yet",
+        ),
+        (
+            F::UserBadFrame,
+            "in-kernel unwind: a bad stack read or frame",
+        ),
         (F::UserLeftCode, "frame-pointer walk left the code"),
         (F::UserError, "no user stack (read failed)"),
     ];
