@@ -313,3 +313,78 @@ mod tests {
         assert!(missing.is_empty(), "no rows for {missing:?}");
     }
 }
+
+#[cfg(test)]
+mod differential {
+    use super::*;
+
+    /// Every address of every FDE row finds, through the packed rows and the lookup the BPF
+    /// side does, the rule gimli evaluates there: merging, gaps and overlaps lose nothing.
+    fn check(path: &str) {
+        let elf = Elf::open(Path::new(path)).unwrap();
+        let built = build(&elf).unwrap();
+        let rows = &built.rows;
+        assert!(rows.windows(2).all(|w| w[0].offset < w[1].offset), "{path}: rows not sorted");
+        let (data, address) = elf.section(".eh_frame").unwrap();
+        let segs: Vec<Segment> = elf.load_segments().into_iter().filter(|s| s.executable).collect();
+        let to_off = |v: u64| {
+            segs.iter()
+                .find(|s| s.holds(v))
+                .map(|s| (v - s.vaddr + s.offset) as u32)
+        };
+        let eh = EhFrame::new(&data, LittleEndian);
+        let bases = BaseAddresses::default().set_eh_frame(address);
+        let mut ctx = Box::new(UnwindContext::new());
+        let mut entries = eh.entries(&bases);
+        let (mut checked, mut fdes) = (0u64, 0u64);
+        while let Ok(Some(e)) = entries.next() {
+            let CieOrFde::Fde(p) = e else { continue };
+            let Ok(fde) = p.parse(EhFrame::cie_from_offset) else { continue };
+            if fde.cie().is_signal_trampoline() {
+                continue;
+            }
+            fdes += 1;
+            let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else { continue };
+            while let Ok(Some(r)) = table.next_row() {
+                let (Some(a), Some(b)) = (to_off(r.start_address()), to_off(r.end_address() - 1))
+                else {
+                    continue;
+                };
+                let want = convert(r, a, &eh);
+                for off in (a..=b).step_by(((b - a) / 7).max(1) as usize) {
+                    let i = rows.partition_point(|x| x.offset <= off);
+                    let got = rows[i - 1];
+                    assert!(
+                        got.same_rule(&want),
+                        "{path}: {off:#x}: rows say {got:?}, gimli {want:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(fdes > 100 && checked > 1000, "{path}: {fdes} FDEs, {checked} addresses");
+    }
+
+    #[test]
+    fn libc_rows_equal_gimli() {
+        check("/lib/x86_64-linux-gnu/libc.so.6");
+    }
+
+    #[test]
+    fn libstdcxx_rows_equal_gimli() {
+        check("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
+    }
+
+    #[test]
+    fn plt_stubs_have_the_plt_rule() {
+        let elf = Elf::open(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
+        let built = build(&elf).unwrap();
+        let (_, vaddr) = elf.section(".plt").expect("libc has a .plt");
+        let off = Elf::file_offset(&elf.load_segments(), vaddr).unwrap() as u32;
+        // past PLT0 (16 bytes), inside the first stub
+        let i = built.rows.partition_point(|x| x.offset <= off + 20);
+        let r = built.rows[i - 1];
+        assert_eq!(r.kind, CFI_PLT as u8, "{r:?}");
+        assert!(r.rbp == 10 || r.rbp == 11, "threshold {r:?}");
+    }
+}
