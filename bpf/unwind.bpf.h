@@ -386,7 +386,10 @@ __noinline int uw_frame(struct uw_state *s)
 	__u64 *slot = bpf_map_lookup_elem(&uw_frames, &k);
 	if (!slot)
 		return 1;
-	*slot = pc;
+	/* The frame a signal interrupted is an exact address, not a return address: stored as
+	 * pc + 1, so that the trace's convention (look up a later frame at address - 1) finds
+	 * the interrupted instruction itself. */
+	*slot = s->exact && s->n > 0 ? pc + 1 : pc;
 	s->n++;
 	__u32 why;
 	if (s->have_map && s->nrows) {

@@ -324,9 +324,16 @@ mod differential {
         let elf = Elf::open(Path::new(path)).unwrap();
         let built = build(&elf).unwrap();
         let rows = &built.rows;
-        assert!(rows.windows(2).all(|w| w[0].offset < w[1].offset), "{path}: rows not sorted");
+        assert!(
+            rows.windows(2).all(|w| w[0].offset < w[1].offset),
+            "{path}: rows not sorted"
+        );
         let (data, address) = elf.section(".eh_frame").unwrap();
-        let segs: Vec<Segment> = elf.load_segments().into_iter().filter(|s| s.executable).collect();
+        let segs: Vec<Segment> = elf
+            .load_segments()
+            .into_iter()
+            .filter(|s| s.executable)
+            .collect();
         let to_off = |v: u64| {
             segs.iter()
                 .find(|s| s.holds(v))
@@ -339,12 +346,16 @@ mod differential {
         let (mut checked, mut fdes) = (0u64, 0u64);
         while let Ok(Some(e)) = entries.next() {
             let CieOrFde::Fde(p) = e else { continue };
-            let Ok(fde) = p.parse(EhFrame::cie_from_offset) else { continue };
+            let Ok(fde) = p.parse(EhFrame::cie_from_offset) else {
+                continue;
+            };
             if fde.cie().is_signal_trampoline() {
                 continue;
             }
             fdes += 1;
-            let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else { continue };
+            let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else {
+                continue;
+            };
             while let Ok(Some(r)) = table.next_row() {
                 let (Some(a), Some(b)) = (to_off(r.start_address()), to_off(r.end_address() - 1))
                 else {
@@ -362,7 +373,10 @@ mod differential {
                 }
             }
         }
-        assert!(fdes > 100 && checked > 1000, "{path}: {fdes} FDEs, {checked} addresses");
+        assert!(
+            fdes > 100 && checked > 1000,
+            "{path}: {fdes} FDEs, {checked} addresses"
+        );
     }
 
     #[test]
