@@ -306,11 +306,6 @@ pub fn unwind_tables(path: &Path) -> Option<UnwindTables> {
     Elf::open(path).ok()?.unwind_tables()
 }
 
-/// [`Elf::has_frame_pointers`] of the file at `path`.
-pub fn has_frame_pointers(path: &Path) -> Option<bool> {
-    Elf::open(path).ok()?.has_frame_pointers()
-}
-
 /// An ELF file's function symbols, by name: what the allocator and lock probes look up.
 #[derive(Debug)]
 pub struct Symbols {

@@ -18,7 +18,7 @@ use crate::elf::Elf;
 use crate::probes::{
     cfi_file, cfi_inode, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT,
 };
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
