@@ -213,6 +213,15 @@ struct cfi_map {
 	__u32 pad;
 };
 
+/* Mappings the BPF side found itself (bpf_find_vma) before user space knew them. */
+#define CFI_EARLY_MAPS 8
+
+struct cfi_early {
+	__u32 n;
+	__u32 pad;
+	struct cfi_map m[CFI_EARLY_MAPS];
+};
+
 /* A process's executable mappings, sorted by start (written by user space). */
 struct cfi_proc {
 	__u32 n;

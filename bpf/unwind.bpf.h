@@ -62,6 +62,16 @@ struct {
 	__type(value, __u64);
 } uw_frames SEC(".maps");
 
+/* Per process, the mappings bpf_find_vma found before user space wrote the process's table
+ * (its first milliseconds): later walks, also those where bpf_find_vma cannot run (interrupts
+ * off, after one call), find them here. Dropped by user space with the table's first write. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct cfi_early);
+} cfi_early SEC(".maps");
+
 /* (dev, ino) -> file slot, for the mappings found with bpf_find_vma. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -71,6 +81,7 @@ struct {
 } cfi_inodes SEC(".maps");
 
 struct cfi_file _cfi_file = {};
+struct cfi_early _cfi_early_zero = {};
 struct cfi_proc _cfi_proc = {};
 
 struct uw_state {
@@ -128,6 +139,8 @@ static __always_inline void uw_set_file(struct uw_state *s, __u32 slot)
 	}
 }
 
+static __always_inline void uw_early_add(struct uw_state *s, __u32 slot);
+
 /* pc's mapping from the kernel's own list (a mapping made after user space last read the
  * side band: the first milliseconds of a process, a fresh dlopen). */
 static __always_inline bool uw_find_vma(struct uw_state *s, __u64 pc)
@@ -148,7 +161,59 @@ static __always_inline bool uw_find_vma(struct uw_state *s, __u64 pc)
 	s->end = v.end;
 	s->delta = (v.pgoff << 12) - v.start;
 	uw_set_file(s, slot ? *slot : 0);
+	if (slot && *slot)
+		uw_early_add(s, *slot);
 	return true;
+}
+
+/* Keeps a mapping found with bpf_find_vma for the process's next walks. An entry is
+ * reserved with an atomic add and written end last: a reader sees end = 0 (no match) until
+ * the entry is whole. */
+static __always_inline void uw_early_add(struct uw_state *s, __u32 slot)
+{
+	struct cfi_early *e = bpf_map_lookup_elem(&cfi_early, &s->pid);
+	if (!e) {
+		/* a global zero: 264 bytes would not fit on the BPF stack */
+		bpf_map_update_elem(&cfi_early, &s->pid, &_cfi_early_zero, BPF_NOEXIST);
+		e = bpf_map_lookup_elem(&cfi_early, &s->pid);
+		if (!e)
+			return;
+	}
+	__u32 i = __sync_fetch_and_add(&e->n, 1);
+	if (i >= CFI_EARLY_MAPS)
+		return;
+	struct cfi_map *m = &e->m[i & (CFI_EARLY_MAPS - 1)];
+	m->start = s->start;
+	m->delta = s->delta;
+	m->file = slot;
+	m->end = s->end;
+}
+
+/* pc's mapping among those bpf_find_vma found earlier in this process; false: none. */
+static __always_inline bool uw_find_early(struct uw_state *s, __u64 pc)
+{
+	struct cfi_early *e = bpf_map_lookup_elem(&cfi_early, &s->pid);
+	if (!e)
+		return false;
+#pragma unroll
+	for (int i = 0; i < CFI_EARLY_MAPS; i++) {
+		struct cfi_map *m = &e->m[i];
+		__u64 end = m->end;
+		if (pc >= m->start && pc < end) {
+			s->start = m->start;
+			s->end = end;
+			s->delta = m->delta;
+			uw_set_file(s, m->file);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* A mapping user space has not written yet: found earlier in the walk's process, or now. */
+static __always_inline bool uw_find_unknown(struct uw_state *s, __u64 pc)
+{
+	return uw_find_early(s, pc) || uw_find_vma(s, pc);
 }
 
 /* 1 when a <= b, without a branch (both below 2^63): the searches below are straight-line
@@ -163,10 +228,10 @@ static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 {
 	struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &s->pid);
 	if (!p)
-		return uw_find_vma(s, pc);
+		return uw_find_unknown(s, pc);
 	__u64 len = p->n;
 	if (len == 0)
-		return uw_find_vma(s, pc);
+		return uw_find_unknown(s, pc);
 	if (len > CFI_MAX_MAPS)
 		len = CFI_MAX_MAPS;
 	__u64 base = 0;
@@ -180,7 +245,7 @@ static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 	}
 	struct cfi_map *m = &p->m[base & (CFI_MAX_MAPS - 1)];
 	if (pc < m->start || pc >= m->end)
-		return uw_find_vma(s, pc);
+		return uw_find_unknown(s, pc);
 	s->start = m->start;
 	s->end = m->end;
 	s->delta = m->delta;

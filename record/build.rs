@@ -29,6 +29,9 @@ fn main() {
                 "-I",
                 &generated,
                 "-Wall",
+                // v3: 32-bit jumps and atomics that return the old value (cfi_early's
+                // reservation); kernels 5.12 and later, below what ebrec needs anyway.
+                "-mcpu=v3",
                 "-Wno-unused-function",
             ])
             .build_and_generate(out.join(format!("{name}.skel.rs")))

@@ -31,8 +31,8 @@ use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 pub use alloc_skel::types::{alloc_event, event_header, free_event};
 pub use lock_skel::types::lock_event;
 pub use profile_skel::types::{
-    cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event, offcpu_event,
-    sample_event,
+    cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
+    offcpu_event, sample_event,
 };
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
@@ -264,6 +264,7 @@ macro_rules! common_setup {
             $open.maps.cfi_files.reuse_fd(fds.files)?;
             $open.maps.cfi_procs.reuse_fd(fds.procs)?;
             $open.maps.cfi_inodes.reuse_fd(fds.inodes)?;
+            $open.maps.cfi_early.reuse_fd(fds.early)?;
         }
         $ro.copy_bytes = $cfg.copy_bytes;
         $ro.rate_per_cpu = $cfg.rate_per_cpu;

@@ -32,6 +32,7 @@ pub struct Fds<'a> {
     pub files: BorrowedFd<'a>,
     pub procs: BorrowedFd<'a>,
     pub inodes: BorrowedFd<'a>,
+    pub early: BorrowedFd<'a>,
 }
 
 /// A mapping of a BPF array map's values.
@@ -168,6 +169,7 @@ pub struct Tables {
     files_map: MapHandle,
     procs_map: MapHandle,
     inodes_map: MapHandle,
+    early_map: MapHandle,
     rows: Mapped<u64>,
     pages: Mapped<u64>,
     free_rows: Ranges,
@@ -259,6 +261,14 @@ impl Tables {
             CFI_MAX_FILES as u32,
             0,
         )?;
+        let early_map = create(
+            MapType::Hash,
+            "cfi_early",
+            4,
+            std::mem::size_of::<crate::probes::cfi_early>() as u32,
+            4096,
+            0,
+        )?;
         let rows = Mapped::new(&rows_map, nrows as usize)?;
         let pages = Mapped::new(&pages_map, npages as usize)?;
         Ok(Tables {
@@ -267,6 +277,7 @@ impl Tables {
             files_map,
             procs_map,
             inodes_map,
+            early_map,
             rows,
             pages,
             free_rows: Ranges::new(nrows as usize),
@@ -289,6 +300,7 @@ impl Tables {
             files: self.files_map.as_fd(),
             procs: self.procs_map.as_fd(),
             inodes: self.inodes_map.as_fd(),
+            early: self.early_map.as_fd(),
         }
     }
 
@@ -589,6 +601,7 @@ impl Tables {
             let key = pid.to_ne_bytes();
             let Some(m) = self.procs.get(&pid) else {
                 let _ = self.procs_map.delete(&key);
+                let _ = self.early_map.delete(&key);
                 continue;
             };
             let mut p = Box::<cfi_proc>::default();
@@ -609,6 +622,8 @@ impl Tables {
             }
             p.n = n as u32;
             let _ = self.procs_map.update(&key, plain_bytes(&*p), MapFlags::ANY);
+            // the kernel side's own finds of the process's first moments are not needed now
+            let _ = self.early_map.delete(&key);
         }
     }
 }
