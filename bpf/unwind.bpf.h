@@ -238,6 +238,8 @@ static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 	/* the last mapping starting at or before pc (CFI_MAX_MAPS = 2^9) */
 #pragma unroll
 	for (int k = 0; k < 9; k++) {
+		if (len <= 1)
+			break; /* a forward jump out: one more path per step, not a doubling */
 		__u64 half = len >> 1;
 		__u64 start = p->m[(base + half) & (CFI_MAX_MAPS - 1)].start;
 		base += le(start, pc) * half;
@@ -277,6 +279,8 @@ static __always_inline bool uw_row(struct uw_state *s, __u64 off, __u64 *row)
 	/* a page holds at most 4097 rows (2^13) */
 #pragma unroll
 	for (int k = 0; k < 13; k++) {
+		if (len <= 1)
+			break;
 		__u64 half = len >> 1;
 		__u32 ri = s->row_base + base + half;
 		__u64 *r = bpf_map_lookup_elem(&cfi_rows, &ri);
