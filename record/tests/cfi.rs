@@ -7,24 +7,10 @@
 //! when CI=true).
 
 mod common;
-use common::{ebsym_json, root};
+use common::{ebsym_json, record_variant_in as record, root};
 use ebtrace_testdata::Variant;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
-
-fn record(
-    dir: &Path,
-    name: &str,
-    program: &str,
-    v: Variant,
-    flags: &[&str],
-    args: &[&str],
-) -> String {
-    let trace = dir.join(name);
-    common::record_variant_to(&trace, program, v, flags, args);
-    trace.to_str().unwrap().to_string()
-}
 
 /// A frame's function name without parameters.
 fn name(f: &Value) -> String {

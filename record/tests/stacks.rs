@@ -5,25 +5,10 @@
 //! fails when CI=true).
 
 mod common;
-use common::{ebsym_json, root};
+use common::{ebsym_json, record_variant_in as record, root};
 use ebtrace_testdata::Variant;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
-
-/// Records `program` built as `variant` with ebrec `flags` into `dir/name`.
-fn record(
-    dir: &Path,
-    name: &str,
-    program: &str,
-    variant: Variant,
-    flags: &[&str],
-    args: &[&str],
-) -> String {
-    let trace = dir.join(name);
-    common::record_variant_to(&trace, program, variant, flags, args);
-    trace.to_str().unwrap().to_string()
-}
 
 /// Function chains (leaf first, names without parameters, up to main) and their counts.
 fn chains(report: &Value) -> BTreeMap<Vec<String>, u64> {

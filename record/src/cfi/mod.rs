@@ -20,7 +20,7 @@ use crate::probes::{
 };
 use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 
@@ -137,8 +137,6 @@ struct Loaded {
     nrows: usize,
     pages_at: usize,
     npages: usize,
-    /// mappings of processes that use it
-    users: u64,
     /// the kernel's name of the file (s_dev, i_ino), for a mapping found in BPF
     inode: Option<cfi_inode>,
     last_use: u64,
@@ -178,10 +176,12 @@ pub struct Tables {
     /// by file key (build-id, or path when there is none)
     files: HashMap<Vec<u8>, Loaded>,
     /// keys without a table, so that they are not tried again
-    failed: HashMap<Vec<u8>, ()>,
+    failed: HashSet<Vec<u8>>,
     /// per process: start -> (end, delta, slot)
     procs: HashMap<u32, BTreeMap<u64, (u64, u64, u32)>>,
     dirty: Vec<u32>,
+    /// per file slot: the process mappings that use it (0: evictable)
+    users: Vec<u64>,
     clock: u64,
     pub stats: Stats,
     pub budget: u64,
@@ -284,7 +284,8 @@ impl Tables {
             free_pages: Ranges::new(npages as usize),
             free_slots: (1..CFI_MAX_FILES as u32).rev().collect(),
             files: HashMap::new(),
-            failed: HashMap::new(),
+            failed: HashSet::new(),
+            users: vec![0; CFI_MAX_FILES],
             procs: HashMap::new(),
             dirty: Vec::new(),
             clock: 0,
@@ -345,58 +346,68 @@ impl Tables {
             .sum()
     }
 
+    /// `pid` maps [start, end) of `path` at file offset `pgoff`: a file (opened at `file`,
+    /// its build-id `build_id` when the kernel gave it), or the vDSO; any other mapping (no
+    /// file: JIT code, the stack) gets no rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn map_path(
+        &mut self,
+        pid: u32,
+        start: u64,
+        end: u64,
+        pgoff: u64,
+        path: &[u8],
+        file: Option<&Path>,
+        build_id: Option<&[u8]>,
+    ) {
+        let (slot, pgoff) = match file {
+            Some(f) => (self.slot(&key(build_id, f), f), pgoff),
+            None if path == b"[vdso]" => (self.vdso_slot(), 0),
+            None => return,
+        };
+        self.map(pid, start, end, pgoff, slot);
+    }
+
     /// The slot of the file `key` (its build-id, else its path), loading its rows from
     /// `file` the first time; 0: no rows (none, unreadable, or no room).
     pub fn slot(&mut self, key: &[u8], file: &Path) -> u32 {
+        self.cached(key, |t| match Elf::open(file) {
+            Ok(e) => t.load_elf(key, &e, file),
+            Err(_) => {
+                t.stats.files_without_cfi += 1;
+                0
+            }
+        })
+    }
+
+    /// The slot of the vDSO's rows (every process of this kernel maps the same image as
+    /// ebrec's own), loaded the first time; 0: none.
+    fn vdso_slot(&mut self) -> u32 {
+        const KEY: &[u8] = b"[vdso]";
+        self.cached(KEY, |t| {
+            own_vdso().map_or(0, |e| t.load_elf(KEY, &e, Path::new("[vdso]")))
+        })
+    }
+
+    /// The slot of `key` if loaded, else `load`'s (0: none, remembered: not tried again).
+    fn cached(&mut self, key: &[u8], load: impl FnOnce(&mut Self) -> u32) -> u32 {
         self.clock += 1;
         if let Some(l) = self.files.get_mut(key) {
             l.last_use = self.clock;
             return l.slot;
         }
-        if self.failed.contains_key(key) {
+        if self.failed.contains(key) {
             return 0;
         }
-        let slot = self.load(key, file);
+        let slot = load(self);
         if slot == 0 {
-            self.failed.insert(key.to_vec(), ());
+            self.failed.insert(key.to_vec());
         }
         slot
     }
 
-    /// The slot of the vDSO's rows (every process of this kernel maps the same image as
-    /// ebrec's own), loaded the first time; 0: none.
-    pub fn vdso_slot(&mut self) -> u32 {
-        let key = b"[vdso]".to_vec();
-        if let Some(l) = self.files.get(&key) {
-            return l.slot;
-        }
-        if self.failed.contains_key(&key) {
-            return 0;
-        }
-        let slot = own_vdso()
-            .and_then(|e| self.load_elf(&key, &e, Path::new("[vdso]")))
-            .unwrap_or(0);
-        if slot == 0 {
-            self.failed.insert(key, ());
-        }
-        slot
-    }
-
-    fn load(&mut self, key: &[u8], file: &Path) -> u32 {
-        match Elf::open(file) {
-            Ok(e) => self.load_elf(key, &e, file).unwrap_or(0),
-            Err(_) => {
-                self.stats.files_without_cfi += 1;
-                0
-            }
-        }
-    }
-
-    fn load_elf(&mut self, key: &[u8], elf: &Elf, file: &Path) -> Option<u32> {
-        Some(self.load_built(key, elf, file)).filter(|&s| s != 0)
-    }
-
-    fn load_built(&mut self, key: &[u8], elf: &Elf, file: &Path) -> u32 {
+    /// Builds `elf`'s rows and writes them to the kernel under `key`; its slot, 0: none.
+    fn load_elf(&mut self, key: &[u8], elf: &Elf, file: &Path) -> u32 {
         let t0 = std::time::Instant::now();
         let built = rows::build(elf);
         self.stats.build_ns += t0.elapsed().as_nanos() as u64;
@@ -497,7 +508,6 @@ impl Tables {
                 nrows: rows.len(),
                 pages_at,
                 npages: index.len(),
-                users: 0,
                 inode,
                 last_use: self.clock,
             },
@@ -510,7 +520,7 @@ impl Tables {
         let Some(key) = self
             .files
             .iter()
-            .filter(|(_, l)| l.users == 0)
+            .filter(|(_, l)| self.users[l.slot as usize] == 0)
             .min_by_key(|(_, l)| l.last_use)
             .map(|(k, _)| k.clone())
         else {
@@ -532,19 +542,13 @@ impl Tables {
     }
 
     fn use_slot(&mut self, slot: u32, delta: i64) {
-        if slot == 0 {
-            return;
-        }
-        if let Some(l) = self.files.values_mut().find(|l| l.slot == slot) {
-            l.users = l.users.saturating_add_signed(delta);
+        if let Some(u) = self.users.get_mut(slot as usize).filter(|_| slot != 0) {
+            *u = u.saturating_add_signed(delta);
         }
     }
 
     /// `pid` maps [start, end) at file offset `pgoff` of the file in `slot`.
-    pub fn map(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, slot: u32) {
-        if std::env::var_os("EBREC_DEBUG").is_some() {
-            eprintln!("cfi: pid {pid} maps {start:#x}-{end:#x} at {pgoff:#x}: slot {slot}");
-        }
+    fn map(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, slot: u32) {
         let mut dropped = Vec::new();
         let m = self.procs.entry(pid).or_default();
         // a new mapping replaces what it overlaps
@@ -634,7 +638,7 @@ fn plain_bytes<T: plain::Plain>(t: &T) -> &[u8] {
 }
 
 /// The key a file's table is cached under: its build-id, else its path.
-pub fn key(build_id: Option<&[u8]>, file: &Path) -> Vec<u8> {
+fn key(build_id: Option<&[u8]>, file: &Path) -> Vec<u8> {
     match build_id {
         Some(b) if !b.is_empty() => b.to_vec(),
         _ => match crate::elf::build_id(file) {

@@ -75,30 +75,33 @@ impl Session<'_> {
             if m.perms & 4 == 0 || m.path.is_empty() {
                 continue;
             }
-            if m.path == b"[vdso]" {
-                if let Some(t) = self.cfi.as_mut() {
-                    let slot = t.vdso_slot();
-                    t.map(pid, m.start, m.end, 0, slot);
-                }
-            }
-            let bid = if m.path.starts_with(b"/") {
+            let file = m.path.starts_with(b"/").then(|| {
                 let mf = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
-                let file = if mf.exists() {
+                if mf.exists() {
                     mf
                 } else {
                     procfs::path_in(pid, &m.path)
-                };
-                let bid =
-                    self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(&file))?;
-                self.unwind_tables(bid, &file)?;
-                if let Some(t) = self.cfi.as_mut() {
-                    let key = crate::cfi::key(None, &file);
-                    let slot = t.slot(&key, &file);
-                    t.map(pid, m.start, m.end, m.offset, slot);
                 }
-                bid
-            } else {
-                0
+            });
+            if let Some(t) = self.cfi.as_mut() {
+                t.map_path(
+                    pid,
+                    m.start,
+                    m.end,
+                    m.offset,
+                    &m.path,
+                    file.as_deref(),
+                    None,
+                );
+            }
+            let bid = match &file {
+                Some(file) => {
+                    let bid =
+                        self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(file))?;
+                    self.unwind_tables(bid, file)?;
+                    bid
+                }
+                None => 0,
             };
             let path = self.w.intern_string(&m.path)?;
             self.add_mapping(

@@ -145,14 +145,16 @@ impl Session<'_> {
                     }
                     if let (Some(t), true) = (self.cfi.as_mut(), prot & libc::PROT_EXEC as u32 != 0)
                     {
-                        if let Some(f) = &file {
-                            let key = crate::cfi::key(kernel_bid.as_deref(), f);
-                            let slot = t.slot(&key, f);
-                            t.map(pid, start, start + len, pgoff, slot);
-                        } else if path == b"[vdso]" {
-                            let slot = t.vdso_slot();
-                            t.map(pid, start, start + len, 0, slot);
-                        }
+                        let f = file.as_deref();
+                        t.map_path(
+                            pid,
+                            start,
+                            start + len,
+                            pgoff,
+                            &path,
+                            f,
+                            kernel_bid.as_deref(),
+                        );
                     }
                     let path = self.w.intern_string(&path)?;
                     self.add_mapping(

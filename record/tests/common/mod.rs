@@ -124,6 +124,21 @@ pub fn record_to(trace: &std::path::Path, program: &str, flags: &[&str], args: &
     )
 }
 
+/// Records `program ARGS` built as `variant` with ebrec `FLAGS` into `dir/name`; the trace's
+/// path.
+pub fn record_variant_in(
+    dir: &std::path::Path,
+    name: &str,
+    program: &str,
+    variant: ebtrace_testdata::Variant,
+    flags: &[&str],
+    args: &[&str],
+) -> String {
+    let trace = dir.join(name);
+    record_variant_to(&trace, program, variant, flags, args);
+    trace.to_str().unwrap().to_string()
+}
+
 /// [`record_to`] with the program built as `variant`.
 pub fn record_variant_to(
     trace: &std::path::Path,
