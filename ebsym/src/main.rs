@@ -247,7 +247,7 @@ fn addr2line(a: Addr2lineArgs, out: &mut impl Write) -> anyhow::Result<()> {
         anyhow::bail!("'{}': No such file", a.exe.display());
     }
     let mut options = a.find.options(a.demangle);
-    options.binutils_names = true;
+    options.binutils_files = true;
     let sym = ebtrace_symbolize::Symbolizer::new(options);
     let module = sym.open_binary(&a.exe);
     let flags = Flags {

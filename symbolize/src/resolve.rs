@@ -106,10 +106,12 @@ pub struct Options {
     pub locator: Locator,
     /// Demangle C++ (Itanium) names.
     pub demangle: bool,
-    /// Name the innermost frame as binutils does: in C++, a function that DWARF names
-    /// without a linkage name (a `static inline` C helper such as
-    /// `__gthread_mutex_unlock`) takes the name of the symbol that contains the address.
-    pub binutils_names: bool,
+    /// Files as binutils gives them: an address that no line-table row covers (the start
+    /// of a `.cold` part) takes the file of its local symbol (`STT_FILE`). Names are never
+    /// binutils': it names the innermost frame after the symbol that contains the
+    /// address, which gives an inlined static helper (`BuildLookupTable`, inlined into
+    /// `StringPiece::find_first_not_of`) its caller's name.
+    pub binutils_files: bool,
     /// For a symbolized trace ([`crate::trace`]): keep the raw stack copies
     /// (`--stack-mode dwarf`, the target's stack memory) in the output. By default they
     /// are dropped once unwound: the output keeps the unwound frames (`UnwoundStack`) and
@@ -122,7 +124,7 @@ impl Default for Options {
         Options {
             locator: Locator::default(),
             demangle: true,
-            binutils_names: false,
+            binutils_files: false,
             keep_stack_copies: false,
         }
     }
@@ -156,7 +158,7 @@ pub struct Module {
     dwarf: Option<DwarfContext>,
     symbols: SymbolTable,
     demangle: bool,
-    binutils_names: bool,
+    binutils_files: bool,
     /// Answers already given, by address (bounded: cleared when full).
     cache: Mutex<HashMap<u64, Arc<Lookup>>>,
     /// Demangled names by raw name (bounded: cleared when full).
@@ -219,7 +221,7 @@ impl Symbolizer {
             dwarf: None,
             symbols: SymbolTable::default(),
             demangle: self.options.demangle,
-            binutils_names: self.options.binutils_names,
+            binutils_files: self.options.binutils_files,
             cache: Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
         };
@@ -474,17 +476,16 @@ impl Module {
                             )
                         );
                         let linkage = function.as_deref().is_some_and(|n| n.starts_with("_Z"));
-                        if self.binutils_names && i == 0 && is_cxx && !linkage {
-                            if let Some(s) = sym {
-                                function = Some(s.name.clone());
-                            }
-                        } else if !self.binutils_names && last && is_cxx && !linkage {
+                        if last && is_cxx && !linkage {
                             // gcc gives no linkage name to some functions with internal
                             // linkage (in an anonymous namespace): DWARF calls
                             // `(anonymous namespace)::oom(char const*)` just `oom`. The
                             // symbol that contains the address is the function itself (or
                             // a part split off it, `.cold`, `.part.0`): take its qualified
-                            // name, without the split-off suffix.
+                            // name, without the split-off suffix. Only for the containing
+                            // frame: an inlined frame is never the symbol's function
+                            // (binutils names the innermost frame after the symbol, which
+                            // gives an inlined static helper the name of its caller).
                             if let (Some(s), Some(short)) = (sym, function.as_deref()) {
                                 let base = s.name.split('.').next().unwrap_or(&s.name);
                                 // `~Counters` is `…CountersD2Ev`.
@@ -502,7 +503,7 @@ impl Module {
                         // binutils: an address that no line-table row covers (the start of
                         // a `.cold` part) takes the file of its local symbol (`STT_FILE`).
                         let file = match f.file {
-                            None if self.binutils_names && i == 0 => {
+                            None if self.binutils_files && i == 0 => {
                                 sym.and_then(|s| s.file.clone())
                             }
                             file => file,

@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<()> {
     }
     let sym = Symbolizer::new(Options {
         demangle,
-        binutils_names: true,
+        binutils_files: true,
         ..Default::default()
     });
     let module = sym.open_binary(&exe);

@@ -8,6 +8,14 @@
 //! gets the DWARF name instead: its answer depends on the addresses asked before. ebsym
 //! always gives binutils' first answer. Where a block differs, binutils is run again on
 //! that one address alone and must then agree with ebsym.
+//!
+//! Accepted difference (binutils' names, which ebsym does not copy): binutils names the
+//! innermost frame of a C++ function without a linkage name (a `static` helper inlined
+//! into its caller) after the symbol that contains the address, that is after its caller,
+//! and a containing function in an anonymous namespace by DWARF's short name (`~Counters`).
+//! ebsym gives DWARF's name to inlined frames and the symbol's qualified name to the
+//! containing one, as llvm-symbolizer does. Checked, not tolerated: the blocks differ in
+//! function names only, and each of ebsym's names there is llvm-symbolizer's.
 use crate::common::*;
 use std::path::Path;
 use std::process::Command;
@@ -85,10 +93,12 @@ pub(crate) fn compare_env(
                 .stdout,
             )
             .unwrap();
-            assert_eq!(
-                &alone, ob,
-                "{flags:?} at {addr:#x}; in a batch binutils said\n{tb}"
-            );
+            if &alone != ob {
+                assert!(
+                    names_as_llvm_gives_them(reference, flags, &alone, ob, *addr),
+                    "{flags:?} at {addr:#x}: binutils said\n{alone}ebsym\n{ob}"
+                );
+            }
             rechecked += 1;
         }
         // Each difference was checked above; many would still mean something else is off.
@@ -114,6 +124,68 @@ pub(crate) fn compare_env(
         &input,
     );
     assert_eq!(theirs, ours);
+}
+
+/// llvm-symbolizer's function names for `addr` in `bin`, innermost first.
+fn llvm_names(bin: &Path, addr: u64, demangle: bool) -> Vec<String> {
+    let tool = ["llvm-symbolizer-19", "llvm-symbolizer"]
+        .into_iter()
+        .find(|t| Command::new(t).arg("--version").output().is_ok())
+        .expect("llvm-symbolizer (Debian package llvm-19) checks binutils' names");
+    let out = run_ok(
+        Command::new(tool)
+            .arg(format!("--obj={}", bin.display()))
+            .arg(if demangle {
+                "--demangle"
+            } else {
+                "--no-demangle"
+            })
+            .arg(format!("{addr:#x}")),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .step_by(2)
+        .map(|l| l.replace("> >", ">>"))
+        .collect()
+}
+
+/// The accepted difference of the module docs: `theirs` (binutils) and `ours` differ only
+/// in function names, and there each of ebsym's names is llvm-symbolizer's for that frame.
+fn names_as_llvm_gives_them(
+    bin: &Path,
+    flags: &[&str],
+    theirs: &str,
+    ours: &str,
+    addr: u64,
+) -> bool {
+    if !flags.contains(&"-f") {
+        return false;
+    }
+    let (t, o): (Vec<&str>, Vec<&str>) = (theirs.lines().collect(), ours.lines().collect());
+    // Name lines: from the first (after the address line of -a), every other line.
+    let first = usize::from(flags.contains(&"-a"));
+    if t.len() != o.len() {
+        return false;
+    }
+    let llvm = llvm_names(bin, addr, flags.contains(&"-C"));
+    let norm = |s: &str| s.replace("> >", ">>");
+    let symbols = std::cell::OnceCell::new();
+    // gcc's aliases of one body (`D1Ev` and `D2Ev`): llvm-symbolizer picks one symbol,
+    // ebsym the one DWARF describes.
+    let aliases = |a: &str, b: &str| {
+        let d = |n: &str| norm(&ebtrace_symbolize::Symbolizer::demangle(n));
+        symbols
+            .get_or_init(|| crate::llvm_compare::Symbols::of(bin))
+            .same_address(&d(a), &d(b))
+    };
+    (0..t.len()).filter(|&i| t[i] != o[i]).all(|i| {
+        i >= first
+            && (i - first) % 2 == 0
+            && llvm
+                .get((i - first) / 2)
+                .is_some_and(|l| *l == norm(o[i]) || aliases(l, o[i]))
+    })
 }
 
 fn check_variant(program: &str, flags: &[&str]) {

@@ -5,5 +5,6 @@ mod common;
 mod debuginfod;
 mod differential;
 mod llvm_compare;
+mod names;
 mod trace;
 mod unwind;
