@@ -65,7 +65,7 @@ cmake_build() {
   shift 4
   local build=$DIR/$name/build
   if [ -x "$build/$output" ]; then
-    echo "$build/$output"
+    readlink -f "$build/$output"
     return 0
   fi
   apt_install cmake g++ make zlib1g-dev
@@ -80,8 +80,11 @@ cmake_build() {
     cmake --build . --target "$target" -j "$JOBS" >>"$DIR/$name/build.log" 2>&1) ||
     { tail -n 30 "$DIR/$name/build.log" >&2; die "$name build failed (log: $DIR/$name/build.log)"; }
   [ -x "$build/$output" ] || die "$name: $build/$output was not built"
-  log "$name: $(du -h "$build/$output" | cut -f1) at $build/$output"
-  echo "$build/$output"
+  # protoc is a symlink to protoc-3.21.12.0: the file itself.
+  local bin
+  bin=$(readlink -f "$build/$output")
+  log "$name: $(du -h "$bin" | cut -f1) at $bin"
+  echo "$bin"
 }
 
 mkdir -p "$DIR"

@@ -487,10 +487,8 @@ impl Module {
                             // (binutils names the innermost frame after the symbol, which
                             // gives an inlined static helper the name of its caller).
                             if let (Some(s), Some(short)) = (sym, function.as_deref()) {
-                                let base = s.name.split('.').next().unwrap_or(&s.name);
-                                // `~Counters` is `…CountersD2Ev`.
-                                let short = short.trim_start_matches('~');
-                                if base.starts_with("_Z") && base.contains(short) {
+                                let base = without_clone_suffix(&s.name);
+                                if base.starts_with("_Z") && names_symbol(short, base) {
                                     function = Some(base.to_string());
                                 }
                             }
@@ -498,7 +496,12 @@ impl Module {
                         // A line-table row without a DIE for its function: name it from
                         // the symbol table, as binutils does.
                         let function = function
-                            .or_else(|| last.then(|| sym.map(|s| s.name.clone())).flatten())
+                            // without the suffix of a split-off part (`….cold`): the
+                            // frame is the function's, as DWARF names it elsewhere.
+                            .or_else(|| {
+                                last.then(|| sym.map(|s| without_clone_suffix(&s.name).to_string()))
+                                    .flatten()
+                            })
                             .map(|n| self.name(n));
                         // binutils: an address that no line-table row covers (the start of
                         // a `.cold` part) takes the file of its local symbol (`STT_FILE`).
@@ -543,10 +546,124 @@ impl Module {
     }
 }
 
+/// Whether `short`, DWARF's name of a function without a linkage name, is the function
+/// that mangled symbol `symbol` names: its identifier, without template arguments (which
+/// DWARF spells out and the symbol encodes: `ParseMessageSetItemImpl<…::MSReflective>` is
+/// `…23ParseMessageSetItemImplINS1_…`), appears in the symbol as a `<length><identifier>`
+/// source name. `~Counters` is `…8CountersD2Ev`; an operator (`operator()`, encoded `cl`)
+/// only if the symbol holds the whole name.
+fn names_symbol(short: &str, symbol: &str) -> bool {
+    let short = short.trim_start_matches('~');
+    if let Some(op) = short.strip_prefix("operator") {
+        // The operator's code, then the end of the name (`E`) or template arguments.
+        return match operator_code(op.trim_start()) {
+            Some(code) => ["E", "I"]
+                .iter()
+                .any(|end| symbol.contains(&format!("{code}{end}"))),
+            None => symbol.contains(short),
+        };
+    }
+    let ident = short.split('<').next().unwrap_or(short);
+    if ident.is_empty()
+        || !ident
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    {
+        return symbol.contains(short);
+    }
+    // (A digit before it may end the previous name: `12_GLOBAL__N_18Counters`.)
+    symbol.contains(&format!("{}{ident}", ident.len()))
+}
+
+/// Symbol `name` without the suffix gcc gives a part split off a function or a clone
+/// of it (`foo.cold`, `_ZN3fooEv.part.0.isra.0`): from the first `.` that starts a word,
+/// so Rust's `..` path separators (`_ZN…$LT$alloc..vec..Vec…`) stay.
+fn without_clone_suffix(name: &str) -> &str {
+    let b = name.as_bytes();
+    let cut = (1..b.len()).find(|&i| {
+        b[i] == b'.' && b[i - 1] != b'.' && b.get(i + 1).is_some_and(|c| c.is_ascii_alphabetic())
+    });
+    &name[..cut.unwrap_or(name.len())]
+}
+
+/// The Itanium ABI's code of an operator, as DWARF names it after `operator`.
+fn operator_code(op: &str) -> Option<&'static str> {
+    const CODES: &[(&str, &str)] = &[
+        ("new[]", "na"),
+        ("delete[]", "da"),
+        ("new", "nw"),
+        ("delete", "dl"),
+        ("()", "cl"),
+        ("[]", "ix"),
+        ("->*", "pm"),
+        ("->", "pt"),
+        ("<=>", "ss"),
+        ("<<=", "lS"),
+        (">>=", "rS"),
+        ("<<", "ls"),
+        (">>", "rs"),
+        ("==", "eq"),
+        ("!=", "ne"),
+        ("<=", "le"),
+        (">=", "ge"),
+        ("<", "lt"),
+        (">", "gt"),
+        ("+=", "pL"),
+        ("-=", "mI"),
+        ("*=", "mL"),
+        ("/=", "dV"),
+        ("%=", "rM"),
+        ("&=", "aN"),
+        ("|=", "oR"),
+        ("^=", "eO"),
+        ("&&", "aa"),
+        ("||", "oo"),
+        ("++", "pp"),
+        ("--", "mm"),
+        ("+", "pl"),
+        ("-", "mi"),
+        ("*", "ml"),
+        ("/", "dv"),
+        ("%", "rm"),
+        ("&", "an"),
+        ("|", "or"),
+        ("^", "eo"),
+        ("=", "aS"),
+        ("!", "nt"),
+        ("~", "co"),
+        (",", "cm"),
+    ];
+    CODES.iter().find(|(o, _)| *o == op).map(|(_, c)| *c)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use object::{Object, ObjectSymbol};
+
+    #[test]
+    fn names_symbol_matches_source_names() {
+        assert!(names_symbol(
+            "ParseMessageSetItemImpl<google::protobuf::internal::MSReflective>",
+            "_ZN6google8protobuf8internal23ParseMessageSetItemImplINS1_12MSReflectiveEEEbPv"
+        ));
+        assert!(names_symbol("~Counters", "_ZN12_GLOBAL__N_18CountersD2Ev"));
+        assert!(names_symbol("oom", "_ZN12_GLOBAL__N_13oomEPKc"));
+        // Another function whose name ends the same, or a longer length prefix.
+        assert!(!names_symbol("oom", "_ZN12_GLOBAL__N_14boomEPKc"));
+        assert!(names_symbol(
+            "operator()",
+            "_ZNK12_GLOBAL__N_116FieldIndexSorterclEPKNS_15FieldDescriptorES3_"
+        ));
+        assert!(names_symbol(
+            "operator[]",
+            "_ZNSt8__detail9_Map_baseIiEixEOi"
+        ));
+        assert!(!names_symbol(
+            "operator[]",
+            "_ZNSt8__detail9_Map_baseIiEclEOi"
+        ));
+    }
 
     /// `resolve_many` gives the same answers on 1 and 3 threads as `resolve` one by one,
     /// repeated addresses included (on this test binary's own DWARF).

@@ -185,6 +185,11 @@ fn agreement(llvm: &str, bin: &Path) -> anyhow::Result<()> {
     let symbols = Symbols::of(bin);
     let mut same = 0usize;
     let mut classes: BTreeMap<&str, usize> = BTreeMap::new();
+    // EXAMPLES=N: how many disagreements to print (default 10).
+    let max_examples: usize = std::env::var("EXAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
     let mut examples = Vec::new();
     for (i, addr) in addrs.iter().enumerate() {
         match llvm_compare::compare(&theirs[i], &ours[i], &raw[i], &llvm_demangled, &symbols) {
@@ -194,7 +199,9 @@ fn agreement(llvm: &str, bin: &Path) -> anyhow::Result<()> {
                     *classes.entry(c).or_default() += 1;
                 }
             }
-            Err((l, o)) if examples.len() < 10 => examples.push(first_difference(*addr, &l, &o)),
+            Err((l, o)) if examples.len() < max_examples => {
+                examples.push(first_difference(*addr, &l, &o))
+            }
             Err(_) => {}
         }
     }

@@ -208,15 +208,38 @@ pub fn compare(
                 }
             }
             if l.function != o.function {
-                // The same mangled name, spelled differently by the two demanglers.
+                // The same mangled name, spelled differently by the two demanglers (of
+                // the outermost frame: after llvm's clone suffix).
                 let ours_by_llvm = raw[i].function.as_ref().and_then(|r| llvm_demangled.get(r));
-                if ours_by_llvm.is_some() && ours_by_llvm == l.function.as_ref() {
+                let theirs = l.function.as_deref().map(|f| {
+                    if i + 1 == n {
+                        without_llvm_clone_suffix(f)
+                    } else {
+                        f
+                    }
+                });
+                if ours_by_llvm.is_some() && ours_by_llvm.map(String::as_str) == theirs {
                     classes.push(
                         "normalized: demangler formatting of the same mangled name \
-                         (libiberty names an inheriting constructor after its base class)",
+                         (libiberty names an inheriting constructor after its base class, \
+                         and spells lambdas `{lambda(…)#1}` where LLVM writes `'lambda'(…)`)",
                     );
                     l.function = o.function.clone();
                 }
+            }
+            // No line-table row covers the address (the first bytes of a `.cold` part,
+            // before its first row): llvm-symbolizer gives the function's declaration
+            // file, by its base name, with line 0; ebsym (and binutils) `??:0`.
+            if l.function == o.function
+                && (l.line, o.line) == (0, 0)
+                && o.file.is_none()
+                && l.file.as_deref().is_some_and(|f| !f.contains('/'))
+            {
+                classes.push(
+                    "llvm: an address before the first line-table row of its function \
+                     named with the declaration file's base name and line 0 (ebsym: ??:0)",
+                );
+                l.file = None;
             }
         }
     }
