@@ -553,15 +553,25 @@ impl Module {
 /// source name. `~Counters` is `…8CountersD2Ev`; an operator (`operator()`, encoded `cl`)
 /// only if the symbol holds the whole name.
 fn names_symbol(short: &str, symbol: &str) -> bool {
+    let destructor = short.starts_with('~');
     let short = short.trim_start_matches('~');
     if let Some(op) = short.strip_prefix("operator") {
-        // The operator's code, then the end of the name (`E`) or template arguments.
+        // The operator's code, then the end of the name (`E`) or template arguments; or
+        // first, for an operator of the global namespace (`_ZlsRSo…`).
         return match operator_code(op.trim_start()) {
-            Some(code) => ["E", "I"]
-                .iter()
-                .any(|end| symbol.contains(&format!("{code}{end}"))),
+            Some(code) => {
+                symbol.starts_with(&format!("_Z{code}"))
+                    || ["E", "I"]
+                        .iter()
+                        .any(|end| symbol.contains(&format!("{code}{end}")))
+            }
             None => symbol.contains(short),
         };
+    }
+    if short == "<lambda>" {
+        // A closure type (`UlRKiE_`); its destructor `…E_D2Ev`.
+        return symbol.contains("Ul")
+            && (!destructor || ["D0Ev", "D1Ev", "D2Ev"].iter().any(|d| symbol.ends_with(d)));
     }
     let ident = short.split('<').next().unwrap_or(short);
     if ident.is_empty()

@@ -129,14 +129,18 @@ pub fn without_space_in_brackets(name: &str) -> String {
 
 /// `name` without the clone suffixes of gcc's split-off parts, as LLVM prints them:
 /// `foo() (.cold)`, `foo() (.part.0)` for C++, `main.cold` for a name that is not
-/// mangled.
+/// mangled (and `foo() [clone .cold]`, libiberty's spelling).
 pub fn without_llvm_clone_suffix(name: &str) -> &str {
     let mut s = name;
-    while let Some(i) = s.rfind(" (.") {
-        if !s.ends_with(')') {
-            break;
-        }
-        s = &s[..i];
+    // ` (.cold)` as LLVM writes it, ` [clone .cold]` as libiberty does (for a name LLVM
+    // left mangled and ebsym's demangler demangled, see `normalize_llvm_name`).
+    loop {
+        let cut = match (s.rfind(" (."), s.rfind(" [clone .")) {
+            (Some(i), _) if s.ends_with(')') => i,
+            (_, Some(i)) if s.ends_with(']') => i,
+            _ => break,
+        };
+        s = &s[..cut];
     }
     // A C name: `main.cold`, `foo.part.0` (not Rust's `serde_json..error`).
     let plain = s.len() == name.len() && !s.contains([':', '(', '$']);
