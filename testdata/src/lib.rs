@@ -147,6 +147,7 @@ const PROGRAMS: &[&str] = &[
     "selfstack",
     "dlopener",
     "secret_stack",
+    "clock_loop",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -483,6 +484,18 @@ mod tests {
         });
     }
 
+    #[test]
+    fn clock_loop_counts_its_reads() {
+        each_variant("clock_loop", |_, exe| {
+            let e = run_one(exe, &["--seconds", "0.1"]);
+            assert_eq!(e["program"], "clock_loop");
+            let rounds = u(&e["rounds"]);
+            assert!(rounds > 0, "{e}");
+            assert_eq!(u(&e["clock_reads"]), rounds * 40000);
+            assert_eq!(u(&e["hashes"]), rounds * 4000);
+            assert_eq!(u(&e["ticks"]), rounds * 100);
+        });
+    }
     /// The token is 64 bytes, made from the seed at run time: the same for a seed,
     /// another for another, and in no byte of the binary.
     #[test]
@@ -523,6 +536,7 @@ mod tests {
                 "sleeper" => &["--calls", "1", "--ms", "1", "--depth", "1"],
                 "condvar_block" => &["--ms", "10"],
                 "dlopener" => &["--times", "0", "/nonexistent.so"],
+                "clock_loop" => &["--seconds", "0.05"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -654,6 +668,16 @@ mod tests {
                     "secret::make_token(unsigned long, char*)",
                     "secret::allocate_with_token(char const*, long, long)",
                     "secret::hold_token(unsigned long, long, long)",
+                ],
+            ),
+            (
+                "clock_loop",
+                &[
+                    "clockloop::read_clock(long)",
+                    "clockloop::tick(unsigned long)",
+                    "clockloop::hash_text(long, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)",
+                    "clockloop::timed_round(clockloop::Counts*, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)",
+                    "run_clock(double, clockloop::Counts*)",
                 ],
             ),
             (
