@@ -296,6 +296,35 @@ fn text_symbols<'data: 'file, 'file>(
     out
 }
 
+/// ebrec's own vDSO image: the bytes of its `[vdso]` mapping (at getauxval(AT_SYSINFO_EHDR),
+/// its size from /proc/self/maps), read once. The kernel maps the same image into every
+/// 64-bit process, so it stands for theirs (the unwind rows of `[vdso]`, the trace's
+/// `VdsoImage`). None when there is no vDSO.
+pub fn own_vdso_image() -> Option<&'static [u8]> {
+    static IMAGE: std::sync::OnceLock<Option<&'static [u8]>> = std::sync::OnceLock::new();
+    *IMAGE.get_or_init(|| {
+        // SAFETY: getauxval has no preconditions.
+        let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+        if base == 0 {
+            return None;
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+        let (range, _) = line.split_once(' ')?;
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        );
+        if a != base as u64 || b <= a {
+            return None;
+        }
+        // SAFETY: [a, b) is our own vDSO mapping, readable and never unmapped for the life
+        // of the process.
+        Some(unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) })
+    })
+}
+
 /// The GNU build-id of the ELF file at `path`, if it has one.
 pub fn build_id(path: &Path) -> Option<Vec<u8>> {
     Elf::open(path).ok()?.build_id()

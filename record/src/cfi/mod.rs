@@ -665,25 +665,8 @@ pub fn preload(t: &mut Tables, exe: &Path) {
     }
 }
 
-/// ebrec's own vDSO image (AT_SYSINFO_EHDR, its size from /proc/self/maps).
+/// ebrec's own vDSO image ([`crate::elf::own_vdso_image`]), the same kernel's as every
+/// process's.
 fn own_vdso() -> Option<Elf> {
-    // SAFETY: getauxval has no preconditions.
-    let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
-    if base == 0 {
-        return None;
-    }
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (range, _) = line.split_once(' ')?;
-    let (a, b) = range.split_once('-')?;
-    let (a, b) = (
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    );
-    if a != base as u64 || b <= a {
-        return None;
-    }
-    // SAFETY: [a, b) is our own vDSO mapping, readable for the life of the process.
-    let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, (b - a) as usize) };
-    Elf::from_bytes("[vdso]", bytes).ok()
+    Elf::from_bytes("[vdso]", crate::elf::own_vdso_image()?).ok()
 }

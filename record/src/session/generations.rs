@@ -94,7 +94,9 @@ impl Session<'_> {
                     None,
                 );
             }
+            let vdso = is_vdso(&m.path, m.start, m.end);
             let bid = match &file {
+                _ if vdso => 0,
                 Some(file) => {
                     let bid =
                         self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(file))?;
@@ -115,6 +117,7 @@ impl Session<'_> {
                     inode: m.inode,
                     dev: m.dev,
                     perms: m.perms,
+                    vdso,
                 },
                 now,
                 MappingSource::Snapshot,
@@ -167,6 +170,11 @@ impl Session<'_> {
         time: u64,
         source: MappingSource,
     ) -> Result<()> {
+        let build_id = if m.vdso {
+            self.vdso_image()?
+        } else {
+            m.build_id
+        };
         self.w.write_record(&Record {
             kind: Some(Kind::Mapping(Mapping {
                 generation: g,
@@ -174,7 +182,7 @@ impl Session<'_> {
                 end: m.end,
                 file_offset: m.offset,
                 path: m.path,
-                build_id: m.build_id,
+                build_id,
                 inode: m.inode,
                 dev: m.dev,
                 perms: m.perms,
@@ -183,6 +191,26 @@ impl Session<'_> {
             })),
         })?;
         Ok(())
+    }
+    /// The build-id id of the vDSO, its `VdsoImage` record written first if the current
+    /// file does not have it yet (once per file); 0 when ebrec has no vDSO image with a
+    /// build-id.
+    pub(super) fn vdso_image(&mut self) -> Result<u64> {
+        if self.vdso_written != 0 {
+            return Ok(self.vdso_written);
+        }
+        let Some((image, build_id)) = own_vdso() else {
+            return Ok(0);
+        };
+        let id = self.w.intern_build_id(build_id)?;
+        self.w.write_record(&Record {
+            kind: Some(Kind::VdsoImage(VdsoImage {
+                build_id: id,
+                image: image.to_vec(),
+            })),
+        })?;
+        self.vdso_written = id;
+        Ok(id)
     }
     pub(super) fn awaiting_code(&self, pid: u32) -> bool {
         self.launched == Some(pid)
@@ -238,4 +266,28 @@ impl Session<'_> {
         }
         Ok(())
     }
+}
+
+/// ebrec's own vDSO image and its build-id, read once; None without a vDSO or a build-id
+/// note (nothing to key it by).
+fn own_vdso() -> Option<(&'static [u8], &'static [u8])> {
+    static VDSO: std::sync::OnceLock<Option<(&'static [u8], Vec<u8>)>> = std::sync::OnceLock::new();
+    let v = VDSO.get_or_init(|| {
+        let image = crate::elf::own_vdso_image()?;
+        let id = crate::elf::Elf::from_bytes("[vdso]", image)
+            .ok()?
+            .build_id()
+            .filter(|b| !b.is_empty())?;
+        Some((image, id))
+    });
+    v.as_ref().map(|(i, b)| (*i, &b[..]))
+}
+
+/// Whether the mapping [start, end) at `path` is a vDSO that ebrec's own image stands for:
+/// `[vdso]` of a 64-bit process (mapped above 4 GiB; a 32-bit process's vDSO is another
+/// image, mapped below) and of the same size.
+pub(super) fn is_vdso(path: &[u8], start: u64, end: u64) -> bool {
+    path == b"[vdso]"
+        && start >= 1 << 32
+        && own_vdso().is_some_and(|(image, _)| end.checked_sub(start) == Some(image.len() as u64))
 }

@@ -24,7 +24,7 @@ use ebtrace_format::family::PerFamily;
 use ebtrace_format::proto::{
     record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
     LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process, ProcessEvent,
-    ProgramStats, Record, Stack, StackFlag, Stats, Trailer, UnwindTables, UserStackCopy,
+    ProgramStats, Record, Stack, StackFlag, Stats, Trailer, UnwindTables, UserStackCopy, VdsoImage,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -57,6 +57,9 @@ struct MapRec {
     inode: u64,
     dev: u64,
     perms: u32,
+    /// The vDSO (`[vdso]` of a 64-bit process): written with the `VdsoImage`'s build-id,
+    /// the record itself first if the file does not have it yet.
+    vdso: bool,
 }
 
 #[derive(Debug)]
@@ -103,6 +106,8 @@ pub struct Session<'a> {
     /// Write each binary's unwind tables once (not with --no-unwind-info).
     pub unwind_info: bool,
     unwind_written: HashSet<u64>,
+    /// The build-id id of the `VdsoImage` record in the current file (0: not written yet).
+    vdso_written: u64,
     /// Stack copies waiting for their event, by id (the copy is sent first).
     pending_copies: BTreeMap<u64, PendingCopy>,
     /// The --func functions, to describe again in a new file (--rotate).
@@ -147,6 +152,7 @@ impl<'a> Session<'a> {
             stack_quality: StackQuality::default(),
             unwind_info: false,
             unwind_written: HashSet::new(),
+            vdso_written: 0,
             pending_copies: BTreeMap::new(),
             copies_missing: 0,
             waker_frames_dropped: 0,

@@ -110,7 +110,9 @@ impl Session<'_> {
                         .unwrap_or((0, 0));
                     let file = path.starts_with(b"/").then(|| procfs::path_in(pid, &path));
                     let kernel_bid = build_id.clone();
+                    let vdso = generations::is_vdso(&path, start, start + len);
                     let bid = match (build_id, &file) {
+                        _ if vdso => 0,
                         (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
                         (None, Some(file)) => {
                             self.build_id_of(dev, ino, &path, || crate::elf::build_id(file))?
@@ -168,6 +170,7 @@ impl Session<'_> {
                             inode: ino,
                             dev,
                             perms,
+                            vdso,
                         },
                         time,
                         MappingSource::Mmap,
