@@ -12,6 +12,8 @@
 //!                  "binaries": [{"path", "build_id"}]}],
 //!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth"},
 //!   "stacks", "stack_copies", "stack_copy_bytes",   // copies of the target's stack memory
+//!   "uprobes_frames",   // stack frames in the kernel's uprobes page ([uprobes])
+//!   "vdso": {"build_id", "bytes"} or null,   // the vDSO image the trace holds
 //!   "losses": [{"family", "reason", "count"}], "lost_total",
 //!   "ended": "clean" | "cut", "stop_reason", "damage": ["…"],
 //!   "symbolized": bool, "symbolized_addresses" }
@@ -38,6 +40,11 @@ pub struct Info {
     pub stack_copies: u64,
     /// The bytes of target stack those copies hold (their `data`).
     pub stack_copy_bytes: u64,
+    /// Frames of the stacks that lie in the kernel's uprobes page (`[uprobes]`: the
+    /// return-probe trampoline, a single-step slot), counted once per stack.
+    pub uprobes_frames: u64,
+    /// The vDSO image the trace holds (`VdsoImage`): `[vdso]` frames are named from it.
+    pub vdso: Option<VdsoInfo>,
     pub losses: Vec<LossInfo>,
     pub lost_total: u64,
     pub ended: &'static str,
@@ -45,6 +52,12 @@ pub struct Info {
     pub damage: Vec<String>,
     pub symbolized: bool,
     pub symbolized_addresses: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VdsoInfo {
+    pub build_id: String,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -187,6 +200,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     let mut bad_batches = 0u64;
     let mut stack_copies = 0u64;
     let mut stack_copy_bytes = 0u64;
+    let mut vdso: Option<(u64, u64)> = None;
     let mut widen = |t0: u64, t1: u64| {
         span = Some(match span {
             None => (t0, t1),
@@ -243,6 +257,10 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             }
             Kind::SymbolizedAddress(_) => {
                 symbolized_addresses += 1;
+                continue;
+            }
+            Kind::VdsoImage(v) => {
+                vdso.get_or_insert((v.build_id, v.image.len() as u64));
                 continue;
             }
             _ => continue,
@@ -304,6 +322,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
         })
         .collect();
     processes.sort_by_key(|p| (p.start_time_ns, p.generation));
+    let uprobes_frames = uprobes_frames(&tables);
     let lost_total = losses.values().sum();
     Info {
         file: FileInfo {
@@ -336,6 +355,11 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
         stacks: tables.stacks.len() as u64,
         stack_copies,
         stack_copy_bytes,
+        uprobes_frames,
+        vdso: vdso.map(|(id, bytes)| VdsoInfo {
+            build_id: tables.build_id_hex(id),
+            bytes,
+        }),
         losses: losses
             .into_iter()
             .map(|((family, reason), count)| LossInfo {
@@ -351,6 +375,45 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
         symbolized,
         symbolized_addresses,
     }
+}
+
+/// The user frames of all stacks that lie in a `[uprobes]` mapping of their generation.
+fn uprobes_frames(tables: &Tables) -> u64 {
+    use ebtrace_format::tables::UPROBES_PATH;
+    let paths: Vec<u64> = tables
+        .strings
+        .iter()
+        .filter(|(_, v)| v.as_slice() == UPROBES_PATH)
+        .map(|(&id, _)| id)
+        .collect();
+    if paths.is_empty() {
+        return 0;
+    }
+    let ranges: BTreeMap<u32, Vec<(u64, u64)>> = tables
+        .generations
+        .iter()
+        .map(|(&g, info)| {
+            let r: Vec<(u64, u64)> = info
+                .mappings
+                .iter()
+                .filter(|m| paths.contains(&m.path))
+                .map(|m| (m.start, m.end))
+                .collect();
+            (g, r)
+        })
+        .filter(|(_, r)| !r.is_empty())
+        .collect();
+    tables
+        .stacks
+        .values()
+        .filter_map(|s| Some((ranges.get(&s.generation)?, s)))
+        .map(|(r, s)| {
+            s.user_ips
+                .iter()
+                .filter(|&&ip| r.iter().any(|&(a, b)| a <= ip && ip < b))
+                .count() as u64
+        })
+        .sum()
 }
 
 impl Info {
@@ -433,6 +496,23 @@ impl Info {
             }
         );
         let _ = writeln!(s, "{}", self.stack_memory_line());
+        if let Some(v) = &self.vdso {
+            let _ = writeln!(
+                s,
+                "vdso       image stored ({}, build-id {}): [vdso] frames are named",
+                size_text(v.bytes),
+                v.build_id
+            );
+        }
+        if self.uprobes_frames > 0 {
+            let _ = writeln!(
+                s,
+                "uprobes    {} stack frame{} in the kernel's uprobes page (a return probe's \
+                 trampoline or a single-step slot), shown as \"[uprobes] …\"",
+                thousands(self.uprobes_frames),
+                if self.uprobes_frames == 1 { "" } else { "s" }
+            );
+        }
         let e = &self.events;
         let _ = writeln!(s, "\nevents");
         for (name, n) in [

@@ -415,6 +415,23 @@ impl Loaded {
                 build_id,
             };
             let first = out.len();
+            // The kernel's uprobes page (a return probe's trampoline, a single-step slot):
+            // named for what it is, never as a function of the program.
+            if module.as_bytes() == ebtrace_format::tables::UPROBES_PATH {
+                if let Some(u) = self.tables.uprobes_frame(m, ip) {
+                    out.push(Frame {
+                        function: u.name().into(),
+                        file: None,
+                        line: None,
+                        inlined: false,
+                        module,
+                        address,
+                    });
+                    maps.resize(first, None);
+                    maps.resize(out.len(), Some(info));
+                    continue;
+                }
+            }
             let offset = (if leaf { ip } else { ip - 1 })
                 .wrapping_sub(m.start)
                 .wrapping_add(m.file_offset);

@@ -290,6 +290,18 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     for m in &report.modules {
         eprintln!("ebsym: {}", m.summary_line());
     }
+    for (u, n) in &report.uprobes {
+        use ebtrace_format::tables::UprobesFrame;
+        let why = match u {
+            UprobesFrame::ReturnTrampoline => "a return probe was pending",
+            UprobesFrame::SingleStepSlot => "a probed instruction was single-stepped",
+        };
+        eprintln!(
+            "ebsym: {n} frame{} in the kernel's uprobes page, shown as \"{}\" ({why})",
+            if *n == 1 { "" } else { "s" },
+            u.name()
+        );
+    }
     if report.no_mapping > 0 {
         eprintln!("ebsym: {} frames outside any mapping", report.no_mapping);
     }

@@ -375,6 +375,8 @@ fn info_reports_a_clean_trace_exactly() {
     assert_eq!(j["damage"], json!([]));
     assert_eq!(j["symbolized"], false);
     assert_eq!(j["symbolized_addresses"], 0);
+    assert_eq!(j["uprobes_frames"], 0);
+    assert_eq!(j["vdso"], Value::Null);
     // Every documented field is present, and nothing else.
     let mut keys: Vec<&str> = j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     keys.sort_unstable();
@@ -395,7 +397,9 @@ fn info_reports_a_clean_trace_exactly() {
             "stacks",
             "stop_reason",
             "symbolized",
-            "symbolized_addresses"
+            "symbolized_addresses",
+            "uprobes_frames",
+            "vdso"
         ]
     );
 

@@ -105,6 +105,53 @@ impl Tables {
     }
 }
 
+/// The path of the page the kernel maps into a process for its uprobes (its "xol area",
+/// mapped at the first probe hit): slot 0 holds the return-probe trampoline, the other
+/// slots the instructions that probes single-step out of line.
+pub const UPROBES_PATH: &[u8] = b"[uprobes]";
+
+/// Bytes of one slot of the uprobes page (the kernel's `UPROBE_XOL_SLOT_BYTES` on x86).
+pub const UPROBES_SLOT_BYTES: u64 = 128;
+
+/// What a frame in the uprobes page is ([`Tables::uprobes_frame`]): kernel code, no
+/// function of the program, named for what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UprobesFrame {
+    /// The return-probe trampoline: a uretprobe swapped a return address for it (kernels
+    /// before 6.14 leave it in frame-pointer stacks), or the thread was in it, returning
+    /// through a pending return probe.
+    ReturnTrampoline,
+    /// An instruction of a probed function, single-stepped out of line.
+    SingleStepSlot,
+}
+
+impl UprobesFrame {
+    /// How a report names the frame.
+    pub fn name(self) -> &'static str {
+        match self {
+            UprobesFrame::ReturnTrampoline => "[uprobes] return trampoline",
+            UprobesFrame::SingleStepSlot => "[uprobes] single-step slot",
+        }
+    }
+}
+
+impl Tables {
+    /// What the frame at recorded address `ip` is when `m`, the mapping that holds `ip`,
+    /// is the uprobes page; None for any other mapping. `ip` is the recorded address, not
+    /// the one looked up: a return address that is the trampoline is the page's first
+    /// byte, and `ip - 1` lies before it.
+    pub fn uprobes_frame(&self, m: &Mapping, ip: u64) -> Option<UprobesFrame> {
+        if self.strings.get(&m.path).map(Vec::as_slice) != Some(UPROBES_PATH) {
+            return None;
+        }
+        Some(if ip.wrapping_sub(m.start) < UPROBES_SLOT_BYTES {
+            UprobesFrame::ReturnTrampoline
+        } else {
+            UprobesFrame::SingleStepSlot
+        })
+    }
+}
+
 /// Lowercase hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;

@@ -27,6 +27,7 @@ pub mod searched;
 pub mod strip;
 pub mod trace;
 pub mod unwind;
+pub mod vdso;
 
 pub use binutils::addr2line_stream;
 pub use resolve::{Frame, Lookup, Module, Options, Reason, Source, Symbolizer, Unresolved};

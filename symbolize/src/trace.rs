@@ -32,6 +32,7 @@ use ebtrace_format::proto::{
     record::Kind, InternedString, KeyValue, ModuleResolution, Record, SymbolFrame,
     SymbolizedAddress, SymbolizerInfo, UnresolvedReason, UnwoundStack,
 };
+use ebtrace_format::tables::UprobesFrame;
 use ebtrace_format::{Tables, TraceReader, TraceWriter, WriterOptions};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -107,6 +108,13 @@ pub struct ModuleReport {
     pub unresolved: BTreeMap<Reason, u64>,
     /// The module-wide reason and detail, when nothing resolved.
     pub status: Option<Unresolved>,
+    /// The binary found for it (the one at its recorded path, or debuginfod's), if any.
+    pub binary: Option<PathBuf>,
+    /// Whether its symbols came with DWARF (file:line, inlined frames); false when they
+    /// came from a symbol table only or when nothing was found.
+    pub dwarf: bool,
+    /// Named from the trace's own vDSO image (`VdsoImage`, its `.dynsym`).
+    pub vdso_image: bool,
 }
 
 impl ModuleReport {
@@ -141,10 +149,20 @@ impl ModuleReport {
                     s += &format!("; {d}");
                 }
             }
+            _ if self.vdso_image => s += &format!("; symbols from the {}", crate::vdso::SOURCE),
             (Some(d), None) => s += &format!("; symbols from {}", d.display()),
             _ => {}
         }
         s
+    }
+
+    /// Whether frames of this module were left without what debug information would
+    /// give: none of its addresses came with DWARF (named from a symbol table only, or
+    /// not named at all). The vDSO, named from its own symbols, has nothing more to get.
+    pub fn lacks_debug_info(&self) -> bool {
+        !self.dwarf
+            && !self.vdso_image
+            && (self.symtab_only > 0 || self.unresolved.values().any(|&n| n > 0))
     }
 }
 
@@ -154,8 +172,13 @@ pub struct Report {
     pub modules: Vec<ModuleReport>,
     /// Frames outside every recorded mapping.
     pub no_mapping: u64,
-    /// Frames in mappings without a build-id (anonymous, JIT, `[vdso]` without one).
+    /// Frames in mappings without a build-id (anonymous, JIT, `[vdso]` of a trace without
+    /// its image).
     pub no_build_id: u64,
+    /// Frames in the kernel's uprobes page (`[uprobes]`): the return-probe trampoline, or
+    /// a single-step slot. Kernel code, not the program's: named for what they are
+    /// ([`UprobesFrame::name`]) by the reports, not resolved.
+    pub uprobes: BTreeMap<UprobesFrame, u64>,
     /// Damage found in the input (it was read as far as possible).
     pub input_damage: Vec<String>,
     /// The stack copies (`--stack-mode dwarf`) unwound.
@@ -267,10 +290,17 @@ fn symbolize<W: io::Write>(
     // Stack copies are unwound as they come (in batches), and their unwound user ips are
     // the ones resolved.
     let mut unwinder = crate::unwind::TraceUnwinder::new(&options.locator);
+    // The vDSO images by build-id id (one per file, from ebrec).
+    let mut vdso_images: HashMap<u64, Vec<u8>> = HashMap::new();
     for rec in reader.by_ref() {
         match &rec.kind {
             Some(Kind::Header(h)) if header.is_none() => header = Some(h.clone()),
             Some(Kind::String(s)) => max_string_id = max_string_id.max(s.id),
+            Some(Kind::VdsoImage(v)) => {
+                vdso_images
+                    .entry(v.build_id)
+                    .or_insert_with(|| v.image.clone());
+            }
             _ => {}
         }
         tables.observe(&rec);
@@ -285,6 +315,13 @@ fn symbolize<W: io::Write>(
 
     // Normalize: group the looked-up addresses by build-id.
     let mut work: BTreeMap<u64, Work> = BTreeMap::new();
+    // The string ids of the uprobes page's path: frames in it are counted, not resolved.
+    let uprobes_paths: Vec<u64> = tables
+        .strings
+        .iter()
+        .filter(|(_, v)| v.as_slice() == ebtrace_format::tables::UPROBES_PATH)
+        .map(|(&id, _)| id)
+        .collect();
     let mut stack_ids: Vec<&u64> = tables.stacks.keys().collect();
     stack_ids.sort();
     for id in stack_ids {
@@ -301,7 +338,18 @@ fn symbolize<W: io::Write>(
             } else {
                 ip
             };
-            let Some(m) = mapping_for(&tables, stack.generation, addr) else {
+            let m = mapping_for(&tables, stack.generation, addr);
+            // The uprobes page, by the recorded address: a return address that is the
+            // trampoline is the page's first byte, and `addr` lies before it.
+            if !uprobes_paths.is_empty() && m.is_none_or(|m| uprobes_paths.contains(&m.path)) {
+                if let Some(u) = mapping_for(&tables, stack.generation, ip)
+                    .and_then(|m| tables.uprobes_frame(m, ip))
+                {
+                    *report.uprobes.entry(u).or_default() += 1;
+                    continue;
+                }
+            }
+            let Some(m) = m else {
                 report.no_mapping += 1;
                 continue;
             };
@@ -330,7 +378,10 @@ fn symbolize<W: io::Write>(
     progress.resolve_start(work.iter().map(|(_, w)| w.offsets.len() as u64).sum());
     let resolved: Vec<(u64, Resolved)> = work
         .par_iter()
-        .map(|(id, w)| (*id, resolve_module(&symbolizer, w, progress)))
+        .map(|(id, w)| {
+            let image = vdso_images.get(id).map(Vec::as_slice);
+            (*id, resolve_module(&symbolizer, w, image, progress))
+        })
         .collect();
     progress.resolve_done();
 
@@ -517,11 +568,48 @@ pub(crate) fn create_private(path: &Path) -> io::Result<std::fs::File> {
 /// this many; the answers do not depend on it).
 const PROGRESS_STEP: usize = 1 << 16;
 
-fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &dyn Progress) -> Resolved {
+/// Where a module's answers come from: its files, or the trace's vDSO image.
+enum Resolver<'a> {
+    Files(&'a crate::resolve::Module),
+    Vdso(&'a crate::vdso::VdsoImage),
+}
+
+impl Resolver<'_> {
+    fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
+        match self {
+            Resolver::Files(m) => m.offset_to_vaddr(offset),
+            Resolver::Vdso(v) => v.offset_to_vaddr(offset),
+        }
+    }
+
+    fn resolve_many(&self, addrs: &[u64]) -> Vec<Lookup> {
+        match self {
+            Resolver::Files(m) => m
+                .resolve_many(addrs)
+                .into_iter()
+                .map(std::sync::Arc::unwrap_or_clone)
+                .collect(),
+            Resolver::Vdso(v) => addrs.iter().map(|&a| v.resolve(a)).collect(),
+        }
+    }
+}
+
+fn resolve_module(
+    symbolizer: &Symbolizer,
+    w: &Work,
+    vdso: Option<&[u8]>,
+    progress: &dyn Progress,
+) -> Resolved {
     use std::os::unix::ffi::OsStrExt;
     let path_bytes = w.paths.iter().next().cloned().unwrap_or_default();
     let path = std::ffi::OsStr::from_bytes(&path_bytes);
+    // The files first: a debug directory or debuginfod may have the vDSO's DWARF (the
+    // kernel's debug package ships it); else the trace's own image.
     let module = symbolizer.open(Some(&w.build_id), Path::new(path));
+    let image = match (vdso, &module.status) {
+        (Some(image), Err(_)) => Some(crate::vdso::VdsoImage::parse(image.to_vec(), &w.build_id)),
+        _ => None,
+    };
     let mut report = ModuleReport {
         build_id: w.build_id.clone(),
         path: String::from_utf8_lossy(&path_bytes).into_owned(),
@@ -530,6 +618,24 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &dyn Progress) ->
         symtab_only: 0,
         unresolved: BTreeMap::new(),
         status: module.status.clone().err(),
+        binary: module.binary.clone(),
+        dwarf: module.status == Ok(crate::resolve::Source::Dwarf),
+        vdso_image: false,
+    };
+    let source = match &image {
+        Some(Ok(v)) => {
+            report.status = None;
+            report.vdso_image = true;
+            Resolver::Vdso(v)
+        }
+        Some(Err(e)) => {
+            report.status = Some(Unresolved {
+                reason: Reason::BadFile,
+                detail: Some(e.clone()),
+            });
+            Resolver::Files(&module)
+        }
+        None => Resolver::Files(&module),
     };
     // Keyed by file offset (what a reader of the trace can compute from the mappings);
     // resolved at the ELF virtual address the PT_LOAD segments give for it.
@@ -538,12 +644,12 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &dyn Progress) ->
     let vaddrs: Vec<Option<u64>> = w
         .offsets
         .iter()
-        .map(|&o| module.offset_to_vaddr(o))
+        .map(|&o| source.offset_to_vaddr(o))
         .collect();
     let known: Vec<u64> = vaddrs.iter().flatten().copied().collect();
     let mut answers = Vec::with_capacity(known.len());
     for step in known.chunks(PROGRESS_STEP) {
-        answers.extend(module.resolve_many(step));
+        answers.extend(source.resolve_many(step));
         progress.resolved(step.len() as u64);
     }
     progress.resolved((w.offsets.len() - known.len()) as u64);
@@ -554,17 +660,12 @@ fn resolve_module(symbolizer: &Symbolizer, w: &Work, progress: &dyn Progress) ->
         .zip(&vaddrs)
         .map(|(&off, vaddr)| {
             let lookup = match vaddr {
-                Some(_) => answers
-                    .next()
-                    .map(std::sync::Arc::unwrap_or_clone)
-                    .expect("one answer per known address"),
+                Some(_) => answers.next().expect("one answer per known address"),
                 // Without the file we cannot turn the offset into an address: the
                 // module's reason is the answer.
-                None => Err(module
+                None => Err(report
                     .status
-                    .as_ref()
-                    .err()
-                    .cloned()
+                    .clone()
                     .unwrap_or_else(|| Reason::NoMapping.into())),
             };
             (off, lookup)
@@ -623,6 +724,7 @@ fn write_module<W: io::Write>(
     r: &Resolved,
 ) -> io::Result<()> {
     let debug_file = match &r.report.debug_file {
+        _ if r.report.vdso_image => strings.id(w, crate::vdso::SOURCE.as_bytes())?,
         Some(p) => strings.id(w, p.as_os_str().as_encoded_bytes())?,
         None => 0,
     };
@@ -635,7 +737,7 @@ fn write_module<W: io::Write>(
             u.reason.to_proto(),
             strings.id(w, u.detail.as_deref().unwrap_or("").as_bytes())?,
         ),
-        None if r.report.debug_file.is_some()
+        None if (r.report.debug_file.is_some() || r.report.vdso_image)
             && r.addresses
                 .iter()
                 .all(|(_, l)| matches!(l, Ok(f) if f.iter().all(|f| f.from_symtab))) =>

@@ -97,6 +97,8 @@ pub fn stop_text(stop: &Stop, tables: &Tables) -> String {
 pub struct TraceUnwinder<'l> {
     locator: &'l Locator,
     recorded: HashMap<u64, UnwindTables>,
+    /// The trace's vDSO images (`VdsoImage`) by build-id id: their `.eh_frame`.
+    images: HashMap<u64, Vec<u8>>,
     /// Tables by build-id id, None when there are none; loaded once.
     infos: HashMap<u64, Option<UnwindInfo>>,
     pending: Vec<u64>,
@@ -122,6 +124,7 @@ impl<'l> TraceUnwinder<'l> {
         TraceUnwinder {
             locator,
             recorded: HashMap::new(),
+            images: HashMap::new(),
             infos: HashMap::new(),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -135,6 +138,11 @@ impl<'l> TraceUnwinder<'l> {
         match &record.kind {
             Some(Kind::UnwindTables(t)) => {
                 self.recorded.entry(t.build_id).or_insert_with(|| t.clone());
+            }
+            Some(Kind::VdsoImage(v)) => {
+                self.images
+                    .entry(v.build_id)
+                    .or_insert_with(|| v.image.clone());
             }
             Some(Kind::Stack(s)) => {
                 if let Some(c) = &s.copy {
@@ -260,7 +268,8 @@ impl<'l> TraceUnwinder<'l> {
         let loaded: Vec<(u64, Option<(UnwindInfo, bool)>)> = wanted
             .par_iter()
             .map(|(&id, path)| {
-                let info = load_tables(tables, &self.recorded, self.locator, id, path);
+                let info =
+                    load_tables(tables, &self.recorded, &self.images, self.locator, id, path);
                 (id, info)
             })
             .collect();
@@ -290,6 +299,7 @@ impl<'l> TraceUnwinder<'l> {
 fn load_tables(
     tables: &Tables,
     recorded: &HashMap<u64, UnwindTables>,
+    images: &HashMap<u64, Vec<u8>>,
     locator: &Locator,
     id: u64,
     path: &[u8],
@@ -299,6 +309,18 @@ fn load_tables(
         .get(&id)
         .and_then(|t| UnwindInfo::from_tables(t).ok())
     {
+        return Some((info, true));
+    }
+    // The vDSO: its image is in the trace, `.eh_frame` included (build-id checked).
+    let image_tables = || {
+        let image = images.get(&id)?;
+        let obj = object::File::parse(&image[..]).ok()?;
+        let want = tables.build_ids.get(&id)?;
+        (object::Object::build_id(&obj).ok().flatten()? == want.as_slice())
+            .then(|| UnwindInfo::from_elf(image).ok())
+            .flatten()
+    };
+    if let Some(info) = image_tables() {
         return Some((info, true));
     }
     let build_id = tables.build_ids.get(&id)?;
