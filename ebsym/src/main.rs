@@ -290,6 +290,9 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     for m in &report.modules {
         eprintln!("ebsym: {}", m.summary_line());
     }
+    for line in ebtrace_symbolize::hint::debug_hints(&report.modules, &options.locator) {
+        eprintln!("ebsym: {line}");
+    }
     for (u, n) in &report.uprobes {
         use ebtrace_format::tables::UprobesFrame;
         let why = match u {

@@ -101,12 +101,17 @@ pub fn symbolized_input(a: &ReportArgs, trace: &Path) -> Result<Input> {
     if is_symbolized(trace)? {
         return Ok(Input::File(trace.to_path_buf()));
     }
-    let (_, bytes) = ebtrace_symbolize::trace::symbolize_trace_to_vec(
+    let options = a.find.options(!a.no_demangle);
+    let (report, bytes) = ebtrace_symbolize::trace::symbolize_trace_to_vec(
         trace,
-        &a.find.options(!a.no_demangle),
+        &options,
         &crate::progress::Resolving::default(),
     )
     .with_context(|| format!("cannot symbolize {}", trace.display()))?;
+    // What would name more of its frames: one line per binary.
+    for line in ebtrace_symbolize::hint::debug_hints(&report.modules, &options.locator) {
+        eprintln!("ebsym: {line}");
+    }
     Ok(Input::Memory(bytes))
 }
 

@@ -20,6 +20,7 @@ pub mod debuginfod;
 pub mod dwarf;
 pub mod elf;
 pub mod find;
+pub mod hint;
 mod mapping;
 pub mod progress;
 pub mod resolve;

@@ -822,20 +822,36 @@ fn trace_stack_copies_are_unwound_symbolized_and_reported() {
     assert!(cut.user_ips.len() >= 2 && cut.user_ips.len() < unwound[0].user_ips.len());
 
     // Folded stacks: root first, `;`-separated, value last; the same on the raw trace
-    // (symbolized on the fly).
-    let folded = |trace: &Path| -> (String, String) {
+    // (symbolized on the fly, which also says, once per binary, how to name more of its
+    // frames: on Debian, libstdc++'s frame that its .dynsym does not cover).
+    let folded = |trace: &Path| -> (String, String, Vec<String>) {
         let o = run_ok(
             ebsym()
                 .args(["folded", "--kind", "alloc", "--no-debuginfod"])
                 .arg(trace),
         );
+        let stderr = String::from_utf8(o.stderr).unwrap();
+        let (hints, rest): (Vec<&str>, Vec<&str>) = stderr
+            .split_inclusive('\n')
+            .partition(|l| l.starts_with("ebsym: ") && l.contains(" (build-id "));
         (
             String::from_utf8(o.stdout).unwrap(),
-            String::from_utf8(o.stderr).unwrap(),
+            rest.concat(),
+            hints.iter().map(|h| h.trim_end().to_string()).collect(),
         )
     };
-    let (lines, losses) = folded(&sym);
-    assert_eq!(folded(&raw), (lines.clone(), losses.clone()));
+    let (lines, losses, none) = folded(&sym);
+    assert_eq!(none, Vec::<String>::new());
+    let (raw_lines, raw_losses, hints) = folded(&raw);
+    assert_eq!((raw_lines, raw_losses), (lines.clone(), losses.clone()));
+    // (One per binary: this host's libstdc++ and libc, if their debug files are missing.)
+    let mut binaries: Vec<&str> = hints
+        .iter()
+        .map(|h| h.split(" (").next().unwrap())
+        .collect();
+    binaries.sort_unstable();
+    binaries.dedup();
+    assert_eq!(binaries.len(), hints.len(), "{hints:?}");
     let qsort = lines
         .lines()
         .find(|l| l.ends_with(" 1000"))
