@@ -5,6 +5,7 @@ mod common;
 mod debuginfod;
 mod differential;
 mod llvm_compare;
+mod named_frames;
 mod names;
 mod trace;
 mod unwind;
