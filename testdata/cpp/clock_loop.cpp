@@ -4,12 +4,13 @@
 // libstdc++'s (std::hash<std::string>, i.e. std::_Hash_bytes in
 // libstdc++.so).
 //
-// usage: clock_loop [--seconds S] [--wait]
+// usage: clock_loop [--seconds S] [--rounds N] [--wait]
 //   --seconds S    how long to run, may be fractional (default 2)
+//   --rounds N     stop after N rounds, if that comes first (default 0: no limit)
 //   --wait         print `READY <pid>`, then block until SIGUSR1 arrives
 //
 // Call tree (every named function is noinline):
-//   main -> run_clock -> until S seconds have passed, rounds of
+//   main -> run_clock -> until S seconds have passed (or N rounds ran), rounds of
 //                          clockloop::timed_round()   (probe it with --func: a
 //                                                      return probe stays pending
 //                                                      while the round runs)
@@ -87,23 +88,28 @@ EBT_NOINLINE uint64_t timed_round(Counts* c, const std::string& text) {
 
 }  // namespace clockloop
 
-EBT_NOINLINE uint64_t run_clock(double seconds, clockloop::Counts* c) {
+EBT_NOINLINE uint64_t run_clock(double seconds, int64_t rounds, clockloop::Counts* c) {
   std::string text(256, 'x');
   for (size_t i = 0; i < text.size(); i++) text[i] = char('a' + i % 26);
   const int64_t end = ebt::now_ns() + int64_t(seconds * 1e9);
   uint64_t v = 0;
-  while (ebt::now_ns() < end) v ^= clockloop::timed_round(c, text);
+  while (ebt::now_ns() < end && (rounds == 0 || c->rounds < rounds)) {
+    v ^= clockloop::timed_round(c, text);
+  }
   ebt::no_tail_call();
   return v;
 }
 
 int main(int argc, char** argv) {
-  const char* usage = "clock_loop [--seconds S] [--wait]";
+  const char* usage = "clock_loop [--seconds S] [--rounds N] [--wait]";
   double seconds = 2;
+  int64_t rounds = 0;
   bool wait = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--seconds") == 0) {
       seconds = ebt::arg_f64(argc, argv, &i, usage);
+    } else if (strcmp(argv[i], "--rounds") == 0) {
+      rounds = int64_t(ebt::arg_u64(argc, argv, &i, usage));
     } else if (strcmp(argv[i], "--wait") == 0) {
       wait = true;
     } else {
@@ -112,7 +118,7 @@ int main(int argc, char** argv) {
   }
   if (wait) ebt::wait_for_sigusr1();
   clockloop::Counts c;
-  uint64_t v = run_clock(seconds, &c);
+  uint64_t v = run_clock(seconds, rounds, &c);
   ebt::escape(&v);
   ebt::Json j;
   j.begin_object()

@@ -494,6 +494,9 @@ mod tests {
             assert_eq!(u(&e["clock_reads"]), rounds * 40000);
             assert_eq!(u(&e["hashes"]), rounds * 4000);
             assert_eq!(u(&e["ticks"]), rounds * 100);
+            let e = run_one(exe, &["--seconds", "10", "--rounds", "3"]);
+            assert_eq!(u(&e["rounds"]), 3);
+            assert_eq!(u(&e["clock_reads"]), 3 * 40000);
         });
     }
     /// The token is 64 bytes, made from the seed at run time: the same for a seed,
@@ -677,7 +680,7 @@ mod tests {
                     "clockloop::tick(unsigned long)",
                     "clockloop::hash_text(long, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)",
                     "clockloop::timed_round(clockloop::Counts*, std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&)",
-                    "run_clock(double, clockloop::Counts*)",
+                    "run_clock(double, long, clockloop::Counts*)",
                 ],
             ),
             (
