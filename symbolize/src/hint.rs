@@ -272,12 +272,13 @@ fn hint_line(
     }
     match &locator.debuginfod {
         None => {
-            let url = if host.is_some_and(|h| h.debian) {
-                DEBIAN_DEBUGINFOD
-            } else {
-                "URL"
-            };
-            advice.push(format!("or set DEBUGINFOD_URLS={url}"));
+            // Debian's server has Debian's packages, not a program built here.
+            advice.push(match package {
+                Some(_) if host.is_some_and(|h| h.debian) => {
+                    format!("or set DEBUGINFOD_URLS={DEBIAN_DEBUGINFOD}")
+                }
+                _ => "or set DEBUGINFOD_URLS to a server that has it".to_string(),
+            });
         }
         Some(c) => {
             advice.push(format!(
@@ -335,7 +336,8 @@ mod tests {
             line,
             "server (build-id abcdef): no debug info (3 addresses named from the symbol \
              table only, 2 unnamed); give its debug file with --debug-dir DIR (as \
-             DIR/.build-id/ab/cdef.debug, or DIR/opt/app/server), or set DEBUGINFOD_URLS=URL"
+             DIR/.build-id/ab/cdef.debug, or DIR/opt/app/server), or set DEBUGINFOD_URLS to \
+             a server that has it"
         );
     }
 

@@ -418,7 +418,7 @@ fn one_hint_line_per_binary_without_debug_info() {
                 &hex[..2],
                 &hex[2..]
             ),
-            "or set DEBUGINFOD_URLS=",
+            "or set DEBUGINFOD_URLS to a server that has it",
         ] {
             assert!(l.contains(want), "{want} not in {l}");
         }
