@@ -93,8 +93,9 @@ pub fn addr2line_stream<R: std::io::Read, W: std::io::Write>(
     out: &mut W,
 ) -> std::io::Result<()> {
     use std::io::BufRead;
-    /// At most this many addresses per batch (bounds the memory of one batch).
-    const BATCH_MAX: usize = 1 << 14;
+    /// At most this many addresses per batch (bounds the memory of one batch: 16k
+    /// addresses cost protoc 14 MiB more than 4k, for 10% less time).
+    const BATCH_MAX: usize = 1 << 12;
     let mut line = String::new();
     let mut addrs = Vec::new();
     loop {
@@ -116,9 +117,9 @@ pub fn addr2line_stream<R: std::io::Read, W: std::io::Write>(
             .with_min_len(256)
             .map(|(addr, lookup)| format(*addr, lookup, flags))
             .collect();
-        for t in texts {
-            out.write_all(t.as_bytes())?;
-        }
+        // One write per batch: stdout is line-buffered, so a write per answer would be
+        // a system call per answer.
+        out.write_all(texts.concat().as_bytes())?;
         out.flush()?;
     }
 }

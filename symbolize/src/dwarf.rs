@@ -2,62 +2,60 @@
 //! sections), a dwz supplementary file, a `.dwp` package and `.dwo` files into an
 //! [`addr2line::Context`] that owns its data, and looking up the frames of an address.
 //!
-//! Section data is shared with the file's memory map (or owned, when it had to be
-//! decompressed) through [`Bytes`], so a [`DwarfContext`] has no borrowed lifetime and can
-//! be cached per build-id.
+//! Section data is read in place from the file's memory map (or from an owned buffer, when
+//! it had to be decompressed), which the [`DwarfContext`] keeps, so it has no borrowed
+//! lifetime and can be cached per build-id.
 use crate::elf::ElfFile;
 use memmap2::Mmap;
 use object::{Object, ObjectSection};
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// Memory that section readers point into: a file's map, or a decompressed section.
+/// Held, never read (the readers have the addresses).
 #[derive(Debug, Clone)]
+#[allow(dead_code)]
 enum Backing {
     Map(Arc<Mmap>),
     Owned(Arc<[u8]>),
 }
 
-/// A cheap-to-clone byte slice that keeps its backing map or buffer alive.
-#[derive(Debug, Clone)]
-pub struct Bytes {
-    backing: Backing,
-    start: usize,
-    len: usize,
-}
+/// Everything the readers of one [`DwarfContext`] point into, kept until it is dropped
+/// (files and decompressed sections; `.dwo` files are added as they are loaded).
+#[derive(Debug, Default)]
+struct Backings(Mutex<Vec<Backing>>);
 
-impl Deref for Bytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        let all: &[u8] = match &self.backing {
-            Backing::Map(m) => &m[..],
-            Backing::Owned(v) => v,
-        };
-        &all[self.start..self.start + self.len]
+impl Backings {
+    fn keep(&self, b: Backing) {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(b);
     }
 }
-
-// SAFETY: the bytes live in an `Mmap` or an `Arc<[u8]>` behind an `Arc`; moving or
-// cloning a `Bytes` never moves them, so the address `deref` returns is stable.
-unsafe impl stable_deref_trait::StableDeref for Bytes {}
-// SAFETY: a clone shares the same `Arc`, so it derefs to the same address.
-unsafe impl stable_deref_trait::CloneStableDeref for Bytes {}
 
 /// `[begin, end)` address ranges of line-table rows with their nonzero discriminator.
 type DiscriminatorRanges = Vec<(u64, u64, u32)>;
 
-/// The reader every DWARF structure of this crate uses.
-pub type Reader = gimli::EndianReader<gimli::RunTimeEndian, Bytes>;
+/// The reader every DWARF structure of this crate uses: a plain slice (no reference count
+/// to touch on every split, 24 bytes in each parsed function and inlined call). The
+/// `'static` is a promise kept by [`DwarfContext`]: the slices point into the maps and
+/// buffers of its `backings`, which it drops after everything that reads them.
+pub type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
 
 fn empty(endian: gimli::RunTimeEndian) -> Reader {
-    gimli::EndianReader::new(
-        Bytes {
-            backing: Backing::Owned(Arc::from(&[][..])),
-            start: 0,
-            len: 0,
-        },
-        endian,
-    )
+    gimli::EndianSlice::new(&[], endian)
+}
+
+/// A `'static` view of `bytes`, whose backing `keep` holds.
+fn hold(bytes: &[u8], backing: Backing, keep: &Backings) -> &'static [u8] {
+    keep.keep(backing);
+    // SAFETY: `bytes` lies in the map or buffer `backing` owns (a `Mmap` or an `Arc<[u8]>`
+    // behind an `Arc`, which never moves its data), and `keep` holds that backing until
+    // the `DwarfContext` that owns `keep` is dropped, after every reader of it (its
+    // `backings` field is declared last). No reader leaves a `DwarfContext`: lookups copy
+    // names and paths into owned strings.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
 }
 
 fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
@@ -70,7 +68,12 @@ fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
 
 /// Section `name` of `obj` (which must be parsed from `file.map`), decompressed if needed;
 /// empty if missing or NOBITS.
-fn section(file: &ElfFile, obj: &object::File<'_>, name: Option<&str>) -> gimli::Result<Reader> {
+fn section(
+    file: &ElfFile,
+    obj: &object::File<'_>,
+    name: Option<&str>,
+    keep: &Backings,
+) -> gimli::Result<Reader> {
     let endian = endian(obj);
     let Some(sec) = name.and_then(|n| obj.section_by_name(n)) else {
         return Ok(empty(endian));
@@ -85,32 +88,28 @@ fn section(file: &ElfFile, obj: &object::File<'_>, name: Option<&str>) -> gimli:
             // anywhere (found by fuzzing), so anything outside the map is copied.
             let base = file.map.as_ptr() as usize;
             match (s.as_ptr() as usize).checked_sub(base) {
-                Some(start) if start.saturating_add(s.len()) <= file.map.len() => Bytes {
-                    backing: Backing::Map(file.map.clone()),
-                    start,
-                    len: s.len(),
-                },
-                _ => Bytes {
-                    len: s.len(),
-                    backing: Backing::Owned(Arc::from(s)),
-                    start: 0,
-                },
+                Some(start) if start.saturating_add(s.len()) <= file.map.len() => {
+                    hold(s, Backing::Map(file.map.clone()), keep)
+                }
+                _ => {
+                    let owned: Arc<[u8]> = Arc::from(s);
+                    hold(&owned, Backing::Owned(owned.clone()), keep)
+                }
             }
         }
-        std::borrow::Cow::Owned(v) => Bytes {
-            len: v.len(),
-            backing: Backing::Owned(Arc::from(v)),
-            start: 0,
-        },
+        std::borrow::Cow::Owned(v) => {
+            let owned: Arc<[u8]> = Arc::from(v);
+            hold(&owned, Backing::Owned(owned.clone()), keep)
+        }
     };
-    Ok(gimli::EndianReader::new(bytes, endian))
+    Ok(gimli::EndianSlice::new(bytes, endian))
 }
 
-fn load_dwarf(file: &ElfFile, dwo: bool) -> Result<gimli::Dwarf<Reader>, String> {
+fn load_dwarf(file: &ElfFile, dwo: bool, keep: &Backings) -> Result<gimli::Dwarf<Reader>, String> {
     let obj = file.object().map_err(|e| e.to_string())?;
     let d = gimli::Dwarf::load(|id| {
         let name = if dwo { id.dwo_name() } else { Some(id.name()) };
-        section(file, &obj, name)
+        section(file, &obj, name, keep)
     })
     .map_err(|e| e.to_string())?;
     Ok(d)
@@ -128,16 +127,18 @@ pub struct SplitDwarfPlaces {
 /// package and `.dwo` files.
 ///
 /// `addr2line::Context` parses units lazily through `OnceCell`s, so it is `Send` but not
-/// `Sync`. A `DwarfContext` splits the text addresses into equal slices ("slots") and
-/// gives each slot its own context over one shared `gimli::Dwarf`, made on first use:
-/// lookups in different slots run in parallel, and as a compilation unit's code is
-/// mostly contiguous, each unit is parsed by one context only (a unit across a slot
-/// boundary, by two). Contexts given one address after another in turn would each end
-/// up parsing every unit: that costs the parsing N times and the memory N times.
+/// `Sync`. A `DwarfContext` deals the compilation units out to a few "slots" (one per
+/// thread) and gives each slot its own context over one shared `gimli::Dwarf`, made on
+/// first use: an address goes to the slot of the unit whose ranges hold it, so lookups in
+/// different slots run in parallel and each unit's line table and functions are parsed
+/// by one context only. Slices of the text would not do: every unit of a large C++
+/// program also has code in `.text.unlikely` (its `.cold` parts) and `.text.startup`, so
+/// the slot of those sections would parse every unit again (protoc at 2 threads: 241 MiB
+/// instead of 112). Each context still reads every unit's header for itself.
 pub struct DwarfContext {
     dwarf: Arc<gimli::Dwarf<Reader>>,
-    /// `[lo, hi)` of the executable sections.
-    text: (u64, u64),
+    /// The address ranges of the units, sorted by start, with the slot of their unit.
+    unit_slots: Vec<(u64, u64, u32)>,
     slots: Vec<Mutex<Option<addr2line::Context<Reader>>>>,
     dwp: Option<gimli::DwarfPackage<Reader>>,
     places: SplitDwarfPlaces,
@@ -152,6 +153,9 @@ pub struct DwarfContext {
     skeletons: std::sync::OnceLock<std::collections::HashMap<u64, gimli::UnitHeader<Reader>>>,
     /// Split DWARF: the language of each split unit, by dwo id.
     languages: Mutex<std::collections::HashMap<u64, Option<gimli::DwLang>>>,
+    /// What every reader above points into. Last: fields drop in order, so it outlives
+    /// them all (see [`Reader`]).
+    backings: Backings,
 }
 
 impl std::fmt::Debug for DwarfContext {
@@ -163,12 +167,14 @@ impl std::fmt::Debug for DwarfContext {
     }
 }
 
-/// One frame as DWARF tells it, names raw (not demangled).
+/// One frame as DWARF tells it, names raw (not demangled), borrowed from the DWARF (the
+/// name) and from the slot's context (the file's path, which addr2line builds once per
+/// line-table file).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawFrame {
-    pub function: Option<String>,
+pub struct RawFrame<'a> {
+    pub function: Option<std::borrow::Cow<'static, str>>,
     pub language: Option<gimli::DwLang>,
-    pub file: Option<String>,
+    pub file: Option<&'a str>,
     pub line: u32,
     pub column: u32,
 }
@@ -182,12 +188,13 @@ impl DwarfContext {
         dwp: Option<&ElfFile>,
         places: SplitDwarfPlaces,
     ) -> Result<DwarfContext, String> {
-        let mut dwarf = load_dwarf(file, false)?;
+        let backings = Backings::default();
+        let mut dwarf = load_dwarf(file, false, &backings)?;
         let mut files = vec![file.path.clone()];
         if let Some(sup) = sup {
             let obj = sup.object().map_err(|e| e.to_string())?;
             dwarf
-                .load_sup(|id| section(sup, &obj, Some(id.name())))
+                .load_sup(|id| section(sup, &obj, Some(id.name()), &backings))
                 .map_err(|e| e.to_string())?;
             files.push(sup.path.clone());
         }
@@ -196,9 +203,11 @@ impl DwarfContext {
             Some(p) => {
                 let obj = p.object().map_err(|e| e.to_string())?;
                 let endian = endian(&obj);
-                let pkg =
-                    gimli::DwarfPackage::load(|id| section(p, &obj, id.dwo_name()), empty(endian))
-                        .map_err(|e| format!("{}: {e}", p.path.display()))?;
+                let pkg = gimli::DwarfPackage::load(
+                    |id| section(p, &obj, id.dwo_name(), &backings),
+                    empty(endian),
+                )
+                .map_err(|e| format!("{}: {e}", p.path.display()))?;
                 files.push(p.path.clone());
                 Some(pkg)
             }
@@ -206,20 +215,21 @@ impl DwarfContext {
         };
         let dwarf = Arc::new(dwarf);
         let ctx = addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| e.to_string())?;
-        let text = text_range(file);
-        // One slot per thread is enough when addresses are spread evenly; four balance
-        // the load when they cluster.
+        // One slot per thread: each context reads every unit header (memory), and the
+        // units dealt round-robin balance the load.
         let threads = rayon::current_num_threads().max(1);
-        let n = if threads == 1 || text.1 <= text.0 {
-            1
+        let n = threads.min(64);
+        let unit_slots = if n > 1 {
+            unit_slots(&dwarf, n)
         } else {
-            (threads * 4).min(64)
+            Vec::new()
         };
+        let n = if unit_slots.is_empty() { 1 } else { n };
         let mut slots: Vec<_> = (0..n).map(|_| Mutex::new(None)).collect();
         slots[0] = Mutex::new(Some(ctx));
         Ok(DwarfContext {
             dwarf,
-            text,
+            unit_slots,
             slots,
             dwp,
             places,
@@ -228,19 +238,24 @@ impl DwarfContext {
             discriminators: Mutex::new(Default::default()),
             skeletons: Default::default(),
             languages: Default::default(),
+            backings,
         })
     }
 
-    /// The slot of `addr`: slots are equal slices of the text, in address order, so the
-    /// slot of sorted addresses never decreases.
+    /// The slot of `addr`: that of the unit whose ranges hold it (0 when none does).
     pub fn slot_of(&self, addr: u64) -> usize {
-        let (lo, hi) = self.text;
-        let n = self.slots.len() as u128;
-        if n == 1 || addr < lo {
-            return 0;
+        let i = self
+            .unit_slots
+            .partition_point(|&(begin, _, _)| begin <= addr);
+        match i.checked_sub(1).map(|i| self.unit_slots[i]) {
+            Some((_, end, slot)) if addr < end => slot as usize,
+            _ => 0,
         }
-        let i = (addr - lo) as u128 * n / (hi - lo) as u128;
-        i.min(n - 1) as usize
+    }
+
+    /// How many slots there are.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
     }
 
     /// Runs `f` with the context of slot `slot` (made on first use), holding it for the
@@ -256,11 +271,6 @@ impl DwarfContext {
         }
         let ctx = guard.as_ref().expect("set above");
         Ok(f(&Lookup { dwarf: self, ctx }))
-    }
-
-    /// The frames of `addr`, innermost first; empty when no unit covers it.
-    pub fn frames(&self, addr: u64) -> Result<Vec<RawFrame>, String> {
-        self.with_slot(self.slot_of(addr), |l| l.frames(addr))?
     }
 
     /// The discriminator of the line-table row of `addr` (0 when none), which binutils
@@ -334,35 +344,41 @@ impl DwarfContext {
         }
         candidates
             .iter()
-            .find_map(|p| open_dwo(p, load.dwo_id, &load.parent))
+            .find_map(|p| open_dwo(p, load.dwo_id, &load.parent, &self.backings))
     }
 }
 
-/// The `[lo, hi)` range of the executable sections of `file` (their addresses stay in a
-/// debug file made by `objcopy --only-keep-debug`, where they are NOBITS); `(0, 0)` when
-/// there are none.
-fn text_range(file: &ElfFile) -> (u64, u64) {
-    let Ok(obj) = file.object() else {
-        return (0, 0);
-    };
-    let (mut lo, mut hi) = (u64::MAX, 0);
-    for s in obj.sections() {
-        let exec = match s.flags() {
-            object::SectionFlags::Elf { sh_flags, .. } => {
-                sh_flags.contains(object::elf::SHF_EXECINSTR)
-            }
-            _ => s.kind() == object::SectionKind::Text,
+/// The address ranges of the compilation units of `dwarf`, sorted, with the slot of their
+/// unit (units dealt round-robin over `n` slots); empty when no unit has ranges.
+fn unit_slots(dwarf: &gimli::Dwarf<Reader>, n: usize) -> Vec<(u64, u64, u32)> {
+    let mut out = Vec::new();
+    let mut headers = dwarf.units();
+    let mut index = 0usize;
+    while let Ok(Some(header)) = headers.next() {
+        if matches!(
+            header.type_(),
+            gimli::UnitType::Type { .. }
+                | gimli::UnitType::SplitType { .. }
+                | gimli::UnitType::Partial
+        ) {
+            continue;
+        }
+        let Ok(unit) = dwarf.unit(header) else {
+            continue;
         };
-        if exec && s.size() > 0 {
-            lo = lo.min(s.address());
-            hi = hi.max(s.address().saturating_add(s.size()));
+        let slot = (index % n) as u32;
+        index += 1;
+        let Ok(mut ranges) = dwarf.unit_ranges(&unit) else {
+            continue;
+        };
+        while let Ok(Some(r)) = ranges.next() {
+            if r.begin < r.end {
+                out.push((r.begin, r.end, slot));
+            }
         }
     }
-    if lo < hi {
-        (lo, hi)
-    } else {
-        (0, 0)
-    }
+    out.sort_unstable();
+    out
 }
 
 /// A [`DwarfContext`] with the `addr2line::Context` of one slot held by the caller:
@@ -381,7 +397,7 @@ impl std::fmt::Debug for Lookup<'_> {
 
 impl Lookup<'_> {
     /// The frames of `addr`, innermost first; empty when no unit covers it.
-    pub fn frames(&self, addr: u64) -> Result<Vec<RawFrame>, String> {
+    pub fn frames(&self, addr: u64) -> Result<Vec<RawFrame<'_>>, String> {
         // No code is at the last address of the address space; addr2line computes
         // `addr + 1` (found by fuzzing with a hostile trace's address).
         if addr == u64::MAX {
@@ -400,18 +416,12 @@ impl Lookup<'_> {
         let mut out = Vec::new();
         while let Some(f) = iter.next().map_err(|e| e.to_string())? {
             let (function, language) = match &f.function {
-                Some(n) => (
-                    Some(n.raw_name().map_err(|e| e.to_string())?.into_owned()),
-                    n.language,
-                ),
+                // The name's bytes in place (valid UTF-8, nearly always): no copy.
+                Some(n) => (Some(String::from_utf8_lossy(n.name.slice())), n.language),
                 None => (None, None),
             };
             let (file, line, column) = match &f.location {
-                Some(l) => (
-                    l.file.map(str::to_string),
-                    l.line.unwrap_or(0),
-                    l.column.unwrap_or(0),
-                ),
+                Some(l) => (l.file, l.line.unwrap_or(0), l.column.unwrap_or(0)),
                 None => (None, 0, 0),
             };
             out.push(RawFrame {
@@ -538,9 +548,10 @@ fn open_dwo(
     path: &Path,
     id: gimli::DwoId,
     parent: &gimli::Dwarf<Reader>,
+    keep: &Backings,
 ) -> Option<Arc<gimli::Dwarf<Reader>>> {
     let file = ElfFile::open(path).ok()?;
-    let mut dwarf = load_dwarf(&file, true).ok()?;
+    let mut dwarf = load_dwarf(&file, true, keep).ok()?;
     let header = dwarf.units().next().ok()??;
     let unit = dwarf.unit(header).ok()?;
     // A .dwo from another build of the same source has another id: refuse it.

@@ -167,7 +167,7 @@ pub struct Module {
 
 /// At most this many answers are kept per module (about a kilobyte each with C++ names
 /// and inline chains).
-const CACHE_MAX: usize = 1 << 14;
+const CACHE_MAX: usize = 1 << 12;
 
 /// At most this many demangled names are kept per module.
 const NAMES_MAX: usize = 1 << 16;
@@ -327,20 +327,20 @@ impl Module {
         &self.loads
     }
 
-    fn name(&self, raw: String) -> String {
-        if !self.demangle || !ebtrace_demangle::is_mangled(&raw) {
-            return raw;
+    fn name(&self, raw: &str) -> String {
+        if !self.demangle || !ebtrace_demangle::is_mangled(raw) {
+            return raw.to_string();
         }
         // The same functions come back address after address: demangle each once.
-        if let Some(hit) = self.names.lock().ok().and_then(|n| n.get(&raw).cloned()) {
+        if let Some(hit) = self.names.lock().ok().and_then(|n| n.get(raw).cloned()) {
             return hit;
         }
-        let out = ebtrace_demangle::demangle(&raw);
+        let out = ebtrace_demangle::demangle(raw);
         if let Ok(mut names) = self.names.lock() {
             if names.len() >= NAMES_MAX {
                 names.clear();
             }
-            names.insert(raw, out.clone());
+            names.insert(raw.to_string(), out.clone());
         }
         out
     }
@@ -393,14 +393,25 @@ impl Module {
                 None => true,
             });
         }
-        // Tasks: the addresses of one DWARF slot each (in order, as slots are slices of
-        // the text); fixed-size chunks without DWARF.
+        // Tasks: the addresses of one DWARF slot each (in address order within it);
+        // fixed-size chunks without DWARF.
+        let mut by_slot: Vec<Vec<u64>> = Vec::new();
         let groups: Vec<&[u64]> = match &self.dwarf {
-            Some(ctx) => todo
-                .chunk_by(|a, b| ctx.slot_of(*a) == ctx.slot_of(*b))
-                .collect(),
+            Some(ctx) if ctx.slot_count() > 1 => {
+                by_slot.resize(ctx.slot_count(), Vec::new());
+                for &a in &todo {
+                    by_slot[ctx.slot_of(a)].push(a);
+                }
+                by_slot
+                    .iter()
+                    .filter(|g| !g.is_empty())
+                    .map(Vec::as_slice)
+                    .collect()
+            }
+            Some(_) => vec![&todo[..]],
             None => todo.chunks(CHUNK).collect(),
         };
+        let groups: Vec<&[u64]> = groups.into_iter().filter(|g| !g.is_empty()).collect();
         let fresh: Vec<Vec<(u64, Arc<Lookup>)>> = groups
             .into_par_iter()
             .map(|addrs| {
@@ -489,7 +500,7 @@ impl Module {
                             if let (Some(s), Some(short)) = (sym, function.as_deref()) {
                                 let base = without_clone_suffix(&s.name);
                                 if base.starts_with("_Z") && names_symbol(short, base) {
-                                    function = Some(base.to_string());
+                                    function = Some(base.into());
                                 }
                             }
                         }
@@ -499,17 +510,17 @@ impl Module {
                             // without the suffix of a split-off part (`….cold`): the
                             // frame is the function's, as DWARF names it elsewhere.
                             .or_else(|| {
-                                last.then(|| sym.map(|s| without_clone_suffix(&s.name).to_string()))
+                                last.then(|| sym.map(|s| without_clone_suffix(&s.name).into()))
                                     .flatten()
                             })
-                            .map(|n| self.name(n));
+                            .map(|n: std::borrow::Cow<'_, str>| self.name(&n));
                         // binutils: an address that no line-table row covers (the start of
                         // a `.cold` part) takes the file of its local symbol (`STT_FILE`).
                         let file = match f.file {
                             None if self.binutils_files && i == 0 => {
                                 sym.and_then(|s| s.file.clone())
                             }
-                            file => file,
+                            file => file.map(str::to_string),
                         };
                         Frame {
                             function,
@@ -532,7 +543,7 @@ impl Module {
         }
         match sym {
             Some(s) => Ok(vec![Frame {
-                function: Some(self.name(s.name.clone())),
+                function: Some(self.name(&s.name)),
                 file: s.file.clone(),
                 line: 0,
                 column: 0,

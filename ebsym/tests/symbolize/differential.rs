@@ -49,12 +49,12 @@ use std::process::Command;
 
 /// Counts of each accepted difference class and of each disagreement, with examples.
 #[derive(Default)]
-struct Tally {
+pub(crate) struct Tally {
     classes: BTreeMap<String, (usize, String)>,
 }
 
 impl Tally {
-    fn add(&mut self, class: &str, example: impl FnOnce() -> String) {
+    pub(crate) fn add(&mut self, class: &str, example: impl FnOnce() -> String) {
         let e = self
             .classes
             .entry(class.to_string())
@@ -62,7 +62,7 @@ impl Tally {
         e.0 += 1;
     }
 
-    fn print(&self, title: &str) {
+    pub(crate) fn print(&self, title: &str) {
         eprintln!("{title}:");
         for (class, (n, example)) in &self.classes {
             eprintln!("  {n:6}  {class}\n          e.g. {example}");
@@ -73,7 +73,7 @@ impl Tally {
 /// The llvm-symbolizer to run: `llvm-symbolizer-19` (Debian package `llvm-19`), else
 /// any `llvm-symbolizer`. None (the test is skipped) when there is none, but under
 /// CI=true that fails: scripts/test installs it.
-fn llvm_symbolizer() -> Option<&'static str> {
+pub(crate) fn llvm_symbolizer() -> Option<&'static str> {
     ["llvm-symbolizer-19", "llvm-symbolizer"]
         .into_iter()
         .find(|tool| {
@@ -117,7 +117,7 @@ fn instruction_addresses(bin: &Path) -> Vec<u64> {
 }
 
 /// llvm-symbolizer's answers for `addrs` in `bin` (its JSON output).
-fn llvm_chains(tool: &str, bin: &Path, addrs: &[u64]) -> Vec<Chain> {
+pub(crate) fn llvm_chains(tool: &str, bin: &Path, addrs: &[u64]) -> Vec<Chain> {
     let input: String = addrs.iter().map(|a| format!("{a:#x}\n")).collect();
     let out = run_with_stdin(
         Command::new(tool)
@@ -149,7 +149,7 @@ fn llvm_chains(tool: &str, bin: &Path, addrs: &[u64]) -> Vec<Chain> {
 }
 
 /// ebsym's answers for `addrs` in `bin`, through the library, names demangled or not.
-fn ebsym_chains(bin: &Path, addrs: &[u64], demangle: bool) -> Vec<Chain> {
+pub(crate) fn ebsym_chains(bin: &Path, addrs: &[u64], demangle: bool) -> Vec<Chain> {
     let options = Options {
         demangle,
         ..Default::default()
@@ -175,7 +175,7 @@ fn ebsym_chains(bin: &Path, addrs: &[u64], demangle: bool) -> Vec<Chain> {
 
 /// Every mangled name among `chains`, demangled by LLVM's demangler
 /// (`llvm-cxxfilt`, next to `llvm-symbolizer`).
-fn demangle_with_llvm(symbolizer: &str, chains: &[Chain]) -> HashMap<String, String> {
+pub(crate) fn demangle_with_llvm(symbolizer: &str, chains: &[Chain]) -> HashMap<String, String> {
     let mut names: Vec<&String> = chains
         .iter()
         .flatten()
@@ -242,7 +242,7 @@ fn addr2line_chains(cmd: &mut Command, bin: &Path, addrs: &[u64]) -> Vec<(Chain,
 }
 
 /// Where two chains first differ, briefly.
-fn first_difference(a: &Chain, b: &Chain) -> String {
+pub(crate) fn first_difference(a: &Chain, b: &Chain) -> String {
     let i = a
         .iter()
         .zip(b)
@@ -266,7 +266,7 @@ fn first_difference(a: &Chain, b: &Chain) -> String {
     )
 }
 
-fn show(chain: &Chain) -> String {
+pub(crate) fn show(chain: &Chain) -> String {
     let frames: Vec<String> = chain
         .iter()
         .map(|f| {
@@ -282,7 +282,7 @@ fn show(chain: &Chain) -> String {
 }
 
 /// [`compare`], with the classes met tallied.
-fn agree_with_llvm(
+pub(crate) fn agree_with_llvm(
     llvm: &Chain,
     ours: &Chain,
     raw: &Chain,

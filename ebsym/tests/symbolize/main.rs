@@ -2,6 +2,7 @@
 //! in every DWARF variant, and whole traces symbolized end to end.
 mod addr2line;
 mod common;
+mod corpus;
 mod debuginfod;
 mod differential;
 mod llvm_compare;
