@@ -290,7 +290,7 @@ impl DwarfContext {
             let mut m = std::collections::HashMap::new();
             let mut headers = self.dwarf.units();
             while let Ok(Some(h)) = headers.next() {
-                if let Ok(unit) = self.dwarf.unit(h.clone()) {
+                if let Ok(unit) = self.dwarf.unit(h) {
                     if let Some(id) = unit.dwo_id {
                         m.insert(id.0, h);
                     }
@@ -298,7 +298,7 @@ impl DwarfContext {
             }
             m
         });
-        let header = map.get(&dwo_id.0)?.clone();
+        let header = *map.get(&dwo_id.0)?;
         self.dwarf.unit(header).ok()?.line_program
     }
 

@@ -95,7 +95,7 @@ fn llvm(bin: &Path, addrs: &[u64]) -> Vec<Vec<(String, u32)>> {
             lines
                 .chunks(2)
                 .map(|c| {
-                    let line = c[1].rsplitn(3, ':').nth(1).unwrap_or("0");
+                    let line = c[1].rsplit(':').nth(1).unwrap_or("0");
                     (c[0].to_string(), line.parse().unwrap_or(0))
                 })
                 .collect()
