@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# symbolize.sh: `ebsym addr2line` against binutils addr2line, llvm-symbolizer and elfutils
-# eu-addr2line on large real binaries with full DWARF: the same N addresses (function
-# starts, random offsets inside functions, random text addresses; fixed seed) with inline
-# frames and demangling, read from stdin. Prints seconds, addresses/s, peak RSS and ratios
-# to binutils and llvm-symbolizer, then how many output lines of ebsym and binutils agree,
-# and on how many addresses ebsym's whole inline chains (function, file and line of every
-# frame) equal llvm-symbolizer's, names compared after demangler formatting (the rules of
-# the differential test, ebsym/tests/symbolize/llvm_compare.rs).
+# symbolize.sh: `ebsym addr2line` against llvm-symbolizer, gimli's addr2line (the Rust crate's
+# CLI), blazesym's CLI (blazecli), binutils addr2line and elfutils eu-addr2line on large real
+# binaries with full DWARF: the same N addresses (function starts, random offsets inside
+# functions, random text addresses; fixed seed) with inline frames and demangling. Prints
+# seconds, addresses/s, peak RSS and ratios to binutils and llvm-symbolizer; the first 1,000
+# addresses from a cold start (a new process: what a script asking for one stack pays); then
+# how many answers of each binutils-format tool equal ebsym's, and on how many addresses
+# ebsym's whole inline chains (function, file and line of every frame) equal
+# llvm-symbolizer's, names compared after demangler formatting (the rules of the
+# differential test, ebsym/tests/symbolize/llvm_compare.rs).
 # A benchmark, not a test: it fails only when a tool cannot run.
 #
-# Binaries: leveldb's db_bench when bench/scripts/leveldb.sh has built it in
-# $EBTRACE_BENCH_CACHE/leveldb (else testdata/cpp/shop.cpp built here with g++ -O2 -g), and
-# the release ebsym itself (Rust, debug=1).
+# Binaries: the corpus of bench/scripts/corpus.sh (protoc, cppcheck, ninja from Debian source,
+# and leveldb's db_bench when bench/scripts/leveldb.sh built it), built on first use (about
+# 20 minutes); BINS="a b" for others.
 #
 # Rows: ebsym-1 / ebsym-2        `ebsym addr2line -e BIN -f -i -C` at RAYON_NUM_THREADS=1, 2
 #       ebsym-lib-1 / -2         the same through the library's batched parallel path
@@ -20,16 +22,21 @@
 #       binutils                 addr2line -f -i -C -e BIN
 #       llvm-symbolizer          llvm-symbolizer-19 --obj=BIN (inlines and demangling are its
 #                                defaults)
+#       gimli-addr2line          the addr2line crate's CLI (cargo install addr2line --features
+#                                bin, into $EBTRACE_BENCH_CACHE/tools), -f -i -C
+#       blazesym                 blazecli symbolize elf --path BIN ADDR... (cargo install
+#                                blazecli; addresses as arguments, it reads no stdin)
 #       eu-addr2line             eu-addr2line -f -i -C -e BIN, on the first EU_N addresses only
 #                                (it does a few hundred per second)
+#       *-cold1k                 ebsym-2 and llvm-symbolizer on the first 1,000 addresses
 #
 # Usage: bench/scripts/symbolize.sh
 #   N=100000          addresses per binary
 #   EU_N=5000         addresses for eu-addr2line (its rate is measured on those)
 #   REPEAT=3          runs per row; the table shows the fastest
-#   BINS="a b"        other binaries instead of the default two
+#   BINS="a b"        other binaries instead of the corpus
 #   EBSYM=path        the ebsym to measure (default target/release/ebsym, built if missing)
-#   EBTRACE_BENCH_CACHE=DIR   where leveldb.sh keeps db_bench (default /var/tmp/ebtrace-bench)
+#   EBTRACE_BENCH_CACHE=DIR   where the corpus and the tools are kept (default /var/tmp/ebtrace-bench)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -57,16 +64,19 @@ fi
 LIBSYM=$root/target/release/symbolize
 (cd "$root" && cargo build --release -q -p ebtrace-bench --bin symbolize) || LIBSYM=
 
+TOOLS=$BENCH_CACHE/tools/bin
+install_tool() { # BIN CRATE ARGS...
+  local bin=$1 crate=$2
+  shift 2
+  [ -x "$TOOLS/$bin" ] && return 0
+  log "cargo install $crate $* into $BENCH_CACHE/tools (once)"
+  cargo install --quiet --root "$BENCH_CACHE/tools" "$crate" "$@" >&2 || log "$crate: not installed"
+}
+install_tool addr2line addr2line --version 0.27.1 --features bin
+install_tool blazecli blazecli --version 0.1.14
+
 if [ -z "${BINS:-}" ]; then
-  db_bench=$BENCH_CACHE/leveldb/build/db_bench
-  if [ ! -x "$db_bench" ]; then
-    log "no $db_bench (bench/scripts/leveldb.sh builds it): using testdata/cpp/shop.cpp"
-    db_bench=$TMP/shop
-    g++ -O2 -g -pthread -o "$db_bench" "$root/testdata/cpp/shop.cpp"
-  fi
-  # A copy: a cargo build during the run must not change the binary under the tools.
-  cp "$EBSYM" "$TMP/ebsym.bin"
-  BINS="$db_bench $TMP/ebsym.bin"
+  BINS=$("$here/corpus.sh" | tr '\n' ' ')
 fi
 
 # addresses BIN N SEED: N hex addresses in BIN's executable sections: 2/5 function starts,
@@ -143,7 +153,19 @@ for bin in $BINS; do
   if [ -n "$LLVM_SYMBOLIZER" ]; then
     run_row llvm-symbolizer 1 "$TMP/addrs" "$N" "$LLVM_SYMBOLIZER" --obj="$bin"
   fi
+  [ -x "$TOOLS/addr2line" ] && run_row gimli-addr2line 1 "$TMP/addrs" "$N" "$TOOLS/addr2line" -e "$bin" -f -i -C
+  if [ -x "$TOOLS/blazecli" ]; then
+    # blazecli takes the addresses as arguments (one process: 100k fit in ARG_MAX).
+    mapfile -t addr_args <"$TMP/addrs"
+    run_row blazesym 1 /dev/null "$N" "$TOOLS/blazecli" symbolize elf --path "$bin" "${addr_args[@]}"
+  fi
   run_row eu-addr2line 1 "$TMP/addrs-eu" "$EU_N" eu-addr2line -f -i -C -e "$bin"
+  head -n 1000 "$TMP/addrs" >"$TMP/addrs-1k"
+  # Cold start: a new process for 1,000 addresses (the page cache is warm from the rows above).
+  run_row ebsym-cold1k 2 "$TMP/addrs-1k" 1000 "$EBSYM" addr2line -e "$bin" -f -i -C
+  if [ -n "$LLVM_SYMBOLIZER" ]; then
+    run_row llvm-cold1k 1 "$TMP/addrs-1k" 1000 "$LLVM_SYMBOLIZER" --obj="$bin"
+  fi
 
   rate() { awk -v n="${CNT[$1]}" -v s="${SEC[$1]}" 'BEGIN { if (s ~ /^[0-9.]+$/) printf "%.0f", n / (s > 0 ? s : 0.001); else printf "-" }'; }
   printf '%-16s %9s %8s %12s %9s %11s %11s\n' tool addresses seconds 'addresses/s' 'RSS MiB' 'x binutils' 'x llvm-sym'
@@ -164,6 +186,14 @@ for bin in $BINS; do
   per_addr=$(paste -d '\t' <(awk '/^0x[0-9a-f]+$/ && length($0) == 18 { if (b != "") print b; b = "" } { b = b "|" $0 } END { print b }' "$TMP/a-ebsym") \
                            <(awk '/^0x[0-9a-f]+$/ && length($0) == 18 { if (b != "") print b; b = "" } { b = b "|" $0 } END { print b }' "$TMP/a-binutils") |
              awk -F '\t' '{ n++; if ($1 == $2) s++ } END { printf "%d of %d (%.2f%%)", s, n, 100 * s / n }')
+  # The binutils-format tools against ebsym, whole answers per address (with -a).
+  if [ -x "$TOOLS/addr2line" ]; then
+    "$TOOLS/addr2line" -a -e "$bin" -f -i -C <"$TMP/addrs" >"$TMP/a-gimli"
+    per_addr_gimli=$(paste -d '\t' <(awk '/^0x[0-9a-f]+$/ && length($0) == 18 { if (b != "") print b; b = "" } { b = b "|" $0 } END { print b }' "$TMP/a-ebsym") \
+                                  <(awk '/^0x[0-9a-f]+$/ && length($0) == 18 { if (b != "") print b; b = "" } { b = b "|" $0 } END { print b }' "$TMP/a-gimli") |
+                     awk -F '\t' '{ n++; if ($1 == $2) s++ } END { printf "%d of %d (%.2f%%)", s, n, 100 * s / n }')
+    printf 'gimli addr2line: whole answers per address equal to ebsym addr2line'"'"'s: %s\n' "$per_addr_gimli"
+  fi
   printf 'agreement with binutils: lines %d of %d (%.2f%%); whole answers per address %s; ebsym at 1 and 2 threads: %s\n' \
     "$((total - differ))" "$total" "$(awk -v t="$total" -v d="$differ" 'BEGIN { print 100 * (t - d) / t }')" \
     "$per_addr" "$same_12"
