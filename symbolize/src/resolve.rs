@@ -162,7 +162,7 @@ pub struct Module {
     /// Answers already given, by address (bounded: cleared when full).
     cache: Mutex<HashMap<u64, Arc<Lookup>>>,
     /// Demangled names by raw name (bounded: cleared when full).
-    names: Mutex<HashMap<String, String>>,
+    names: Mutex<HashMap<String, String, foldhash::fast::RandomState>>,
 }
 
 /// At most this many answers are kept per module (about a kilobyte each with C++ names
@@ -223,7 +223,7 @@ impl Symbolizer {
             demangle: self.options.demangle,
             binutils_files: self.options.binutils_files,
             cache: Mutex::new(HashMap::new()),
-            names: Mutex::new(HashMap::new()),
+            names: Mutex::new(HashMap::default()),
         };
         // PT_LOADs: from the binary. A debug file made by `objcopy --only-keep-debug`
         // keeps the program headers but not their file offsets (its segments are NOBITS),
