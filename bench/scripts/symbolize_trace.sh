@@ -25,10 +25,12 @@ LLVM_SYMBOLIZER=${LLVM_SYMBOLIZER:-$(command -v llvm-symbolizer-19 || command -v
 [ -x "$EBSYM" ] || (cd "$root" && cargo build --release -q -p ebtrace-ebsym)
 [ -x /usr/bin/time ] || apt_install time
 
-protoc=$(CORPUS=protoc "$here/corpus.sh" | head -n1)
-src=$(ls -d "$BENCH_CACHE"/corpus/protobuf/src/protobuf-*/src | head -n1)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ebtrace-symtrace.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# (Into a file: `| head -n1` would kill corpus.sh with SIGPIPE, and pipefail this script.)
+CORPUS=protoc "$here/corpus.sh" >"$TMP/corpus"
+protoc=$(head -n1 "$TMP/corpus")
+src=$(find "$BENCH_CACHE"/corpus/protobuf/src -maxdepth 2 -path '*/protobuf-*/src' | head -n1)
 
 if [ -z "${TRACE:-}" ]; then
   need_root
