@@ -75,18 +75,7 @@ impl ElfFile {
         if obj.format() != object::BinaryFormat::Elf {
             return Err("not an ELF file".into());
         }
-        let loads = obj
-            .segments()
-            .map(|s| {
-                let (offset, filesz) = s.file_range();
-                Load {
-                    vaddr: s.address(),
-                    offset,
-                    filesz,
-                    memsz: s.size(),
-                }
-            })
-            .collect();
+        let loads = loads(&obj);
         let has_dwarf = obj
             .section_by_name(".debug_info")
             .is_some_and(|s| s.kind() != object::SectionKind::UninitializedData && s.size() > 0);
@@ -211,6 +200,21 @@ impl SymbolTable {
 pub const MAX_DECOMPRESSION_RATIO: u64 = 4096;
 /// And at most this much in any case (a section's size must fit memory on a laptop).
 pub const MAX_SECTION_BYTES: u64 = 16 << 30;
+
+/// The segments of `obj` as [`Load`]s (the vaddr ↔ file offset map).
+pub fn loads(obj: &object::File<'_>) -> Vec<Load> {
+    obj.segments()
+        .map(|s| {
+            let (offset, filesz) = s.file_range();
+            Load {
+                vaddr: s.address(),
+                offset,
+                filesz,
+                memsz: s.size(),
+            }
+        })
+        .collect()
+}
 
 /// A section's bytes, decompressed when it is `SHF_COMPRESSED` (or `.zdebug_`), with the
 /// uncompressed size its header claims checked before anything is allocated: at most

@@ -14,7 +14,7 @@
 //! ```
 use crate::elf::{hex, Load};
 use crate::resolve::{Frame, Lookup, Reason};
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSymbol, SymbolKind};
 
 /// A parsed vDSO image: its PT_LOAD segments and function symbols.
 #[derive(Debug, Clone)]
@@ -47,18 +47,7 @@ impl VdsoImage {
                 hex(build_id)
             ));
         }
-        let loads = obj
-            .segments()
-            .map(|s| {
-                let (offset, filesz) = s.file_range();
-                Load {
-                    vaddr: s.address(),
-                    offset,
-                    filesz,
-                    memsz: s.size(),
-                }
-            })
-            .collect();
+        let loads = crate::elf::loads(&obj);
         // Global before weak at one address, then the larger, then table order.
         let mut syms: Vec<(u64, u64, u8, usize, String)> = Vec::new();
         for (i, s) in obj.dynamic_symbols().enumerate() {

@@ -114,3 +114,31 @@ pub fn run_with_stdin(cmd: &mut Command, input: &str) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// A trace writer for a synthetic trace (no chunk timer), with its header and one existing
+/// process written: generation 1, pid 42, named `comm`.
+pub fn trace_writer(comm: &[u8]) -> ebtrace_format::TraceWriter<Vec<u8>> {
+    use ebtrace_proto::v1::{self as pb, record::Kind, Record};
+    let header = pb::Header {
+        recorder_version: "test".into(),
+        arch: "x86_64".into(),
+        ..Default::default()
+    };
+    let opts = ebtrace_format::WriterOptions {
+        chunk_interval: None,
+        ..Default::default()
+    };
+    let mut w = ebtrace_format::TraceWriter::new(Vec::new(), header, opts).unwrap();
+    let comm = w.intern_string(comm).unwrap();
+    w.write_record(&Record {
+        kind: Some(Kind::Process(pb::Process {
+            generation: 1,
+            pid: 42,
+            comm,
+            event: pb::ProcessEvent::Existing as i32,
+            ..Default::default()
+        })),
+    })
+    .unwrap();
+    w
+}

@@ -4,7 +4,6 @@
 use crate::common::*;
 use crate::trace::{function_address, read_back};
 use ebtrace_format::events::CpuSample;
-use ebtrace_format::{TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{self as pb, record::Kind, Record, UnresolvedReason};
 use object::{Object, ObjectSymbol};
 use serde_json::Value;
@@ -43,27 +42,7 @@ struct Map<'a> {
 /// Writes a trace: one process with `maps`, the vDSO record `vdso` (build-id, image) if
 /// given, and one CPU sample per stack.
 fn write(path: &Path, maps: &[Map<'_>], vdso: Option<(&[u8], &[u8])>, stacks: &[Vec<u64>]) {
-    let header = pb::Header {
-        recorder_version: "test".into(),
-        arch: "x86_64".into(),
-        ..Default::default()
-    };
-    let opts = WriterOptions {
-        chunk_interval: None,
-        ..Default::default()
-    };
-    let mut w = TraceWriter::new(Vec::new(), header, opts).unwrap();
-    let comm = w.intern_string(b"clock").unwrap();
-    w.write_record(&Record {
-        kind: Some(Kind::Process(pb::Process {
-            generation: 1,
-            pid: 42,
-            comm,
-            event: pb::ProcessEvent::Existing as i32,
-            ..Default::default()
-        })),
-    })
-    .unwrap();
+    let mut w = trace_writer(b"clock");
     if let Some((id, image)) = vdso {
         let build_id = w.intern_build_id(id).unwrap();
         w.write_record(&Record {

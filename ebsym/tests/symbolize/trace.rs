@@ -1,7 +1,7 @@
 //! Whole traces symbolized end to end: synthetic traces written with `TraceWriter` that
 //! map test binaries at PIE bases, run through `ebsym TRACE`, and read back.
 use crate::common::*;
-use ebtrace_format::{Tables, TraceReader, TraceWriter, WriterOptions};
+use ebtrace_format::{Tables, TraceReader};
 use ebtrace_proto::v1::{
     self as pb, record::Kind, ModuleResolution, Record, SymbolizedAddress, UnresolvedReason,
 };
@@ -40,27 +40,7 @@ impl Image {
 
 /// Writes a trace with one process that maps `images` and has `stacks` (runtime ips).
 pub(crate) fn write_trace(path: &Path, images: &[Image], stacks: &[Vec<u64>]) {
-    let header = pb::Header {
-        recorder_version: "test".into(),
-        arch: "x86_64".into(),
-        ..Default::default()
-    };
-    let opts = WriterOptions {
-        chunk_interval: None,
-        ..Default::default()
-    };
-    let mut w = TraceWriter::new(Vec::new(), header, opts).unwrap();
-    let comm = w.intern_string(b"shop").unwrap();
-    w.write_record(&Record {
-        kind: Some(Kind::Process(pb::Process {
-            generation: 1,
-            pid: 42,
-            comm,
-            event: pb::ProcessEvent::Existing as i32,
-            ..Default::default()
-        })),
-    })
-    .unwrap();
+    let mut w = trace_writer(b"shop");
     for img in images {
         let p = w
             .intern_string(img.path.to_str().unwrap().as_bytes())

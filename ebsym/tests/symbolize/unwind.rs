@@ -655,28 +655,7 @@ fn section(bytes: &[u8], name: &str) -> (Vec<u8>, u64) {
 fn write_dwarf_trace(path: &Path, exe: &Path, captures: &[Capture]) {
     use ebtrace_format::events::AllocEvent;
     use ebtrace_format::proto::{self as pb, record::Kind, Record};
-    use ebtrace_format::{TraceWriter, WriterOptions};
-    let header = pb::Header {
-        recorder_version: "test".into(),
-        arch: "x86_64".into(),
-        ..Default::default()
-    };
-    let opts = WriterOptions {
-        chunk_interval: None,
-        ..Default::default()
-    };
-    let mut w = TraceWriter::new(Vec::new(), header, opts).unwrap();
-    let comm = w.intern_string(b"selfstack").unwrap();
-    w.write_record(&Record {
-        kind: Some(Kind::Process(pb::Process {
-            generation: 1,
-            pid: 42,
-            comm,
-            event: pb::ProcessEvent::Existing as i32,
-            ..Default::default()
-        })),
-    })
-    .unwrap();
+    let mut w = trace_writer(b"selfstack");
     // The maps of the last capture hold every mapping (the thread's stack included).
     let maps = &captures.last().unwrap().maps;
     let mut build_ids: HashMap<String, u64> = HashMap::new();
