@@ -81,6 +81,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	e->arg = arg;
 	e->old_traced = old_traced;
 	e->flags = 0;
+	e->sample_period = 0;
 	e->nframes = keep ? user_stack(ctx, e->ips, &e->flags, true) : 0;
 	e->copy_id = keep ? stack_copy() : 0;
 	/* kind 0 marks "only the free of the old block matters". */

@@ -44,6 +44,7 @@ struct alloc_event {
 	__u32 flags;
 	__u32 old_traced; /* in flight: realloc of a traced block */
 	__u64 copy_id;	/* the stack copy sent before this event (0: none) */
+	__u64 sample_period; /* --sample-bytes N in effect (0: not sampled by bytes) */
 	__u64 ips[MAX_FRAMES];
 };
 

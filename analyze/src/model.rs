@@ -91,6 +91,65 @@ pub struct Losses {
     /// are (once per call of [`Loaded::frames`]).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub stacks_cut: BTreeMap<String, u64>,
+    /// Allocations sampled by bytes (`--sample-bytes`): the reports' alloc counts and bytes
+    /// are estimates, each sampled allocation scaled by its inverse probability.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<Sampling>,
+}
+
+/// What a trace's sampling by bytes was (see [`Estimator`]).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Sampling {
+    /// Allocation events sampled by bytes.
+    pub sampled_allocs: u64,
+    /// The smallest and largest bytes-per-sample period in effect (they differ when
+    /// `--max-cpu` changed the rate during the recording).
+    pub min_period: u64,
+    pub max_period: u64,
+}
+
+/// What allocation events stand for, in whole (allocations, bytes). An allocation sampled
+/// by bytes with period `period` (each byte had a 1/period chance of making its allocation
+/// an event) was kept with probability p = 1 - exp(-size/period), so it stands for 1/p
+/// allocations of `size` bytes (tcmalloc's heap profiler's estimate). Not sampled
+/// (`period` 0): itself. The fractions are carried from event to event, so that rounding
+/// does not bias the sums (1/p is 4.5 for 4 KiB at a 16 KiB period).
+#[derive(Debug, Default, Clone)]
+pub struct Estimator {
+    carry_count: f64,
+    carry_bytes: f64,
+}
+
+impl Estimator {
+    pub fn add(&mut self, size: u64, period: u64) -> (u64, u64) {
+        if period == 0 || size == 0 {
+            return (1, size);
+        }
+        let p = -(-(size as f64) / period as f64).exp_m1();
+        if p.is_nan() || p <= 0.0 {
+            return (1, size);
+        }
+        self.carry_count += 1.0 / p;
+        self.carry_bytes += size as f64 / p;
+        let c = self.carry_count.floor();
+        let b = self.carry_bytes.floor();
+        self.carry_count -= c;
+        self.carry_bytes -= b;
+        (c as u64, b as u64)
+    }
+}
+
+impl Losses {
+    fn note_sampled(&mut self, period: u64) {
+        let s = self.sampled.get_or_insert(Sampling {
+            sampled_allocs: 0,
+            min_period: period,
+            max_period: period,
+        });
+        s.sampled_allocs += 1;
+        s.min_period = s.min_period.min(period);
+        s.max_period = s.max_period.max(period);
+    }
 }
 
 /// A loaded trace: the definitions, the symbols, and the caller's aggregates.
@@ -262,6 +321,11 @@ impl Loaded {
                         for e in &evs {
                             let ev = Event::$v(e);
                             if all || self.passes(filter, &ev) {
+                                if let Event::Alloc(a) = &ev {
+                                    if a.sample_period > 0 {
+                                        self.losses.note_sampled(a.sample_period);
+                                    }
+                                }
                                 let t = ev.time_generation_tid().0;
                                 self.first_event_ns =
                                     Some(self.first_event_ns.map_or(t, |f| f.min(t)));
@@ -563,4 +627,63 @@ pub fn cut_reason(flags: u32) -> Option<&'static str> {
         .iter()
         .find(|(f, _)| flags & *f as u32 != 0)
         .map(|(_, r)| *r)
+}
+
+#[cfg(test)]
+mod estimate_tests {
+    use super::Estimator;
+
+    /// Allocations of known sizes sampled as the BPF side and the preload sampler do (a
+    /// byte counter drawn from an exponential distribution of mean `period`; an allocation
+    /// that crosses it is sampled), then scaled back: the estimates land on the true
+    /// totals, per size class, within a few percent.
+    #[test]
+    fn sampled_allocations_scale_back_to_the_true_totals() {
+        let period = 16 * 1024;
+        let sizes: [(u64, u64); 5] = [
+            (16, 4_000_000),
+            (4096, 40_000),
+            (20_000, 5_000),
+            (200_000, 2_000),
+            (4 << 20, 50),
+        ];
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut rnd = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut next = |r: &mut dyn FnMut() -> f64| (-(1.0 - r()).ln() * period as f64) as u64;
+        let mut left = next(&mut rnd);
+        let mut est = Estimator::default();
+        for (size, calls) in sizes {
+            let (mut count, mut bytes) = (0u64, 0u64);
+            for _ in 0..calls {
+                if size < left {
+                    left -= size;
+                    continue;
+                }
+                left = next(&mut rnd);
+                let (c, b) = est.add(size, period);
+                count += c;
+                bytes += b;
+            }
+            let true_bytes = size * calls;
+            let err = (bytes as f64 - true_bytes as f64).abs() / true_bytes as f64;
+            assert!(
+                err < 0.05,
+                "size {size}: estimated {bytes} B for {true_bytes} B ({err:.3})"
+            );
+            let cerr = (count as f64 - calls as f64).abs() / calls as f64;
+            assert!(
+                cerr < 0.05,
+                "size {size}: estimated {count} calls for {calls} ({cerr:.3})"
+            );
+        }
+        // Not sampled: itself; a block far larger than the period: about itself.
+        assert_eq!(est.add(100, 0), (1, 100));
+        let mut est = Estimator::default();
+        assert_eq!(est.add(64 << 20, period).0, 1);
+    }
 }

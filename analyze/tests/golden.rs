@@ -107,6 +107,7 @@ fn write_shop(path: &Path, rounds: u64) {
                 size: 4096,
                 address: addr,
                 kind: pb::AllocKind::Malloc,
+                sample_period: 0,
             })
             .unwrap();
             blocks.push(addr);
@@ -122,6 +123,7 @@ fn write_shop(path: &Path, rounds: u64) {
                 size,
                 address: addr,
                 kind: pb::AllocKind::Malloc,
+                sample_period: 0,
             })
             .unwrap();
             if i == 0 {

@@ -64,6 +64,7 @@ fn alloc(time_ns: u64, generation: u32, stack: u64, size: u64, address: u64) -> 
         size,
         address,
         kind: pb::AllocKind::Malloc,
+        sample_period: 0,
     }
 }
 

@@ -64,6 +64,7 @@ fn write(path: &Path, copies: u64, fill: u8, trailer: bool) {
             size: 64,
             address: 0x5000 + 64 * i as u64,
             kind: pb::AllocKind::Malloc,
+            sample_period: 0,
         })
         .unwrap();
     }

@@ -59,29 +59,50 @@ fn column_mismatch(batch: &str, column: &str, got: usize, want: usize) -> Error 
 }
 
 macro_rules! push_col {
-    (plain, $col:expr, $v:expr, $st:ident) => {
+    (plain, $col:expr, $v:expr, $st:ident, $i:expr) => {
         $col.push($v.into())
     };
-    (enumeration, $col:expr, $v:expr, $st:ident) => {
+    // A column that stays empty while every value is 0, then holds one value per event
+    // (the zeros before its first non-zero value filled in).
+    (optional, $col:expr, $v:expr, $st:ident, $i:expr) => {
+        if $v != 0 || !$col.is_empty() {
+            $col.resize($i, 0);
+            $col.push($v.into());
+        }
+    };
+    (enumeration, $col:expr, $v:expr, $st:ident, $i:expr) => {
         $col.push($v as i32)
     };
-    (delta, $col:expr, $v:expr, $st:ident) => {{
+    (delta, $col:expr, $v:expr, $st:ident, $i:expr) => {{
         $col.push(($v).wrapping_sub($st.addr) as i64);
         $st.addr = $v;
     }};
 }
 
 macro_rules! get_col {
-    (plain, $t:ty, $v:expr, $st:ident) => {
-        $v as $t
+    (plain, $t:ty, $col:expr, $i:expr, $st:ident) => {
+        $col[$i] as $t
     };
-    (enumeration, $t:ty, $v:expr, $st:ident) => {
-        <$t>::try_from($v).unwrap_or_default()
+    (optional, $t:ty, $col:expr, $i:expr, $st:ident) => {
+        $col.get($i).copied().unwrap_or(0) as $t
     };
-    (delta, $t:ty, $v:expr, $st:ident) => {{
-        $st.addr = $st.addr.wrapping_add($v as u64);
+    (enumeration, $t:ty, $col:expr, $i:expr, $st:ident) => {
+        <$t>::try_from($col[$i]).unwrap_or_default()
+    };
+    (delta, $t:ty, $col:expr, $i:expr, $st:ident) => {{
+        $st.addr = $st.addr.wrapping_add($col[$i] as u64);
         $st.addr
     }};
+}
+
+/// Whether a column's length fits `n` events (an optional column may also be empty).
+macro_rules! col_fits {
+    (optional, $col:expr, $n:expr) => {
+        $col.is_empty() || $col.len() == $n
+    };
+    ($enc:ident, $col:expr, $n:expr) => {
+        $col.len() == $n
+    };
 }
 
 macro_rules! family {
@@ -104,10 +125,11 @@ macro_rules! family {
                     self.base_time_ns = e.time_ns;
                     st.reset(e.time_ns);
                 }
+                let _index = self.time_delta.len();
                 self.time_delta.push(e.time_ns.wrapping_sub(st.time) as i64);
                 st.time = e.time_ns;
                 st.load(e.tid);
-                $(push_col!($enc, self.$col, e.$f, st);)*
+                $(push_col!($enc, self.$col, e.$f, st, _index);)*
                 st.store(e.tid);
             }
 
@@ -117,7 +139,7 @@ macro_rules! family {
 
             fn decode(&self) -> Result<Vec<$Event>, Error> {
                 let n = self.time_delta.len();
-                $(if self.$col.len() != n {
+                $(if !col_fits!($enc, self.$col, n) {
                     return Err(column_mismatch(stringify!($Batch), stringify!($col), self.$col.len(), n));
                 })*
                 let mut st = Deltas::default();
@@ -126,7 +148,7 @@ macro_rules! family {
                     .map(|i| {
                         st.time = st.time.wrapping_add(self.time_delta[i] as u64);
                         st.load(self.tid[i]);
-                        let e = $Event { time_ns: st.time, $($f: get_col!($enc, $t, self.$col[i], st),)* };
+                        let e = $Event { time_ns: st.time, $($f: get_col!($enc, $t, self.$col, i, st),)* };
                         st.store(self.tid[i]);
                         e
                     })
@@ -152,6 +174,8 @@ family! {
         /// Returned block address.
         address: u64 = delta(address_delta),
         kind: AllocKind = enumeration(kind),
+        /// Bytes per sample when sampled by bytes (0: not sampled; see the proto).
+        sample_period: u64 = optional(sample_period),
     }
 }
 

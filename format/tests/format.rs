@@ -206,6 +206,11 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             size: rng.random_range(1..100_000),
             address: 0x5555_0000_0000 + rng.random_range(0..1u64 << 30),
             kind: pb::AllocKind::try_from(rng.random_range(1..11)).unwrap(),
+            sample_period: if rng.random_bool(0.3) {
+                rng.random_range(1..1 << 20)
+            } else {
+                0
+            },
         };
         w.alloc(&a).unwrap();
         out.allocs.push(a);
@@ -562,6 +567,7 @@ fn files_are_created_0600_and_dropped_writers_keep_their_data() {
             size: 8,
             address: 16,
             kind: pb::AllocKind::Malloc,
+            sample_period: 0,
         })
         .unwrap();
         // dropped without finish: no trailer, but the event is on disk

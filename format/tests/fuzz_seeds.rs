@@ -150,6 +150,7 @@ fn events(n: u64, chunk_bytes: usize, trailer: bool) -> Vec<u8> {
             size: 48,
             address,
             kind: pb::AllocKind::Malloc,
+            sample_period: 0,
         })
         .unwrap();
         w.free(&FreeEvent {

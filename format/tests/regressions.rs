@@ -23,6 +23,7 @@ fn small_trace() -> (Vec<u8>, usize) {
             size: 16,
             address: 0x1000 + 16 * i,
             kind: pb::AllocKind::Malloc,
+            sample_period: 0,
         })
         .unwrap();
     }

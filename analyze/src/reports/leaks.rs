@@ -4,7 +4,7 @@ use super::stacks::{frame_key, FrameKey};
 use super::top::{LeakRow, Report, Row};
 use super::{empty_note, Measure};
 use crate::hash::FastMap;
-use crate::model::{Event, Filter, Frame, Loaded, Sink, Trace};
+use crate::model::{Estimator, Event, Filter, Frame, Loaded, Sink, Trace};
 use ebtrace_format::TraceReader;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,6 +15,8 @@ struct Block {
     time: u64,
     stack: u64,
     size: u64,
+    /// Bytes per sample when the allocation was sampled by bytes (0: not sampled).
+    period: u64,
 }
 
 /// No next block.
@@ -174,6 +176,7 @@ impl Sink for LeakSink {
                     time: e.time_ns,
                     stack: e.stack,
                     size: e.size,
+                    period: e.sample_period,
                 };
                 self.live.alloc(e.generation, e.address, block);
             }
@@ -204,10 +207,12 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
     // (stack, generation) -> (count, bytes, oldest time)
     let mut by: BTreeMap<(u64, u32), (u64, u64, u64)> = BTreeMap::new();
+    let mut est = Estimator::default();
     for (generation, b) in sink.live.blocks() {
         let e = by.entry((b.stack, generation)).or_insert((0, 0, u64::MAX));
-        e.0 += 1;
-        e.1 += b.size;
+        let (count, bytes) = est.add(b.size, b.period);
+        e.0 += count;
+        e.1 += bytes;
         e.2 = e.2.min(b.time);
     }
     // (frames, alive) -> (frames, count, bytes, oldest time)
@@ -362,6 +367,7 @@ mod tests {
                         time,
                         stack: i,
                         size: rnd(4096),
+                        period: 0,
                     };
                     live.alloc(g, a, b);
                     naive.alloc(g, a, b);
@@ -388,6 +394,7 @@ mod tests {
             time,
             stack,
             size: 64,
+            period: 0,
         };
         live.alloc(1, 0x1000, b(10, 1));
         live.alloc(1, 0x1000, b(30, 2)); // reuse, allocated after the free at 20

@@ -4,7 +4,7 @@
 use super::{empty_note, EventKind, Measure};
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
-use crate::model::{Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
+use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
 use ebtrace_format::TraceReader;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -35,12 +35,18 @@ impl Agg {
 struct TopSink {
     kind: EventKind,
     by_stack: FastMap<(u64, u64), Agg>,
+    estimate: Estimator,
 }
 
 impl Sink for TopSink {
     fn event(&mut self, ev: &Event<'_>) {
+        let mut n = 1;
         let (key, a, b, sample_b) = match (self.kind, ev) {
-            (EventKind::Alloc, Event::Alloc(e)) => ((e.stack, 0), e.size, 0, None),
+            (EventKind::Alloc, Event::Alloc(e)) => {
+                let (count, bytes) = self.estimate.add(e.size, e.sample_period);
+                n = count;
+                ((e.stack, 0), bytes, 0, None)
+            }
             // Growth only: an munmap (or a shrinking brk) releases memory, it does not grow it.
             (EventKind::MemGrowth, Event::MemGrowth(e))
                 if e.kind != ebtrace_format::proto::MemGrowthKind::Munmap =>
@@ -56,7 +62,7 @@ impl Sink for TopSink {
             _ => return,
         };
         let g = self.by_stack.entry(key).or_default();
-        g.count += 1;
+        g.count += n;
         g.a += a;
         g.b += b;
         if matches!(self.kind, EventKind::Lock | EventKind::Func) {
@@ -107,6 +113,7 @@ pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loa
     let mut sink = TopSink {
         kind,
         by_stack: FastMap::default(),
+        estimate: Estimator::default(),
     };
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
     type Key = (u64, FrameKey);

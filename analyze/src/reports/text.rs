@@ -116,6 +116,21 @@ pub fn losses_text(l: &Losses) -> String {
             .collect();
         let _ = writeln!(s, "stacks cut short: {}", v.join(", "));
     }
+    if let Some(sm) = &l.sampled {
+        let period = if sm.min_period == sm.max_period {
+            format!("1 sample per {} B allocated", sm.min_period)
+        } else {
+            format!(
+                "1 sample per {}..{} B allocated",
+                sm.min_period, sm.max_period
+            )
+        };
+        let _ = writeln!(
+            s,
+            "estimates: allocations were sampled by bytes ({period}; {} sampled): counts and bytes are scaled by the inverse of each allocation's probability",
+            sm.sampled_allocs
+        );
+    }
     if !l.symbolized {
         let _ = writeln!(
             s,

@@ -48,6 +48,7 @@ fn main() -> anyhow::Result<()> {
             size: e.size,
             address: e.address,
             kind: AllocKind::Malloc,
+            sample_period: 0,
         })?;
     }
     w.finish(None)?;

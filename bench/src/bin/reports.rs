@@ -101,6 +101,7 @@ fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
             size: a.size,
             address,
             kind: AllocKind::Malloc,
+            sample_period: 0,
         })?;
         events += 1;
         if a.site % 100 != 99 {

@@ -121,6 +121,7 @@ impl Session<'_> {
                     size: e.size,
                     address: e.addr,
                     kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
+                    sample_period: e.sample_period,
                 })?;
                 self.kept[EventFamily::Alloc] += 1;
             }
