@@ -3,9 +3,41 @@
  * address goes into `live`; a free is sent only for an address in `live`, so the leak report
  * works without sending every free. */
 #include "common.bpf.h"
+#include "sample.bpf.h"
 
 const volatile __u64 min_size = 0;
 const volatile __u32 sample_every = 1;
+/* --sample-bytes: mean bytes between samples (0: off). Not const: --max-cpu changes it
+ * while recording (each change is a record in the trace). */
+__u64 sample_bytes = 0;
+
+/* Bytes left before the next sample, per CPU (see sample.bpf.h); < 0 or 0: draw anew. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __s64);
+} sample_left SEC(".maps");
+
+/* Whether an allocation of `size` bytes is the sampled one; sets *period. */
+static __always_inline bool sampled_by_bytes(__u64 size, __u64 *period)
+{
+	__u64 mean = sample_bytes;
+	*period = mean;
+	if (!mean)
+		return true;
+	__u32 z = 0;
+	__s64 *left = bpf_map_lookup_elem(&sample_left, &z);
+	if (!left)
+		return true;
+	if (*left == 0)
+		*left = exp_draw(mean) + 1; /* first call on this CPU */
+	*left -= (__s64)size;
+	if (*left > 0)
+		return false;
+	*left = exp_draw(mean) + 1;
+	return true;
+}
 
 /* The call between entry and return, per thread, in task storage: created once per thread
  * and then only overwritten, where a hash keyed by tid cost a 1 KiB insert (and a delete)
@@ -49,7 +81,10 @@ struct {
 /* Force the event types into BTF for the skeleton. */
 struct alloc_event _alloc_event = {};
 struct free_event _free_event = {};
+struct fork_hold_event _fork_hold_event = {};
 
+/* Returns 1 when the call's return matters (a slot was filled), 0 when it does not: a
+ * session program then tells the kernel to skip the return probe. */
 static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __u64 arg)
 {
 	count(FAM_ALLOC, CTR_HITS);
@@ -61,6 +96,9 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	}
 	bool keep = size >= min_size;
 	if (keep && sample_every > 1 && bpf_get_prandom_u32() % sample_every)
+		keep = false;
+	__u64 period = 0;
+	if (keep && !sampled_by_bytes(size, &period))
 		keep = false;
 	if (!keep)
 		count(FAM_ALLOC, CTR_FILTERED);
@@ -81,19 +119,20 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	e->arg = arg;
 	e->old_traced = old_traced;
 	e->flags = 0;
-	e->sample_period = 0;
+	e->sample_period = keep ? period : 0;
 	e->nframes = keep ? user_stack(ctx, e->ips, &e->flags, true) : 0;
 	e->copy_id = keep ? stack_copy() : 0;
 	/* kind 0 marks "only the free of the old block matters". */
 	if (!keep)
 		e->kind = 0;
-	return 0;
+	return 1;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(malloc_enter, __u64 size)
 {
-	return enter(ctx, AK_MALLOC, size, 0);
+	enter(ctx, AK_MALLOC, size, 0);
+	return 0;
 }
 
 SEC("uprobe")
@@ -102,49 +141,57 @@ int BPF_UPROBE(calloc_enter, __u64 n, __u64 size)
 	/* Operands past 32 bits may overflow: calloc fails then, and ~0 never passes a
 	 * threshold-free filter unnoticed (the failed call returns NULL and is not sent). */
 	__u64 total = ((n | size) >> 32) ? ~0ULL : n * size;
-	return enter(ctx, AK_CALLOC, total, 0);
+	enter(ctx, AK_CALLOC, total, 0);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(realloc_enter, __u64 ptr, __u64 size)
 {
-	return enter(ctx, AK_REALLOC, size, ptr);
+	enter(ctx, AK_REALLOC, size, ptr);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(reallocarray_enter, __u64 ptr, __u64 n, __u64 size)
 {
-	return enter(ctx, AK_REALLOCARRAY, n * size, ptr);
+	enter(ctx, AK_REALLOCARRAY, n * size, ptr);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(posix_memalign_enter, __u64 memptr, __u64 align, __u64 size)
 {
-	return enter(ctx, AK_POSIX_MEMALIGN, size, memptr);
+	enter(ctx, AK_POSIX_MEMALIGN, size, memptr);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(aligned_alloc_enter, __u64 align, __u64 size)
 {
-	return enter(ctx, AK_ALIGNED_ALLOC, size, 0);
+	enter(ctx, AK_ALIGNED_ALLOC, size, 0);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(memalign_enter, __u64 align, __u64 size)
 {
-	return enter(ctx, AK_MEMALIGN, size, 0);
+	enter(ctx, AK_MEMALIGN, size, 0);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(valloc_enter, __u64 size)
 {
-	return enter(ctx, AK_VALLOC, size, 0);
+	enter(ctx, AK_VALLOC, size, 0);
+	return 0;
 }
 
 SEC("uprobe")
 int BPF_UPROBE(pvalloc_enter, __u64 size)
 {
-	return enter(ctx, AK_PVALLOC, size, 0);
+	enter(ctx, AK_PVALLOC, size, 0);
+	return 0;
 }
 
 static __always_inline void send_free(__u32 pid, __u64 addr)
@@ -159,13 +206,12 @@ static __always_inline void send_free(__u32 pid, __u64 addr)
 	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
 }
 
-SEC("uretprobe")
-int BPF_URETPROBE(alloc_return, __u64 ret)
+static __always_inline void leave(__u64 ret)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	struct alloc_slot *slot = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
 	if (!slot || !slot->active)
-		return 0;
+		return;
 	slot->active = 0;
 	struct alloc_event *e = &slot->e;
 	__u64 addr = ret;
@@ -198,22 +244,127 @@ int BPF_URETPROBE(alloc_return, __u64 ret)
 				bpf_map_update_elem(&has_blocks, &pid, &one, BPF_ANY);
 		}
 	}
+}
+
+SEC("uretprobe")
+int BPF_URETPROBE(alloc_return, __u64 ret)
+{
+	leave(ret);
 	return 0;
+}
+
+static __always_inline void do_free(__u64 ptr)
+{
+	if (!ptr)
+		return;
+	count(FAM_FREE, CTR_HITS);
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	struct block_key k = { .pid = pid, .addr = ptr };
+	/* Most frees are of untraced blocks: a lookup (lock-free) decides, and only a traced
+	 * block pays the delete (which takes the bucket lock even when the key is absent). */
+	if (bpf_map_lookup_elem(&live, &k) && bpf_map_delete_elem(&live, &k) == 0)
+		send_free(pid, ptr);
+	else
+		count(FAM_FREE, CTR_FILTERED);
 }
 
 SEC("uprobe")
 int BPF_UPROBE(free_enter, __u64 ptr)
 {
-	if (!ptr)
-		return 0;
-	count(FAM_FREE, CTR_HITS);
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	struct block_key k = { .pid = pid, .addr = ptr };
-	if (bpf_map_delete_elem(&live, &k) == 0)
-		send_free(pid, ptr);
-	else
-		count(FAM_FREE, CTR_FILTERED);
+	do_free(ptr);
 	return 0;
+}
+
+/* --- uprobe sessions (kernel >= 6.13) ---
+ *
+ * One program for every allocator function of a library, attached with one uprobe_multi
+ * link whose cookie per offset is the AllocKind (AK_FREE for free). At entry it returns 1
+ * for a call it does not keep, and the kernel then skips the return probe: an allocation
+ * below the threshold (or not sampled) costs one trap instead of two, and free never has a
+ * return probe. The return runs the same code as alloc_return. */
+extern bool bpf_session_is_return(void) __ksym __weak;
+
+/* The cookie of free's offset (AllocKind values are 1..10). */
+#define AK_FREE 100
+
+/* A uprobe_multi link with a pid covers that one process: its children are not probed
+ * until ebrec attaches links for them. So that none of their allocations go unseen, a new
+ * process forked by a session-probed one is stopped (SIGSTOP, before it first runs) and
+ * announced; ebrec attaches its links and continues it (SIGCONT), a millisecond or so later.
+ * `session_pids`: the processes with links (user space adds each; a child goes in here). */
+const volatile bool hold_children = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} session_pids SEC(".maps");
+
+enum pid_type___eb { PIDTYPE_PID___eb = 0 };
+extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type___eb type,
+				__u64 value) __ksym __weak;
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(alloc_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (!hold_children)
+		return 0;
+	__u32 ppid = parent->tgid, cpid = child->tgid;
+	if (ppid == cpid || !bpf_map_lookup_elem(&session_pids, &ppid))
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&session_pids, &cpid, &one, BPF_ANY);
+	struct fork_hold_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(FAM_PROCESS, CTR_LOST_RINGBUF);
+		return 0;
+	}
+	fill_header(&e->h, FAM_PROCESS);
+	e->h.pid = cpid;
+	e->h.tid = cpid;
+	e->ppid = ppid;
+	e->stopped = bpf_send_signal_task(child, 19 /* SIGSTOP */, PIDTYPE_PID___eb, 0) == 0;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+	return 0;
+}
+
+SEC("uprobe.session")
+int alloc_session(struct pt_regs *ctx)
+{
+	if (bpf_session_is_return()) {
+		leave(PT_REGS_RC(ctx));
+		return 0;
+	}
+	__u32 kind = bpf_get_attach_cookie(ctx);
+	__u64 a0 = PT_REGS_PARM1(ctx), a1 = PT_REGS_PARM2(ctx), a2 = PT_REGS_PARM3(ctx);
+	int want;
+	switch (kind) {
+	case AK_FREE:
+		if (a0)
+			do_free(a0);
+		return 1;
+	case AK_CALLOC:
+		want = enter(ctx, kind, ((a0 | a1) >> 32) ? ~0ULL : a0 * a1, 0);
+		break;
+	case AK_REALLOC:
+		want = enter(ctx, kind, a1, a0);
+		break;
+	case AK_REALLOCARRAY:
+		want = enter(ctx, kind, a1 * a2, a0);
+		break;
+	case AK_POSIX_MEMALIGN:
+		want = enter(ctx, kind, a2, a0);
+		break;
+	case AK_ALIGNED_ALLOC:
+	case AK_MEMALIGN:
+		want = enter(ctx, kind, a1, 0);
+		break;
+	default: /* malloc, valloc, pvalloc */
+		want = enter(ctx, kind, a0, 0);
+		break;
+	}
+	return want ? 0 : 1;
 }
 
 /* Blocks of a process that exits or execs can never be freed: forget them, so that the map
@@ -239,8 +390,10 @@ int BPF_PROG(alloc_exit, struct task_struct *task)
 {
 	__u32 tid = BPF_CORE_READ(task, pid);
 	__u32 pid = BPF_CORE_READ(task, tgid);
-	if (tid == pid)
+	if (tid == pid) {
 		forget_process(pid);
+		bpf_map_delete_elem(&session_pids, &pid);
+	}
 	return 0;
 }
 

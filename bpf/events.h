@@ -53,6 +53,14 @@ struct free_event {
 	__u64 addr;
 };
 
+/* A new process of a session-probed one (h.pid: the child), stopped until ebrec has
+ * attached its allocator links (alloc.bpf.c, alloc_fork). Family FAM_PROCESS. */
+struct fork_hold_event {
+	struct event_header h;
+	__u32 ppid;
+	__u32 stopped; /* the SIGSTOP was sent: ebrec must SIGCONT it */
+};
+
 /* A lock wait (futex) or wait-and-hold (uprobe). `ips[0..nframes)` is the waiter's (or
  * acquirer's) stack, `ips[MAX_FRAMES..MAX_FRAMES+waker_nframes)` the waker's. Sent up to
  * the last used slot. */

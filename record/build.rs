@@ -43,6 +43,7 @@ fn main() {
         "common.bpf.h",
         "targets.bpf.h",
         "unwind.bpf.h",
+        "sample.bpf.h",
         "alloc.bpf.c",
         "lock.bpf.c",
         "profile.bpf.c",

@@ -168,7 +168,7 @@ impl Privileges {
 }
 
 /// Major and minor of a kernel release such as `6.18.44-fc-v657`.
-fn kernel_version(release: &str) -> Option<(u32, u32)> {
+pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut it = release.split(|c: char| !c.is_ascii_digit());
     let major = it.next()?.parse().ok()?;
     let minor = it.next()?.parse().ok()?;

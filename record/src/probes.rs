@@ -28,7 +28,7 @@ use lock_skel::{LockSkel, LockSkelBuilder};
 use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 
 /// Event types of `bpf/events.h`.
-pub use alloc_skel::types::{alloc_event, event_header, free_event};
+pub use alloc_skel::types::{alloc_event, event_header, fork_hold_event, free_event};
 pub use lock_skel::types::lock_event;
 pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
@@ -38,6 +38,7 @@ pub use profile_skel::types::{
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}
 unsafe impl plain::Plain for free_event {}
+unsafe impl plain::Plain for fork_hold_event {}
 unsafe impl plain::Plain for lock_event {}
 unsafe impl plain::Plain for event_header {}
 unsafe impl plain::Plain for sample_event {}
@@ -79,6 +80,10 @@ pub enum LockMode {
 pub struct ProbeConfig {
     pub alloc_min: Option<u64>,
     pub sample_every: u32,
+    /// --sample-bytes (0: off).
+    pub sample_bytes: u64,
+    /// The allocator's probes as one uprobe session link per library (see `use_sessions`).
+    pub alloc_sessions: bool,
     pub lock_min_ns: Option<u64>,
     pub lock_mode: LockMode,
     pub stack_depth: u32,
@@ -222,7 +227,33 @@ pub struct Probes<'obj> {
     trace_probes: Vec<perf::TraceProbe>,
     pub attached: Vec<String>,
     _stats_fd: Option<OwnedFd>,
+    /// --alloc-probes session: per library, the offsets and cookies (AllocKind) of its
+    /// allocator functions, to attach for each new process as it forks (a uprobe_multi
+    /// link with a pid covers that process only); and those links.
+    session_plan: std::cell::RefCell<Vec<SessionPlan>>,
+    session_links: std::cell::RefCell<Vec<Link>>,
+    session_pids: std::cell::RefCell<std::collections::HashSet<i32>>,
 }
+
+/// A library's allocator functions for one session link: (path, file offsets, cookies).
+type SessionPlan = (PathBuf, Vec<u64>, Vec<u64>);
+
+/// Whether the kernel has uprobe sessions (BPF_TRACE_UPROBE_SESSION, Linux 6.13).
+pub fn kernel_has_sessions() -> bool {
+    crate::doctor::kernel_version(&procfs::uname().1).is_some_and(|v| v >= (6, 13))
+}
+
+/// Whether the allocator probes run as uprobe sessions for `arg`.
+pub fn use_sessions(arg: crate::cli::AllocProbesArg) -> bool {
+    match arg {
+        crate::cli::AllocProbesArg::Classic => false,
+        crate::cli::AllocProbesArg::Session => true,
+        crate::cli::AllocProbesArg::Auto => kernel_has_sessions(),
+    }
+}
+
+/// The uprobe_multi cookie of free in the session program (AK_FREE of bpf/alloc.bpf.c).
+const AK_FREE: u64 = 100;
 
 impl std::fmt::Debug for Probes<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -237,7 +268,8 @@ impl Drop for Probes<'_> {
         // Closing a uprobe's perf event waits for the kernel to retire the probe (~100 ms
         // each here): one after the other, an --alloc recording took 2-3 s to stop. All at
         // once instead. (The tracefs probes are removed after, by the field's own drop.)
-        let links = std::mem::take(&mut self.links);
+        let mut links = std::mem::take(&mut self.links);
+        links.append(self.session_links.get_mut());
         let fds = std::mem::take(&mut self.filter_fds);
         std::thread::scope(|s| {
             for l in links {
@@ -374,7 +406,22 @@ impl<'obj> Probes<'obj> {
                 let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
                 ro.min_size = min;
                 ro.sample_every = cfg.sample_every.max(1);
+                ro.hold_children = cfg.alloc_sessions && !cfg.all;
                 common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                if let Some(d) = open.maps.bss_data.as_deref_mut() {
+                    d.sample_bytes = cfg.sample_bytes;
+                }
+                // Either the session program or the entry/return programs (the session
+                // program type does not load before 6.13).
+                for mut p in open.open_object_mut().progs_mut() {
+                    let name = p.name().to_string_lossy().into_owned();
+                    let uprobe = name.ends_with("_enter") || name == "alloc_return";
+                    if name == "alloc_session" || name == "alloc_fork" {
+                        p.set_autoload(cfg.alloc_sessions);
+                    } else if uprobe {
+                        p.set_autoload(!cfg.alloc_sessions);
+                    }
+                }
                 let skel = open.load().map_err(|e| load_error("allocation", e))?;
                 Some(skel)
             }
@@ -438,10 +485,21 @@ impl<'obj> Probes<'obj> {
             trace_probes: Vec::new(),
             attached: Vec::new(),
             _stats_fd: stats_fd,
+            session_plan: Default::default(),
+            session_links: Default::default(),
+            session_pids: Default::default(),
         };
         if let Some(a) = &p.alloc {
             // Only the targets' exits matter, but the tracepoint sees all: the programs
             // return at once for a pid with no blocks (an empty map walk).
+            if cfg.alloc_sessions {
+                p.links.push(
+                    a.progs
+                        .alloc_fork
+                        .attach()
+                        .context("attaching the fork tracepoint (uprobe sessions)")?,
+                );
+            }
             for prog in [&a.progs.alloc_exit, &a.progs.alloc_exec] {
                 p.links.push(
                     prog.attach()
@@ -615,7 +673,27 @@ impl<'obj> Probes<'obj> {
             &libbpf_rs::ProgramMut<'_>,
             Option<&libbpf_rs::ProgramMut<'_>>,
         )> = Vec::new();
-        if let Some(a) = &self.alloc {
+        if let (Some(a), true) = (&self.alloc, cfg_sessions(self)) {
+            let _ = a;
+            let mut plan: Vec<SessionPlan> = Vec::new();
+            for s in alloc_sites {
+                let Some(kind) = alloc_kind_cookie(&s.symbol) else {
+                    continue;
+                };
+                let i = match plan.iter().position(|p| p.0 == s.lib) {
+                    Some(i) => i,
+                    None => {
+                        plan.push((s.lib.clone(), Vec::new(), Vec::new()));
+                        plan.len() - 1
+                    }
+                };
+                plan[i].1.push(s.probe_offset());
+                plan[i].2.push(kind);
+                self.attached.push(format!("{s} (uprobe session)"));
+            }
+            *self.session_plan.borrow_mut() = plan;
+            self.attach_sessions(pid)?;
+        } else if let Some(a) = &self.alloc {
             let pr = &a.progs;
             for s in alloc_sites {
                 let entry = match s.symbol.as_ref() {
@@ -679,6 +757,64 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// --alloc-probes session: attaches the allocator session links to `pid` (-1: every
+    /// process), one per library.
+    pub fn attach_sessions(&self, pid: i32) -> Result<()> {
+        let Some(a) = &self.alloc else {
+            return Ok(());
+        };
+        if !self.session_pids.borrow_mut().insert(pid) {
+            return Ok(()); // attached already
+        }
+        if pid > 0 {
+            // Its children are held at fork until they have links too (alloc_fork).
+            a.maps
+                .session_pids
+                .update(&(pid as u32).to_ne_bytes(), &[1], MapFlags::ANY)?;
+        }
+        let plan = self.session_plan.borrow();
+        for (lib, offsets, cookies) in plan.iter() {
+            let link = a
+                .progs
+                .alloc_session
+                .attach_uprobe_multi_with_opts(
+                    pid,
+                    lib,
+                    "",
+                    libbpf_rs::UprobeMultiOpts {
+                        offsets: offsets.iter().map(|&o| o as usize).collect(),
+                        cookies: cookies.clone(),
+                        session: true,
+                        ..Default::default()
+                    },
+                )
+                .with_context(|| {
+                    format!(
+                        "attaching the allocator's uprobe session to {} (pid {pid}); --alloc-probes classic uses entry and return probes",
+                        lib.display()
+                    )
+                })?;
+            self.session_links.borrow_mut().push(link);
+        }
+        Ok(())
+    }
+
+    /// Whether the allocator runs as uprobe sessions (its links then follow each new
+    /// process by hand: see `attach_sessions`).
+    pub fn alloc_sessions(&self) -> bool {
+        !self.session_plan.borrow().is_empty()
+    }
+
+    /// Whether new children of session-probed processes are held stopped at fork until
+    /// their links are attached (see bpf/alloc.bpf.c, alloc_fork).
+    pub fn holds_children(&self) -> bool {
+        self.alloc_sessions()
+            && self
+                .alloc
+                .as_ref()
+                .is_some_and(|a| a.maps.rodata_data.as_ref().is_some_and(|r| r.hold_children))
+    }
+
     /// Per-CPU counters of every loaded object, summed by (family, counter) and kept per CPU
     /// for the loss counters.
     pub fn counters(&self) -> Counters {
@@ -728,6 +864,33 @@ impl<'obj> Probes<'obj> {
         });
         out
     }
+}
+
+/// Whether the loaded allocation object has the session program (not the entry/return ones).
+fn cfg_sessions(p: &Probes<'_>) -> bool {
+    p.alloc.as_ref().is_some_and(|a| {
+        a.object()
+            .progs()
+            .any(|pr| pr.name() == "alloc_session" && pr.autoload())
+    })
+}
+
+/// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.
+fn alloc_kind_cookie(symbol: &str) -> Option<u64> {
+    use ebtrace_proto::v1::AllocKind as K;
+    Some(match symbol {
+        "malloc" => K::Malloc as u64,
+        "calloc" => K::Calloc as u64,
+        "realloc" => K::Realloc as u64,
+        "reallocarray" => K::Reallocarray as u64,
+        "posix_memalign" => K::PosixMemalign as u64,
+        "aligned_alloc" => K::AlignedAlloc as u64,
+        "memalign" => K::Memalign as u64,
+        "valloc" => K::Valloc as u64,
+        "pvalloc" => K::Pvalloc as u64,
+        "free" => AK_FREE,
+        _ => return None,
+    })
 }
 
 /// Attaches `prog` to a uprobe at `s` for `pid` (-1: every process) and its descendants.

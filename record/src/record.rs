@@ -31,6 +31,18 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
     if let Some(m) = a.alloc {
         opt("alloc", m.to_string());
         opt("sample", a.sample.to_string());
+        if let Some(n) = a.sample_bytes {
+            opt("sample-bytes", n.to_string());
+        }
+        opt(
+            "alloc-probes",
+            if crate::probes::use_sessions(a.alloc_probes) {
+                "session"
+            } else {
+                "classic"
+            }
+            .into(),
+        );
         if a.no_free {
             opt("no-free", "true".into());
         }
@@ -136,6 +148,20 @@ pub fn record(a: RecordArgs) -> Result<()> {
             bail!("no process with pid {pid}");
         }
     }
+    if a.sample_bytes.is_some() && a.alloc.is_none() {
+        bail!("--sample-bytes samples allocations: add --alloc");
+    }
+    if a.sample_bytes == Some(0) {
+        bail!("--sample-bytes N needs N >= 1 (bytes between samples, on average)");
+    }
+    if a.alloc_probes == crate::cli::AllocProbesArg::Session
+        && !crate::probes::kernel_has_sessions()
+    {
+        bail!(
+            "--alloc-probes session needs uprobe sessions (kernel 6.13 or later; this is {})",
+            procfs::uname().1
+        );
+    }
     let lock_mode = match a.lock_mode {
         LockModeArg::Futex => LockMode::Futex,
         LockModeArg::Uprobe => LockMode::Uprobe,
@@ -143,6 +169,8 @@ pub fn record(a: RecordArgs) -> Result<()> {
     let cfg = ProbeConfig {
         alloc_min: a.alloc,
         sample_every: a.sample.max(1),
+        sample_bytes: a.sample_bytes.unwrap_or(0),
+        alloc_sessions: crate::probes::use_sessions(a.alloc_probes),
         lock_min_ns: a.lock.map(|us| us * 1000),
         lock_mode,
         stack_depth: a.stack_depth,
@@ -217,8 +245,10 @@ fn record_with(
         for s in &probes.attached {
             eprintln!("ebrec: attached {s}");
         }
-        if cfg.alloc_min.is_some() {
-            eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold");
+        if cfg.alloc_min.is_some() && probes.alloc_sessions() {
+            eprintln!("ebrec: note: allocator probes run as uprobe sessions: every allocator call of the targets pays one uprobe trap, and only the calls kept pay the return probe; child processes are probed when their fork is seen");
+        } else if cfg.alloc_min.is_some() {
+            eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold, and its return probe a second one (--alloc-probes classic{})", if crate::probes::kernel_has_sessions() { "" } else { ": the kernel has no uprobe sessions (6.13)" });
         }
         if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
             eprintln!("ebrec: note: --lock-mode uprobe costs a trap at every pthread_mutex lock and unlock, contended or not");
@@ -303,8 +333,15 @@ fn record_with(
     let mut last_kept = 0u64;
     let mut rotations = 0u32;
     let stop_reason;
+    let holds = probes_ref.holds_children();
     loop {
-        std::thread::sleep(Duration::from_millis(10));
+        if holds {
+            // A child held at its fork wakes the loop at once (alloc_fork): it waits
+            // stopped until its links are attached.
+            let _ = rb.poll(Duration::from_millis(10));
+        } else {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         session::drain_once(&mut s, &rb, &pending, &mut side)?;
         if let Some(l) = launched.as_ref() {
             let mut st = 0;
@@ -394,6 +431,7 @@ fn record_with(
     let malformed = s.malformed;
     let sideband_lost = s.sideband_lost();
     let (copies_missing, waker_frames_dropped) = (s.copies_missing, s.waker_frames_dropped);
+    let late_attachments = (s.late_attachments, s.never_attached);
     let no_kallsyms = s.kernel.unavailable();
     let evictions = s.w.stats().stack_evictions;
     let stacks = s.stack_quality.lines();
@@ -423,6 +461,7 @@ fn record_with(
         sideband_lost,
         copies_missing,
         waker_frames_dropped,
+        late_attachments,
         stacks,
         cfi,
     }

@@ -22,6 +22,9 @@ pub struct Summary<'a> {
     pub sideband_lost: u64,
     pub copies_missing: u64,
     pub waker_frames_dropped: u64,
+    /// --alloc-probes session: child processes probed after their fork, and of those the
+    /// ones never probed.
+    pub late_attachments: (u64, u64),
     /// Per family: user stacks and why some stopped early.
     pub stacks: Vec<String>,
     /// --stack-mode cfi|auto: the unwind tables in the kernel.
@@ -46,6 +49,7 @@ impl Summary<'_> {
             sideband_lost,
             copies_missing,
             waker_frames_dropped,
+            late_attachments,
             stacks,
             cfi,
         } = self;
@@ -89,6 +93,12 @@ impl Summary<'_> {
         }
         if copies_missing > 0 {
             eprintln!("ebrec:   {copies_missing} events kept their frame-pointer stack: their stack copy was lost");
+        }
+        if late_attachments.0 > 0 {
+            eprintln!(
+                "ebrec:   alloc: {} child processes probed after their fork ({} of them never: gone first); their allocations in between were not seen (the trace marks them; --alloc-probes classic follows children from their first instruction)",
+                late_attachments.0, late_attachments.1
+            );
         }
         if waker_frames_dropped > 0 {
             eprintln!("ebrec:   {waker_frames_dropped} off-CPU wakers outside the traced processes: their user frames dropped, kernel frames kept");

@@ -61,6 +61,18 @@ pub struct RecordArgs {
     /// Keep one allocation in N, at random.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub sample: u32,
+    /// Sample allocations by bytes: each allocated byte has a 1/N chance of making its
+    /// allocation an event (tcmalloc's heap profiler's sampling), so large allocations are
+    /// always seen and small ones in proportion; reports scale them back and say they are
+    /// estimates. With --alloc.
+    #[arg(long, value_name = "N")]
+    pub sample_bytes: Option<u64>,
+    /// How the allocator's uprobes run: `session` (kernel >= 6.13: one uprobe_multi link per
+    /// library; the return probe runs only for calls kept at entry, so an allocation that is
+    /// not kept costs one trap), `classic` (entry and return probes on every call), or
+    /// `auto` (session where the kernel has it).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub alloc_probes: AllocProbesArg,
     /// Lock waits of at least MIN_US microseconds (default 0: all contended waits).
     #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
     pub lock: Option<u64>,
@@ -240,6 +252,13 @@ fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
         "dwarf" => Ok(StackMode::Dwarf(bytes)),
         _ => Err(format!("'{s}': use auto, cfi, fp or dwarf[:BYTES]")),
     }
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocProbesArg {
+    Auto,
+    Session,
+    Classic,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

@@ -107,6 +107,10 @@ impl Session<'_> {
             self.keep_copy(data);
             return Ok(());
         }
+        if h.r#type == EventFamily::Process as u32 {
+            let e: probes::fork_hold_event = probes::read_event(data);
+            return self.held_child(h.pid, e.stopped != 0, h.time_ns);
+        }
         let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
         self.family = h.r#type as usize;
         match h.r#type {

@@ -115,6 +115,10 @@ pub struct Session<'a> {
     /// Events whose stack copy never came (lost in the ring buffer, or dropped from
     /// `pending_copies`): they keep the frame-pointer stack. Shown in the exit summary.
     pub copies_missing: u64,
+    /// Child processes whose allocator session links came after their fork.
+    pub late_attachments: u64,
+    /// ... of which the process was gone (or refused) before they could be attached.
+    pub never_attached: u64,
     /// Off-CPU wakers in untraced processes whose user frames were dropped (their addresses
     /// mean nothing in the target's maps). Shown in the exit summary.
     pub waker_frames_dropped: u64,
@@ -155,6 +159,8 @@ impl<'a> Session<'a> {
             vdso_written: 0,
             pending_copies: BTreeMap::new(),
             copies_missing: 0,
+            late_attachments: 0,
+            never_attached: 0,
             waker_frames_dropped: 0,
             probed: Vec::new(),
             malformed: 0,

@@ -54,6 +54,15 @@ impl Session<'_> {
                     }
                     if self.follow {
                         self.live.insert(pid);
+                        if self.probes.alloc_sessions() {
+                            // Held at fork (alloc_fork) and continued once attached; a
+                            // child the kernel side did not hold is attached late.
+                            if self.probes.holds_children() {
+                                self.attach_child(pid);
+                            } else {
+                                self.follow_sessions(pid, g, time)?;
+                            }
+                        }
                     }
                 }
                 SideBand::Fork { .. } => {}
@@ -211,6 +220,68 @@ impl Session<'_> {
         if let Some(t) = self.cfi.as_mut() {
             t.flush();
         }
+        Ok(())
+    }
+
+    /// A child held stopped at its fork (alloc_fork, `stopped`) or not: attach its links and
+    /// continue it. One that could not be held is attached late, which the trace marks.
+    pub(super) fn held_child(&mut self, pid: u32, stopped: bool, fork_ns: u64) -> Result<()> {
+        if stopped {
+            self.attach_child(pid);
+            return Ok(());
+        }
+        let g = self.gen_at(pid, fork_ns).unwrap_or(0);
+        self.follow_sessions(pid, g, fork_ns)
+    }
+
+    /// Attaches a held child's links (once) and continues it (SIGCONT, whether or not the
+    /// attach worked: a child must never stay stopped because of ebrec).
+    fn attach_child(&mut self, pid: u32) {
+        if let Err(e) = self.probes.attach_sessions(pid as i32) {
+            if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                eprintln!("ebrec: --alloc: pid {pid}: {e:#}");
+                self.never_attached += 1;
+                self.late_attachments += 1;
+            }
+        }
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    }
+
+    /// --alloc-probes session: a uprobe_multi link with a pid covers that process only, so
+    /// a new child gets its own links when its fork is read here, some milliseconds after
+    /// it started: the trace says since when its allocations were not seen.
+    fn follow_sessions(&mut self, pid: u32, generation: u32, fork_ns: u64) -> Result<()> {
+        let attached = self.probes.attach_sessions(pid as i32);
+        let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+        self.late_attachments += 1;
+        let reason = match attached {
+            Ok(()) => format!(
+                "uprobe sessions follow a new process by hand: pid {pid} probed {:.1} ms after its fork",
+                now.saturating_sub(fork_ns) as f64 / 1e6
+            ),
+            Err(e) => {
+                self.never_attached += 1;
+                let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
+                if gone {
+                    format!("pid {pid} exited before its allocator probes could be attached (uprobe sessions follow a new process by hand): none of its allocations were seen")
+                } else {
+                    eprintln!("ebrec: --alloc: pid {pid}: {e:#}");
+                    format!("pid {pid}: the allocator probes could not be attached: {e:#}")
+                }
+            }
+        };
+        self.w.write_record(&Record {
+            kind: Some(Kind::ProbeChange(ebtrace_proto::v1::ProbeChange {
+                time_ns: now,
+                family: EventFamily::Alloc as i32,
+                kind: ebtrace_proto::v1::ProbeChangeKind::AttachedLate as i32,
+                generation,
+                since_ns: fork_ns,
+                reason,
+                ..Default::default()
+            })),
+        })?;
         Ok(())
     }
 }
