@@ -148,6 +148,7 @@ const PROGRAMS: &[&str] = &[
     "dlopener",
     "secret_stack",
     "clock_loop",
+    "alloc_mix",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -540,6 +541,7 @@ mod tests {
                 "condvar_block" => &["--ms", "10"],
                 "dlopener" => &["--times", "0", "/nonexistent.so"],
                 "clock_loop" => &["--seconds", "0.05"],
+                "alloc_mix" => &["--small", "1", "--medium", "1", "--big", "1"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)

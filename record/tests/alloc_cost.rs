@@ -1,0 +1,176 @@
+//! The allocator probes' cost features (issue 16): uprobe sessions (the return probe only
+//! for calls kept at entry) and sampling by bytes (`--sample-bytes`), on `alloc_mix`, whose
+//! EXPECT line says exactly what it allocated where.
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// (count, bytes) per allocating function of `ebsym top --kind alloc` rows: the first
+/// frame below the allocator (malloc in libc).
+fn by_function(top: &Value) -> BTreeMap<String, (u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for row in top["rows"].as_array().unwrap() {
+        let frames = row["frames"].as_array().unwrap();
+        let f = frames
+            .iter()
+            .map(|f| f["function"].as_str().unwrap_or(""))
+            .find(|n| !n.contains("malloc") || n.contains("small_churn") || n.contains("_blocks"))
+            .unwrap_or("")
+            .split('(')
+            .next()
+            .unwrap()
+            .to_string();
+        let e = out.entry(f).or_default();
+        e.0 += row["count"].as_u64().unwrap();
+        e.1 += row["bytes"].as_u64().unwrap();
+    }
+    out
+}
+
+/// The (kept, probe hits) of `family` and the runs of `program` in ebrec's exit summary.
+fn summary(stderr: &str, family: &str, program: &str) -> (u64, u64, u64) {
+    let mut kept = 0;
+    let mut hits = 0;
+    let mut runs = 0;
+    for line in stderr.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.len() > 9 && w[1] == family && w[2] == "kept" {
+            kept = w[3].parse().unwrap();
+            hits = w[w.len() - 1].parse().unwrap();
+        }
+        if w.len() > 3 && w[1] == program && w[3] == "runs" {
+            runs = w[2].parse().unwrap();
+        }
+    }
+    (kept, hits, runs)
+}
+
+/// Each allocated byte had a 1/65536 chance of making its allocation an event: the 1 MiB
+/// blocks are all seen, the small and medium ones in proportion, and the reports scale them
+/// back to within a few percent of what the program allocated, saying they are estimates.
+#[test]
+fn sampling_by_bytes_estimates_what_was_allocated() {
+    if !root() {
+        return;
+    }
+    let r = record(
+        "alloc_mix",
+        &["--alloc", "--sample-bytes", "65536"],
+        &["--small", "1000000", "--medium", "20000", "--big", "64"],
+    );
+    let want = expect_line(&r.out, "alloc_mix");
+    let t = r.trace.to_str().unwrap();
+    let top = ebsym_json(&["top", t, "--kind", "alloc", "-n", "100000"]);
+    let got = by_function(&top);
+    let sampled = &top["losses"]["sampled"];
+    assert!(
+        sampled["sampled_allocs"].as_u64().unwrap() > 1000,
+        "{sampled}"
+    );
+    assert_eq!(sampled["min_period"], 65536);
+    for (function, tolerance) in [
+        ("big_blocks", 0.01),
+        ("medium_blocks", 0.15),
+        ("small_churn", 0.15),
+    ] {
+        let w = &want["functions"][function]["malloc"];
+        let (calls, bytes) = (w["calls"].as_u64().unwrap(), w["bytes"].as_u64().unwrap());
+        let (c, b) = got
+            .get(function)
+            .copied()
+            .unwrap_or_else(|| panic!("no {function} in {got:?}"));
+        let err = (b as f64 - bytes as f64).abs() / bytes as f64;
+        assert!(
+            err <= tolerance,
+            "{function}: estimated {b} B for {bytes} B ({err:.3}); all: {got:?}"
+        );
+        let cerr = (c as f64 - calls as f64).abs() / calls as f64;
+        assert!(
+            cerr <= tolerance,
+            "{function}: estimated {c} calls for {calls} ({cerr:.3})"
+        );
+    }
+    // Every 1 MiB block was kept (p = 1 - e^-16), and stands for itself.
+    assert_eq!(got["big_blocks"].0, 64, "{got:?}");
+    // Far fewer events than calls: 1,000,000 small calls make about 1,000 samples.
+    let events = top["totals"]["count"].as_u64().unwrap();
+    assert!(events > 1_000_000, "the estimate counts calls: {events}");
+    // The text says they are estimates.
+    let text = run(&ebsym_path(), &["top", t, "--kind", "alloc"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("estimates: allocations were sampled by bytes (1 sample per 65536 B"),
+        "{text}"
+    );
+    // Leaks: the 64 MiB that big_blocks never freed, nothing of the freed ones.
+    let leaks = ebsym_json(&["leaks", t, "-n", "1000"]);
+    let leaked = by_function(&leaks);
+    let want_leak = want["leaked_bytes"].as_u64().unwrap();
+    let b = leaked.get("big_blocks").map_or(0, |v| v.1);
+    assert!(
+        (b as f64 - want_leak as f64).abs() / (want_leak as f64) < 0.01,
+        "{leaked:?}"
+    );
+    assert!(!leaked.contains_key("small_churn"), "{leaked:?}");
+    assert!(!leaked.contains_key("medium_blocks"), "{leaked:?}");
+}
+
+/// With uprobe sessions (kernel >= 6.13), a call that is not kept costs its entry only:
+/// the one session program runs once per allocator call and free, plus once per kept
+/// allocation's return. With `--alloc-probes classic` every allocation also runs the
+/// return program. Both keep exactly the allocations of at least 4096 bytes.
+#[test]
+fn session_probes_return_only_for_kept_calls() {
+    if !root() {
+        return;
+    }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let v: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    if (v[0], v[1]) < (6, 13) {
+        eprintln!("*** SKIPPED: kernel {release} has no uprobe sessions (6.13) ***");
+        return;
+    }
+    let args = ["--small", "100000", "--medium", "300", "--big", "10"];
+    let s = record_loud("alloc_mix", &["--alloc=4096"], &args);
+    let err = String::from_utf8_lossy(&s.out.stderr).to_string();
+    assert!(err.contains("(uprobe session)"), "{err}");
+    let want = expect_line(&s.out, "alloc_mix");
+    let (kept, alloc_hits, runs) = summary(&err, "alloc", "alloc_session");
+    let (_, free_hits, _) = summary(&err, "free", "alloc_session");
+    // Kept: medium and big, and whatever the C++ runtime allocated past 4 KiB at start.
+    assert!(kept >= 310 && kept < 320, "kept {kept}: {err}");
+    assert!(alloc_hits >= 100_310, "{err}");
+    // (free(NULL) runs the program but is no hit: a few at start and exit.)
+    let floor = alloc_hits + free_hits + kept;
+    assert!(
+        runs >= floor && runs < floor + 100,
+        "runs {runs}, hits and returns {floor}: {err}"
+    );
+    let top = ebsym_json(&["top", s.trace.to_str().unwrap(), "--kind", "alloc"]);
+    let got = by_function(&top);
+    assert_eq!(got["medium_blocks"], (300, 300 * 16384), "{got:?}");
+    assert_eq!(got["big_blocks"], (10, 10 << 20), "{got:?}");
+    assert!(!got.contains_key("small_churn"), "{got:?}");
+    assert!(top["losses"].get("sampled").is_none());
+    assert_eq!(want["functions"]["big_blocks"]["malloc"]["calls"], 10);
+
+    let c = record_loud(
+        "alloc_mix",
+        &["--alloc=4096", "--alloc-probes", "classic"],
+        &args,
+    );
+    let err = String::from_utf8_lossy(&c.out.stderr).to_string();
+    assert!(!err.contains("(uprobe session)"), "{err}");
+    let (kept_c, hits_c, returns) = summary(&err, "alloc", "alloc_return");
+    assert_eq!(kept_c, kept, "{err}");
+    // Every allocation's return ran, kept or not.
+    assert_eq!(returns, hits_c, "{err}");
+    let top = ebsym_json(&["top", c.trace.to_str().unwrap(), "--kind", "alloc"]);
+    assert_eq!(by_function(&top)["big_blocks"], (10, 10 << 20));
+}
