@@ -14,6 +14,8 @@
 //!   "stacks", "stack_copies", "stack_copy_bytes",   // copies of the target's stack memory
 //!   "uprobes_frames",   // stack frames in the kernel's uprobes page ([uprobes])
 //!   "vdso": {"build_id", "bytes"} or null,   // the vDSO image the trace holds
+//!   "probe_changes": [{"time_ns", "family", "kind", "setting", "value", "generation",
+//!                      "since_ns", "reason"}],   // --max-cpu rates and pauses, late probes
 //!   "losses": [{"family", "reason", "count"}], "lost_total",
 //!   "ended": "clean" | "cut", "stop_reason", "damage": ["…"],
 //!   "symbolized": bool, "symbolized_addresses" }
@@ -45,6 +47,9 @@ pub struct Info {
     pub uprobes_frames: u64,
     /// The vDSO image the trace holds (`VdsoImage`): `[vdso]` frames are named from it.
     pub vdso: Option<VdsoInfo>,
+    /// What changed in the recording while it ran (`ProbeChange`): --max-cpu's sampling
+    /// rates and pauses, children probed late.
+    pub probe_changes: Vec<ProbeChangeInfo>,
     pub losses: Vec<LossInfo>,
     pub lost_total: u64,
     pub ended: &'static str,
@@ -52,6 +57,19 @@ pub struct Info {
     pub damage: Vec<String>,
     pub symbolized: bool,
     pub symbolized_addresses: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProbeChangeInfo {
+    pub time_ns: u64,
+    pub family: String,
+    /// "rate", "paused", "resumed", "attached_late".
+    pub kind: String,
+    pub setting: String,
+    pub value: u64,
+    pub generation: u32,
+    pub since_ns: u64,
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,6 +219,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     let mut stack_copies = 0u64;
     let mut stack_copy_bytes = 0u64;
     let mut vdso: Option<(u64, u64)> = None;
+    let mut probe_changes = Vec::new();
     let mut widen = |t0: u64, t1: u64| {
         span = Some(match span {
             None => (t0, t1),
@@ -261,6 +280,25 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             }
             Kind::VdsoImage(v) => {
                 vdso.get_or_insert((v.build_id, v.image.len() as u64));
+                continue;
+            }
+            Kind::ProbeChange(p) => {
+                probe_changes.push(ProbeChangeInfo {
+                    time_ns: p.time_ns,
+                    family: if p.family == 0 {
+                        "budget".into()
+                    } else {
+                        family_name(p.family)
+                    },
+                    kind: ebtrace_format::proto::ProbeChangeKind::try_from(p.kind)
+                        .map(|k| enum_name(k.as_str_name(), "PROBE_CHANGE_KIND_"))
+                        .unwrap_or_default(),
+                    setting: p.setting.clone(),
+                    value: p.value,
+                    generation: p.generation,
+                    since_ns: p.since_ns,
+                    reason: p.reason.clone(),
+                });
                 continue;
             }
             _ => continue,
@@ -360,6 +398,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             build_id: tables.build_id_hex(id),
             bytes,
         }),
+        probe_changes,
         losses: losses
             .into_iter()
             .map(|((family, reason), count)| LossInfo {
@@ -503,6 +542,29 @@ impl Info {
                 size_text(v.bytes),
                 v.build_id
             );
+        }
+        if !self.probe_changes.is_empty() {
+            let _ = writeln!(
+                s,
+                "changes    {} while recording:",
+                self.probe_changes.len()
+            );
+            let t0 = self.span.as_ref().map_or(0, |sp| sp.first_event_ns);
+            for c in self.probe_changes.iter().take(20) {
+                let what = match c.kind.as_str() {
+                    "rate" => format!("{} {}={}", c.family, c.setting, c.value),
+                    k => format!("{} {k}", c.family),
+                };
+                let _ = writeln!(
+                    s,
+                    "  +{:.3} s  {what}: {}",
+                    c.time_ns.saturating_sub(t0) as f64 / 1e9,
+                    c.reason
+                );
+            }
+            if self.probe_changes.len() > 20 {
+                let _ = writeln!(s, "  … {} more (--json)", self.probe_changes.len() - 20);
+            }
         }
         if self.uprobes_frames > 0 {
             let _ = writeln!(

@@ -172,6 +172,9 @@ pub struct Loaded {
     unwound: HashMap<u64, (Vec<u64>, u64, Vec<u32>)>,
     /// --func functions by id: demangled name (string id).
     pub probed: HashMap<u64, u64>,
+    /// Periods when the allocator probes were paused (--max-cpu): (start, end) boottime
+    /// ns, end u64::MAX when they never resumed.
+    pub alloc_pauses: Vec<(u64, u64)>,
 }
 
 /// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
@@ -372,6 +375,22 @@ impl Loaded {
                         .zip(&k.module)
                         .map(|((&a, &name), &module)| (a, name, module)),
                 );
+            }
+            Some(Kind::ProbeChange(p))
+                if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 =>
+            {
+                use ebtrace_format::proto::ProbeChangeKind as K;
+                match K::try_from(p.kind) {
+                    Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
+                    Ok(K::Resumed) => {
+                        if let Some(last) = self.alloc_pauses.last_mut() {
+                            if last.1 == u64::MAX {
+                                last.1 = p.time_ns;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
             }
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
             Some(Kind::UnwoundStack(u)) => {

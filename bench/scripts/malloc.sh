@@ -200,15 +200,24 @@ run_mode() { # MODE DEPTH
       # stackcount prints each stack followed by a line holding only its count.
       [ "$mode" = bcc-stackcount ] && ev=$(awk '/^ +[0-9]+$/ { s += $1 } END { print s + 0 }' "$TMP/$mode.$d.tool")
       record "$mode" "$d" "$BCC_NS" "$ev" "" ;;
-    ebrec-alloc | ebrec-alloc-4096)
+    ebrec-*)
       if ! ebrec_available; then
         record "$mode" "$d" - - "$(ebrec_skip_reason)"
         return 0
       fi
-      local flag=--alloc trace=$TMP/$mode.$d.pb.zst
-      [ "$mode" = ebrec-alloc-4096 ] && flag=--alloc=4096
-      log "$mode depth $d: $EBREC record -o $trace $flag -- malloc_loop"
-      if ! "$EBREC" record -o "$trace" "$flag" -- "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1; then
+      local trace=$TMP/$mode.$d.pb.zst flags
+      case "$mode" in
+        ebrec-alloc) flags=(--alloc) ;;
+        ebrec-alloc-4096) flags=(--alloc=4096) ;;
+        ebrec-alloc-nofree) flags=(--alloc --no-free) ;;
+        ebrec-alloc-classic) flags=(--alloc --alloc-probes classic) ;;
+        ebrec-alloc-4096-classic) flags=(--alloc=4096 --alloc-probes classic) ;;
+        ebrec-alloc-nofree-classic) flags=(--alloc --no-free --alloc-probes classic) ;;
+        ebrec-sample-512k) flags=(--alloc --sample-bytes 524288) ;;
+        *) die "unknown mode $mode" ;;
+      esac
+      log "$mode depth $d: $EBREC record -o $trace ${flags[*]} -- malloc_loop"
+      if ! "$EBREC" record -o "$trace" "${flags[@]}" -- "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         record "$mode" "$d" failed - "ebrec failed"
         return 0

@@ -1,5 +1,6 @@
 //! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
 //! an ebtrace trace file. It never reads DWARF and never symbolizes.
+mod budget;
 mod cfi;
 mod cli;
 mod doctor;

@@ -129,6 +129,19 @@ impl TraceProbe {
         open(&mut attr, pid, -1)
     }
 
+    /// A perf event for this probe on `pid` that never samples (the probe fires, nothing is
+    /// recorded): for timing the trap itself.
+    pub fn open_quiet(&self, pid: i32) -> io::Result<OwnedFd> {
+        let mut attr = sys::bindings::perf_event_attr {
+            size: std::mem::size_of::<sys::bindings::perf_event_attr>() as u32,
+            type_: sys::bindings::PERF_TYPE_TRACEPOINT,
+            config: self.id,
+            ..Default::default()
+        };
+        attr.__bindgen_anon_1.sample_period = 1 << 62;
+        open(&mut attr, pid, -1)
+    }
+
     /// A perf event for every process on one CPU.
     pub fn open_cpu(&self, cpu: i32) -> io::Result<OwnedFd> {
         let mut attr = sys::bindings::perf_event_attr {

@@ -233,6 +233,9 @@ pub struct Probes<'obj> {
     session_plan: std::cell::RefCell<Vec<SessionPlan>>,
     session_links: std::cell::RefCell<Vec<Link>>,
     session_pids: std::cell::RefCell<std::collections::HashSet<i32>>,
+    sessions_paused: std::cell::Cell<bool>,
+    /// `sample_bytes` in the alloc object's mmapped .bss (see `set_sample_bytes`).
+    sample_bytes_ptr: Option<*mut u64>,
 }
 
 /// A library's allocator functions for one session link: (path, file offsets, cookies).
@@ -488,7 +491,14 @@ impl<'obj> Probes<'obj> {
             session_plan: Default::default(),
             session_links: Default::default(),
             session_pids: Default::default(),
+            sessions_paused: Default::default(),
+            sample_bytes_ptr: None,
         };
+        p.sample_bytes_ptr = p
+            .alloc
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.sample_bytes as *mut u64);
         if let Some(a) = &p.alloc {
             // Only the targets' exits matter, but the tracepoint sees all: the programs
             // return at once for a pid with no blocks (an empty map walk).
@@ -766,6 +776,9 @@ impl<'obj> Probes<'obj> {
         if !self.session_pids.borrow_mut().insert(pid) {
             return Ok(()); // attached already
         }
+        if self.sessions_paused.get() {
+            return Ok(()); // --max-cpu paused them: attached at resume
+        }
         if pid > 0 {
             // Its children are held at fork until they have links too (alloc_fork).
             a.maps
@@ -833,6 +846,57 @@ impl<'obj> Probes<'obj> {
         };
         each_skel!(self, s => read(&s.maps.counters));
         c
+    }
+
+    /// [`Probes::program_stats`] with whether each program is a uprobe's (its every run
+    /// is one trap).
+    pub fn program_stats_typed(&self) -> Vec<(String, u64, u64, bool)> {
+        let mut kinds = std::collections::HashMap::new();
+        each_skel!(self, s => {
+            for p in s.object().progs() {
+                kinds.insert(
+                    p.name().to_string_lossy().into_owned(),
+                    p.prog_type() == libbpf_rs::ProgramType::Kprobe,
+                );
+            }
+        });
+        self.program_stats()
+            .into_iter()
+            .map(|(n, t, c)| {
+                let u = kinds.get(&n).copied().unwrap_or(false);
+                (n, t, c, u)
+            })
+            .collect()
+    }
+
+    /// Sets the allocation sampling period (bytes per sample, 0: off) while recording.
+    pub fn set_sample_bytes(&self, period: u64) {
+        if let Some(p) = self.sample_bytes_ptr {
+            // SAFETY: points into the mmapped .bss of the alloc object, which lives as long
+            // as `self`; an aligned u64 store is atomic on x86-64 and the BPF side only
+            // reads it.
+            unsafe { std::ptr::write_volatile(p, period) };
+        }
+    }
+
+    /// --max-cpu: detaches the allocator's session links (their traps go with them) until
+    /// `resume_sessions`; new children are not attached meanwhile.
+    pub fn pause_sessions(&self) {
+        self.sessions_paused.set(true);
+        let links = std::mem::take(&mut *self.session_links.borrow_mut());
+        drop(links);
+    }
+
+    /// Attaches the session links again to every process that had them and still runs.
+    pub fn resume_sessions(&self) -> Result<()> {
+        self.sessions_paused.set(false);
+        let pids: Vec<i32> = self.session_pids.borrow_mut().drain().collect();
+        for pid in pids {
+            if pid == -1 || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                self.attach_sessions(pid)?;
+            }
+        }
+        Ok(())
     }
 
     /// (program name, run time ns, run count) of every loaded program.

@@ -63,6 +63,9 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
     if let Some(n) = a.max_events_per_sec {
         opt("max-events-per-sec", n.to_string());
     }
+    if let Some(p) = a.max_cpu {
+        opt("max-cpu", p.to_string());
+    }
     if let Some(n) = a.max_size {
         opt("max-size", n.to_string());
     }
@@ -150,6 +153,13 @@ pub fn record(a: RecordArgs) -> Result<()> {
     }
     if a.sample_bytes.is_some() && a.alloc.is_none() {
         bail!("--sample-bytes samples allocations: add --alloc");
+    }
+    if let Some(p) = a.max_cpu {
+        if !(p > 0.0 && p <= 100.0) {
+            bail!(
+                "--max-cpu PCT is a percentage of one CPU, more than 0 and at most 100 (got {p})"
+            );
+        }
     }
     if a.sample_bytes == Some(0) {
         bail!("--sample-bytes N needs N >= 1 (bytes between samples, on average)");
@@ -334,6 +344,32 @@ fn record_with(
     let mut rotations = 0u32;
     let stop_reason;
     let holds = probes_ref.holds_children();
+    let mut budget = match a.max_cpu {
+        None => None,
+        Some(pct) => {
+            let trap = crate::budget::calibrate_trap().unwrap_or_else(|e| {
+                eprintln!("ebrec: --max-cpu: could not time a uprobe trap here ({e:#}); counting 1000 ns per trap");
+                1000.0
+            });
+            if !a.quiet {
+                eprintln!(
+                    "ebrec: --max-cpu {pct}%: a uprobe trap costs {trap:.0} ns here (calibrated)"
+                );
+            }
+            let b = crate::budget::Budget::new(pct, cfg.sample_bytes, trap, probes_ref);
+            s.probe_change(ebtrace_proto::v1::ProbeChange {
+                time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+                family: ebtrace_proto::v1::EventFamily::Unspecified as i32,
+                kind: ebtrace_proto::v1::ProbeChangeKind::Rate as i32,
+                setting: "trap-ns".into(),
+                value: trap.round() as u64,
+                reason: format!("--max-cpu {pct}%: one uprobe trap, calibrated at start"),
+                ..Default::default()
+            })?;
+            Some(b)
+        }
+    };
+    let mut budget_changes = 0u32;
     loop {
         if holds {
             // A child held at its fork wakes the loop at once (alloc_fork): it waits
@@ -396,6 +432,12 @@ fn record_with(
         }
         if last_stats.elapsed() >= Duration::from_secs(1) {
             last_stats = Instant::now();
+            if let Some(b) = budget.as_mut() {
+                if let Some((change, why)) = b.tick(probes_ref) {
+                    budget_changes += 1;
+                    apply_budget(&mut s, probes_ref, &change, why, a.quiet)?;
+                }
+            }
             let fam = s.stats(procfs::clock_ns(libc::CLOCK_BOOTTIME))?;
             if tty {
                 let kept: u64 = s.kept.0.iter().sum();
@@ -432,6 +474,21 @@ fn record_with(
     let sideband_lost = s.sideband_lost();
     let (copies_missing, waker_frames_dropped) = (s.copies_missing, s.waker_frames_dropped);
     let late_attachments = (s.late_attachments, s.never_attached);
+    let budget_line = budget.as_ref().map(|b| {
+        let (mean, max) = b.summary();
+        format!(
+            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {budget_changes} changes, sampling at the end {}, paused {} s",
+            b.limit * 100.0,
+            mean * 100.0,
+            max * 100.0,
+            b.trap_ns,
+            match b.period() {
+                0 => "off (every allocation)".to_string(),
+                p => format!("1 per {p} B"),
+            },
+            b.paused_s
+        )
+    });
     let no_kallsyms = s.kernel.unavailable();
     let evictions = s.w.stats().stack_evictions;
     let stacks = s.stack_quality.lines();
@@ -462,9 +519,48 @@ fn record_with(
         copies_missing,
         waker_frames_dropped,
         late_attachments,
+        budget_line,
         stacks,
         cfi,
     }
     .print();
     Ok(())
+}
+
+/// Applies a --max-cpu decision and writes it into the trace.
+fn apply_budget(
+    s: &mut session::Session<'_>,
+    probes: &Probes<'_>,
+    change: &crate::budget::Change,
+    why: String,
+    quiet: bool,
+) -> Result<()> {
+    use crate::budget::Change;
+    use ebtrace_proto::v1::{EventFamily, ProbeChange, ProbeChangeKind};
+    let mut pc = ProbeChange {
+        time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+        family: EventFamily::Alloc as i32,
+        reason: why,
+        ..Default::default()
+    };
+    match *change {
+        Change::Rate(period) => {
+            probes.set_sample_bytes(period);
+            pc.kind = ProbeChangeKind::Rate as i32;
+            pc.setting = "sample-bytes".into();
+            pc.value = period;
+        }
+        Change::Paused => {
+            probes.pause_sessions();
+            pc.kind = ProbeChangeKind::Paused as i32;
+        }
+        Change::Resumed => {
+            probes.resume_sessions()?;
+            pc.kind = ProbeChangeKind::Resumed as i32;
+        }
+    }
+    if !quiet {
+        eprintln!("ebrec: {:?}: {}", change, pc.reason);
+    }
+    s.probe_change(pc)
 }

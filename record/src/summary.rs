@@ -25,6 +25,8 @@ pub struct Summary<'a> {
     /// --alloc-probes session: child processes probed after their fork, and of those the
     /// ones never probed.
     pub late_attachments: (u64, u64),
+    /// --max-cpu: what the budget measured and did.
+    pub budget_line: Option<String>,
     /// Per family: user stacks and why some stopped early.
     pub stacks: Vec<String>,
     /// --stack-mode cfi|auto: the unwind tables in the kernel.
@@ -50,6 +52,7 @@ impl Summary<'_> {
             copies_missing,
             waker_frames_dropped,
             late_attachments,
+            budget_line,
             stacks,
             cfi,
         } = self;
@@ -93,6 +96,9 @@ impl Summary<'_> {
         }
         if copies_missing > 0 {
             eprintln!("ebrec:   {copies_missing} events kept their frame-pointer stack: their stack copy was lost");
+        }
+        if let Some(l) = budget_line {
+            eprintln!("ebrec:   {l}");
         }
         if late_attachments.0 > 0 {
             eprintln!(

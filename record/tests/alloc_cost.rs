@@ -174,3 +174,49 @@ fn session_probes_return_only_for_kept_calls() {
     let top = ebsym_json(&["top", c.trace.to_str().unwrap(), "--kind", "alloc"]);
     assert_eq!(by_function(&top)["big_blocks"], (10, 10 << 20));
 }
+
+/// `--max-cpu 1`: 3,000,000 allocator calls in a few seconds cost far more than 1% of a CPU
+/// in traps alone, so the budget pauses the allocator probes within its first seconds; the
+/// trace says so (the calibrated trap cost, the pause and why), the reports say allocations
+/// made while paused are not counted, and far fewer calls were seen than were made.
+#[test]
+fn a_cpu_budget_pauses_what_costs_too_much() {
+    if !root() {
+        return;
+    }
+    let r = record_loud(
+        "alloc_mix",
+        &["--alloc", "--max-cpu", "1"],
+        &["--small", "3000000", "--medium", "0", "--big", "0"],
+    );
+    let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+    assert!(err.contains("--max-cpu 1%: a uprobe trap costs"), "{err}");
+    assert!(err.contains("ebrec cost"), "{err}");
+    let t = r.trace.to_str().unwrap();
+    let info = ebsym_json(&["info", t]);
+    let changes = info["probe_changes"].as_array().unwrap();
+    let trap = changes
+        .iter()
+        .find(|c| c["setting"] == "trap-ns")
+        .expect("the calibrated trap cost is in the trace");
+    let trap_ns = trap["value"].as_u64().unwrap();
+    assert!((100..100_000).contains(&trap_ns), "{trap}");
+    let acted: Vec<&Value> = changes
+        .iter()
+        .filter(|c| c["family"] == "alloc" && (c["kind"] == "paused" || c["kind"] == "rate"))
+        .collect();
+    assert!(!acted.is_empty(), "no budget change: {changes:?}\n{err}");
+    assert!(
+        acted
+            .iter()
+            .all(|c| c["reason"].as_str().unwrap().contains("--max-cpu 1.000%")),
+        "{acted:?}"
+    );
+    if acted.iter().any(|c| c["kind"] == "paused") {
+        let seen = info["events"]["alloc"].as_u64().unwrap();
+        assert!(seen < 3_000_000, "paused, yet {seen} allocations seen");
+        let top = run(&ebsym_path(), &["top", t, "--kind", "alloc"]);
+        let text = String::from_utf8_lossy(&top.stdout);
+        assert!(text.contains("paused"), "{text}");
+    }
+}

@@ -116,6 +116,14 @@ pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loa
         estimate: Estimator::default(),
     };
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
+    if kind == EventKind::Alloc && !l.alloc_pauses.is_empty() {
+        let open = l.alloc_pauses.iter().any(|p| p.1 == u64::MAX);
+        l.losses.damage.push(format!(
+            "the allocator probes were paused {} time(s) by --max-cpu{}: allocations made while paused are not counted (ebsym info lists the changes)",
+            l.alloc_pauses.len(),
+            if open { ", the last until the end" } else { "" }
+        ));
+    }
     type Key = (u64, FrameKey);
     let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
     let mut keys: Vec<(u64, u64)> = sink.by_stack.keys().copied().collect();

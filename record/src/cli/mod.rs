@@ -132,6 +132,13 @@ pub struct RecordArgs {
     /// (rate limit). It bounds the BPF work per event, not the uprobe trap itself.
     #[arg(long, value_name = "N")]
     pub max_events_per_sec: Option<u64>,
+    /// Keep ebrec's cost under PCT percent of one CPU (its BPF run time, the uprobe traps at
+    /// a cost calibrated at start, and its own CPU, measured each second): above it, the
+    /// allocation sampling by bytes goes coarser (--sample-bytes), then the allocator's
+    /// probes pause; they come back when the cost allows. Every change is in the trace, and
+    /// the reports show the estimates and the paused periods.
+    #[arg(long, value_name = "PCT")]
+    pub max_cpu: Option<f64>,
     /// Stop cleanly when the trace reaches SIZE bytes (suffixes k, M, G: powers of 1024),
     /// before a disk fills; with --rotate, go on in a new file instead.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]

@@ -223,6 +223,14 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// Writes a `ProbeChange` record.
+    pub fn probe_change(&mut self, pc: ebtrace_proto::v1::ProbeChange) -> Result<()> {
+        self.w.write_record(&Record {
+            kind: Some(Kind::ProbeChange(pc)),
+        })?;
+        Ok(())
+    }
+
     /// A child held stopped at its fork (alloc_fork, `stopped`) or not: attach its links and
     /// continue it. One that could not be held is attached late, which the trace marks.
     pub(super) fn held_child(&mut self, pid: u32, stopped: bool, fork_ns: u64) -> Result<()> {
