@@ -219,6 +219,9 @@ run_row() {
     untraced | untraced-again) run_untraced "$mode" ;;
     bt-mutex) run_bpftrace "$mode" "uprobe:$LIBC:pthread_mutex_lock /pid == cpid/ { @n = count(); }" ;;
     bt-malloc-count) run_bpftrace "$mode" "uprobe:$LIBC:malloc /pid == cpid/ { @n = count(); }" ;;
+    # What ebrec --alloc=4096 --no-free does: a stack for each malloc of at least 4 KiB.
+    bt-malloc-4096) run_bpftrace "$mode" \
+      "uprobe:$LIBC:malloc /pid == cpid/ { @n = count(); if (arg0 >= 4096) { @s[ustack] = count(); } } END { clear(@s); }" ;;
     bt-malloc-ustack) run_bpftrace "$mode" \
       "uprobe:$LIBC:malloc /pid == cpid/ { @s[ustack] = count(); @n = count(); } END { clear(@s); }" ;;
     # ebrec --alloc=4096's equivalent in bpftrace (the leak report's data): size and stack at
@@ -239,6 +242,11 @@ run_row() {
     ebrec-lock-uprobe) run_ebrec "$mode" --lock --lock-mode uprobe ;;
     ebrec-alloc-4096) run_ebrec "$mode" --alloc=4096 ;;
     ebrec-alloc) run_ebrec "$mode" --alloc ;;
+    ebrec-alloc-4096-nofree) run_ebrec "$mode" --alloc=4096 --no-free ;;
+    ebrec-alloc-4096-classic) run_ebrec "$mode" --alloc=4096 --alloc-probes classic ;;
+    ebrec-alloc-4096-nofree-classic) run_ebrec "$mode" --alloc=4096 --no-free --alloc-probes classic ;;
+    ebrec-sample-512k) run_ebrec "$mode" --alloc --sample-bytes 524288 ;;
+    ebrec-maxcpu-1) run_ebrec "$mode" --alloc --max-cpu 1 ;;
     *) die "unknown mode $mode" ;;
   esac
 }

@@ -367,6 +367,10 @@ run_ebrec() {
   kept=$(summary_kept "$out")
   [ "$kept" = "${evl[0]}" ] || note="${note:-}MISMATCH: summary kept $kept, ebsym info ${evl[0]} events; "
   note="${note:-}${EBREC_NOTE#trace }"
+  # --max-cpu: what ebrec measured it cost, per its summary line.
+  local budget
+  budget=$(grep -o 'ebrec cost [^;]*' "$out" | head -n 1 || true)
+  [ -z "$budget" ] || note="$note; $budget"
   result "$mode" "$w0" "$w1" "$TMP/$mode.rss" "${evl[0]}" "${evl[1]}" "$(stat -c %s "$trace" 2>/dev/null || echo -)" \
     "$stop" "$note"
   if [ -n "${KEEP:-}" ]; then cp "$out" "$trace" "$TMP/$mode.rss" "$KEEP/" 2>/dev/null || true; fi
@@ -452,6 +456,8 @@ run_row() {
     ebrec-func) run_ebrec "$mode" --func "$FUNC" ;;
     ebrec-func-uret) run_ebrec "$mode" --func "$FUNC" --func-exit uretprobe ;;
     ebrec-all) run_ebrec "$mode" "${ALL_FLAGS[@]}" ;;
+    # Every family under a budget of 1% of a CPU (ebrec's summary line says what it cost).
+    ebrec-all-maxcpu1) run_ebrec "$mode" "${ALL_FLAGS[@]}" --max-cpu 1 ;;
     bt-all) run_bpftrace "$mode" cpu offcpu alloc lock memgrowth func ;;
     bt-*) run_bpftrace "$mode" "${mode#bt-}" ;;
     *) die "unknown mode $mode" ;;

@@ -378,6 +378,7 @@ fn info_reports_a_clean_trace_exactly() {
     assert_eq!(j["symbolized_addresses"], 0);
     assert_eq!(j["uprobes_frames"], 0);
     assert_eq!(j["vdso"], Value::Null);
+    assert_eq!(j["probe_changes"], json!([]));
     // Every documented field is present, and nothing else.
     let mut keys: Vec<&str> = j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     keys.sort_unstable();
@@ -391,6 +392,7 @@ fn info_reports_a_clean_trace_exactly() {
             "header",
             "losses",
             "lost_total",
+            "probe_changes",
             "processes",
             "span",
             "stack_copies",

@@ -404,6 +404,21 @@ fn check_ringbuf() -> Check {
     Check::ok(NAME, "an 8 MiB BPF ring buffer was created (and closed)")
 }
 
+/// Uprobe sessions (6.13): the allocator's one-trap path (`--alloc-probes`).
+fn check_uprobe_sessions(version: Option<(u32, u32)>) -> Check {
+    match version {
+        Some(v) if v >= (6, 13) => Check::ok(
+            "uprobe sessions",
+            "kernel >= 6.13: --alloc pays the return probe only for the calls it keeps (one trap for the others)",
+        ),
+        _ => Check::warn(
+            "uprobe sessions",
+            "kernel older than 6.13: --alloc probes every allocator call's entry and return (two traps a call)",
+            "a 6.13 or later kernel halves --alloc's traps; meanwhile prefer --alloc with a threshold and --no-free, or --memgrowth",
+        ),
+    }
+}
+
 fn check_uprobes() -> Check {
     const PATH: &str = "/sys/bus/event_source/devices/uprobe/type";
     match std::fs::read_to_string(PATH) {
@@ -935,6 +950,7 @@ pub fn run(a: DoctorArgs) -> Result<()> {
         check_bpf_load(),
         check_ringbuf(),
         check_uprobes(),
+        check_uprobe_sessions(version),
         check_tracefs(&privileges),
         check_perf_event(),
         check_kallsyms(&privileges),
