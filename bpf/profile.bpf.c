@@ -198,7 +198,8 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_boot_ns();
+	/* The clock is read once, and only when a target thread leaves or comes back. */
+	__u64 now = 0;
 	/* A preempted thread (still runnable) is waiting for a CPU, not blocked: not counted.
 	 * A block is a hit when it ends (below), so that a block still going on when the
 	 * recording stops is in no count. */
@@ -216,6 +217,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		}
 		if (b) {
 			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+			now = bpf_ktime_get_boot_ns();
 			b->start = now;
 			b->state = prev_state;
 			b->ip = regs ? regs->ip : 0;
@@ -231,6 +233,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		return 0;
 	__u64 start = b->start;
 	b->start = 0;
+	if (!now)
+		now = bpf_ktime_get_boot_ns();
 	__u64 d = now - start;
 	if (d < offcpu_min_ns) {
 		count(FAM_OFFCPU, CTR_HITS);
