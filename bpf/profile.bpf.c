@@ -310,7 +310,10 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		return 0; /* counted at the switch-in */
 	offcpu_begin(e);
 	b->decided = OFFCPU_ADMITTED;
-	__u32 n = waker_stack(ctx, &e->ips[0], &e->waker_flags);
+	/* The user stack only of a target's thread: a wake from an interrupt names whoever was
+	 * running, and another process's user addresses mean nothing in the trace (user space
+	 * would drop them), so its walk is not paid for. */
+	__u32 n = is_target(pt >> 32) ? waker_stack(ctx, &e->ips[0], &e->waker_flags) : 0;
 	n &= MAX_FRAMES - 1;
 	e->waker_nframes = n;
 	e->waker_kframes = kernel_stack(ctx, &e->ips[n], &e->waker_flags);

@@ -199,7 +199,9 @@ impl Session<'_> {
                     match self.gen_at(e.waker_pid, h.time_ns) {
                         Some(wg) => (wg, wuser),
                         None => {
-                            if !wuser.is_empty() {
+                            // (The kernel side takes no user stack of a process that is
+                            // not a target: only its kernel frames come.)
+                            if !wuser.is_empty() || !wkernel.is_empty() {
                                 self.waker_frames_dropped += 1;
                             }
                             (g, &[][..])
