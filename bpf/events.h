@@ -92,13 +92,16 @@ struct sample_event {
 	__u64 ips[MAX_FRAMES + KFRAMES];
 };
 
-/* Slots of an off-CPU event's stack area: blocked user + kernel, waker user + kernel, with
+/* Slots of an off-CPU event's stack area: waker user + kernel, blocked kernel + user, with
  * room for the masked offsets the verifier needs. */
 #define OFFCPU_SLOTS 640
 
-/* A block off the CPU, sent when the thread runs again. Also the per-task state between
- * the switch-out and the switch-in (task storage), so the event leaves without a copy.
- * `ips` holds, back to back, the blocked thread's user and kernel frames and the waker's. */
+/* A block off the CPU, sent at the blocked thread's first syscall exit after it runs again
+ * (profile.bpf.c, offcpu), if it lasted at least `offcpu_min_ns`. Also the per-task state of
+ * a kept block between its switch-in and that syscall exit (task storage), so the event
+ * leaves without a copy. `ips` holds, back to back, in the order they are taken: the
+ * waker's user and kernel frames (at the wake), the blocked thread's kernel frames (at the
+ * switch-in) and its user frames (at the syscall exit). */
 struct offcpu_event {
 	struct event_header h;	/* the blocked thread; time_ns: when it left the CPU */
 	__u64 duration_ns;
@@ -111,9 +114,9 @@ struct offcpu_event {
 	__u32 waker_kframes;
 	__u32 flags;
 	__u32 waker_flags;
-	__u32 blocked;		/* state only: set while the thread is off the CPU */
-	__u32 used;		/* state only: slots of `ips` in use */
-	__u32 pad;
+	__u32 pending;		/* state only: kept, waiting for the syscall exit */
+	__u64 user_ip;		/* state only: the user registers at the switch-out */
+	__u64 user_sp;
 	__u64 copy_id;
 	__u64 ips[OFFCPU_SLOTS];
 };

@@ -2,11 +2,11 @@
  *
  * - cpu (--cpu): a cpu-clock perf event per CPU runs `cpu_sample`, which keeps samples of
  *   target threads with their user and kernel stacks.
- * - offcpu (--offcpu): sched_switch and sched_waking (BTF tracepoints). A target thread that
- *   blocks gets its stacks saved in its task storage (state per task, not per CPU, so a
- *   thread that wakes on another CPU is measured right); its waker adds its own tid and
- *   stacks; the block becomes an event when the thread runs again, if it lasted at least
- *   `offcpu_min_ns`.
+ * - offcpu (--offcpu): sched_switch, sched_waking and sys_exit (BTF tracepoints). A target
+ *   thread that blocks gets a timestamp in its task storage (state per task, not per CPU, so
+ *   a thread that wakes on another CPU is measured right), no stack; a block of at least
+ *   `offcpu_min_ns` takes the kernel stack at the switch-in, the waker's stacks at the wake
+ *   and the user stack at the thread's next syscall exit, and is sent then (see below).
  * - func (--func): a uprobe and a uretprobe per function, the function's id in the BPF
  *   cookie. Calls in flight are keyed by (thread, stack pointer at entry): the return probe
  *   finds its entry at sp - 8 (the return address is popped), so recursion and threads
@@ -50,20 +50,6 @@ struct sample_event _sample_event = {};
 struct offcpu_event _offcpu_event = {};
 struct func_event _func_event = {};
 struct mem_event _mem_event = {};
-
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(prof_fork, struct task_struct *parent, struct task_struct *child)
-{
-	targets_fork(parent, child);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(prof_exit, struct task_struct *task)
-{
-	targets_exit(task);
-	return 0;
-}
 
 /* The kernel stack into ips[0..KFRAMES); returns the frame count (0 when the context was
  * in user mode). */
@@ -113,98 +99,181 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* --- offcpu --- */
+/* --- offcpu ---
+ *
+ * A context switch costs only a timestamp: at the switch-out of a target thread that blocks,
+ * its task storage gets the time, the state and the user registers (ip, sp) it blocked with;
+ * no stack. At its switch-in (the same sched_switch, `next`), a block shorter than
+ * `offcpu_min_ns` (nearly all of them) is counted and dropped. A kept one takes its kernel
+ * stack there with bpf_get_task_stack(next): `next` has not run yet, so its kernel stack is
+ * where it blocked (the task-stack walk leaves out the scheduler's own functions, schedule and
+ * the `__sched` sleep helpers). Its user stack has not changed while it slept, but a BPF
+ * program cannot read another task's user memory, so the block waits in `offcpu_pend` for
+ * the thread's next syscall exit (`offcpu_sys_exit`, in its own context), where the user
+ * stack (any --stack-mode: fp, cfi, auto, dwarf's copy) is taken if the user registers are
+ * still the ones it blocked with, and the event is sent. A block that did not end at a
+ * syscall exit with those registers (a page fault, a second long block in the same syscall)
+ * is sent with its kernel stack only and SF_USER_NOT_AT_EXIT, never with a user stack from
+ * elsewhere.
+ *
+ * The waker (sched_waking, in the waker's context): its tid always; its stacks only when
+ * the wakee has been blocked for at least the threshold by then. A block that crosses the
+ * threshold in the run queue, after its wake, is kept with the waker's tid and no waker
+ * stack.
+ */
 
+/* Per target thread, the hot state: written at every block, read at every switch-in. */
+struct offcpu_block {
+	__u64 start;	 /* switch-out time (boottime); 0: not blocked */
+	__u64 ip;	 /* user registers at the switch-out */
+	__u64 sp;
+	__u32 state;	 /* prev_state */
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u32 woken;	 /* sched_waking seen for this block */
+	__u8 decided;	 /* OFFCPU_ADMITTED: offcpu_pend holds this block's waker stacks;
+			  * OFFCPU_REFUSED: the rate limit refused it at the wake */
+	__u8 pending;	 /* offcpu_pend holds a kept block waiting for the syscall exit */
+	__u8 pad;
+};
+
+#define OFFCPU_ADMITTED 1
+#define OFFCPU_REFUSED 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct offcpu_block);
+} offcpu_state SEC(".maps");
+
+/* Per thread, the kept block being filled (created at the first kept block of a thread):
+ * the event as it will be sent, so that it leaves without a copy. */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct offcpu_event);
-} offcpu_state SEC(".maps");
-
-/* The blocked thread's stack copy (dwarf mode), sent only if the block is kept. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct copy_event);
-} offcpu_copy SEC(".maps");
+} offcpu_pend SEC(".maps");
 
 #define TASK_RUNNING 0
+
+/* Sends a kept block (`used` slots of `ips`); the block is a hit now. */
+static __always_inline void offcpu_send(struct offcpu_event *e)
+{
+	e->pending = 0;
+	count(FAM_OFFCPU, CTR_HITS);
+	__u32 used = e->waker_nframes + e->waker_kframes + e->kframes + e->nframes;
+	if (used > OFFCPU_SLOTS)
+		used = OFFCPU_SLOTS;
+	__u64 size = __builtin_offsetof(struct offcpu_event, ips) + used * sizeof(__u64);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_OFFCPU, CTR_LOST_RINGBUF);
+}
+
+/* A kept block still waiting for its syscall exit when the thread's next block needs the
+ * buffer: it goes with its kernel stack only. */
+static __always_inline void offcpu_flush(struct offcpu_event *e)
+{
+	e->nframes = 0;
+	e->flags |= SF_USER_NOT_AT_EXIT;
+	offcpu_send(e);
+}
+
+/* The start of a kept block's event; its waker stacks go first in `ips`. */
+static __always_inline void offcpu_begin(struct offcpu_event *e)
+{
+	if (e->pending)
+		offcpu_flush(e);
+	e->waker_nframes = 0;
+	e->waker_kframes = 0;
+	e->waker_flags = 0;
+	e->kframes = 0;
+	e->nframes = 0;
+	e->flags = 0;
+	e->copy_id = 0;
+}
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_boot_ns();
-	/* The thread leaving the CPU is the current one: its stacks are at hand. A preempted
-	 * thread (still runnable) is waiting for a CPU, not blocked: not counted. */
-	if (prev_state != TASK_RUNNING && prev->pid != 0 && is_target(prev->tgid)) {
-		/* A block is a hit when it ends (below), so that a block still going on when
-		 * the recording stops is in no count; one refused here is a hit lost now. */
-		bool admitted = admit(FAM_OFFCPU);
-		if (!admitted)
-			count(FAM_OFFCPU, CTR_HITS);
-		struct offcpu_event *st = admitted
-			? bpf_task_storage_get(&offcpu_state, prev, 0,
-					       BPF_LOCAL_STORAGE_GET_F_CREATE)
-			: 0;
-		if (st) {
-			st->h.type = FAM_OFFCPU;
-			st->h.pid = prev->tgid;
-			st->h.tid = prev->pid;
-			st->h.cpu = bpf_get_smp_processor_id();
-			st->h.time_ns = now;
-			st->state = prev_state;
-			st->waker_pid = 0;
-			st->waker_tid = 0;
-			st->waker_nframes = 0;
-			st->waker_kframes = 0;
-			st->waker_flags = 0;
-			st->flags = 0;
-			__u32 n = user_stack(ctx, st->ips, &st->flags, false);
-			n &= MAX_FRAMES - 1;
-			st->nframes = n;
-			__u32 k = kernel_stack(ctx, &st->ips[n], &st->flags);
-			st->kframes = k;
-			st->used = n + k;
-			st->blocked = 1;
-			st->copy_id = 0;
-			if (copy_bytes) {
-				struct copy_event *cp = bpf_task_storage_get(
-					&offcpu_copy, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-				if (cp)
-					fill_copy(cp);
+	/* The clock is read once, and only when a target thread leaves or comes back. */
+	__u64 now = 0;
+	/* A preempted thread (still runnable) is waiting for a CPU, not blocked: not counted.
+	 * A block is a hit when it ends (below), so that a block still going on when the
+	 * recording stops is in no count. */
+	if (prev_state != TASK_RUNNING && prev->pid != 0) {
+		/* A thread with state is a target's (it got it here, below): no need to look the
+		 * process up again. */
+		struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, prev, 0, 0);
+		if (!b && is_target(prev->tgid)) {
+			b = bpf_task_storage_get(&offcpu_state, prev, 0,
+						 BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (!b) {
+				count(FAM_OFFCPU, CTR_HITS);
+				count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
 			}
-		} else if (admitted) {
-			count(FAM_OFFCPU, CTR_HITS);
-			count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
+		}
+		if (b) {
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+			now = bpf_ktime_get_boot_ns();
+			b->start = now;
+			b->state = prev_state;
+			b->ip = regs ? regs->ip : 0;
+			b->sp = regs ? regs->sp : 0;
+			b->waker_pid = 0;
+			b->waker_tid = 0;
+			b->woken = 0;
+			b->decided = 0;
 		}
 	}
-	struct offcpu_event *st = bpf_task_storage_get(&offcpu_state, next, 0, 0);
-	if (!st || !st->blocked)
+	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, next, 0, 0);
+	if (!b || !b->start)
 		return 0;
-	st->blocked = 0;
-	count(FAM_OFFCPU, CTR_HITS);
-	__u64 d = now - st->h.time_ns;
+	__u64 start = b->start;
+	b->start = 0;
+	if (!now)
+		now = bpf_ktime_get_boot_ns();
+	__u64 d = now - start;
 	if (d < offcpu_min_ns) {
+		count(FAM_OFFCPU, CTR_HITS);
 		count(FAM_OFFCPU, CTR_FILTERED);
 		return 0;
 	}
-	st->duration_ns = d;
-	if (copy_bytes) {
-		struct copy_event *cp = bpf_task_storage_get(&offcpu_copy, next, 0, 0);
-		if (cp && cp->len) {
-			st->copy_id = send_copy(cp);
-			cp->len = 0;
-		}
+	__u8 decided = b->decided;
+	if (decided == OFFCPU_REFUSED || (decided == 0 && !admit(FAM_OFFCPU))) {
+		count(FAM_OFFCPU, CTR_HITS); /* admit counted the loss */
+		return 0;
 	}
-	__u32 used = st->used + st->waker_nframes + st->waker_kframes;
-	if (used > OFFCPU_SLOTS)
-		used = OFFCPU_SLOTS;
-	__u64 size = __builtin_offsetof(struct offcpu_event, ips) + used * sizeof(__u64);
-	if (bpf_ringbuf_output(&events, st, size, BPF_RB_NO_WAKEUP))
-		count(FAM_OFFCPU, CTR_LOST_RINGBUF);
+	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, next, 0,
+						      BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!e) {
+		count(FAM_OFFCPU, CTR_HITS);
+		count(FAM_OFFCPU, CTR_LOST_MAP_FULL);
+		return 0;
+	}
+	if (decided != OFFCPU_ADMITTED)
+		offcpu_begin(e); /* no waker stacks: none taken at the wake */
+	e->h.type = FAM_OFFCPU;
+	e->h.pid = next->tgid;
+	e->h.tid = next->pid;
+	e->h.cpu = bpf_get_smp_processor_id();
+	e->h.time_ns = start;
+	e->duration_ns = d;
+	e->state = b->state;
+	e->waker_pid = b->waker_pid;
+	e->waker_tid = b->waker_tid;
+	e->user_ip = b->ip;
+	e->user_sp = b->sp;
+	__u32 at = (e->waker_nframes + e->waker_kframes) & 255;
+	long n = bpf_get_task_stack(next, &e->ips[at], KFRAMES * sizeof(__u64), 0);
+	__u32 k = n > 0 ? n / sizeof(__u64) : 0;
+	if (k >= KFRAMES)
+		e->flags |= SF_KERNEL_TRUNCATED;
+	e->kframes = k;
+	e->pending = 1;
+	b->pending = 1;
 	return 0;
 }
 
@@ -215,20 +284,96 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_waking")
 int BPF_PROG(offcpu_waking, struct task_struct *p)
 {
-	struct offcpu_event *st = bpf_task_storage_get(&offcpu_state, p, 0, 0);
-	if (!st || !st->blocked || st->waker_tid)
+	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, p, 0, 0);
+	/* Once per block: try_to_wake_up fires this under the wakee's pi_lock, after it saw the
+	 * task asleep, and the task is awake after it; a second waker finds it awake. */
+	if (!b || !b->start || b->woken)
 		return 0;
+	b->woken = 1;
 	__u64 pt = bpf_get_current_pid_tgid();
 	if ((__u32)pt == 0)
 		return 0; /* woken from the idle task: an interrupt */
-	st->waker_pid = pt >> 32;
-	st->waker_tid = (__u32)pt;
-	__u32 used = st->used & 255;
-	__u32 n = waker_stack(ctx, &st->ips[used], &st->waker_flags);
+	b->waker_pid = pt >> 32;
+	b->waker_tid = (__u32)pt;
+	/* Shorter than the threshold so far: the block may still cross it in the run queue
+	 * (then it is kept with the waker's tid and no waker stack), but mostly it will be
+	 * dropped, so no stack now. */
+	if (bpf_ktime_get_boot_ns() - b->start < offcpu_min_ns)
+		return 0;
+	if (!admit(FAM_OFFCPU)) {
+		b->decided = OFFCPU_REFUSED;
+		return 0;
+	}
+	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, p, 0,
+						      BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!e)
+		return 0; /* counted at the switch-in */
+	offcpu_begin(e);
+	b->decided = OFFCPU_ADMITTED;
+	/* The user stack only of a target's thread: a wake from an interrupt names whoever was
+	 * running, and another process's user addresses mean nothing in the trace (user space
+	 * would drop them), so its walk is not paid for. */
+	__u32 n = is_target(pt >> 32) ? waker_stack(ctx, &e->ips[0], &e->waker_flags) : 0;
 	n &= MAX_FRAMES - 1;
-	st->waker_nframes = n;
-	__u32 at = (used + n) & 511;
-	st->waker_kframes = kernel_stack(ctx, &st->ips[at], &st->waker_flags);
+	e->waker_nframes = n;
+	e->waker_kframes = kernel_stack(ctx, &e->ips[n], &e->waker_flags);
+	return 0;
+}
+
+/* The thread's next syscall exit after a kept block, in its own context: the user stack, if
+ * the user registers are the ones it blocked with, then the event. For every other thread
+ * and syscall: one task-storage lookup. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(offcpu_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, task, 0, 0);
+	if (!b || !b->pending)
+		return 0;
+	b->pending = 0;
+	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
+	if (!e || !e->pending)
+		return 0;
+	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!u || u->ip != e->user_ip || u->sp != e->user_sp) {
+		offcpu_flush(e);
+		return 0;
+	}
+	__u32 at = (e->waker_nframes + e->waker_kframes + e->kframes) & 511;
+	__u32 n = user_stack(ctx, &e->ips[at], &e->flags, false);
+	n &= MAX_FRAMES - 1;
+	e->nframes = n;
+	e->copy_id = stack_copy();
+	offcpu_send(e);
+	return 0;
+}
+
+/* A thread that exits with a kept block still waiting for a syscall exit. */
+static __always_inline void offcpu_exit(struct task_struct *task)
+{
+	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, task, 0, 0);
+	if (!b || !b->pending)
+		return;
+	b->pending = 0;
+	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
+	if (e && e->pending)
+		offcpu_flush(e);
+}
+
+/* --- processes --- */
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(prof_fork, struct task_struct *parent, struct task_struct *child)
+{
+	targets_fork(parent, child);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(prof_exit, struct task_struct *task)
+{
+	targets_exit(task);
+	offcpu_exit(task);
 	return 0;
 }
 

@@ -541,8 +541,9 @@ impl<'obj> Probes<'obj> {
             if cfg.offcpu_min_ns.is_some() {
                 tps.push((&g.offcpu_switch, "sched_switch"));
                 tps.push((&g.offcpu_waking, "sched_waking"));
+                tps.push((&g.offcpu_sys_exit, "sys_exit"));
                 p.attached
-                    .push("tp_btf/sched_switch, sched_waking (off-CPU)".into());
+                    .push("tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into());
             }
             if cfg.memgrowth {
                 tps.push((&g.mem_enter, "sys_enter"));

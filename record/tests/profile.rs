@@ -284,11 +284,13 @@ fn off_cpu_blocks_with_their_stack_and_waker() {
         (total / blocked - 1.0).abs() < 0.10,
         "off-CPU in the futex wait {total} ns, the program measured {blocked} ns"
     );
-    // The blocking stack: the scheduler first (the tracer's own frames removed), kernel
-    // frames named from the kallsyms entries the trace carries, then the user frames.
+    // The blocking stack: where the thread slept in the futex code first (the kernel's walk
+    // of a sleeping task's stack leaves out the scheduler's own frames, schedule and the
+    // like, and there are no tracer frames), kernel frames named from the kallsyms entries
+    // the trace carries, then the user frames.
     for r in &waits {
         let f = functions(r);
-        assert_eq!(f[0], "__schedule", "{f:?}");
+        assert!(f[0].contains("futex"), "{f:?}");
         let k = f
             .iter()
             .position(|x| x == "entry_SYSCALL_64_after_hwframe")

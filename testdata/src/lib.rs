@@ -149,6 +149,7 @@ const PROGRAMS: &[&str] = &[
     "secret_stack",
     "clock_loop",
     "alloc_mix",
+    "offcpu_blocks",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].

@@ -188,11 +188,13 @@ impl Session<'_> {
             }
             t if t == EventFamily::Offcpu as u32 => {
                 let e: probes::offcpu_event = probes::read_event(data);
-                let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
+                // `ips`, in the order the kernel side took them: the waker's user and
+                // kernel frames, the blocked thread's kernel frames, then its user frames.
+                let (wuser, rest) = take_frames(&e.ips, e.waker_nframes);
+                let (wkernel, rest) = take_frames(rest, e.waker_kframes);
+                let (kernel, rest) = take_frames(rest, e.kframes);
+                let (user, _) = take_frames(rest, e.nframes);
                 let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
-                let used = (e.nframes + e.kframes) as usize;
-                let rest = e.ips.get(used.min(e.ips.len())..).unwrap_or(&[]);
-                let (wuser, wkernel) = split_frames(rest, e.waker_nframes, e.waker_kframes);
                 // The waker's user frames are addresses in *its* process: kept only when
                 // that process is known (a target), under its own generation. A wake from
                 // an interrupt names whoever was running: the kernel frames tell.
@@ -202,7 +204,9 @@ impl Session<'_> {
                     match self.gen_at(e.waker_pid, h.time_ns) {
                         Some(wg) => (wg, wuser),
                         None => {
-                            if !wuser.is_empty() {
+                            // (The kernel side takes no user stack of a process that is
+                            // not a target: only its kernel frames come.)
+                            if !wuser.is_empty() || !wkernel.is_empty() {
                                 self.waker_frames_dropped += 1;
                             }
                             (g, &[][..])
@@ -260,6 +264,11 @@ impl Session<'_> {
         }
         Ok(())
     }
+}
+
+/// The first `n` frames of `ips` and the rest, clamped to `ips`.
+fn take_frames(ips: &[u64], n: u32) -> (&[u64], &[u64]) {
+    ips.split_at((n as usize).min(ips.len()))
 }
 
 /// `ips[..nframes]` (user) and the `kframes` after them (kernel), clamped to `ips`.

@@ -298,6 +298,10 @@ pub const CUT_REASONS: &[(StackFlag, &str)] = &[
     ),
     (StackFlag::UserBadFrame, "bad stack read or frame"),
     (StackFlag::UserFpSteps, "frame-pointer steps (auto)"),
+    (
+        StackFlag::UserNotAtExit,
+        "off-CPU block not ended at its syscall exit (kernel stack only)",
+    ),
 ];
 
 impl StackQuality {
