@@ -104,12 +104,12 @@ fn as_root_every_supported_check_is_ok() {
         supported.push("tracefs");
     }
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let v: Vec<u32> = release
+    let ver: Vec<u32> = release
         .split(|c: char| !c.is_ascii_digit())
         .take(2)
         .map(|x| x.parse().unwrap_or(0))
         .collect();
-    if (v[0], v[1]) >= (6, 13) {
+    if (ver[0], ver[1]) >= (6, 13) {
         supported.push("uprobe sessions");
     }
     for name in supported {
