@@ -23,9 +23,14 @@ pub mod profile_skel {
     #![allow(clippy::all, missing_debug_implementations, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
+pub mod sampler_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/sampler.skel.rs"));
+}
 use alloc_skel::{AllocSkel, AllocSkelBuilder};
 use lock_skel::{LockSkel, LockSkelBuilder};
 use profile_skel::{ProfileSkel, ProfileSkelBuilder};
+use sampler_skel::{SamplerSkel, SamplerSkelBuilder};
 
 /// Event types of `bpf/events.h`.
 pub use alloc_skel::types::{alloc_event, event_header, free_event};
@@ -78,6 +83,9 @@ pub enum LockMode {
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
     pub alloc_min: Option<u64>,
+    /// --alloc-sampler preload: the shim's mean bytes between samples (the alloc object is
+    /// not loaded then, the sampler object is).
+    pub preload_period: Option<u64>,
     pub sample_every: u32,
     pub lock_min_ns: Option<u64>,
     pub lock_mode: LockMode,
@@ -214,6 +222,7 @@ pub struct Probes<'obj> {
     pub alloc: Option<AllocSkel<'obj>>,
     pub lock: Option<LockSkel<'obj>>,
     pub profile: Option<ProfileSkel<'obj>>,
+    pub sampler: Option<SamplerSkel<'obj>>,
     links: Vec<Link>,
     /// Inherited perf events without a program: they only tell the kernel which processes
     /// (the targets and all their descendants) the probes are for. See `attach`.
@@ -289,6 +298,9 @@ macro_rules! each_skel {
         if let Some($s) = &$self.profile {
             $body;
         }
+        if let Some($s) = &$self.sampler {
+            $body;
+        }
     }};
 }
 
@@ -351,6 +363,7 @@ impl<'obj> Probes<'obj> {
         alloc_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        sampler_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
@@ -366,6 +379,7 @@ impl<'obj> Probes<'obj> {
         let depth = cfg.stack_depth.clamp(1, 127);
         let ncpu = procfs::possible_cpus().unwrap_or(1).max(1) as u32;
         let alloc = match cfg.alloc_min {
+            _ if cfg.preload_period.is_some() => None,
             None => None,
             Some(min) => {
                 let mut open = AllocSkelBuilder::default()
@@ -429,10 +443,26 @@ impl<'obj> Probes<'obj> {
         } else {
             None
         };
+        let sampler = match cfg.preload_period {
+            None => None,
+            Some(period) => {
+                let mut open = SamplerSkelBuilder::default()
+                    .open(sampler_obj)
+                    .map_err(|e| load_error("allocation sampler", e))?;
+                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+                ro.sample_period = period;
+                common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                Some(
+                    open.load()
+                        .map_err(|e| load_error("allocation sampler", e))?,
+                )
+            }
+        };
         let mut p = Probes {
             alloc,
             lock,
             profile,
+            sampler,
             links: Vec::new(),
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
@@ -597,6 +627,56 @@ impl<'obj> Probes<'obj> {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Attaches the sampler's programs to the probe sites of the preloaded shim at `shim`
+    /// (`--alloc-sampler preload`) for `pid` and its descendants; without `frees`, only the
+    /// allocation site (--no-free).
+    pub fn attach_sampler(&mut self, shim: &Path, frees: bool, pid: i32) -> Result<()> {
+        let Some(sm) = &self.sampler else {
+            return Ok(());
+        };
+        let syms = Symbols::read(shim).map_err(|e| anyhow::anyhow!(e))?;
+        // The *_forked sites are what a forked child calls (see the shim).
+        let mut plan = vec![
+            ("ebtrace_sampled_alloc", &sm.progs.sampled_alloc),
+            ("ebtrace_sampled_alloc_rc", &sm.progs.sampled_alloc),
+            ("ebtrace_sampled_alloc_forked", &sm.progs.sampled_alloc),
+            ("ebtrace_sampled_alloc_rc_forked", &sm.progs.sampled_alloc),
+        ];
+        if frees {
+            plan.push(("ebtrace_sampled_free", &sm.progs.sampled_free));
+            plan.push(("ebtrace_sampled_free_forked", &sm.progs.sampled_free));
+        }
+        for (name, prog) in plan {
+            let offset = syms
+                .function(name)
+                .and_then(|(addr, _)| syms.file_offset(addr))
+                .with_context(|| format!("no {name} in the sampler shim {}", shim.display()))?;
+            // At the nop the site starts with (5 bytes: the kernel can turn it into a call of
+            // its uprobe trampoline, no trap); never moved past it.
+            let site = Site {
+                lib: shim.to_path_buf(),
+                symbol: name.into(),
+                offset,
+                placement: Placement {
+                    skip: 0,
+                    single_step: false,
+                },
+            };
+            let links = attach(
+                &mut self.trace_probes,
+                &mut self.filter_fds,
+                prog,
+                &site,
+                false,
+                pid,
+                0,
+            )?;
+            self.links.extend(links);
+            self.attached.push(site.to_string());
         }
         Ok(())
     }

@@ -61,6 +61,23 @@ pub struct RecordArgs {
     /// Keep one allocation in N, at random.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub sample: u32,
+    /// How --alloc sees allocations. uprobe: a uprobe on the allocator's functions in the
+    /// targets (any process, -p too; every call pays the trap). preload: start the command
+    /// (-- CMD only) with a small preloaded shim that samples allocations by bytes inside
+    /// the process (--sample-bytes) and traps only for the sampled ones and their frees:
+    /// a few ns per call, estimates in the reports.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "uprobe|preload",
+        default_value = "uprobe"
+    )]
+    pub alloc_sampler: AllocSampler,
+    /// Sample allocations by bytes: on average one event per N bytes allocated (an
+    /// allocation of S bytes is kept with probability 1 - exp(-S/N)); reports scale the
+    /// events back and say they are estimates. Default with --alloc-sampler preload: 524288.
+    #[arg(long, value_name = "N")]
+    pub sample_bytes: Option<u64>,
     /// Lock waits of at least MIN_US microseconds (default 0: all contended waits).
     #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
     pub lock: Option<u64>,
@@ -240,6 +257,13 @@ fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
         "dwarf" => Ok(StackMode::Dwarf(bytes)),
         _ => Err(format!("'{s}': use auto, cfi, fp or dwarf[:BYTES]")),
     }
+}
+
+/// `--alloc-sampler`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocSampler {
+    Uprobe,
+    Preload,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
