@@ -148,6 +148,7 @@ const PROGRAMS: &[&str] = &[
     "dlopener",
     "secret_stack",
     "clock_loop",
+    "sampled_heap",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
