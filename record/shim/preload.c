@@ -116,6 +116,9 @@ static int configure(void)
 	period = env_u64("EBTRACE_SAMPLE_BYTES", 0);
 	min_bytes = env_u64("EBTRACE_MIN_BYTES", 0);
 	track_frees = env_u64("EBTRACE_NO_FREE", 0) == 0;
+	/* for measuring: the plain-nop sites (one trap each) instead of the optimizable ones */
+	if (env_u64("EBTRACE_TRAP_SITES", 0))
+		forked = 1;
 	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
 	return 1;
 }
