@@ -4,7 +4,9 @@
 # Rows: untraced; bpftrace uprobe on libc pthread_mutex_lock (@n = count()); bpftrace uprobe on
 # libc malloc counting only (the trap cost) and with @[ustack]=count() (trap + stack walk);
 # bpftrace tracepoint syscalls:sys_enter_futex filtered by pid; then ebrec --lock,
-# --lock --lock-mode uprobe, --alloc=4096 and --alloc (skipped unless EBREC=/path/to/ebrec).
+# --lock --lock-mode uprobe, --alloc=4096, --alloc and --alloc --alloc-sampler preload
+# --sample-bytes 524288 (ebrec-preload-512k: not in the default MODES; skipped unless
+# EBREC=/path/to/ebrec).
 # Every traced row launches db_bench under the tracer (bpftrace -c, ebrec record -- CMD), so the
 # probes are attached before the first op. The DB is filled once per run (fillseq, untraced);
 # each row runs readrandom with --use_existing_db=1 on a fresh copy of it.
@@ -239,6 +241,9 @@ run_row() {
     ebrec-lock-uprobe) run_ebrec "$mode" --lock --lock-mode uprobe ;;
     ebrec-alloc-4096) run_ebrec "$mode" --alloc=4096 ;;
     ebrec-alloc) run_ebrec "$mode" --alloc ;;
+    # allocations sampled by bytes inside db_bench by ebrec's preloaded shim (1 per 512 KiB
+    # on average): a trap only for the sampled ones and their frees
+    ebrec-preload-512k) run_ebrec "$mode" --alloc --alloc-sampler preload --sample-bytes 524288 ;;
     *) die "unknown mode $mode" ;;
   esac
 }

@@ -60,7 +60,7 @@ ITERS=${ITERS:-2000000}
 DEPTHS=${DEPTHS:-"1 30"}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096"}
+MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096 ebrec-preload-512k"}
 SRC=$here/../cpp/malloc_loop.cpp
 
 need_root
@@ -200,15 +200,17 @@ run_mode() { # MODE DEPTH
       # stackcount prints each stack followed by a line holding only its count.
       [ "$mode" = bcc-stackcount ] && ev=$(awk '/^ +[0-9]+$/ { s += $1 } END { print s + 0 }' "$TMP/$mode.$d.tool")
       record "$mode" "$d" "$BCC_NS" "$ev" "" ;;
-    ebrec-alloc | ebrec-alloc-4096)
+    ebrec-alloc | ebrec-alloc-4096 | ebrec-preload-512k)
       if ! ebrec_available; then
         record "$mode" "$d" - - "$(ebrec_skip_reason)"
         return 0
       fi
-      local flag=--alloc trace=$TMP/$mode.$d.pb.zst
-      [ "$mode" = ebrec-alloc-4096 ] && flag=--alloc=4096
-      log "$mode depth $d: $EBREC record -o $trace $flag -- malloc_loop"
-      if ! "$EBREC" record -o "$trace" "$flag" -- "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1; then
+      local flag=(--alloc) trace=$TMP/$mode.$d.pb.zst
+      [ "$mode" = ebrec-alloc-4096 ] && flag=(--alloc=4096)
+      # sampled by bytes inside the process by ebrec's preloaded shim: no trap per call
+      [ "$mode" = ebrec-preload-512k ] && flag=(--alloc --alloc-sampler preload --sample-bytes 524288)
+      log "$mode depth $d: $EBREC record -o $trace ${flag[*]} -- malloc_loop"
+      if ! "$EBREC" record -o "$trace" "${flag[@]}" -- "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         record "$mode" "$d" failed - "ebrec failed"
         return 0
