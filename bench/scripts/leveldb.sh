@@ -5,7 +5,7 @@
 # libc malloc counting only (the trap cost) and with @[ustack]=count() (trap + stack walk);
 # bpftrace tracepoint syscalls:sys_enter_futex filtered by pid; then ebrec --lock,
 # --lock --lock-mode uprobe, --alloc=4096, --alloc and --alloc --alloc-sampler preload
-# --sample-bytes 524288 (ebrec-preload-512k: not in the default MODES; skipped unless
+# --sample-bytes 524288 (ebrec-preload-512k, right after untraced) (skipped unless
 # EBREC=/path/to/ebrec).
 # Every traced row launches db_bench under the tracer (bpftrace -c, ebrec record -- CMD), so the
 # probes are attached before the first op. The DB is filled once per run (fillseq, untraced);
@@ -70,7 +70,7 @@ NUM=${NUM:-1000000}
 READS=${READS:-$NUM}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-mutex bt-mutex-hold bt-malloc-count bt-malloc-ustack bt-malloc-leak bt-futex-tp ebrec-lock ebrec-lock-uprobe ebrec-alloc-4096 ebrec-alloc untraced-again"}
+MODES=${MODES:-"untraced ebrec-preload-512k bt-mutex bt-mutex-hold bt-malloc-count bt-malloc-ustack bt-malloc-leak bt-futex-tp ebrec-lock ebrec-lock-uprobe ebrec-alloc-4096 ebrec-alloc untraced-again"}
 LEVELDB_CACHE=$BENCH_CACHE/leveldb
 DB_BENCH=$LEVELDB_CACHE/build/db_bench
 
