@@ -5,7 +5,7 @@
 //! uprobes on its probe sites.
 use anyhow::{bail, Context, Result};
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// The shim, compiled by build.rs.
@@ -66,8 +66,6 @@ impl Drop for Shim {
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
-
-use std::os::unix::ffi::OsStringExt;
 
 /// The environment the command gets on top of ebrec's: the shim first in LD_PRELOAD (the
 /// entries already there kept after it), the period, --alloc's threshold and --no-free.
