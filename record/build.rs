@@ -8,7 +8,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["alloc", "lock", "profile"];
+const PROGRAMS: &[&str] = &["alloc", "lock", "profile", "sampler"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
@@ -47,10 +47,46 @@ fn main() {
         "alloc.bpf.c",
         "lock.bpf.c",
         "profile.bpf.c",
+        "sampler.bpf.c",
     ] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }
     println!("cargo:rerun-if-env-changed=EBTRACE_CLANG");
+    build_shim(&generated, &out);
+}
+
+/// The preloaded allocation sampler (`--alloc-sampler preload`, record/shim/preload.c): a
+/// shared library compiled with the system cc, embedded into ebrec (include_bytes!) so that
+/// ebrec stays one file.
+fn build_shim(generated: &str, out: &std::path::Path) {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shim/preload.c");
+    println!("cargo:rerun-if-changed={}", src.display());
+    println!("cargo:rerun-if-env-changed=CC");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let so = out.join("libebtrace_preload.so");
+    let status = std::process::Command::new(&cc)
+        .args([
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-g0",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unused-parameter",
+            "-fno-stack-protector",
+            "-ftls-model=initial-exec",
+            "-Wl,--build-id",
+            "-Wl,-z,now",
+            "-I",
+            generated,
+            "-o",
+        ])
+        .arg(&so)
+        .arg(&src)
+        .args(["-lm", "-lpthread"])
+        .status()
+        .unwrap_or_else(|e| panic!("running {cc} for {}: {e}", src.display()));
+    assert!(status.success(), "{cc} failed on {}", src.display());
 }
 
 /// `pub const NAME: usize = N;` for every `#define NAME N` and every `NAME = N,` enumerator

@@ -4,7 +4,9 @@
 # Rows: untraced; bpftrace uprobe on libc pthread_mutex_lock (@n = count()); bpftrace uprobe on
 # libc malloc counting only (the trap cost) and with @[ustack]=count() (trap + stack walk);
 # bpftrace tracepoint syscalls:sys_enter_futex filtered by pid; then ebrec --lock,
-# --lock --lock-mode uprobe, --alloc=4096 and --alloc (skipped unless EBREC=/path/to/ebrec).
+# --lock --lock-mode uprobe, --alloc=4096, --alloc and --alloc --alloc-sampler preload
+# --sample-bytes 524288 (ebrec-preload-512k, right after untraced) (skipped unless
+# EBREC=/path/to/ebrec).
 # Every traced row launches db_bench under the tracer (bpftrace -c, ebrec record -- CMD), so the
 # probes are attached before the first op. The DB is filled once per run (fillseq, untraced);
 # each row runs readrandom with --use_existing_db=1 on a fresh copy of it.
@@ -68,7 +70,7 @@ NUM=${NUM:-1000000}
 READS=${READS:-$NUM}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-mutex bt-mutex-hold bt-malloc-count bt-malloc-ustack bt-malloc-leak bt-futex-tp ebrec-lock ebrec-lock-uprobe ebrec-alloc-4096 ebrec-alloc untraced-again"}
+MODES=${MODES:-"untraced ebrec-preload-512k bt-mutex bt-mutex-hold bt-malloc-count bt-malloc-ustack bt-malloc-leak bt-futex-tp ebrec-lock ebrec-lock-uprobe ebrec-alloc-4096 ebrec-alloc untraced-again"}
 LEVELDB_CACHE=$BENCH_CACHE/leveldb
 DB_BENCH=$LEVELDB_CACHE/build/db_bench
 
@@ -247,6 +249,9 @@ run_row() {
     ebrec-alloc-4096-nofree-classic) run_ebrec "$mode" --alloc=4096 --no-free --alloc-probes classic ;;
     ebrec-sample-512k) run_ebrec "$mode" --alloc --sample-bytes 524288 ;;
     ebrec-maxcpu-1) run_ebrec "$mode" --alloc --max-cpu 1 ;;
+    # allocations sampled by bytes inside db_bench by ebrec's preloaded shim (1 per 512 KiB
+    # on average): a trap only for the sampled ones and their frees
+    ebrec-preload-512k) run_ebrec "$mode" --alloc --alloc-sampler preload --sample-bytes 524288 ;;
     *) die "unknown mode $mode" ;;
   esac
 }

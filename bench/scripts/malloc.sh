@@ -60,7 +60,7 @@ ITERS=${ITERS:-2000000}
 DEPTHS=${DEPTHS:-"1 30"}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096"}
+MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096 ebrec-preload-512k"}
 SRC=$here/../cpp/malloc_loop.cpp
 
 need_root
@@ -214,6 +214,8 @@ run_mode() { # MODE DEPTH
         ebrec-alloc-4096-classic) flags=(--alloc=4096 --alloc-probes classic) ;;
         ebrec-alloc-nofree-classic) flags=(--alloc --no-free --alloc-probes classic) ;;
         ebrec-sample-512k) flags=(--alloc --sample-bytes 524288) ;;
+        # sampled by bytes inside the process by ebrec's preloaded shim: no trap per call
+        ebrec-preload-512k) flags=(--alloc --alloc-sampler preload --sample-bytes 524288) ;;
         *) die "unknown mode $mode" ;;
       esac
       log "$mode depth $d: $EBREC record -o $trace ${flags[*]} -- malloc_loop"

@@ -9,6 +9,7 @@ mod funcs;
 mod kallsyms;
 mod perf;
 mod placement;
+mod preload;
 mod probes;
 mod procfs;
 mod record;

@@ -6,7 +6,7 @@ use crate::procfs;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -23,9 +23,14 @@ pub mod profile_skel {
     #![allow(clippy::all, missing_debug_implementations, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
+pub mod sampler_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/sampler.skel.rs"));
+}
 use alloc_skel::{AllocSkel, AllocSkelBuilder};
 use lock_skel::{LockSkel, LockSkelBuilder};
 use profile_skel::{ProfileSkel, ProfileSkelBuilder};
+use sampler_skel::{SamplerSkel, SamplerSkelBuilder};
 
 /// Event types of `bpf/events.h`.
 pub use alloc_skel::types::{alloc_event, event_header, fork_hold_event, free_event};
@@ -79,6 +84,9 @@ pub enum LockMode {
 #[derive(Debug, Clone)]
 pub struct ProbeConfig {
     pub alloc_min: Option<u64>,
+    /// --alloc-sampler preload: the shim's mean bytes between samples (the alloc object is
+    /// not loaded then, the sampler object is).
+    pub preload_period: Option<u64>,
     pub sample_every: u32,
     /// --sample-bytes (0: off).
     pub sample_bytes: u64,
@@ -219,6 +227,7 @@ pub struct Probes<'obj> {
     pub alloc: Option<AllocSkel<'obj>>,
     pub lock: Option<LockSkel<'obj>>,
     pub profile: Option<ProfileSkel<'obj>>,
+    pub sampler: Option<SamplerSkel<'obj>>,
     links: Vec<Link>,
     /// Inherited perf events without a program: they only tell the kernel which processes
     /// (the targets and all their descendants) the probes are for. See `attach`.
@@ -231,7 +240,7 @@ pub struct Probes<'obj> {
     /// allocator functions, to attach for each new process as it forks (a uprobe_multi
     /// link with a pid covers that process only); and those links.
     session_plan: std::cell::RefCell<Vec<SessionPlan>>,
-    session_links: std::cell::RefCell<Vec<Link>>,
+    session_links: std::cell::RefCell<HashMap<i32, Vec<Link>>>,
     session_pids: std::cell::RefCell<std::collections::HashSet<i32>>,
     sessions_paused: std::cell::Cell<bool>,
     /// `sample_bytes` in the alloc object's mmapped .bss (see `set_sample_bytes`).
@@ -272,7 +281,7 @@ impl Drop for Probes<'_> {
         // each here): one after the other, an --alloc recording took 2-3 s to stop. All at
         // once instead. (The tracefs probes are removed after, by the field's own drop.)
         let mut links = std::mem::take(&mut self.links);
-        links.append(self.session_links.get_mut());
+        links.extend(self.session_links.get_mut().drain().flat_map(|(_, l)| l));
         let fds = std::mem::take(&mut self.filter_fds);
         std::thread::scope(|s| {
             for l in links {
@@ -322,6 +331,9 @@ macro_rules! each_skel {
             $body;
         }
         if let Some($s) = &$self.profile {
+            $body;
+        }
+        if let Some($s) = &$self.sampler {
             $body;
         }
     }};
@@ -386,6 +398,7 @@ impl<'obj> Probes<'obj> {
         alloc_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        sampler_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
@@ -401,6 +414,7 @@ impl<'obj> Probes<'obj> {
         let depth = cfg.stack_depth.clamp(1, 127);
         let ncpu = procfs::possible_cpus().unwrap_or(1).max(1) as u32;
         let alloc = match cfg.alloc_min {
+            _ if cfg.preload_period.is_some() => None,
             None => None,
             Some(min) => {
                 let mut open = AllocSkelBuilder::default()
@@ -479,10 +493,26 @@ impl<'obj> Probes<'obj> {
         } else {
             None
         };
+        let sampler = match cfg.preload_period {
+            None => None,
+            Some(period) => {
+                let mut open = SamplerSkelBuilder::default()
+                    .open(sampler_obj)
+                    .map_err(|e| load_error("allocation sampler", e))?;
+                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+                ro.sample_period = period;
+                common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                Some(
+                    open.load()
+                        .map_err(|e| load_error("allocation sampler", e))?,
+                )
+            }
+        };
         let mut p = Probes {
             alloc,
             lock,
             profile,
+            sampler,
             links: Vec::new(),
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
@@ -670,6 +700,56 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// Attaches the sampler's programs to the probe sites of the preloaded shim at `shim`
+    /// (`--alloc-sampler preload`) for `pid` and its descendants; without `frees`, only the
+    /// allocation site (--no-free).
+    pub fn attach_sampler(&mut self, shim: &Path, frees: bool, pid: i32) -> Result<()> {
+        let Some(sm) = &self.sampler else {
+            return Ok(());
+        };
+        let syms = Symbols::read(shim).map_err(|e| anyhow::anyhow!(e))?;
+        // The *_forked sites are what a forked child calls (see the shim).
+        let mut plan = vec![
+            ("ebtrace_sampled_alloc", &sm.progs.sampled_alloc),
+            ("ebtrace_sampled_alloc_rc", &sm.progs.sampled_alloc),
+            ("ebtrace_sampled_alloc_forked", &sm.progs.sampled_alloc),
+            ("ebtrace_sampled_alloc_rc_forked", &sm.progs.sampled_alloc),
+        ];
+        if frees {
+            plan.push(("ebtrace_sampled_free", &sm.progs.sampled_free));
+            plan.push(("ebtrace_sampled_free_forked", &sm.progs.sampled_free));
+        }
+        for (name, prog) in plan {
+            let offset = syms
+                .function(name)
+                .and_then(|(addr, _)| syms.file_offset(addr))
+                .with_context(|| format!("no {name} in the sampler shim {}", shim.display()))?;
+            // At the nop the site starts with (5 bytes: the kernel can turn it into a call of
+            // its uprobe trampoline, no trap); never moved past it.
+            let site = Site {
+                lib: shim.to_path_buf(),
+                symbol: name.into(),
+                offset,
+                placement: Placement {
+                    skip: 0,
+                    single_step: false,
+                },
+            };
+            let links = attach(
+                &mut self.trace_probes,
+                &mut self.filter_fds,
+                prog,
+                &site,
+                false,
+                pid,
+                0,
+            )?;
+            self.links.extend(links);
+            self.attached.push(site.to_string());
+        }
+        Ok(())
+    }
+
     /// Attaches the uprobes of the allocation and lock families to `pid` (-1: all), for the
     /// sites found in `libs`.
     pub fn attach_uprobes(
@@ -808,7 +888,11 @@ impl<'obj> Probes<'obj> {
                         lib.display()
                     )
                 })?;
-            self.session_links.borrow_mut().push(link);
+            self.session_links
+                .borrow_mut()
+                .entry(pid)
+                .or_default()
+                .push(link);
         }
         Ok(())
     }
@@ -885,6 +969,15 @@ impl<'obj> Probes<'obj> {
     pub fn pause_sessions(&self) {
         self.sessions_paused.set(true);
         let links = std::mem::take(&mut *self.session_links.borrow_mut());
+        drop(links);
+    }
+
+    /// A process with session links exited: its links go (a link of a dead task would stay
+    /// a consumer of the uprobes, costing every later hit a filter call), and a new process
+    /// that gets the pid again is attached anew.
+    pub fn forget_session_pid(&self, pid: i32) {
+        self.session_pids.borrow_mut().remove(&pid);
+        let links = self.session_links.borrow_mut().remove(&pid);
         drop(links);
     }
 

@@ -144,6 +144,13 @@ pub fn path_in(pid: u32, path: &[u8]) -> PathBuf {
     p
 }
 
+/// The start time of `pid` in clock ticks since boot (with the pid, names one process).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }

@@ -1,7 +1,7 @@
 //! `ebrec record`: checks the flags, loads and attaches the probes, then the loop that
 //! drains the ring buffers and the side band into the trace until a stop, with rotation and
 //! the exit summary.
-use crate::cli::{LockModeArg, RecordArgs, StackMode};
+use crate::cli::{AllocSampler, LockModeArg, RecordArgs, StackMode};
 use crate::probes::{LockMode, ProbeConfig, Probes};
 use crate::targets::{self, Launched};
 use crate::{funcs, perf, procfs, rotate, session, summary};
@@ -30,19 +30,25 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
     };
     if let Some(m) = a.alloc {
         opt("alloc", m.to_string());
-        opt("sample", a.sample.to_string());
-        if let Some(n) = a.sample_bytes {
+        opt(
+            "alloc-sampler",
+            format!("{:?}", a.alloc_sampler).to_lowercase(),
+        );
+        if let Some(n) = preload_period(a).or(a.sample_bytes) {
             opt("sample-bytes", n.to_string());
         }
-        opt(
-            "alloc-probes",
-            if crate::probes::use_sessions(a.alloc_probes) {
-                "session"
-            } else {
-                "classic"
-            }
-            .into(),
-        );
+        opt("sample", a.sample.to_string());
+        if a.alloc_sampler == AllocSampler::Uprobe {
+            opt(
+                "alloc-probes",
+                if crate::probes::use_sessions(a.alloc_probes) {
+                    "session"
+                } else {
+                    "classic"
+                }
+                .into(),
+            );
+        }
         if a.no_free {
             opt("no-free", "true".into());
         }
@@ -111,6 +117,35 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
     }
 }
 
+/// `--alloc --alloc-sampler preload`: the shim's mean bytes between samples.
+fn preload_period(a: &RecordArgs) -> Option<u64> {
+    (a.alloc.is_some() && a.alloc_sampler == AllocSampler::Preload)
+        .then(|| a.sample_bytes.unwrap_or(crate::preload::DEFAULT_PERIOD))
+}
+
+/// The checks of `--alloc-sampler` and `--sample-bytes`.
+fn check_sampler(a: &RecordArgs) -> Result<()> {
+    if a.sample_bytes == Some(0) {
+        bail!("--sample-bytes must be at least 1");
+    }
+    if a.alloc_sampler == AllocSampler::Uprobe {
+        return Ok(());
+    }
+    if a.command.is_empty() {
+        bail!("--alloc-sampler preload starts the command with its shim preloaded: use -- CMD ARGS (restart the service under ebrec), not -p or --all; --alloc-sampler uprobe traces running processes");
+    }
+    if a.alloc.is_none() {
+        bail!("--alloc-sampler preload samples allocations: add --alloc");
+    }
+    if a.sample != 1 {
+        bail!("--alloc-sampler preload samples by bytes: use --sample-bytes N, not --sample");
+    }
+    if !a.alloc_lib.is_empty() {
+        bail!("--alloc-sampler preload forwards to glibc's malloc: --alloc-lib is for --alloc-sampler uprobe");
+    }
+    Ok(())
+}
+
 pub fn record(a: RecordArgs) -> Result<()> {
     let targets =
         usize::from(!a.pid.is_empty()) + usize::from(a.all) + usize::from(!a.command.is_empty());
@@ -126,6 +161,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
     {
         bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC");
     }
+    check_sampler(&a)?;
     let func_specs: Vec<funcs::FuncSpec> =
         a.func.iter().map(|s| s.parse()).collect::<Result<_>>()?;
     if !func_specs.is_empty() && a.all {
@@ -161,9 +197,6 @@ pub fn record(a: RecordArgs) -> Result<()> {
             );
         }
     }
-    if a.sample_bytes == Some(0) {
-        bail!("--sample-bytes N needs N >= 1 (bytes between samples, on average)");
-    }
     if a.alloc_probes == crate::cli::AllocProbesArg::Session
         && !crate::probes::kernel_has_sessions()
     {
@@ -178,9 +211,11 @@ pub fn record(a: RecordArgs) -> Result<()> {
     };
     let cfg = ProbeConfig {
         alloc_min: a.alloc,
+        preload_period: preload_period(&a),
         sample_every: a.sample.max(1),
         sample_bytes: a.sample_bytes.unwrap_or(0),
-        alloc_sessions: crate::probes::use_sessions(a.alloc_probes),
+        alloc_sessions: a.alloc_sampler == AllocSampler::Uprobe
+            && crate::probes::use_sessions(a.alloc_probes),
         lock_min_ns: a.lock.map(|us| us * 1000),
         lock_mode,
         stack_depth: a.stack_depth,
@@ -206,12 +241,29 @@ pub fn record(a: RecordArgs) -> Result<()> {
         }),
     };
 
+    // Removed when ebrec returns (the guard outlives the command's recording).
+    let shim = match cfg.preload_period {
+        Some(_) => Some(crate::preload::Shim::write()?),
+        None => None,
+    };
+    let env = match (&shim, cfg.preload_period) {
+        (Some(s), Some(period)) => {
+            crate::preload::child_env(&s.path, period, a.alloc.unwrap_or(0), a.no_free)?
+        }
+        _ => Vec::new(),
+    };
     let mut launched = if a.command.is_empty() {
         None
     } else {
-        Some(targets::launch(&a.command)?)
+        Some(targets::launch(&a.command, &env)?)
     };
-    let result = record_with(&a, &cfg, &func_specs, &mut launched);
+    let result = record_with(
+        &a,
+        &cfg,
+        &func_specs,
+        &mut launched,
+        shim.as_ref().map(|s| s.path.as_path()),
+    );
     if let Some(l) = &mut launched {
         // Never leave the command blocked: release it even when setting up failed.
         if result.is_err() {
@@ -230,8 +282,10 @@ fn record_with(
     cfg: &ProbeConfig,
     func_specs: &[funcs::FuncSpec],
     launched: &mut Option<Launched>,
+    shim: Option<&Path>,
 ) -> Result<()> {
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
+    let mut sampler_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
     let mut profile_obj = std::mem::MaybeUninit::uninit();
     perf::remove_stale_probes();
@@ -246,16 +300,27 @@ fn record_with(
         &mut alloc_obj,
         &mut lock_obj,
         &mut profile_obj,
+        &mut sampler_obj,
         cfi.as_ref().map(|t| t.fds()),
     )?;
 
     let pids = targets::pids(a, launched.as_ref());
-    let probed = targets::attach(a, cfg, func_specs, launched.as_ref(), &pids, &mut probes)?;
+    let probed = targets::attach(
+        a,
+        cfg,
+        func_specs,
+        launched.as_ref(),
+        &pids,
+        shim,
+        &mut probes,
+    )?;
     if !a.quiet {
         for s in &probes.attached {
             eprintln!("ebrec: attached {s}");
         }
-        if cfg.alloc_min.is_some() && probes.alloc_sessions() {
+        if let Some(period) = cfg.preload_period {
+            eprintln!("ebrec: note: allocations are sampled inside the command by a preloaded shim, about one per {period} bytes allocated; only the sampled ones and their frees reach the probes");
+        } else if cfg.alloc_min.is_some() && probes.alloc_sessions() {
             eprintln!("ebrec: note: allocator probes run as uprobe sessions: every allocator call of the targets pays one uprobe trap, and only the calls kept pay the return probe; child processes are probed when their fork is seen");
         } else if cfg.alloc_min.is_some() {
             eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold, and its return probe a second one (--alloc-probes classic{})", if crate::probes::kernel_has_sessions() { "" } else { ": the kernel has no uprobe sessions (6.13)" });
@@ -281,6 +346,9 @@ fn record_with(
     if let (Some(t), Some(l)) = (s.cfi.as_mut(), launched.as_ref()) {
         // The launched command's executable and libraries get their rows before it runs.
         crate::cfi::preload(t, &l.exe);
+        if let Some(shim) = shim {
+            crate::cfi::preload_file(t, shim);
+        }
     }
     s.unwind_info = cfg.copy_bytes > 0 && !a.no_unwind_info;
     s.clock_sync()?;
@@ -316,6 +384,9 @@ fn record_with(
     if let Some(pr) = &probes_ref.profile {
         rbb.add(&pr.maps.events, push(pending.clone()))?;
     }
+    if let Some(sm) = &probes_ref.sampler {
+        rbb.add(&sm.maps.events, push(pending.clone()))?;
+    }
     let rb = rbb.build()?;
 
     // SAFETY: installing a handler that only stores to an atomic.
@@ -327,8 +398,14 @@ fn record_with(
     // still leaves a file that says what it was recording.
     s.w.flush()?;
     // Tests and scripts wait for this line before starting the workload of a -p target.
+    let alloc_mode = match (cfg.preload_period, a.alloc) {
+        (Some(n), _) => format!("alloc: preload sampler, 1 per {n} bytes; "),
+        (None, Some(_)) if probes_ref.alloc_sessions() => "alloc: uprobe sessions; ".to_string(),
+        (None, Some(_)) => "alloc: uprobes, entry and return; ".to_string(),
+        (None, None) => String::new(),
+    };
     eprintln!(
-        "ebrec: recording to {} (Ctrl-C to stop)",
+        "ebrec: recording to {} ({alloc_mode}Ctrl-C to stop)",
         a.output.display()
     );
     if let Some(l) = launched.as_mut() {

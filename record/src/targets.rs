@@ -27,7 +27,8 @@ pub fn find_in_path(cmd: &OsString) -> Option<PathBuf> {
     })
 }
 
-pub fn launch(cmd: &[OsString]) -> Result<Launched> {
+/// Starts `cmd` held on a pipe, with `env` set on top of ebrec's environment.
+pub fn launch(cmd: &[OsString], env: &[(OsString, OsString)]) -> Result<Launched> {
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
     let exe = find_in_path(&cmd[0])
@@ -39,13 +40,24 @@ pub fn launch(cmd: &[OsString]) -> Result<Launched> {
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let file = CString::new(exe.as_os_str().as_bytes())?;
+    let mut vars: Vec<CString> = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        if !env.iter().any(|(ek, _)| *ek == k) {
+            vars.push(CString::new([k.as_bytes(), b"=", v.as_bytes()].concat())?);
+        }
+    }
+    for (k, v) in env {
+        vars.push(CString::new([k.as_bytes(), b"=", v.as_bytes()].concat())?);
+    }
+    let mut envp: Vec<*const libc::c_char> = vars.iter().map(|v| v.as_ptr()).collect();
+    envp.push(std::ptr::null());
     let mut fds = [0; 2];
     // SAFETY: fds is a valid out array of two ints.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         bail!("pipe: {}", std::io::Error::last_os_error());
     }
     // SAFETY: ebrec is single-threaded here; the child only calls async-signal-safe
-    // functions (read, close, execv, write, _exit) before exec.
+    // functions (read, close, execve, write, _exit) before exec.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         bail!("fork: {}", std::io::Error::last_os_error());
@@ -57,7 +69,7 @@ pub fn launch(cmd: &[OsString]) -> Result<Launched> {
             // Wait until the parent has attached (it closes its end).
             while libc::read(fds[0], (&mut b as *mut u8).cast(), 1) < 0 {}
             libc::close(fds[0]);
-            libc::execv(file.as_ptr(), argv.as_ptr());
+            libc::execve(file.as_ptr(), argv.as_ptr(), envp.as_ptr());
             let msg = b"ebrec: cannot execute the command\n";
             libc::write(2, msg.as_ptr().cast(), msg.len());
             libc::_exit(127);
@@ -93,6 +105,7 @@ pub fn attach(
     func_specs: &[funcs::FuncSpec],
     launched: Option<&Launched>,
     pids: &[i32],
+    shim: Option<&Path>,
     probes: &mut Probes<'_>,
 ) -> Result<Vec<(funcs::FuncMatch, Vec<u8>)>> {
     let mut probed: Vec<(funcs::FuncMatch, Vec<u8>)> = Vec::new();
@@ -103,7 +116,9 @@ pub fn attach(
             _ => (Some(pid as u32), None),
         };
         let mut alloc_sites = Vec::new();
-        if cfg.alloc_min.is_some() {
+        if let Some(shim) = shim {
+            probes.attach_sampler(shim, !a.no_free, pid)?;
+        } else if cfg.alloc_min.is_some() {
             let libs = if a.alloc_lib.is_empty() {
                 probes::find_provider(lookup_pid, exe.as_deref(), "malloc")
                     .context("no allocator to probe (give one with --alloc-lib PATH)")?

@@ -1,26 +1,34 @@
 //! The allocator probes' cost features (issue 16): uprobe sessions (the return probe only
-//! for calls kept at entry) and sampling by bytes (`--sample-bytes`), on `alloc_mix`, whose
-//! EXPECT line says exactly what it allocated where.
+//! for calls kept at entry), sampling by bytes in BPF (`--sample-bytes`) and the CPU budget
+//! (`--max-cpu`), on `sampled_heap`, whose EXPECT line says exactly what it allocated where.
 mod common;
 
 use common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// (count, bytes) per allocating function of `ebsym top --kind alloc` rows: the first
-/// frame below the allocator (malloc in libc).
+/// The functions of sampled_heap that allocate.
+const FUNCTIONS: &[&str] = &[
+    "big_blocks",
+    "small_churn",
+    "medium",
+    "kinds",
+    "thread_churn",
+];
+
+/// (count, bytes) per allocating function of `ebsym top --kind alloc` (or `leaks`) rows: the
+/// first frame that is one of sampled_heap's functions ("other" for the C++ runtime's own).
 fn by_function(top: &Value) -> BTreeMap<String, (u64, u64)> {
     let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for row in top["rows"].as_array().unwrap() {
-        let frames = row["frames"].as_array().unwrap();
-        let f = frames
-            .iter()
-            .map(|f| f["function"].as_str().unwrap_or(""))
-            .find(|n| !n.contains("malloc") || n.contains("small_churn") || n.contains("_blocks"))
-            .unwrap_or("")
-            .split('(')
-            .next()
+        let f = row["frames"]
+            .as_array()
             .unwrap()
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .map(|n| n.split('(').next().unwrap())
+            .find(|n| FUNCTIONS.contains(n))
+            .unwrap_or("other")
             .to_string();
         let e = out.entry(f).or_default();
         e.0 += row["count"].as_u64().unwrap();
@@ -56,11 +64,11 @@ fn sampling_by_bytes_estimates_what_was_allocated() {
         return;
     }
     let r = record(
-        "alloc_mix",
+        "sampled_heap",
         &["--alloc", "--sample-bytes", "65536"],
-        &["--small", "1000000", "--medium", "20000", "--big", "64"],
+        &["--churn", "1000000"],
     );
-    let want = expect_line(&r.out, "alloc_mix");
+    let want = expect_line(&r.out, "sampled_heap");
     let t = r.trace.to_str().unwrap();
     let top = ebsym_json(&["top", t, "--kind", "alloc", "-n", "100000"]);
     let got = by_function(&top);
@@ -72,10 +80,10 @@ fn sampling_by_bytes_estimates_what_was_allocated() {
     assert_eq!(sampled["min_period"], 65536);
     for (function, tolerance) in [
         ("big_blocks", 0.01),
-        ("medium_blocks", 0.15),
+        ("medium", 0.15),
         ("small_churn", 0.15),
     ] {
-        let w = &want["functions"][function]["malloc"];
+        let w = &want["functions"][function];
         let (calls, bytes) = (w["calls"].as_u64().unwrap(), w["bytes"].as_u64().unwrap());
         let (c, b) = got
             .get(function)
@@ -114,7 +122,7 @@ fn sampling_by_bytes_estimates_what_was_allocated() {
         "{leaked:?}"
     );
     assert!(!leaked.contains_key("small_churn"), "{leaked:?}");
-    assert!(!leaked.contains_key("medium_blocks"), "{leaked:?}");
+    assert!(!leaked.contains_key("medium"), "{leaked:?}");
 }
 
 /// With uprobe sessions (kernel >= 6.13), a call that is not kept costs its entry only:
@@ -136,16 +144,16 @@ fn session_probes_return_only_for_kept_calls() {
         eprintln!("*** SKIPPED: kernel {release} has no uprobe sessions (6.13) ***");
         return;
     }
-    let args = ["--small", "100000", "--medium", "300", "--big", "10"];
-    let s = record_loud("alloc_mix", &["--alloc=4096"], &args);
+    let args = ["--churn", "100000"];
+    let s = record_loud("sampled_heap", &["--alloc=4096"], &args);
     let err = String::from_utf8_lossy(&s.out.stderr).to_string();
     assert!(err.contains("(uprobe session)"), "{err}");
-    let want = expect_line(&s.out, "alloc_mix");
+    let want = expect_line(&s.out, "sampled_heap");
     let (kept, alloc_hits, runs) = summary(&err, "alloc", "alloc_session");
     let (_, free_hits, _) = summary(&err, "free", "alloc_session");
-    // Kept: medium and big, and whatever the C++ runtime allocated past 4 KiB at start.
-    assert!(kept >= 310 && kept < 320, "kept {kept}: {err}");
-    assert!(alloc_hits >= 100_310, "{err}");
+    // Kept: medium's, big_blocks', kinds' and what the C++ runtime allocated past 4 KiB.
+    assert!((20_064..20_100).contains(&kept), "kept {kept}: {err}");
+    assert!(alloc_hits >= 120_064, "{err}");
     // (free(NULL) runs the program but is no hit: a few at start and exit.)
     let floor = alloc_hits + free_hits + kept;
     assert!(
@@ -154,14 +162,14 @@ fn session_probes_return_only_for_kept_calls() {
     );
     let top = ebsym_json(&["top", s.trace.to_str().unwrap(), "--kind", "alloc"]);
     let got = by_function(&top);
-    assert_eq!(got["medium_blocks"], (300, 300 * 16384), "{got:?}");
-    assert_eq!(got["big_blocks"], (10, 10 << 20), "{got:?}");
+    assert_eq!(got["medium"], (20_000, 20_000 * 16384), "{got:?}");
+    assert_eq!(got["big_blocks"], (64, 64 << 20), "{got:?}");
     assert!(!got.contains_key("small_churn"), "{got:?}");
     assert!(top["losses"].get("sampled").is_none());
-    assert_eq!(want["functions"]["big_blocks"]["malloc"]["calls"], 10);
+    assert_eq!(want["functions"]["big_blocks"]["calls"], 64);
 
     let c = record_loud(
-        "alloc_mix",
+        "sampled_heap",
         &["--alloc=4096", "--alloc-probes", "classic"],
         &args,
     );
@@ -172,7 +180,7 @@ fn session_probes_return_only_for_kept_calls() {
     // Every allocation's return ran, kept or not.
     assert_eq!(returns, hits_c, "{err}");
     let top = ebsym_json(&["top", c.trace.to_str().unwrap(), "--kind", "alloc"]);
-    assert_eq!(by_function(&top)["big_blocks"], (10, 10 << 20));
+    assert_eq!(by_function(&top)["big_blocks"], (64, 64 << 20));
 }
 
 /// `--max-cpu 1`: 3,000,000 allocator calls in a few seconds cost far more than 1% of a CPU
@@ -185,9 +193,9 @@ fn a_cpu_budget_pauses_what_costs_too_much() {
         return;
     }
     let r = record_loud(
-        "alloc_mix",
+        "sampled_heap",
         &["--alloc", "--max-cpu", "1"],
-        &["--small", "3000000", "--medium", "0", "--big", "0"],
+        &["--churn", "3000000"],
     );
     let err = String::from_utf8_lossy(&r.out.stderr).to_string();
     assert!(err.contains("--max-cpu 1%: a uprobe trap costs"), "{err}");

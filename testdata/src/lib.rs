@@ -148,8 +148,8 @@ const PROGRAMS: &[&str] = &[
     "dlopener",
     "secret_stack",
     "clock_loop",
-    "alloc_mix",
     "offcpu_blocks",
+    "sampled_heap",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -542,7 +542,7 @@ mod tests {
                 "condvar_block" => &["--ms", "10"],
                 "dlopener" => &["--times", "0", "/nonexistent.so"],
                 "clock_loop" => &["--seconds", "0.05"],
-                "alloc_mix" => &["--small", "1", "--medium", "1", "--big", "1"],
+                "sampled_heap" => &["--churn", "1"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -700,6 +700,27 @@ mod tests {
                     "selfstack::deep(int)",
                     "selfstack::thread_main()",
                     "selfstack::run_scenarios()",
+                ],
+            ),
+            (
+                "offcpu_blocks",
+                &[
+                    "offcpu::sleeper_a(int)",
+                    "offcpu::reader_b(int)",
+                    "offcpu::writer_c(int, int)",
+                    "offcpu::pingpong_d(int, int, long)",
+                    "offcpu::pingpong_e(int, int, long)",
+                ],
+            ),
+            (
+                "sampled_heap",
+                &[
+                    "big_blocks()",
+                    "small_churn(long)",
+                    "medium()",
+                    "kinds()",
+                    "thread_churn()",
+                    "child_blocks()",
                 ],
             ),
         ];

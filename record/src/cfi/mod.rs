@@ -665,6 +665,12 @@ pub fn preload(t: &mut Tables, exe: &Path) {
     }
 }
 
+/// One more file's rows loaded before the command runs (the sampler shim).
+pub fn preload_file(t: &mut Tables, p: &Path) {
+    let k = key(None, p);
+    t.slot(&k, p);
+}
+
 /// ebrec's own vDSO image ([`crate::elf::own_vdso_image`]), the same kernel's as every
 /// process's.
 fn own_vdso() -> Option<Elf> {

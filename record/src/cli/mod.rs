@@ -61,10 +61,21 @@ pub struct RecordArgs {
     /// Keep one allocation in N, at random.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub sample: u32,
-    /// Sample allocations by bytes: each allocated byte has a 1/N chance of making its
-    /// allocation an event (tcmalloc's heap profiler's sampling), so large allocations are
-    /// always seen and small ones in proportion; reports scale them back and say they are
-    /// estimates. With --alloc.
+    /// How --alloc sees allocations. uprobe: a uprobe on the allocator's functions in the
+    /// targets (any process, -p too; every call pays the trap). preload: start the command
+    /// (-- CMD only) with a small preloaded shim that samples allocations by bytes inside
+    /// the process (--sample-bytes) and traps only for the sampled ones and their frees:
+    /// a few ns per call, estimates in the reports.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "uprobe|preload",
+        default_value = "uprobe"
+    )]
+    pub alloc_sampler: AllocSampler,
+    /// Sample allocations by bytes: on average one event per N bytes allocated (an
+    /// allocation of S bytes is kept with probability 1 - exp(-S/N)); reports scale the
+    /// events back and say they are estimates. Default with --alloc-sampler preload: 524288.
     #[arg(long, value_name = "N")]
     pub sample_bytes: Option<u64>,
     /// How the allocator's uprobes run: `session` (kernel >= 6.13: one uprobe_multi link per
@@ -266,6 +277,13 @@ pub enum AllocProbesArg {
     Auto,
     Session,
     Classic,
+}
+
+/// `--alloc-sampler`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocSampler {
+    Uprobe,
+    Preload,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

@@ -119,6 +119,8 @@ pub struct Session<'a> {
     pub late_attachments: u64,
     /// ... of which the process was gone (or refused) before they could be attached.
     pub never_attached: u64,
+    /// Children attached by `attach_child`: pid -> start time (clock ticks).
+    children_attached: HashMap<u32, u64>,
     /// Off-CPU wakers in untraced processes whose user frames were dropped (their addresses
     /// mean nothing in the target's maps). Shown in the exit summary.
     pub waker_frames_dropped: u64,
@@ -161,6 +163,7 @@ impl<'a> Session<'a> {
             copies_missing: 0,
             late_attachments: 0,
             never_attached: 0,
+            children_attached: HashMap::new(),
             waker_frames_dropped: 0,
             probed: Vec::new(),
             malformed: 0,

@@ -189,6 +189,9 @@ impl Session<'_> {
                     if let Some(t) = self.cfi.as_mut() {
                         t.forget(pid);
                     }
+                    if self.probes.alloc_sessions() {
+                        self.probes.forget_session_pid(pid as i32);
+                    }
                     self.exited.insert(pid, time);
                     // The launched command stays "live" until waitpid has its exit code,
                     // so that its EXIT record is written before the recording stops.
@@ -245,6 +248,16 @@ impl Session<'_> {
     /// Attaches a held child's links (once) and continues it (SIGCONT, whether or not the
     /// attach worked: a child must never stay stopped because of ebrec).
     fn attach_child(&mut self, pid: u32) {
+        // Once per process (the hold event and the side band's fork both come here), and
+        // anew for a new process that got the pid of an old one whose exit is not read yet.
+        let start = procfs::start_ticks(pid);
+        if start.is_some() && self.children_attached.get(&pid) == start.as_ref() {
+            return;
+        }
+        self.probes.forget_session_pid(pid as i32);
+        if let Some(t) = start {
+            self.children_attached.insert(pid, t);
+        }
         if let Err(e) = self.probes.attach_sessions(pid as i32) {
             if std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 eprintln!("ebrec: --alloc: pid {pid}: {e:#}");
