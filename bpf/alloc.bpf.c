@@ -7,6 +7,9 @@
 
 const volatile __u64 min_size = 0;
 const volatile __u32 sample_every = 1;
+/* --no-free: nothing needs the returned address (no block is tracked), so an allocation
+ * is sent from its entry and no return probe is needed at all: one trap per call. */
+const volatile bool entry_only = false;
 /* --sample-bytes: mean bytes between samples (0: off). Not const: --max-cpu changes it
  * while recording (each change is a record in the trace). */
 __u64 sample_bytes = 0;
@@ -90,7 +93,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	count(FAM_ALLOC, CTR_HITS);
 	__u64 pt = bpf_get_current_pid_tgid();
 	bool old_traced = false;
-	if (kind == AK_REALLOC || kind == AK_REALLOCARRAY) {
+	if (!entry_only && (kind == AK_REALLOC || kind == AK_REALLOCARRAY)) {
 		struct block_key k = { .pid = pt >> 32, .addr = arg };
 		old_traced = arg && bpf_map_lookup_elem(&live, &k);
 	}
@@ -125,6 +128,19 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	/* kind 0 marks "only the free of the old block matters". */
 	if (!keep)
 		e->kind = 0;
+	if (entry_only) {
+		/* Sent now, without the block's address (a call that fails is counted too). */
+		slot->active = 0;
+		fill_header(&e->h, FAM_ALLOC);
+		e->addr = 0;
+		__u32 n = e->nframes;
+		if (n > MAX_FRAMES)
+			n = MAX_FRAMES;
+		__u64 sz = __builtin_offsetof(struct alloc_event, ips) + n * sizeof(__u64);
+		if (bpf_ringbuf_output(&events, e, sz, BPF_RB_NO_WAKEUP))
+			count(FAM_ALLOC, CTR_LOST_RINGBUF);
+		return 0;
+	}
 	return 1;
 }
 

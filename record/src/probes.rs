@@ -92,6 +92,8 @@ pub struct ProbeConfig {
     pub sample_bytes: u64,
     /// The allocator's probes as one uprobe session link per library (see `use_sessions`).
     pub alloc_sessions: bool,
+    /// --no-free: allocations sent from their entry, no return probe.
+    pub alloc_entry_only: bool,
     pub lock_min_ns: Option<u64>,
     pub lock_mode: LockMode,
     pub stack_depth: u32,
@@ -243,6 +245,8 @@ pub struct Probes<'obj> {
     session_links: std::cell::RefCell<HashMap<i32, Vec<Link>>>,
     session_pids: std::cell::RefCell<std::collections::HashSet<i32>>,
     sessions_paused: std::cell::Cell<bool>,
+    /// --no-free: no return probes (see `ProbeConfig::alloc_entry_only`).
+    alloc_entry_only: bool,
     /// `sample_bytes` in the alloc object's mmapped .bss (see `set_sample_bytes`).
     sample_bytes_ptr: Option<*mut u64>,
 }
@@ -424,6 +428,7 @@ impl<'obj> Probes<'obj> {
                 ro.min_size = min;
                 ro.sample_every = cfg.sample_every.max(1);
                 ro.hold_children = cfg.alloc_sessions && !cfg.all;
+                ro.entry_only = cfg.alloc_entry_only;
                 common_setup!(open, ro, cfg, depth, ncpu, cfi);
                 if let Some(d) = open.maps.bss_data.as_deref_mut() {
                     d.sample_bytes = cfg.sample_bytes;
@@ -522,6 +527,7 @@ impl<'obj> Probes<'obj> {
             session_links: Default::default(),
             session_pids: Default::default(),
             sessions_paused: Default::default(),
+            alloc_entry_only: cfg.alloc_entry_only,
             sample_bytes_ptr: None,
         };
         p.sample_bytes_ptr = p
@@ -800,7 +806,8 @@ impl<'obj> Probes<'obj> {
                     "free" => &pr.free_enter,
                     _ => continue,
                 };
-                let ret = (s.symbol != "free").then_some(&pr.alloc_return);
+                let ret =
+                    (s.symbol != "free" && !self.alloc_entry_only).then_some(&pr.alloc_return);
                 plan.push((s, entry, ret));
             }
         }

@@ -216,6 +216,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         sample_bytes: a.sample_bytes.unwrap_or(0),
         alloc_sessions: a.alloc_sampler == AllocSampler::Uprobe
             && crate::probes::use_sessions(a.alloc_probes),
+        alloc_entry_only: a.no_free,
         lock_min_ns: a.lock.map(|us| us * 1000),
         lock_mode,
         stack_depth: a.stack_depth,
