@@ -86,6 +86,22 @@ struct alloc_event _alloc_event = {};
 struct free_event _free_event = {};
 struct fork_hold_event _fork_hold_event = {};
 
+/* Sends an allocation event up to its last stack slot; whether it went. */
+static __always_inline bool send_alloc(struct alloc_event *e, __u64 addr)
+{
+	fill_header(&e->h, FAM_ALLOC);
+	e->addr = addr;
+	__u32 n = e->nframes;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	__u64 size = __builtin_offsetof(struct alloc_event, ips) + n * sizeof(__u64);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP)) {
+		count(FAM_ALLOC, CTR_LOST_RINGBUF);
+		return false;
+	}
+	return true;
+}
+
 /* Returns 1 when the call's return matters (a slot was filled), 0 when it does not: a
  * session program then tells the kernel to skip the return probe. */
 static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __u64 arg)
@@ -131,14 +147,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	if (entry_only) {
 		/* Sent now, without the block's address (a call that fails is counted too). */
 		slot->active = 0;
-		fill_header(&e->h, FAM_ALLOC);
-		e->addr = 0;
-		__u32 n = e->nframes;
-		if (n > MAX_FRAMES)
-			n = MAX_FRAMES;
-		__u64 sz = __builtin_offsetof(struct alloc_event, ips) + n * sizeof(__u64);
-		if (bpf_ringbuf_output(&events, e, sz, BPF_RB_NO_WAKEUP))
-			count(FAM_ALLOC, CTR_LOST_RINGBUF);
+		send_alloc(e, 0);
 		return 0;
 	}
 	return 1;
@@ -243,15 +252,7 @@ static __always_inline void leave(__u64 ret)
 			send_free(pid, e->arg);
 	}
 	if (e->kind && addr) {
-		fill_header(&e->h, FAM_ALLOC);
-		e->addr = addr;
-		__u32 n = e->nframes;
-		if (n > MAX_FRAMES)
-			n = MAX_FRAMES;
-		__u64 size = __builtin_offsetof(struct alloc_event, ips) + n * sizeof(__u64);
-		if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP)) {
-			count(FAM_ALLOC, CTR_LOST_RINGBUF);
-		} else {
+		if (send_alloc(e, addr)) {
 			struct block_key k = { .pid = pid, .addr = addr };
 			__u8 one = 1;
 			if (bpf_map_update_elem(&live, &k, &one, BPF_ANY))

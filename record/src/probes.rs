@@ -247,6 +247,8 @@ pub struct Probes<'obj> {
     sessions_paused: std::cell::Cell<bool>,
     /// --no-free: no return probes (see `ProbeConfig::alloc_entry_only`).
     alloc_entry_only: bool,
+    /// `ProbeConfig::alloc_sessions`: the alloc object loaded its session program.
+    alloc_sessions_cfg: bool,
     /// `sample_bytes` in the alloc object's mmapped .bss (see `set_sample_bytes`).
     sample_bytes_ptr: Option<*mut u64>,
 }
@@ -528,6 +530,7 @@ impl<'obj> Probes<'obj> {
             session_pids: Default::default(),
             sessions_paused: Default::default(),
             alloc_entry_only: cfg.alloc_entry_only,
+            alloc_sessions_cfg: cfg.alloc_sessions,
             sample_bytes_ptr: None,
         };
         p.sample_bytes_ptr = p
@@ -770,7 +773,7 @@ impl<'obj> Probes<'obj> {
             &libbpf_rs::ProgramMut<'_>,
             Option<&libbpf_rs::ProgramMut<'_>>,
         )> = Vec::new();
-        if let (Some(a), true) = (&self.alloc, cfg_sessions(self)) {
+        if let (Some(a), true) = (&self.alloc, self.alloc_sessions_cfg) {
             let _ = a;
             let mut plan: Vec<SessionPlan> = Vec::new();
             for s in alloc_sites {
@@ -1029,15 +1032,6 @@ impl<'obj> Probes<'obj> {
         });
         out
     }
-}
-
-/// Whether the loaded allocation object has the session program (not the entry/return ones).
-fn cfg_sessions(p: &Probes<'_>) -> bool {
-    p.alloc.as_ref().is_some_and(|a| {
-        a.object()
-            .progs()
-            .any(|pr| pr.name() == "alloc_session" && pr.autoload())
-    })
 }
 
 /// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.

@@ -145,14 +145,8 @@ fn session_probes_return_only_for_kept_calls() {
     if !root() {
         return;
     }
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let v: Vec<u32> = release
-        .split(|c: char| !c.is_ascii_digit())
-        .take(2)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    if (v[0], v[1]) < (6, 13) {
-        eprintln!("*** SKIPPED: kernel {release} has no uprobe sessions (6.13) ***");
+    if !kernel_at_least(6, 13) {
+        eprintln!("*** SKIPPED: this kernel has no uprobe sessions (6.13) ***");
         return;
     }
     let args = ["--churn", "100000"];

@@ -103,13 +103,7 @@ fn as_root_every_supported_check_is_ok() {
     if Path::new("/sys/kernel/tracing/uprobe_events").exists() {
         supported.push("tracefs");
     }
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let ver: Vec<u32> = release
-        .split(|c: char| !c.is_ascii_digit())
-        .take(2)
-        .map(|x| x.parse().unwrap_or(0))
-        .collect();
-    if (ver[0], ver[1]) >= (6, 13) {
+    if common::kernel_at_least(6, 13) {
         supported.push("uprobe sessions");
     }
     for name in supported {

@@ -292,16 +292,14 @@ impl Session<'_> {
                 }
             }
         };
-        self.w.write_record(&Record {
-            kind: Some(Kind::ProbeChange(ebtrace_proto::v1::ProbeChange {
-                time_ns: now,
-                family: EventFamily::Alloc as i32,
-                kind: ebtrace_proto::v1::ProbeChangeKind::AttachedLate as i32,
-                generation,
-                since_ns: fork_ns,
-                reason,
-                ..Default::default()
-            })),
+        self.probe_change(ebtrace_proto::v1::ProbeChange {
+            time_ns: now,
+            family: EventFamily::Alloc as i32,
+            kind: ebtrace_proto::v1::ProbeChangeKind::AttachedLate as i32,
+            generation,
+            since_ns: fork_ns,
+            reason,
+            ..Default::default()
         })?;
         Ok(())
     }

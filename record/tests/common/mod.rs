@@ -61,6 +61,17 @@ pub fn root() -> bool {
     false
 }
 
+/// Whether the running kernel is at least `major.minor`.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let v: Vec<u32> = release
+        .split(|c: char| !c.is_ascii_digit())
+        .take(2)
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    (v[0], v.get(1).copied().unwrap_or(0)) >= (major, minor)
+}
+
 /// The EXPECT line a testdata program printed, for `program`.
 pub fn expect_line(out: &Output, program: &str) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
