@@ -10,6 +10,9 @@ const volatile __u32 sample_every = 1;
 /* --no-free: nothing needs the returned address (no block is tracked), so an allocation
  * is sent from its entry and no return probe is needed at all: one trap per call. */
 const volatile bool entry_only = false;
+/* --aggregate: count calls, bytes and live blocks per stack in `agg_counts` instead of
+ * sending events. */
+const volatile bool aggregate = false;
 /* --sample-bytes: mean bytes between samples (0: off). Not const: --max-cpu changes it
  * while recording (each change is a record in the trace). */
 __u64 sample_bytes = 0;
@@ -65,13 +68,42 @@ struct block_key {
 	__u64 addr;
 };
 
-/* Traced blocks not yet freed. */
+/* Traced blocks not yet freed (the stack and size only with --aggregate). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1 << 20);
 	__type(key, struct block_key);
-	__type(value, __u8);
+	__type(value, struct live_block);
 } live SEC(".maps");
+
+/* --aggregate: counters per stack (max_entries set by user space, --aggregate-stacks), and
+ * each key's stack, written once. User space reads both every interval and deletes the
+ * keys of processes that ended after their last read. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct agg_key);
+	__type(value, struct agg_val);
+} agg_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct agg_key);
+	__type(value, struct agg_stack);
+} agg_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agg_stack);
+} agg_scratch SEC(".maps");
+
+struct agg_key _agg_key = {};
+struct agg_val _agg_val = {};
+struct agg_stack _agg_stack = {};
 
 /* Processes with blocks in `live`, so that an exit walks the map only when it must. */
 struct {
@@ -100,6 +132,82 @@ static __always_inline bool send_alloc(struct alloc_event *e, __u64 addr)
 		return false;
 	}
 	return true;
+}
+
+/* The key of the current process's stack `ips[0..n)` with `flags`. */
+static __always_inline void agg_key_of(struct agg_key *k, __u32 pid, __u64 *ips, __u32 n,
+				       __u32 flags)
+{
+	k->pid = pid;
+	k->pad = 0;
+	k->mm = (__u64)bpf_get_current_task_btf()->mm;
+	__u64 h = 0x9e3779b97f4a7c15ULL ^ flags ^ ((__u64)n << 32);
+	for (int i = 0; i < MAX_FRAMES; i++) {
+		if (i >= n)
+			break;
+		h = (h ^ ips[i]) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 29;
+	}
+	k->hash = h | 1; /* never 0 */
+}
+
+/* Adds one call of `size` bytes under the stack of `e`, and with `bk` its block: into
+ * `live` with the stack's hash, and into the stack's live gauges. Whether it was counted. */
+static __always_inline bool agg_alloc(struct alloc_event *e, __u64 size, struct block_key *bk)
+{
+	__u32 n = e->nframes;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	struct agg_key k;
+	agg_key_of(&k, bpf_get_current_pid_tgid() >> 32, e->ips, n, e->flags);
+	struct agg_val *v = bpf_map_lookup_elem(&agg_counts, &k);
+	if (!v) {
+		/* A new stack: its frames go in first, so that user space never reads a count
+		 * without them. */
+		__u32 z = 0;
+		struct agg_stack *s = bpf_map_lookup_elem(&agg_scratch, &z);
+		if (!s)
+			return false;
+		s->nframes = n;
+		s->flags = e->flags;
+		copy_big(s->ips, e->ips, sizeof(s->ips));
+		long err = bpf_map_update_elem(&agg_stacks, &k, s, BPF_NOEXIST);
+		if (err && err != -17 /* EEXIST */) {
+			count(FAM_ALLOC, CTR_LOST_MAP_FULL);
+			return false;
+		}
+		struct agg_val zero = { .first_ns = bpf_ktime_get_boot_ns() };
+		bpf_map_update_elem(&agg_counts, &k, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&agg_counts, &k);
+		if (!v) {
+			count(FAM_ALLOC, CTR_LOST_MAP_FULL);
+			return false;
+		}
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->bytes, size);
+	if (bk) {
+		struct live_block b = { .hash = k.hash, .size = size };
+		if (bpf_map_update_elem(&live, bk, &b, BPF_ANY)) {
+			count(FAM_FREE, CTR_LOST_MAP_FULL);
+			return true;
+		}
+		__sync_fetch_and_add(&v->live_count, 1);
+		__sync_fetch_and_add(&v->live_bytes, size);
+	}
+	return true;
+}
+
+/* A traced block of the current process freed: out of its stack's live gauges. */
+static __always_inline void agg_unlive(__u32 pid, struct live_block *b)
+{
+	struct agg_key k = { .pid = pid, .mm = (__u64)bpf_get_current_task_btf()->mm };
+	k.hash = b->hash;
+	struct agg_val *v = bpf_map_lookup_elem(&agg_counts, &k);
+	if (!v)
+		return;
+	__sync_fetch_and_add(&v->live_count, -1);
+	__sync_fetch_and_add(&v->live_bytes, -b->size);
 }
 
 /* Returns 1 when the call's return matters (a slot was filled), 0 when it does not: a
@@ -147,7 +255,10 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	if (entry_only) {
 		/* Sent now, without the block's address (a call that fails is counted too). */
 		slot->active = 0;
-		send_alloc(e, 0);
+		if (aggregate)
+			agg_alloc(e, size, 0);
+		else
+			send_alloc(e, 0);
 		return 0;
 	}
 	return 1;
@@ -231,6 +342,25 @@ static __always_inline void send_free(__u32 pid, __u64 addr)
 	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
 }
 
+/* A free (or a realloc) of the block at `k`: if it is traced, it is no longer, and the
+ * free is sent (or, --aggregate, taken off its stack's live gauges). Whether it was. */
+static __always_inline bool untrack(__u32 pid, struct block_key *k)
+{
+	/* Most frees are of untraced blocks: a lookup (lock-free) decides, and only a traced
+	 * block pays the delete (which takes the bucket lock even when the key is absent). */
+	struct live_block *b = bpf_map_lookup_elem(&live, k);
+	if (!b)
+		return false;
+	struct live_block c = *b;
+	if (bpf_map_delete_elem(&live, k))
+		return false;
+	if (aggregate)
+		agg_unlive(pid, &c);
+	else
+		send_free(pid, k->addr);
+	return true;
+}
+
 static __always_inline void leave(__u64 ret)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
@@ -248,18 +378,24 @@ static __always_inline void leave(__u64 ret)
 	if (e->old_traced && (addr || e->size == 0)) {
 		/* realloc moved or freed a traced block (realloc(p, 0) frees and may return NULL) */
 		struct block_key k = { .pid = pid, .addr = e->arg };
-		if (bpf_map_delete_elem(&live, &k) == 0)
-			send_free(pid, e->arg);
+		untrack(pid, &k);
 	}
 	if (e->kind && addr) {
-		if (send_alloc(e, addr)) {
-			struct block_key k = { .pid = pid, .addr = addr };
-			__u8 one = 1;
-			if (bpf_map_update_elem(&live, &k, &one, BPF_ANY))
+		struct block_key k = { .pid = pid, .addr = addr };
+		bool tracked;
+		if (aggregate) {
+			tracked = agg_alloc(e, e->size, &k);
+		} else {
+			tracked = send_alloc(e, addr);
+			struct live_block b = {};
+			if (tracked && bpf_map_update_elem(&live, &k, &b, BPF_ANY)) {
 				count(FAM_FREE, CTR_LOST_MAP_FULL);
-			else if (!bpf_map_lookup_elem(&has_blocks, &pid))
-				bpf_map_update_elem(&has_blocks, &pid, &one, BPF_ANY);
+				tracked = false;
+			}
 		}
+		__u8 one = 1;
+		if (tracked && !bpf_map_lookup_elem(&has_blocks, &pid))
+			bpf_map_update_elem(&has_blocks, &pid, &one, BPF_ANY);
 	}
 }
 
@@ -277,11 +413,7 @@ static __always_inline void do_free(__u64 ptr)
 	count(FAM_FREE, CTR_HITS);
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	struct block_key k = { .pid = pid, .addr = ptr };
-	/* Most frees are of untraced blocks: a lookup (lock-free) decides, and only a traced
-	 * block pays the delete (which takes the bucket lock even when the key is absent). */
-	if (bpf_map_lookup_elem(&live, &k) && bpf_map_delete_elem(&live, &k) == 0)
-		send_free(pid, ptr);
-	else
+	if (!untrack(pid, &k))
 		count(FAM_FREE, CTR_FILTERED);
 }
 

@@ -53,6 +53,37 @@ struct free_event {
 	__u64 addr;
 };
 
+/* --aggregate: counters per (process, address space, stack) in BPF maps instead of an event
+ * per call (alloc.bpf.c). `mm` tells two lives of a pid apart (and the images before and
+ * after an exec); `hash` is of the stack's frames and flags. */
+struct agg_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 mm;
+	__u64 hash;
+};
+
+struct agg_val {
+	__u64 count;
+	__u64 bytes;
+	__u64 live_count;	/* blocks not freed (wrapping: a free may land first) */
+	__u64 live_bytes;
+	__u64 first_ns;		/* the first call under the key (boottime): its generation */
+};
+
+/* The stack of an agg_key, written once when the key is new. */
+struct agg_stack {
+	__u32 nframes;
+	__u32 flags;
+	__u64 ips[MAX_FRAMES];
+};
+
+/* A traced block (alloc.bpf.c `live`): under which stack, how large (--aggregate). */
+struct live_block {
+	__u64 hash;
+	__u64 size;
+};
+
 /* A new process of a session-probed one (h.pid: the child), stopped until ebrec has
  * attached its allocator links (alloc.bpf.c, alloc_fork). Family FAM_PROCESS. */
 struct fork_hold_event {

@@ -16,6 +16,7 @@
 //!   "vdso": {"build_id", "bytes"} or null,   // the vDSO image the trace holds
 //!   "probe_changes": [{"time_ns", "family", "kind", "setting", "value", "generation",
 //!                      "since_ns", "reason"}],   // --max-cpu rates and pauses, late probes
+//!   "aggregated": {family: {"records", "rows", "count", "sum"}},   // --aggregate counters
 //!   "losses": [{"family", "reason", "count"}], "lost_total",
 //!   "ended": "clean" | "cut", "stop_reason", "damage": ["…"],
 //!   "symbolized": bool, "symbolized_addresses" }
@@ -50,6 +51,9 @@ pub struct Info {
     /// What changed in the recording while it ran (`ProbeChange`): --max-cpu's sampling
     /// rates and pauses, children probed late.
     pub probe_changes: Vec<ProbeChangeInfo>,
+    /// Families counted in the kernel (--aggregate): `Aggregate` records, their rows, and
+    /// the events (count) and sum (alloc: bytes) they add up to. Empty when none.
+    pub aggregated: BTreeMap<String, AggregatedInfo>,
     pub losses: Vec<LossInfo>,
     pub lost_total: u64,
     pub ended: &'static str,
@@ -70,6 +74,14 @@ pub struct ProbeChangeInfo {
     pub generation: u32,
     pub since_ns: u64,
     pub reason: String,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct AggregatedInfo {
+    pub records: u64,
+    pub rows: u64,
+    pub count: u64,
+    pub sum: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -220,6 +232,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     let mut stack_copy_bytes = 0u64;
     let mut vdso: Option<(u64, u64)> = None;
     let mut probe_changes = Vec::new();
+    let mut aggregated: BTreeMap<String, AggregatedInfo> = BTreeMap::new();
     let mut widen = |t0: u64, t1: u64| {
         span = Some(match span {
             None => (t0, t1),
@@ -280,6 +293,22 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             }
             Kind::VdsoImage(v) => {
                 vdso.get_or_insert((v.build_id, v.image.len() as u64));
+                continue;
+            }
+            Kind::Aggregate(a) => {
+                let e = aggregated.entry(family_name(a.family)).or_default();
+                e.records += 1;
+                e.rows += a.generation.len() as u64;
+                e.count += a.count.iter().sum::<u64>();
+                e.sum += a.sum.iter().sum::<u64>();
+                if !a.generation.is_empty() {
+                    let lo = if a.since_ns > 0 {
+                        a.since_ns
+                    } else {
+                        a.time_ns
+                    };
+                    widen(lo, a.time_ns);
+                }
                 continue;
             }
             Kind::ProbeChange(p) => {
@@ -399,6 +428,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             bytes,
         }),
         probe_changes,
+        aggregated,
         losses: losses
             .into_iter()
             .map(|((family, reason), count)| LossInfo {
@@ -541,6 +571,13 @@ impl Info {
                 "vdso       image stored ({}, build-id {}): [vdso] frames are named",
                 size_text(v.bytes),
                 v.build_id
+            );
+        }
+        for (family, a) in &self.aggregated {
+            let _ = writeln!(
+                s,
+                "aggregated {family}: {} events (sum {}) counted in the kernel, {} rows in {} records (--aggregate)",
+                a.count, a.sum, a.rows, a.records
             );
         }
         if !self.probe_changes.is_empty() {

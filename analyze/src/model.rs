@@ -95,6 +95,10 @@ pub struct Losses {
     /// are estimates, each sampled allocation scaled by its inverse probability.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampling>,
+    /// Families counted in the kernel (--aggregate), with the events counted: there is no
+    /// per-event timeline for them (no times within an interval, no threads, no addresses).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub aggregated: BTreeMap<String, u64>,
 }
 
 /// What a trace's sampling by bytes was (see [`Estimator`]).
@@ -234,6 +238,11 @@ pub enum Event<'a> {
     Cpu(&'a ebtrace_format::events::CpuSample),
     OffCpu(&'a ebtrace_format::events::OffCpuEvent),
     MemGrowth(&'a ebtrace_format::events::MemGrowthEvent),
+    /// What the kernel counted under one stack in an interval (--aggregate), of a family.
+    Aggregated(
+        ebtrace_format::proto::EventFamily,
+        &'a ebtrace_format::events::AggregateRow,
+    ),
 }
 
 impl Event<'_> {
@@ -246,6 +255,8 @@ impl Event<'_> {
             Event::Cpu(e) => (e.time_ns, e.generation, e.tid),
             Event::OffCpu(e) => (e.time_ns, e.generation, e.tid),
             Event::MemGrowth(e) => (e.time_ns, e.generation, e.tid),
+            // No thread: counted per process.
+            Event::Aggregated(_, r) => (r.time_ns, r.generation, 0),
         }
     }
 }
@@ -408,6 +419,37 @@ impl Loaded {
             Some(Kind::CpuSamples(b)) => events!(b, Cpu),
             Some(Kind::Offcpu(b)) => events!(b, OffCpu),
             Some(Kind::MemGrowth(b)) => events!(b, MemGrowth),
+            Some(Kind::Aggregate(a)) => {
+                let family =
+                    ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();
+                *self
+                    .losses
+                    .aggregated
+                    .entry(family_name(a.family))
+                    .or_default() += 0;
+                match ebtrace_format::events::aggregate_rows(&a) {
+                    Ok(rows) => {
+                        for r in &rows {
+                            let ev = Event::Aggregated(family, r);
+                            if all || self.passes(filter, &ev) {
+                                *self
+                                    .losses
+                                    .aggregated
+                                    .entry(family_name(a.family))
+                                    .or_default() += r.count;
+                                let (lo, hi) =
+                                    (r.since_ns.max(self.header.start_time_ns), r.time_ns);
+                                self.first_event_ns =
+                                    Some(self.first_event_ns.map_or(lo, |f| f.min(lo)));
+                                self.last_event_ns =
+                                    Some(self.last_event_ns.map_or(hi, |f| f.max(hi)));
+                                sink.event(&ev);
+                            }
+                        }
+                    }
+                    Err(e) => self.losses.damage.push(e.to_string()),
+                }
+            }
             _ => {}
         }
     }

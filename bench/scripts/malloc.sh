@@ -214,6 +214,12 @@ run_mode() { # MODE DEPTH
         ebrec-alloc-4096-classic) flags=(--alloc=4096 --alloc-probes classic) ;;
         ebrec-alloc-nofree-classic) flags=(--alloc --no-free --alloc-probes classic) ;;
         ebrec-sample-512k) flags=(--alloc --sample-bytes 524288) ;;
+        # counted per stack in the kernel (no event per call)
+        ebrec-agg-nofree) flags=(--alloc --aggregate --no-free) ;;
+        ebrec-agg-nofree-fp) flags=(--alloc --aggregate --no-free --stack-mode fp) ;;
+        ebrec-agg) flags=(--alloc --aggregate) ;;
+        ebrec-agg-fp) flags=(--alloc --aggregate --stack-mode fp) ;;
+        ebrec-alloc-nofree-fp) flags=(--alloc --no-free --stack-mode fp) ;;
         # sampled by bytes inside the process by ebrec's preloaded shim: no trap per call
         ebrec-preload-512k) flags=(--alloc --alloc-sampler preload --sample-bytes 524288) ;;
         *) die "unknown mode $mode" ;;

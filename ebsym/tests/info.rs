@@ -379,12 +379,14 @@ fn info_reports_a_clean_trace_exactly() {
     assert_eq!(j["uprobes_frames"], 0);
     assert_eq!(j["vdso"], Value::Null);
     assert_eq!(j["probe_changes"], json!([]));
+    assert_eq!(j["aggregated"], json!({}));
     // Every documented field is present, and nothing else.
     let mut keys: Vec<&str> = j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     keys.sort_unstable();
     assert_eq!(
         keys,
         [
+            "aggregated",
             "damage",
             "ended",
             "events",

@@ -340,3 +340,55 @@ impl Family for FuncBatch {
         }
     }
 }
+
+/// One row of an `Aggregate` record (--aggregate): what the kernel counted under one stack
+/// of one process generation in the interval (since_ns, time_ns].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AggregateRow {
+    /// When the counters were read (boottime ns): the end of the interval.
+    pub time_ns: u64,
+    pub since_ns: u64,
+    pub generation: u32,
+    pub stack: u64,
+    /// Events in the interval (alloc: calls).
+    pub count: u64,
+    /// alloc: bytes.
+    pub sum: u64,
+    /// alloc with frees tracked: blocks and bytes not freed at `time_ns` (None: frees not
+    /// tracked).
+    pub live: Option<(u64, u64)>,
+}
+
+/// The rows of an `Aggregate` record, checking that its columns agree in length.
+pub fn aggregate_rows(a: &ebtrace_proto::v1::Aggregate) -> Result<Vec<AggregateRow>, Error> {
+    let n = a.generation.len();
+    for (name, len) in [
+        ("stack", a.stack.len()),
+        ("count", a.count.len()),
+        ("sum", a.sum.len()),
+    ] {
+        if len != n {
+            return Err(column_mismatch("Aggregate", name, len, n));
+        }
+    }
+    let live = !a.live_count.is_empty() || !a.live_bytes.is_empty();
+    if live && (a.live_count.len() != n || a.live_bytes.len() != n) {
+        let bad = if a.live_count.len() != n {
+            ("live_count", a.live_count.len())
+        } else {
+            ("live_bytes", a.live_bytes.len())
+        };
+        return Err(column_mismatch("Aggregate", bad.0, bad.1, n));
+    }
+    Ok((0..n)
+        .map(|i| AggregateRow {
+            time_ns: a.time_ns,
+            since_ns: a.since_ns,
+            generation: a.generation[i],
+            stack: a.stack[i],
+            count: a.count[i],
+            sum: a.sum[i],
+            live: live.then(|| (a.live_count[i], a.live_bytes[i])),
+        })
+        .collect())
+}

@@ -56,6 +56,11 @@ pub fn exercise(records_in: impl Iterator<Item = Record>) -> u64 {
                     lookups.extend(evs.iter().map(|e| (e.generation, e.address, e.time_ns)));
                 }
             }
+            Kind::Aggregate(a) => {
+                if let Ok(rows) = ebtrace_format::events::aggregate_rows(a) {
+                    assert_eq!(rows.len(), a.generation.len());
+                }
+            }
             Kind::Stack(s) => {
                 for &ip in s.user_ips.iter().take(8) {
                     lookups.push((s.generation, ip, u64::MAX));

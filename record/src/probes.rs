@@ -33,7 +33,9 @@ use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 use sampler_skel::{SamplerSkel, SamplerSkelBuilder};
 
 /// Event types of `bpf/events.h`.
-pub use alloc_skel::types::{alloc_event, event_header, fork_hold_event, free_event};
+pub use alloc_skel::types::{
+    agg_key, agg_stack, agg_val, alloc_event, event_header, fork_hold_event, free_event,
+};
 pub use lock_skel::types::lock_event;
 pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
@@ -46,6 +48,9 @@ unsafe impl plain::Plain for free_event {}
 unsafe impl plain::Plain for fork_hold_event {}
 unsafe impl plain::Plain for lock_event {}
 unsafe impl plain::Plain for event_header {}
+unsafe impl plain::Plain for agg_key {}
+unsafe impl plain::Plain for agg_val {}
+unsafe impl plain::Plain for agg_stack {}
 unsafe impl plain::Plain for sample_event {}
 unsafe impl plain::Plain for offcpu_event {}
 unsafe impl plain::Plain for func_event {}
@@ -94,6 +99,8 @@ pub struct ProbeConfig {
     pub alloc_sessions: bool,
     /// --no-free: allocations sent from their entry, no return probe.
     pub alloc_entry_only: bool,
+    /// --aggregate: counters per stack in BPF maps (entries), no event per call (0: off).
+    pub aggregate_stacks: u32,
     pub lock_min_ns: Option<u64>,
     pub lock_mode: LockMode,
     pub stack_depth: u32,
@@ -431,7 +438,16 @@ impl<'obj> Probes<'obj> {
                 ro.sample_every = cfg.sample_every.max(1);
                 ro.hold_children = cfg.alloc_sessions && !cfg.all;
                 ro.entry_only = cfg.alloc_entry_only;
+                ro.aggregate = cfg.aggregate_stacks > 0;
                 common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                if cfg.aggregate_stacks > 0 {
+                    let n = cfg.aggregate_stacks;
+                    open.maps.agg_counts.set_max_entries(n)?;
+                    open.maps.agg_stacks.set_max_entries(n)?;
+                } else {
+                    open.maps.agg_counts.set_max_entries(1)?;
+                    open.maps.agg_stacks.set_max_entries(1)?;
+                }
                 if let Some(d) = open.maps.bss_data.as_deref_mut() {
                     d.sample_bytes = cfg.sample_bytes;
                 }
@@ -1001,6 +1017,50 @@ impl<'obj> Probes<'obj> {
             }
         }
         Ok(())
+    }
+
+    /// --aggregate: every (key, counters) of the allocation counters map.
+    pub fn agg_counts(&self) -> Vec<(agg_key, agg_val)> {
+        let Some(a) = &self.alloc else {
+            return Vec::new();
+        };
+        let m = &a.maps.agg_counts;
+        let rows = match m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY) {
+            Ok(it) => it.collect::<Vec<_>>(),
+            // Batch lookups need 5.6; one key at a time otherwise.
+            Err(_) => m
+                .keys()
+                .filter_map(|k| {
+                    let v = m.lookup(&k, MapFlags::ANY).ok()??;
+                    Some((k, v))
+                })
+                .collect(),
+        };
+        rows.into_iter()
+            .map(|(k, v)| (read_event::<agg_key>(&k), read_event::<agg_val>(&v)))
+            .collect()
+    }
+
+    /// --aggregate: the stack written for `key` (None: not there, a full map).
+    pub fn agg_stack(&self, key: &agg_key) -> Option<agg_stack> {
+        let a = self.alloc.as_ref()?;
+        // SAFETY: agg_key is plain old data of the map's key size.
+        let k = unsafe { plain::as_bytes(key) };
+        let v = a.maps.agg_stacks.lookup(k, MapFlags::ANY).ok()??;
+        Some(read_event::<agg_stack>(&v))
+    }
+
+    /// --aggregate: forgets keys read for the last time (their process ended).
+    pub fn agg_forget(&self, keys: &[agg_key]) {
+        let Some(a) = &self.alloc else {
+            return;
+        };
+        for key in keys {
+            // SAFETY: as in agg_stack.
+            let k = unsafe { plain::as_bytes(key) };
+            let _ = a.maps.agg_counts.delete(k);
+            let _ = a.maps.agg_stacks.delete(k);
+        }
     }
 
     /// (program name, run time ns, run count) of every loaded program.

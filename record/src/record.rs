@@ -187,6 +187,28 @@ pub fn record(a: RecordArgs) -> Result<()> {
             bail!("no process with pid {pid}");
         }
     }
+    if let Some(secs) = a.aggregate {
+        if a.alloc.is_none() {
+            bail!("--aggregate counts allocations in the kernel: add --alloc");
+        }
+        if secs == 0 {
+            bail!("--aggregate=SECS: the interval must be at least 1 s");
+        }
+        if a.alloc_sampler != AllocSampler::Uprobe {
+            bail!(
+                "--aggregate works with the uprobe allocation probes, not --alloc-sampler preload"
+            );
+        }
+        if a.sample_bytes.is_some() {
+            bail!("--aggregate with --sample-bytes is not supported yet: the estimate needs each allocation's size");
+        }
+        if matches!(a.stack_mode, StackMode::Dwarf(_)) {
+            bail!("--aggregate needs stacks unwound in the kernel: --stack-mode dwarf copies every stack for ebsym, use auto, cfi or fp");
+        }
+        if !(1..=1 << 24).contains(&a.aggregate_stacks) {
+            bail!("--aggregate-stacks must be between 1 and 16777216");
+        }
+    }
     if a.sample_bytes.is_some() && a.alloc.is_none() {
         bail!("--sample-bytes samples allocations: add --alloc");
     }
@@ -217,6 +239,11 @@ pub fn record(a: RecordArgs) -> Result<()> {
         alloc_sessions: a.alloc_sampler == AllocSampler::Uprobe
             && crate::probes::use_sessions(a.alloc_probes),
         alloc_entry_only: a.no_free,
+        aggregate_stacks: if a.aggregate.is_some() {
+            a.aggregate_stacks
+        } else {
+            0
+        },
         lock_min_ns: a.lock.map(|us| us * 1000),
         lock_mode,
         stack_depth: a.stack_depth,
@@ -343,6 +370,9 @@ fn record_with(
     let probes_ref = &probes;
     let mut s = session::Session::new(w, probes_ref, !a.all);
     s.copies = cfg.copy_bytes > 0;
+    if let Some(secs) = a.aggregate {
+        s.start_aggregating(!a.no_free, Duration::from_secs(secs));
+    }
     s.cfi = cfi;
     if let (Some(t), Some(l)) = (s.cfi.as_mut(), launched.as_ref()) {
         // The launched command's executable and libraries get their rows before it runs.
@@ -484,6 +514,10 @@ fn record_with(
                     stop_reason = "max size".to_string();
                     break;
                 };
+                if s.aggregating {
+                    // The old file gets the counts up to its end.
+                    s.aggregate()?;
+                }
                 rotate::rotate(&mut s, a, keep)?;
                 rotations += 1;
             }
@@ -510,6 +544,9 @@ fn record_with(
         }
         if last_stats.elapsed() >= Duration::from_secs(1) {
             last_stats = Instant::now();
+            if s.aggregate_due() {
+                s.aggregate()?;
+            }
             if let Some(b) = budget.as_mut() {
                 if let Some((change, why)) = b.tick(probes_ref) {
                     budget_changes += 1;
@@ -542,6 +579,9 @@ fn record_with(
     // Last events, then the final counters and the trailer.
     std::thread::sleep(Duration::from_millis(20));
     session::drain_once(&mut s, &rb, &pending, &mut side)?;
+    if s.aggregating {
+        s.aggregate()?;
+    }
     let end = procfs::clock_ns(libc::CLOCK_BOOTTIME);
     s.clock_sync()?;
     let families = s.stats(end)?;

@@ -163,6 +163,9 @@ struct LeakSink {
     live: Live,
     last_ns: u64,
     allocs: u64,
+    /// --aggregate: the last live gauges per (stack, generation), with the start of the
+    /// first interval they were non-zero in (the oldest block is at least that old).
+    gauges: BTreeMap<(u64, u32), (u64, u64, u64)>,
 }
 
 impl Sink for LeakSink {
@@ -179,6 +182,23 @@ impl Sink for LeakSink {
                     period: e.sample_period,
                 };
                 self.live.alloc(e.generation, e.address, block);
+            }
+            Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r) => {
+                self.allocs += r.count;
+                self.last_ns = self.last_ns.max(r.time_ns);
+                if let Some((count, bytes)) = r.live {
+                    let g = self
+                        .gauges
+                        .entry((r.stack, r.generation))
+                        .or_insert((0, 0, u64::MAX));
+                    g.0 = count;
+                    g.1 = bytes;
+                    if count == 0 {
+                        g.2 = u64::MAX;
+                    } else if g.2 == u64::MAX {
+                        g.2 = r.since_ns;
+                    }
+                }
             }
             Event::Free(e) => {
                 self.last_ns = self.last_ns.max(e.time_ns);
@@ -203,6 +223,7 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
         live: Live::default(),
         last_ns: 0,
         allocs: 0,
+        gauges: BTreeMap::new(),
     };
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
     // (stack, generation) -> (count, bytes, oldest time)
@@ -223,6 +244,15 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
         e.0 += count;
         e.1 += bytes;
         e.2 = e.2.min(b.time);
+    }
+    for (&key, &(count, bytes, since)) in &sink.gauges {
+        if count == 0 {
+            continue;
+        }
+        let e = by.entry(key).or_insert((0, 0, u64::MAX));
+        e.0 += count;
+        e.1 += bytes;
+        e.2 = e.2.min(since);
     }
     // (frames, alive) -> (frames, count, bytes, oldest time)
     type Group = (Vec<Frame>, u64, u64, u64);
@@ -282,7 +312,23 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
             .damage
             .push("frees were lost while recording: some blocks shown may have been freed".into());
     }
-    let note = if sink.allocs == 0 {
+    // --no-free: no free was seen, so every block would look leaked.
+    let no_free = l
+        .header
+        .options
+        .iter()
+        .any(|o| o.key == "no-free" && o.value == "true");
+    let (rows, totals) = if no_free {
+        (Vec::new(), BTreeMap::new())
+    } else {
+        (rows, totals)
+    };
+    let note = if no_free {
+        Some(format!(
+            "no leak report: the recording did not track frees (--no-free); its {} allocations are in `ebsym top --kind alloc`",
+            sink.allocs
+        ))
+    } else if sink.allocs == 0 {
         Some(empty_note("alloc", filter, &l.losses))
     } else if totals.is_empty() {
         Some(format!(

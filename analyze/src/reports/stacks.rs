@@ -47,6 +47,13 @@ impl Sink for TopSink {
                 n = count;
                 ((e.stack, 0), bytes, 0, None)
             }
+            (EventKind::Alloc, Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r)) => {
+                if r.count == 0 && r.sum == 0 {
+                    return; // a row for its live gauges only
+                }
+                n = r.count;
+                ((r.stack, 0), r.sum, 0, None)
+            }
             // Growth only: an munmap (or a shrinking brk) releases memory, it does not grow it.
             (EventKind::MemGrowth, Event::MemGrowth(e))
                 if e.kind != ebtrace_format::proto::MemGrowthKind::Munmap =>

@@ -131,6 +131,18 @@ pub fn losses_text(l: &Losses) -> String {
             sm.sampled_allocs
         );
     }
+    if !l.aggregated.is_empty() {
+        let v: Vec<String> = l
+            .aggregated
+            .iter()
+            .map(|(k, n)| format!("{k} ({n} events)"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "aggregated in the kernel (--aggregate): {}: counts per stack and interval, no per-event times, threads or addresses",
+            v.join(", ")
+        );
+    }
     if !l.symbolized {
         let _ = writeln!(
             s,

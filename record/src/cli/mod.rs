@@ -78,6 +78,16 @@ pub struct RecordArgs {
     /// events back and say they are estimates. Default with --alloc-sampler preload: 524288.
     #[arg(long, value_name = "N")]
     pub sample_bytes: Option<u64>,
+    /// Count in the kernel instead of sending an event per call: with --alloc, calls and
+    /// bytes per stack (and with frees tracked, the live blocks and bytes per stack for the
+    /// leak report) in BPF maps, written to the trace every SECS seconds (default 10) and at
+    /// the end. The same reports work; there is no per-event timeline.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10")]
+    pub aggregate: Option<u64>,
+    /// --aggregate: the most distinct (process, stack) keys counted at once; calls under a
+    /// new stack past it are counted as lost (map full).
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub aggregate_stacks: u32,
     /// How the allocator's uprobes run: `session` (kernel >= 6.13: one uprobe_multi link per
     /// library; the return probe runs only for calls kept at entry, so an allocation that is
     /// not kept costs one trap), `classic` (entry and return probes on every call), or

@@ -6,6 +6,7 @@
 //! `stackcopy` (joining stack copies to their events), `decode` (BPF events and stacks to
 //! records), `losses` (kept, lost and filtered per family) and `rotation` (starting a new
 //! file that reads on its own).
+mod aggregate;
 mod decode;
 mod generations;
 mod losses;
@@ -126,6 +127,9 @@ pub struct Session<'a> {
     pub waker_frames_dropped: u64,
     /// The launched command, whose EXIT record waits for its code from waitpid.
     pub launched: Option<u32>,
+    /// --aggregate: the counters written so far (None: not aggregating).
+    pub agg: aggregate::AggState,
+    pub aggregating: bool,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -173,6 +177,8 @@ impl<'a> Session<'a> {
             follow,
             frames: Vec::with_capacity(probes::MAX_FRAMES),
             launched: None,
+            agg: Default::default(),
+            aggregating: false,
         }
     }
 

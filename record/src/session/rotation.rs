@@ -70,6 +70,7 @@ impl Session<'_> {
             };
         }
         self.unwind_written.clear();
+        self.agg.new_file();
         self.vdso_written = 0;
         self.kernel.forget_written();
         self.clock_sync()?;
