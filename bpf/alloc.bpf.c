@@ -4,15 +4,13 @@
  * works without sending every free. */
 #include "common.bpf.h"
 #include "sample.bpf.h"
+#include "aggregate.bpf.h"
 
 const volatile __u64 min_size = 0;
 const volatile __u32 sample_every = 1;
 /* --no-free: nothing needs the returned address (no block is tracked), so an allocation
  * is sent from its entry and no return probe is needed at all: one trap per call. */
 const volatile bool entry_only = false;
-/* --aggregate: count calls, bytes and live blocks per stack in `agg_counts` instead of
- * sending events. */
-const volatile bool aggregate = false;
 /* --sample-bytes: mean bytes between samples (0: off). Not const: --max-cpu changes it
  * while recording (each change is a record in the trace). */
 __u64 sample_bytes = 0;
@@ -76,35 +74,6 @@ struct {
 	__type(value, struct live_block);
 } live SEC(".maps");
 
-/* --aggregate: counters per stack (max_entries set by user space, --aggregate-stacks), and
- * each key's stack, written once. User space reads both every interval and deletes the
- * keys of processes that ended after their last read. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1 << 16);
-	__type(key, struct agg_key);
-	__type(value, struct agg_val);
-} agg_counts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 16);
-	__type(key, struct agg_key);
-	__type(value, struct agg_stack);
-} agg_stacks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct agg_stack);
-} agg_scratch SEC(".maps");
-
-struct agg_key _agg_key = {};
-struct agg_val _agg_val = {};
-struct agg_stack _agg_stack = {};
-
 /* Processes with blocks in `live`, so that an exit walks the map only when it must. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -134,58 +103,16 @@ static __always_inline bool send_alloc(struct alloc_event *e, __u64 addr)
 	return true;
 }
 
-/* The key of the current process's stack `ips[0..n)` with `flags`. */
-static __always_inline void agg_key_of(struct agg_key *k, __u32 pid, __u64 *ips, __u32 n,
-				       __u32 flags)
-{
-	k->pid = pid;
-	k->pad = 0;
-	k->mm = (__u64)bpf_get_current_task_btf()->mm;
-	__u64 h = 0x9e3779b97f4a7c15ULL ^ flags ^ ((__u64)n << 32);
-	for (int i = 0; i < MAX_FRAMES; i++) {
-		if (i >= n)
-			break;
-		h = (h ^ ips[i]) * 0xff51afd7ed558ccdULL;
-		h ^= h >> 29;
-	}
-	k->hash = h | 1; /* never 0 */
-}
-
 /* Adds one call of `size` bytes under the stack of `e`, and with `bk` its block: into
  * `live` with the stack's hash, and into the stack's live gauges. Whether it was counted. */
 static __always_inline bool agg_alloc(struct alloc_event *e, __u64 size, struct block_key *bk)
 {
-	__u32 n = e->nframes;
-	if (n > MAX_FRAMES)
-		n = MAX_FRAMES;
 	struct agg_key k;
-	agg_key_of(&k, bpf_get_current_pid_tgid() >> 32, e->ips, n, e->flags);
-	struct agg_val *v = bpf_map_lookup_elem(&agg_counts, &k);
-	if (!v) {
-		/* A new stack: its frames go in first, so that user space never reads a count
-		 * without them. */
-		__u32 z = 0;
-		struct agg_stack *s = bpf_map_lookup_elem(&agg_scratch, &z);
-		if (!s)
-			return false;
-		s->nframes = n;
-		s->flags = e->flags;
-		copy_big(s->ips, e->ips, sizeof(s->ips));
-		long err = bpf_map_update_elem(&agg_stacks, &k, s, BPF_NOEXIST);
-		if (err && err != -17 /* EEXIST */) {
-			count(FAM_ALLOC, CTR_LOST_MAP_FULL);
-			return false;
-		}
-		struct agg_val zero = { .first_ns = bpf_ktime_get_boot_ns() };
-		bpf_map_update_elem(&agg_counts, &k, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&agg_counts, &k);
-		if (!v) {
-			count(FAM_ALLOC, CTR_LOST_MAP_FULL);
-			return false;
-		}
-	}
+	struct agg_val *v = agg_get(&k, FAM_ALLOC, e->ips, e->nframes, 0, 0, e->flags, 0);
+	if (!v)
+		return false;
 	__sync_fetch_and_add(&v->count, 1);
-	__sync_fetch_and_add(&v->bytes, size);
+	__sync_fetch_and_add(&v->sum, size);
 	if (bk) {
 		struct live_block b = { .hash = k.hash, .size = size };
 		if (bpf_map_update_elem(&live, bk, &b, BPF_ANY)) {
@@ -201,7 +128,8 @@ static __always_inline bool agg_alloc(struct alloc_event *e, __u64 size, struct 
 /* A traced block of the current process freed: out of its stack's live gauges. */
 static __always_inline void agg_unlive(__u32 pid, struct live_block *b)
 {
-	struct agg_key k = { .pid = pid, .mm = (__u64)bpf_get_current_task_btf()->mm };
+	struct agg_key k = { .pid = pid, .family = FAM_ALLOC };
+	k.mm = (__u64)bpf_get_current_task_btf()->mm;
 	k.hash = b->hash;
 	struct agg_val *v = bpf_map_lookup_elem(&agg_counts, &k);
 	if (!v)

@@ -53,29 +53,36 @@ struct free_event {
 	__u64 addr;
 };
 
-/* --aggregate: counters per (process, address space, stack) in BPF maps instead of an event
- * per call (alloc.bpf.c). `mm` tells two lives of a pid apart (and the images before and
- * after an exec); `hash` is of the stack's frames and flags. */
+/* --aggregate: counters per (process, address space, family, stack) in BPF maps instead of
+ * an event per call (aggregate.bpf.h). `mm` tells two lives of a pid apart (and the images
+ * before and after an exec); `hash` is of the stack's frames and flags (and a lock's
+ * mutex). */
 struct agg_key {
 	__u32 pid;
-	__u32 pad;
+	__u32 family;
 	__u64 mm;
 	__u64 hash;
 };
 
+/* alloc: calls, bytes, live blocks and bytes (wrapping: a free may land first); cpu:
+ * samples; offcpu: blocks, ns off the CPU; lock: waits, ns waited, ns held. */
 struct agg_val {
 	__u64 count;
-	__u64 bytes;
-	__u64 live_count;	/* blocks not freed (wrapping: a free may land first) */
+	__u64 sum;
+	__u64 sum2;
+	__u64 live_count;
 	__u64 live_bytes;
-	__u64 first_ns;		/* the first call under the key (boottime): its generation */
+	__u64 first_ns;		/* the first event under the key (boottime): its generation */
 };
 
-/* The stack of an agg_key, written once when the key is new. */
+/* The stack of an agg_key, written once when the key is new: user frames, then kernel. */
 struct agg_stack {
 	__u32 nframes;
+	__u32 kframes;
 	__u32 flags;
-	__u64 ips[MAX_FRAMES];
+	__u32 pad;
+	__u64 mutex;		/* lock: the lock's address */
+	__u64 ips[MAX_FRAMES + KFRAMES];
 };
 
 /* A traced block (alloc.bpf.c `live`): under which stack, how large (--aggregate). */

@@ -10,6 +10,7 @@
  * (call to return) and hold (acquisition to unlock by the same thread) times of every lock.
  */
 #include "targets.bpf.h"
+#include "aggregate.bpf.h"
 
 const volatile __u64 min_wait_ns = 0;
 const volatile __u64 min_hold_ns = 0;
@@ -183,6 +184,11 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 	e->waker_tid = 0;
 	e->waker_nframes = 0;
 	e->nframes = user_stack(ctx, e->ips, &e->flags, false);
+	if (aggregate) {
+		/* Counted under the waiter's stack and the futex (no waker stack). */
+		agg_add(FAM_LOCK, e->ips, e->nframes, 0, 0, e->flags, uaddr, e->wait_ns, 0);
+		return 0;
+	}
 	e->copy_id = stack_copy();
 	struct waker_key k = { .pid = pid, .uaddr = uaddr };
 	struct waker *wk = bpf_map_lookup_elem(&wakers, &k);
@@ -333,6 +339,12 @@ int BPF_UPROBE(mutex_unlock_enter, __u64 mutex)
 	__u64 hold = now - h->acquired;
 	if (h->wait_ns < min_wait_ns && hold < min_hold_ns) {
 		count(FAM_LOCK, CTR_FILTERED);
+		bpf_map_delete_elem(&held, &k);
+		return 0;
+	}
+	if (aggregate) {
+		agg_add(FAM_LOCK, h->call.ips, h->call.nframes, 0, 0, h->call.flags, mutex,
+			h->wait_ns, hold);
 		bpf_map_delete_elem(&held, &k);
 		return 0;
 	}

@@ -19,6 +19,7 @@
  * User space loads only the programs of the chosen families (autoload).
  */
 #include "targets.bpf.h"
+#include "aggregate.bpf.h"
 
 const volatile __u64 offcpu_min_ns = 0;
 const volatile __u32 func_args = 0;
@@ -89,6 +90,10 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
 	n &= MAX_FRAMES - 1;
 	e->nframes = n;
 	e->kframes = kernel_stack(ctx, &e->ips[n], &e->flags);
+	if (aggregate) {
+		agg_add(FAM_CPU, e->ips, n, &e->ips[n], e->kframes, e->flags, 0, 0, 0);
+		return 0;
+	}
 	e->copy_id = stack_copy();
 	__u64 size = __builtin_offsetof(struct sample_event, ips) +
 		     ((n + e->kframes) & (MAX_FRAMES + KFRAMES - 1)) * sizeof(__u64);
@@ -163,6 +168,14 @@ static __always_inline void offcpu_send(struct offcpu_event *e)
 {
 	e->pending = 0;
 	count(FAM_OFFCPU, CTR_HITS);
+	if (aggregate) {
+		/* The blocked thread's kernel frames, then its user frames (no waker stacks). */
+		__u32 at = (e->waker_nframes + e->waker_kframes) & 255;
+		__u32 k = e->kframes & (KFRAMES - 1);
+		agg_add(FAM_OFFCPU, &e->ips[(at + k) & 511], e->nframes, &e->ips[at], k, e->flags,
+			0, e->duration_ns, 0);
+		return;
+	}
 	__u32 used = e->waker_nframes + e->waker_kframes + e->kframes + e->nframes;
 	if (used > OFFCPU_SLOTS)
 		used = OFFCPU_SLOTS;
@@ -300,6 +313,8 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	 * dropped, so no stack now. */
 	if (bpf_ktime_get_boot_ns() - b->start < offcpu_min_ns)
 		return 0;
+	if (aggregate)
+		return 0; /* counted under the blocked thread's stacks only */
 	if (!admit(FAM_OFFCPU)) {
 		b->decided = OFFCPU_REFUSED;
 		return 0;

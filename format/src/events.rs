@@ -352,8 +352,12 @@ pub struct AggregateRow {
     pub stack: u64,
     /// Events in the interval (alloc: calls).
     pub count: u64,
-    /// alloc: bytes.
+    /// alloc: bytes; offcpu: ns off the CPU; lock: ns waited.
     pub sum: u64,
+    /// lock: ns held.
+    pub sum2: u64,
+    /// lock: the lock's address.
+    pub mutex: u64,
     /// alloc with frees tracked: blocks and bytes not freed at `time_ns` (None: frees not
     /// tracked).
     pub live: Option<(u64, u64)>,
@@ -362,15 +366,22 @@ pub struct AggregateRow {
 /// The rows of an `Aggregate` record, checking that its columns agree in length.
 pub fn aggregate_rows(a: &ebtrace_proto::v1::Aggregate) -> Result<Vec<AggregateRow>, Error> {
     let n = a.generation.len();
-    for (name, len) in [
-        ("stack", a.stack.len()),
-        ("count", a.count.len()),
-        ("sum", a.sum.len()),
-    ] {
+    for (name, len) in [("stack", a.stack.len()), ("count", a.count.len())] {
         if len != n {
             return Err(column_mismatch("Aggregate", name, len, n));
         }
     }
+    // Optional columns: empty, or one value per row.
+    for (name, len) in [
+        ("sum", a.sum.len()),
+        ("sum2", a.sum2.len()),
+        ("mutex", a.mutex.len()),
+    ] {
+        if len != 0 && len != n {
+            return Err(column_mismatch("Aggregate", name, len, n));
+        }
+    }
+    let opt = |c: &[u64], i: usize| c.get(i).copied().unwrap_or(0);
     let live = !a.live_count.is_empty() || !a.live_bytes.is_empty();
     if live && (a.live_count.len() != n || a.live_bytes.len() != n) {
         let bad = if a.live_count.len() != n {
@@ -387,7 +398,9 @@ pub fn aggregate_rows(a: &ebtrace_proto::v1::Aggregate) -> Result<Vec<AggregateR
             generation: a.generation[i],
             stack: a.stack[i],
             count: a.count[i],
-            sum: a.sum[i],
+            sum: opt(&a.sum, i),
+            sum2: opt(&a.sum2, i),
+            mutex: opt(&a.mutex, i),
             live: live.then(|| (a.live_count[i], a.live_bytes[i])),
         })
         .collect())

@@ -334,6 +334,16 @@ macro_rules! common_setup {
     }};
 }
 
+/// --aggregate's switch and map sizes, for the objects that aggregate (aggregate.bpf.h).
+macro_rules! agg_setup {
+    ($open:expr, $ro:expr, $cfg:expr) => {{
+        $ro.aggregate = $cfg.aggregate_stacks > 0;
+        let n = $cfg.aggregate_stacks.max(1);
+        $open.maps.agg_counts.set_max_entries(n)?;
+        $open.maps.agg_stacks.set_max_entries(n)?;
+    }};
+}
+
 /// Runs `$body` with `$s` bound to each loaded skeleton (for what they all have).
 macro_rules! each_skel {
     ($self:expr, $s:ident => $body:expr) => {{
@@ -438,16 +448,8 @@ impl<'obj> Probes<'obj> {
                 ro.sample_every = cfg.sample_every.max(1);
                 ro.hold_children = cfg.alloc_sessions && !cfg.all;
                 ro.entry_only = cfg.alloc_entry_only;
-                ro.aggregate = cfg.aggregate_stacks > 0;
                 common_setup!(open, ro, cfg, depth, ncpu, cfi);
-                if cfg.aggregate_stacks > 0 {
-                    let n = cfg.aggregate_stacks;
-                    open.maps.agg_counts.set_max_entries(n)?;
-                    open.maps.agg_stacks.set_max_entries(n)?;
-                } else {
-                    open.maps.agg_counts.set_max_entries(1)?;
-                    open.maps.agg_stacks.set_max_entries(1)?;
-                }
+                agg_setup!(open, ro, cfg);
                 if let Some(d) = open.maps.bss_data.as_deref_mut() {
                     d.sample_bytes = cfg.sample_bytes;
                 }
@@ -477,6 +479,7 @@ impl<'obj> Probes<'obj> {
                 ro.min_hold_ns = min;
                 ro.all_processes = cfg.all;
                 common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                agg_setup!(open, ro, cfg);
                 // Only the programs of the chosen mode get loaded.
                 let futex = cfg.lock_mode == LockMode::Futex;
                 for mut p in open.open_object_mut().progs_mut() {
@@ -497,6 +500,7 @@ impl<'obj> Probes<'obj> {
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
             common_setup!(open, ro, cfg, depth, ncpu, cfi);
+            agg_setup!(open, ro, cfg);
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("cpu_") {
@@ -1019,47 +1023,78 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
-    /// --aggregate: every (key, counters) of the allocation counters map.
+    /// --aggregate: every (key, counters) of the counters maps (the key says the family).
     pub fn agg_counts(&self) -> Vec<(agg_key, agg_val)> {
-        let Some(a) = &self.alloc else {
-            return Vec::new();
-        };
-        let m = &a.maps.agg_counts;
-        let rows = match m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY) {
-            Ok(it) => it.collect::<Vec<_>>(),
-            // Batch lookups need 5.6; one key at a time otherwise.
-            Err(_) => m
-                .keys()
-                .filter_map(|k| {
-                    let v = m.lookup(&k, MapFlags::ANY).ok()??;
-                    Some((k, v))
-                })
-                .collect(),
-        };
+        fn read(m: &libbpf_rs::MapMut<'_>) -> Vec<(Vec<u8>, Vec<u8>)> {
+            match m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY) {
+                Ok(it) => it.collect(),
+                // Batch lookups need 5.6; one key at a time otherwise.
+                Err(_) => m
+                    .keys()
+                    .filter_map(|k| {
+                        let v = m.lookup(&k, MapFlags::ANY).ok()??;
+                        Some((k, v))
+                    })
+                    .collect(),
+            }
+        }
+        let mut rows = Vec::new();
+        if let Some(a) = &self.alloc {
+            rows.extend(read(&a.maps.agg_counts));
+        }
+        if let Some(l) = &self.lock {
+            rows.extend(read(&l.maps.agg_counts));
+        }
+        if let Some(p) = &self.profile {
+            rows.extend(read(&p.maps.agg_counts));
+        }
         rows.into_iter()
             .map(|(k, v)| (read_event::<agg_key>(&k), read_event::<agg_val>(&v)))
             .collect()
     }
 
+    /// The stacks map of the object that counts `family`.
+    fn agg_stacks_of(
+        &self,
+        family: u32,
+    ) -> Option<(&libbpf_rs::MapMut<'_>, &libbpf_rs::MapMut<'_>)> {
+        use ebtrace_format::proto::EventFamily as F;
+        match family {
+            f if f == F::Alloc as u32 => self
+                .alloc
+                .as_ref()
+                .map(|a| (&a.maps.agg_counts, &a.maps.agg_stacks)),
+            f if f == F::Lock as u32 => self
+                .lock
+                .as_ref()
+                .map(|a| (&a.maps.agg_counts, &a.maps.agg_stacks)),
+            f if f == F::Cpu as u32 || f == F::Offcpu as u32 => self
+                .profile
+                .as_ref()
+                .map(|a| (&a.maps.agg_counts, &a.maps.agg_stacks)),
+            _ => None,
+        }
+    }
+
     /// --aggregate: the stack written for `key` (None: not there, a full map).
     pub fn agg_stack(&self, key: &agg_key) -> Option<agg_stack> {
-        let a = self.alloc.as_ref()?;
+        let (_, stacks) = self.agg_stacks_of(key.family)?;
         // SAFETY: agg_key is plain old data of the map's key size.
         let k = unsafe { plain::as_bytes(key) };
-        let v = a.maps.agg_stacks.lookup(k, MapFlags::ANY).ok()??;
+        let v = stacks.lookup(k, MapFlags::ANY).ok()??;
         Some(read_event::<agg_stack>(&v))
     }
 
     /// --aggregate: forgets keys read for the last time (their process ended).
     pub fn agg_forget(&self, keys: &[agg_key]) {
-        let Some(a) = &self.alloc else {
-            return;
-        };
         for key in keys {
+            let Some((counts, stacks)) = self.agg_stacks_of(key.family) else {
+                continue;
+            };
             // SAFETY: as in agg_stack.
             let k = unsafe { plain::as_bytes(key) };
-            let _ = a.maps.agg_counts.delete(k);
-            let _ = a.maps.agg_stacks.delete(k);
+            let _ = counts.delete(k);
+            let _ = stacks.delete(k);
         }
     }
 

@@ -188,8 +188,8 @@ pub fn record(a: RecordArgs) -> Result<()> {
         }
     }
     if let Some(secs) = a.aggregate {
-        if a.alloc.is_none() {
-            bail!("--aggregate counts allocations in the kernel: add --alloc");
+        if a.alloc.is_none() && a.cpu.is_none() && a.offcpu.is_none() && a.lock.is_none() {
+            bail!("--aggregate counts --alloc, --cpu, --offcpu and --lock in the kernel: add one of them");
         }
         if secs == 0 {
             bail!("--aggregate=SECS: the interval must be at least 1 s");

@@ -191,7 +191,7 @@ fn a_full_aggregation_map_is_a_counted_loss() {
 fn aggregate_refuses_what_it_cannot_count() {
     let ebrec = std::path::Path::new(env!("CARGO_BIN_EXE_ebrec"));
     for (args, says) in [
-        (&["--aggregate", "--cpu"][..], "add --alloc"),
+        (&["--aggregate", "--memgrowth"][..], "add one of them"),
         (
             &["--aggregate", "--alloc", "--sample-bytes", "4096"][..],
             "--sample-bytes",
@@ -213,5 +213,164 @@ fn aggregate_refuses_what_it_cannot_count() {
         assert!(!out.status.success(), "{args:?} was accepted");
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// `ebsym top --json` rows: the first frame whose function starts with one of `names`,
+/// summed: (count, the row's `key` value).
+fn by_frame(report: &Value, names: &[&str], key: &str) -> BTreeMap<String, (u64, u64)> {
+    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for row in report["rows"].as_array().unwrap() {
+        let Some(f) = row["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .find_map(|n| names.iter().find(|w| n.starts_with(*w)))
+        else {
+            continue;
+        };
+        let e = out.entry(f.to_string()).or_default();
+        e.0 += row["count"].as_u64().unwrap();
+        e.1 += row[key].as_u64().unwrap_or(0);
+    }
+    out
+}
+
+/// CPU samples counted per stack in the kernel split between hot_a and hot_b as the
+/// program measured its own CPU time, at about the asked rate, with no sample event.
+#[test]
+fn aggregated_cpu_samples_split_like_the_program() {
+    if !root() {
+        return;
+    }
+    let r = record(
+        "cpu_split",
+        &["--cpu=999", "--aggregate=1"],
+        &["--seconds", "2"],
+    );
+    let want = expect_line(&r.out, "cpu_split");
+    let t = r.trace.to_str().unwrap();
+    let top = ebsym_json(&["top", t, "--kind", "cpu", "-n", "100000"]);
+    let got = by_frame(&top, &["split::hot_a", "split::hot_b"], "count");
+    let a = got.get("split::hot_a").map_or(0, |x| x.0) as f64;
+    let b = got.get("split::hot_b").map_or(0, |x| x.0) as f64;
+    let measured = want["measured_share_a"].as_f64().unwrap();
+    assert!(
+        (a / (a + b) - measured).abs() <= 0.05,
+        "hot_a {a} hot_b {b}: share {:.3}, the program measured {measured:.3}",
+        a / (a + b)
+    );
+    let cpu_s = want["total_cpu_ns"].as_f64().unwrap() / 1e9;
+    let samples = top["totals"]["count"].as_f64().unwrap();
+    assert!(
+        (samples / (999.0 * cpu_s) - 1.0).abs() < 0.25,
+        "{samples} samples for {cpu_s:.2} s of CPU at 999 Hz"
+    );
+    let info = ebsym_json(&["info", t]);
+    assert_eq!(info["events"]["cpu"], 0);
+    assert_eq!(info["aggregated"]["cpu"]["count"], top["totals"]["count"]);
+    // Counted every second: more than one interval for a 2 s run.
+    assert!(info["aggregated"]["cpu"]["records"].as_u64().unwrap() >= 2);
+}
+
+/// Off-CPU blocks counted per blocked stack: sleeper_a's naps and reader_b's reads, each as
+/// many and as long as the program timed them; the microsecond ping-pong below the
+/// threshold is (nearly all) not there.
+#[test]
+fn aggregated_off_cpu_blocks_match_the_program() {
+    if !root() {
+        return;
+    }
+    let r = record("offcpu_blocks", &["--offcpu=1000", "--aggregate"], &[]);
+    let want = expect_line(&r.out, "offcpu_blocks");
+    let t = r.trace.to_str().unwrap();
+    let top = ebsym_json(&["top", t, "--kind", "offcpu", "-n", "1000"]);
+    let got = by_frame(
+        &top,
+        &["offcpu::sleeper_a", "offcpu::reader_b", "offcpu::pingpong_"],
+        "total_ns",
+    );
+    for (f, w) in [
+        ("offcpu::sleeper_a", "sleeper"),
+        ("offcpu::reader_b", "reader"),
+    ] {
+        let durations: Vec<u64> = want[w]["durations_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap())
+            .collect();
+        let (count, ns) = got.get(f).copied().unwrap_or_default();
+        assert_eq!(count, durations.len() as u64, "{f}: {got:?}");
+        let timed: u64 = durations.iter().sum();
+        // The program times around the call; the block is inside it.
+        assert!(
+            ns <= timed && ns as f64 >= timed as f64 * 0.9,
+            "{f}: {ns} ns off CPU, the program timed {timed} ns"
+        );
+    }
+    // Nearly all of the ping-pong's blocks are microseconds long: dropped (a busy machine
+    // may stretch a few past the threshold).
+    let trips = want["pingpong"]["round_trips"].as_u64().unwrap();
+    let pp = got.get("offcpu::pingpong_").map_or(0, |x| x.0);
+    assert!(
+        pp * 100 < 2 * trips,
+        "{pp} ping-pong blocks kept of ~{}",
+        2 * trips
+    );
+}
+
+/// Lock waits counted per waiter stack and lock, in both modes: every contended
+/// acquisition of the ledger's mutex, waits (and holds) adding up to the program's own
+/// clock; no percentiles are claimed (null), as there are no per-wait values.
+#[test]
+fn aggregated_lock_waits_and_holds_match_the_program() {
+    if !root() {
+        return;
+    }
+    for mode in ["uprobe", "futex"] {
+        let r = record(
+            "lock_workload",
+            &["--lock", "--lock-mode", mode, "--aggregate"],
+            &[],
+        );
+        let want = expect_line(&r.out, "lock_workload");
+        let t = r.trace.to_str().unwrap();
+        let top = ebsym_json(&["top", t, "--kind", "lock", "-n", "1000"]);
+        let rows: Vec<&Value> = top["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["mutex"] == want["mutex"])
+            .collect();
+        assert!(
+            !rows.is_empty(),
+            "{mode}: no row of {}: {top:#}",
+            want["mutex"]
+        );
+        let count: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+        let wait: u64 = rows.iter().map(|r| r["wait_ns"].as_u64().unwrap()).sum();
+        let acq = want["acquisitions"].as_u64().unwrap();
+        let wait_us = want["total_wait_us"].as_f64().unwrap();
+        // The program's wait is around lock(); ours is inside it.
+        assert!(
+            wait as f64 / 1e3 <= wait_us * 1.02 && wait as f64 / 1e3 >= wait_us * 0.9,
+            "{mode}: {wait} ns waited, the program measured {wait_us} us"
+        );
+        assert!(rows.iter().all(|r| r["wait_p99_ns"].is_null()), "{rows:?}");
+        if mode == "uprobe" {
+            // Every acquisition, with its hold.
+            assert_eq!(count, acq, "{mode}");
+            let hold: u64 = rows.iter().map(|r| r["hold_ns"].as_u64().unwrap()).sum();
+            let hold_us = want["total_hold_us"].as_f64().unwrap();
+            assert!(
+                (hold as f64 / 1e3 / hold_us - 1.0).abs() < 0.05,
+                "{hold} ns held, the program measured {hold_us} us"
+            );
+        } else {
+            // Contended acquisitions only (a futex wait each).
+            assert!(count > 0 && count < acq, "{mode}: {count} of {acq}");
+        }
     }
 }

@@ -20,6 +20,8 @@ pub(crate) struct Agg {
     pub(crate) mutex: u64,
     pub(crate) futex_op: u32,
     pub(crate) wakers: HashMap<u64, u64>,
+    /// Counted in the kernel (--aggregate): no per-event values, so no percentiles.
+    pub(crate) aggregated: bool,
 }
 
 impl Agg {
@@ -47,12 +49,21 @@ impl Sink for TopSink {
                 n = count;
                 ((e.stack, 0), bytes, 0, None)
             }
-            (EventKind::Alloc, Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r)) => {
-                if r.count == 0 && r.sum == 0 {
+            (kind, Event::Aggregated(family, r)) if kind.family() == *family => {
+                if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
                     return; // a row for its live gauges only
                 }
-                n = r.count;
-                ((r.stack, 0), r.sum, 0, None)
+                let g = self.by_stack.entry((r.stack, r.mutex)).or_default();
+                g.aggregated = true;
+                g.count += r.count;
+                g.a += if kind == EventKind::Cpu {
+                    r.count
+                } else {
+                    r.sum
+                };
+                g.b += r.sum2;
+                g.mutex = r.mutex;
+                return;
             }
             // Growth only: an munmap (or a shrinking brk) releases memory, it does not grow it.
             (EventKind::MemGrowth, Event::MemGrowth(e))
@@ -167,6 +178,7 @@ pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loa
         }
         m.mutex = agg.mutex;
         m.futex_op = agg.futex_op;
+        m.aggregated |= agg.aggregated;
         for (w, c) in agg.wakers {
             *m.wakers.entry(w).or_default() += c;
         }

@@ -68,7 +68,8 @@ pub struct LockRow {
     /// The lock's address, hex.
     pub mutex: String,
     pub wait_ns: u64,
-    pub wait_p99_ns: u64,
+    /// null when the waits were counted in the kernel (--aggregate): no per-wait values.
+    pub wait_p99_ns: Option<u64>,
     /// The stack of the thread that most often released the lock to these waiters.
     #[serde(serialize_with = "sorted_frames")]
     pub waker_frames: Vec<Frame>,
@@ -180,7 +181,10 @@ impl Row {
                     ("kind", r.kind.to_string()),
                     ("mutex", r.mutex.clone()),
                     ("wait_ns", num(r.wait_ns)),
-                    ("wait_p99_ns", num(r.wait_p99_ns)),
+                    (
+                        "wait_p99_ns",
+                        r.wait_p99_ns.map_or_else(|| "null".into(), num),
+                    ),
                 ]);
                 v
             }
@@ -334,11 +338,11 @@ pub fn top_from(
                 Row::Lock(LockRow {
                     count: agg.count,
                     hold_ns: held.then_some(agg.b),
-                    hold_p99_ns: held.then(|| agg.hist(1).quantile(0.99)),
+                    hold_p99_ns: (held && !agg.aggregated).then(|| agg.hist(1).quantile(0.99)),
                     kind: lock_kind(&frames, agg.futex_op),
                     mutex: format!("{:#x}", agg.mutex),
                     wait_ns: agg.a,
-                    wait_p99_ns: agg.hist(0).quantile(0.99),
+                    wait_p99_ns: (!agg.aggregated).then(|| agg.hist(0).quantile(0.99)),
                     waker_frames,
                     frames,
                 })

@@ -78,10 +78,12 @@ pub struct RecordArgs {
     /// events back and say they are estimates. Default with --alloc-sampler preload: 524288.
     #[arg(long, value_name = "N")]
     pub sample_bytes: Option<u64>,
-    /// Count in the kernel instead of sending an event per call: with --alloc, calls and
-    /// bytes per stack (and with frees tracked, the live blocks and bytes per stack for the
-    /// leak report) in BPF maps, written to the trace every SECS seconds (default 10) and at
-    /// the end. The same reports work; there is no per-event timeline.
+    /// Count in the kernel instead of sending an event per call, per process and stack, in
+    /// BPF maps written to the trace every SECS seconds (default 10) and at the end: --alloc
+    /// calls and bytes (and with frees tracked, the live blocks and bytes for the leak
+    /// report), --cpu samples, --offcpu blocks and time (no waker stacks), --lock waits and
+    /// time waited and held (per lock; no waker stacks, no percentiles). The same reports
+    /// work; there is no per-event timeline. --func and --memgrowth still send events.
     #[arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10")]
     pub aggregate: Option<u64>,
     /// --aggregate: the most distinct (process, stack) keys counted at once; calls under a

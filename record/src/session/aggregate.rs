@@ -1,6 +1,7 @@
-//! --aggregate: the allocation counters the kernel keeps per (process, stack) — calls,
-//! bytes, live blocks and bytes (bpf/alloc.bpf.c `agg_counts`) — read every interval and
-//! written as `Aggregate` records of what changed since the previous read.
+//! --aggregate: the counters the kernel keeps per (process, family, stack) — alloc: calls,
+//! bytes, live blocks and bytes; cpu: samples; offcpu: blocks and ns; lock: waits, ns
+//! waited and held (bpf/aggregate.bpf.h) — read every interval and written as one
+//! `Aggregate` record per family of what changed since the previous read.
 use super::*;
 use ebtrace_format::proto::Aggregate;
 
@@ -10,8 +11,10 @@ struct Written {
     generation: u32,
     /// The stack's id in the current file (0: to intern, e.g. after a rotation).
     stack: u64,
+    mutex: u64,
     count: u64,
-    bytes: u64,
+    sum: u64,
+    sum2: u64,
     live_count: u64,
     live_bytes: u64,
 }
@@ -19,17 +22,15 @@ struct Written {
 /// The reader's state between reads.
 #[derive(Debug, Default)]
 pub struct AggState {
-    /// (pid, mm, hash) -> what was written last.
-    written: HashMap<(u32, u64, u64), Written>,
+    /// (pid, family, mm, hash) -> what was written last.
+    written: HashMap<(u32, u32, u64, u64), Written>,
     last_ns: u64,
     /// Write every stack's live gauges at the next read (a new file must say them).
     full: bool,
-    /// Whether frees are tracked (the live columns are written).
+    /// Whether frees are tracked (the alloc rows' live columns are written).
     pub frees: bool,
     /// Keys whose stack was not in `agg_stacks` (never expected: the stack goes in first).
     pub stacks_missing: u64,
-    /// Counters read and written, for the summary: calls.
-    pub calls: u64,
     interval: std::time::Duration,
     last_read: Option<std::time::Instant>,
 }
@@ -74,23 +75,18 @@ impl Session<'_> {
         self.exited.get(&pid).is_some_and(|&t| t >= start)
     }
 
-    /// Reads the kernel's counters and writes what changed as one `Aggregate` record.
+    /// Reads the kernel's counters and writes what changed, one `Aggregate` record per
+    /// family.
     pub fn aggregate(&mut self) -> Result<()> {
         let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
         self.agg.last_read = Some(std::time::Instant::now());
         let rows = self.probes.agg_counts();
-        let mut rec = Aggregate {
-            time_ns: now,
-            since_ns: self.agg.last_ns,
-            family: EventFamily::Alloc as i32,
-            ..Default::default()
-        };
+        let mut recs: BTreeMap<u32, Aggregate> = BTreeMap::new();
         let full = std::mem::take(&mut self.agg.full);
         let mut done = Vec::new();
         for (k, v) in rows {
-            let key = (k.pid, k.mm, k.hash);
-            let known = self.agg.written.get(&key).cloned();
-            let mut w = match known {
+            let key = (k.pid, k.family, k.mm, k.hash);
+            let mut w = match self.agg.written.get(&key).cloned() {
                 Some(w) => w,
                 None => Written {
                     generation: self.gen_or_snapshot(k.pid, v.first_ns)?,
@@ -102,37 +98,62 @@ impl Session<'_> {
                     self.agg.stacks_missing += 1;
                     continue;
                 };
-                self.family = EventFamily::Alloc as usize;
-                w.stack = self.stack(w.generation, &st.ips, st.nframes, &[], st.flags, 0)?;
+                let n = (st.nframes as usize).min(st.ips.len());
+                let kn = (st.kframes as usize).min(st.ips.len() - n);
+                self.family = k.family as usize;
+                w.stack = self.stack(
+                    w.generation,
+                    &st.ips[..n],
+                    n as u32,
+                    &st.ips[n..n + kn],
+                    st.flags,
+                    0,
+                )?;
+                w.mutex = st.mutex;
             }
             let count = v.count.wrapping_sub(w.count);
-            let bytes = v.bytes.wrapping_sub(w.bytes);
+            let sum = v.sum.wrapping_sub(w.sum);
+            let sum2 = v.sum2.wrapping_sub(w.sum2);
+            let gauges = k.family == EventFamily::Alloc as u32 && self.agg.frees;
             let live = v.live_count != w.live_count || v.live_bytes != w.live_bytes;
-            if count != 0 || bytes != 0 || (self.agg.frees && (live || (full && v.live_count != 0)))
+            if count != 0
+                || sum != 0
+                || sum2 != 0
+                || (gauges && (live || (full && v.live_count != 0)))
             {
+                let rec = recs.entry(k.family).or_insert_with(|| Aggregate {
+                    time_ns: now,
+                    since_ns: self.agg.last_ns,
+                    family: k.family as i32,
+                    ..Default::default()
+                });
                 rec.generation.push(w.generation);
                 rec.stack.push(w.stack);
                 rec.count.push(count);
-                rec.sum.push(bytes);
-                if self.agg.frees {
+                if k.family != EventFamily::Cpu as u32 {
+                    rec.sum.push(sum);
+                }
+                if k.family == EventFamily::Lock as u32 {
+                    rec.sum2.push(sum2);
+                    rec.mutex.push(w.mutex);
+                }
+                if gauges {
                     // The gauges may pass through "negative" while a free lands before the
                     // count of its allocation on another CPU; never written so.
-                    rec.live_count.push(if (v.live_count as i64) < 0 {
-                        0
-                    } else {
-                        v.live_count
-                    });
-                    rec.live_bytes.push(if (v.live_bytes as i64) < 0 {
-                        0
-                    } else {
-                        v.live_bytes
-                    });
+                    let clamp = |x: u64| if (x as i64) < 0 { 0 } else { x };
+                    rec.live_count.push(clamp(v.live_count));
+                    rec.live_bytes.push(clamp(v.live_bytes));
                 }
-                self.agg.calls += count;
-                self.kept[EventFamily::Alloc] += count;
+                if let Some(f) = EventFamily::try_from(k.family as i32)
+                    .ok()
+                    .filter(|_| (k.family as usize) < ebtrace_format::family::COUNT)
+                {
+                    self.kept[f] += count;
+                }
             }
             w.count = v.count;
-            w.bytes = v.bytes;
+            w.sum = v.sum;
+            w.sum2 = v.sum2;
             w.live_count = v.live_count;
             w.live_bytes = v.live_bytes;
             if self.generation_ended(k.pid, w.generation) {
@@ -143,7 +164,7 @@ impl Session<'_> {
             }
         }
         self.agg.last_ns = now;
-        if !rec.generation.is_empty() {
+        for rec in recs.into_values() {
             self.w.write_record(&Record {
                 kind: Some(Kind::Aggregate(rec)),
             })?;
