@@ -270,3 +270,75 @@ fn a_cpu_budget_pauses_classic_allocator_probes() {
     let text = top_text(&r.trace, "alloc");
     assert!(text.contains("paused"), "{text}");
 }
+
+/// The func events of the trace: their times.
+fn func_times(path: &Path) -> Vec<u64> {
+    let mut r = TraceReader::open(path).unwrap();
+    let mut tables = Tables::default();
+    let mut out = Vec::new();
+    for rec in r.by_ref() {
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(Kind::Funcs(b)) = rec.kind {
+            out.extend(b.decode().unwrap().into_iter().map(|e| e.time_ns));
+        }
+    }
+    out
+}
+
+/// `--func clockloop::tick --max-cpu 5`: tick is called ~50,000 times a second, each call
+/// two traps (the entry, single-stepped, and the return probe): over 5% in traps alone, so
+/// the budget detaches the --func links (a pause of family func); paused, ebrec costs far
+/// under half the budget, so they are attached again after 5 s (a resume, and func events
+/// after it: the classic links really came back), then paused again. The func report says
+/// the probes were paused.
+#[test]
+fn a_cpu_budget_pauses_and_resumes_func_probes() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let r = record_loud(
+        "clock_loop",
+        &["--func", "clockloop::tick", "--max-cpu", "5"],
+        &["--seconds", "14"],
+    );
+    let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+    let t = r.trace.to_str().unwrap();
+    let info = ebsym_json(&["info", t]);
+    let changes: Vec<(u64, String)> = info["probe_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["family"] == "func")
+        .map(|c| {
+            (
+                c["time_ns"].as_u64().unwrap(),
+                c["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let pause = changes
+        .iter()
+        .find(|c| c.1 == "paused")
+        .unwrap_or_else(|| panic!("no pause of func: {changes:?}\n{err}"));
+    let resume = changes
+        .iter()
+        .find(|c| c.1 == "resumed" && c.0 > pause.0)
+        .unwrap_or_else(|| panic!("no resume of func: {changes:?}\n{err}"));
+    let times = func_times(&r.trace);
+    let during = times
+        .iter()
+        .filter(|&&x| x > pause.0 + 200_000_000 && x < resume.0)
+        .count();
+    let after = times.iter().filter(|&&x| x > resume.0).count();
+    eprintln!(
+        "func changes {changes:?}; {} calls in all, {during} while paused, {after} after the resume",
+        times.len()
+    );
+    assert_eq!(during, 0, "calls seen while paused");
+    assert!(after > 100, "{after} calls after the resume");
+    let text = top_text(&r.trace, "func");
+    assert!(text.contains("the --func probes were paused"), "{text}");
+}
