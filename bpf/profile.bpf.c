@@ -21,7 +21,10 @@
 #include "targets.bpf.h"
 #include "aggregate.bpf.h"
 
-const volatile __u64 offcpu_min_ns = 0;
+/* Shortest off-CPU block kept, ns: writable (.bss), so that --max-cpu can raise it while
+ * recording (user space writes it through the mmapped .bss; each block is judged by the
+ * value in force when it ends). */
+__u64 offcpu_min_ns = 0;
 const volatile __u32 func_args = 0;
 const volatile __u64 page_size = 4096;
 

@@ -179,6 +179,9 @@ pub struct Loaded {
     /// Periods when the allocator probes were paused (--max-cpu): (start, end) boottime
     /// ns, end u64::MAX when they never resumed.
     pub alloc_pauses: Vec<(u64, u64)>,
+    /// Every `ProbeChange` record (--max-cpu's rates and pauses of all families, late
+    /// attachments), in order.
+    pub probe_changes: Vec<ebtrace_format::proto::ProbeChange>,
 }
 
 /// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
@@ -387,21 +390,22 @@ impl Loaded {
                         .map(|((&a, &name), &module)| (a, name, module)),
                 );
             }
-            Some(Kind::ProbeChange(p))
-                if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 =>
-            {
+            Some(Kind::ProbeChange(p)) => {
                 use ebtrace_format::proto::ProbeChangeKind as K;
-                match K::try_from(p.kind) {
-                    Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
-                    Ok(K::Resumed) => {
-                        if let Some(last) = self.alloc_pauses.last_mut() {
-                            if last.1 == u64::MAX {
-                                last.1 = p.time_ns;
+                if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 {
+                    match K::try_from(p.kind) {
+                        Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
+                        Ok(K::Resumed) => {
+                            if let Some(last) = self.alloc_pauses.last_mut() {
+                                if last.1 == u64::MAX {
+                                    last.1 = p.time_ns;
+                                }
                             }
                         }
+                        _ => {}
                     }
-                    _ => {}
                 }
+                self.probe_changes.push(p);
             }
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
             Some(Kind::UnwoundStack(u)) => {

@@ -2,15 +2,26 @@
 //!
 //! Each second the cost is the BPF programs' run time (kernel BPF stats), the uprobe traps
 //! (runs of uprobe programs, each one trap, times a trap cost calibrated at start on this
-//! machine) and ebrec's own CPU time, as a share of one CPU. Above the budget the allocation
-//! sampling period goes up a step (`--sample-bytes`, through the BPF side's writable
-//! `sample_bytes`: fewer stacks, fewer events); when it is at its top and the cost is still
-//! over, the allocator's uprobe session links are detached (the traps go with them) until
-//! the cost has been under half the budget for a while; below half the budget the period
-//! comes back down a step at a time. Every change is a `ProbeChange` record; reports scale
-//! sampled allocations back and the leak report sets aside blocks whose free a pause may
-//! have hidden.
-use crate::probes::Probes;
+//! machine) and ebrec's own CPU time, as a share of one CPU. The BPF time and the traps are
+//! attributed to families (each program belongs to one: see `Probes::family_costs`); ebrec's
+//! own CPU is not attributed. Above the budget the family that cost most in that second and
+//! still has a knob to turn is stepped down (several steps when far over):
+//!
+//! - alloc: the sampling period (`--sample-bytes`, the alloc object's writable
+//!   `sample_bytes`) up a step of the ladder below (each step about 4x fewer events);
+//! - cpu: the sampling frequency (`--cpu` Hz, set with PERF_EVENT_IOC_PERIOD on every
+//!   per-CPU event) halved, down to `CPU_FLOOR_HZ`;
+//! - offcpu: the threshold (`--offcpu`, the profile object's writable `offcpu_min_ns`)
+//!   times 4, up to `OFFCPU_CEIL_NS`.
+//!
+//! A uprobe family whose traps alone are over (coarser sampling cannot help: every call
+//! traps) is paused: its links are detached until the cost has been under half the budget
+//! for a while; so is the costliest pausable family when nothing is left to step down. Below
+//! half the budget for `CALM_S` seconds, a paused family resumes, else the last step taken
+//! is undone. Every change is a `ProbeChange` record; reports scale sampled allocations
+//! back, say when the cpu rate or the off-CPU threshold changed, and say what was paused.
+use crate::probes::{ProbeConfig, Probes, FAM_COUNT};
+use ebtrace_proto::v1::EventFamily;
 use std::time::{Duration, Instant};
 
 /// The sampling periods the budget steps through (bytes per sample; 0: every allocation).
@@ -26,15 +37,73 @@ const LADDER: &[u64] = &[
     64 << 20,
 ];
 
+/// The lowest on-CPU sampling rate the budget goes down to, Hz per CPU (halving from
+/// `--cpu`'s).
+pub const CPU_FLOOR_HZ: u64 = 1;
+
+/// The highest off-CPU threshold the budget goes up to, ns (x4 from `--offcpu`'s).
+pub const OFFCPU_CEIL_NS: u64 = 1_000_000_000;
+
 /// Seconds under half the budget before a step back (or a resume).
 const CALM_S: u32 = 5;
 
 /// What the budget decided in one second, for the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    Rate(u64),
-    Paused,
-    Resumed,
+    /// A family's setting (`Knob::setting`) now has this value.
+    Rate {
+        family: EventFamily,
+        setting: &'static str,
+        value: u64,
+    },
+    Paused(EventFamily),
+    Resumed(EventFamily),
+}
+
+/// A family's sampling setting and the values the budget may give it, gentlest first.
+#[derive(Debug, Clone)]
+pub struct Knob {
+    pub family: EventFamily,
+    /// The ProbeChange setting: "sample-bytes", "cpu-hz", "offcpu-min-ns".
+    pub setting: &'static str,
+    ladder: Vec<u64>,
+    step: usize,
+    /// About how many times fewer events one step makes (to take several steps at once
+    /// when far over).
+    factor: f64,
+}
+
+impl Knob {
+    /// The value in effect.
+    pub fn value(&self) -> u64 {
+        self.ladder[self.step]
+    }
+
+    /// The value in words, for the summary.
+    pub fn describe(&self) -> String {
+        let v = self.value();
+        match self.setting {
+            "sample-bytes" if v == 0 => "alloc: every allocation".to_string(),
+            "sample-bytes" => format!("alloc: 1 sample per {v} B"),
+            "cpu-hz" => format!("cpu: {v} Hz"),
+            "offcpu-min-ns" => format!("offcpu: blocks of {} us and more", v / 1000),
+            _ => format!("{}: {v}", self.setting),
+        }
+    }
+}
+
+/// The lower-case name of a family, as the trace's readers print it.
+pub fn family_name(f: EventFamily) -> &'static str {
+    match f {
+        EventFamily::Alloc => "alloc",
+        EventFamily::Free => "free",
+        EventFamily::Lock => "lock",
+        EventFamily::Func => "func",
+        EventFamily::Cpu => "cpu",
+        EventFamily::Offcpu => "offcpu",
+        EventFamily::MemGrowth => "memgrowth",
+        _ => "other",
+    }
 }
 
 pub struct Budget {
@@ -43,13 +112,14 @@ pub struct Budget {
     /// One uprobe trap here, ns (calibrated).
     pub trap_ns: f64,
     last: Instant,
-    last_bpf_ns: u64,
-    last_traps: u64,
+    /// Per family: BPF run time ns and traps at the last tick.
+    last_fam: [(u64, u64); FAM_COUNT],
     last_cpu_ns: u64,
-    /// Index in `steps` of the period in effect.
-    step: usize,
-    steps: Vec<u64>,
-    pub paused: bool,
+    pub knobs: Vec<Knob>,
+    /// The knobs stepped down, one entry per step, latest last (undone in reverse).
+    stepped: Vec<usize>,
+    /// The families paused now.
+    pub paused: Vec<EventFamily>,
     over: u32,
     calm: u32,
     /// Calm seconds needed before the next resume.
@@ -57,7 +127,7 @@ pub struct Budget {
     pauses: u32,
     /// The cost of each second (share of one CPU), for the summary.
     pub seconds: Vec<f64>,
-    /// Seconds spent paused.
+    /// Seconds spent with some family paused.
     pub paused_s: u32,
 }
 
@@ -72,39 +142,73 @@ fn own_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// (BPF run time ns, uprobe program runs) of every loaded program.
-fn bpf_totals(p: &Probes<'_>) -> (u64, u64) {
-    let mut ns = 0;
-    let mut traps = 0;
-    for (_, run_ns, runs, uprobe) in p.program_stats_typed() {
-        ns += run_ns;
-        if uprobe {
-            traps += runs;
-        }
+/// The knobs of what `cfg` records.
+fn knobs(cfg: &ProbeConfig, p: &Probes<'_>) -> Vec<Knob> {
+    let mut out = Vec::new();
+    // Counted in the kernel (--aggregate), allocations cannot be sampled: the estimate needs
+    // each one's size. Only a pause (the traps) is left to the budget there.
+    if p.alloc.is_some() && cfg.aggregate_stacks == 0 {
+        let period = cfg.sample_bytes;
+        let mut ladder = vec![period];
+        ladder.extend(LADDER.iter().copied().filter(|&s| s > period));
+        out.push(Knob {
+            family: EventFamily::Alloc,
+            setting: "sample-bytes",
+            ladder,
+            step: 0,
+            factor: 4.0,
+        });
     }
-    (ns, traps)
+    if let (Some(hz), true) = (cfg.cpu_hz, p.profile.is_some()) {
+        let mut ladder = vec![hz];
+        while *ladder.last().unwrap() / 2 >= CPU_FLOOR_HZ {
+            ladder.push(ladder.last().unwrap() / 2);
+        }
+        out.push(Knob {
+            family: EventFamily::Cpu,
+            setting: "cpu-hz",
+            ladder,
+            step: 0,
+            factor: 2.0,
+        });
+    }
+    if let (Some(ns), true) = (cfg.offcpu_min_ns, p.profile.is_some()) {
+        let mut ladder = vec![ns];
+        loop {
+            let next = (ladder.last().unwrap() * 4).max(1000);
+            if next > OFFCPU_CEIL_NS {
+                break;
+            }
+            ladder.push(next);
+        }
+        out.push(Knob {
+            family: EventFamily::Offcpu,
+            setting: "offcpu-min-ns",
+            ladder,
+            step: 0,
+            factor: 4.0,
+        });
+    }
+    out
+}
+
+/// The families in `fam` order whose number is a valid EventFamily.
+fn family(i: usize) -> EventFamily {
+    EventFamily::try_from(i as i32).unwrap_or(EventFamily::Unspecified)
 }
 
 impl Budget {
-    /// `pct`: percent of one CPU; `period`: the user's --sample-bytes (0: none).
-    pub fn new(pct: f64, period: u64, trap_ns: f64, p: &Probes<'_>) -> Budget {
-        let mut steps = vec![period];
-        // Only the allocation family has a rate to lower so far (without it the budget
-        // measures and reports).
-        if p.alloc.is_some() {
-            steps.extend(LADDER.iter().copied().filter(|&s| s > period));
-        }
-        let (bpf, traps) = bpf_totals(p);
+    /// `pct`: percent of one CPU.
+    pub fn new(pct: f64, cfg: &ProbeConfig, trap_ns: f64, p: &Probes<'_>) -> Budget {
         Budget {
             limit: pct / 100.0,
             trap_ns,
             last: Instant::now(),
-            last_bpf_ns: bpf,
-            last_traps: traps,
+            last_fam: p.family_costs(),
             last_cpu_ns: own_cpu_ns(),
-            step: 0,
-            steps,
-            paused: false,
+            knobs: knobs(cfg, p),
+            stepped: Vec::new(),
+            paused: Vec::new(),
             over: 0,
             calm: 0,
             calm_needed: CALM_S,
@@ -114,11 +218,6 @@ impl Budget {
         }
     }
 
-    /// The sampling period in effect.
-    pub fn period(&self) -> u64 {
-        self.steps[self.step]
-    }
-
     /// Called about once a second: measures the last interval and decides. Returns the
     /// change (applied by the caller), with the reason in words.
     pub fn tick(&mut self, p: &Probes<'_>) -> Option<(Change, String)> {
@@ -126,62 +225,116 @@ impl Budget {
         if dt < Duration::from_millis(500) {
             return None;
         }
-        let (bpf, traps) = bpf_totals(p);
+        let fam = p.family_costs();
         let cpu = own_cpu_ns();
         let wall = dt.as_nanos() as f64;
-        let bpf_share = bpf.saturating_sub(self.last_bpf_ns) as f64 / wall;
-        let trap_share = traps.saturating_sub(self.last_traps) as f64 * self.trap_ns / wall;
+        // Per family: (BPF share, trap share) of one CPU.
+        let mut shares = [(0.0f64, 0.0f64); FAM_COUNT];
+        for (i, s) in shares.iter_mut().enumerate() {
+            s.0 = fam[i].0.saturating_sub(self.last_fam[i].0) as f64 / wall;
+            s.1 = fam[i].1.saturating_sub(self.last_fam[i].1) as f64 * self.trap_ns / wall;
+        }
+        let bpf_share: f64 = shares.iter().map(|s| s.0).sum();
+        let trap_share: f64 = shares.iter().map(|s| s.1).sum();
         let own_share = cpu.saturating_sub(self.last_cpu_ns) as f64 / wall;
         self.last = Instant::now();
-        self.last_bpf_ns = bpf;
-        self.last_traps = traps;
+        self.last_fam = fam;
         self.last_cpu_ns = cpu;
         let cost = bpf_share + trap_share + own_share;
         self.seconds.push(cost);
-        if self.paused {
+        if !self.paused.is_empty() {
             self.paused_s += 1;
         }
+        let share = |i: usize| shares[i].0 + shares[i].1;
+        let mut by_family: Vec<String> = (0..FAM_COUNT)
+            .filter(|&i| share(i) > 0.0)
+            .map(|i| format!("{} {:.3}%", family_name(family(i)), share(i) * 100.0))
+            .collect();
+        if by_family.is_empty() {
+            by_family.push("none".into());
+        }
         let why = format!(
-            "--max-cpu {:.3}%: {:.3}% of a CPU in the last {:.1} s (BPF {:.3}%, traps {:.3}%, ebrec {:.3}%)",
+            "--max-cpu {:.3}%: {:.3}% of a CPU in the last {:.1} s (BPF {:.3}%, traps {:.3}%, ebrec {:.3}%; by family: {})",
             self.limit * 100.0,
             cost * 100.0,
             dt.as_secs_f64(),
             bpf_share * 100.0,
             trap_share * 100.0,
-            own_share * 100.0
+            own_share * 100.0,
+            by_family.join(", ")
         );
         if cost > self.limit {
             self.calm = 0;
             self.over += 1;
-            let can_pause = !self.paused && p.alloc_sessions();
-            // The traps alone are over: coarser sampling cannot help, only fewer traps.
-            if can_pause && trap_share > self.limit * 0.8 {
-                return Some((self.pause(), why));
+            // A uprobe family whose traps alone are over: coarser sampling cannot help, only
+            // fewer traps.
+            let trapping = (0..FAM_COUNT)
+                .filter(|&i| shares[i].1 > self.limit * 0.8)
+                .map(family)
+                .filter(|&f| !self.paused.contains(&f) && p.can_pause(f))
+                .max_by(|a, b| shares[*a as usize].1.total_cmp(&shares[*b as usize].1));
+            if let Some(f) = trapping {
+                return Some((self.pause(f), why));
             }
-            if self.step + 1 < self.steps.len() {
-                // A step per factor of 4 over (each step is 4x fewer samples).
-                let factor = (cost / self.limit).log(4.0).ceil().max(1.0) as usize;
-                self.step = (self.step + factor).min(self.steps.len() - 1);
-                return Some((Change::Rate(self.period()), why));
+            // The costliest family that costs something and can still step down.
+            let knob = (0..self.knobs.len())
+                .filter(|&k| {
+                    let kn = &self.knobs[k];
+                    kn.step + 1 < kn.ladder.len()
+                        && share(kn.family as usize) > 0.0
+                        && !self.paused.contains(&kn.family)
+                })
+                .max_by(|&a, &b| {
+                    share(self.knobs[a].family as usize)
+                        .total_cmp(&share(self.knobs[b].family as usize))
+                        .then(b.cmp(&a))
+                });
+            if let Some(k) = knob {
+                let kn = &mut self.knobs[k];
+                // A step per `factor` over.
+                let n = ((cost / self.limit).ln() / kn.factor.ln()).ceil().max(1.0) as usize;
+                let n = n.min(kn.ladder.len() - 1 - kn.step);
+                kn.step += n;
+                self.stepped.extend(std::iter::repeat_n(k, n));
+                let c = Change::Rate {
+                    family: kn.family,
+                    setting: kn.setting,
+                    value: kn.value(),
+                };
+                return Some((c, why));
             }
-            if can_pause && self.over >= 2 {
-                return Some((self.pause(), why));
+            if self.over >= 2 {
+                let f = (0..FAM_COUNT)
+                    .map(family)
+                    .filter(|&f| {
+                        !self.paused.contains(&f) && p.can_pause(f) && share(f as usize) > 0.0
+                    })
+                    .max_by(|a, b| share(*a as usize).total_cmp(&share(*b as usize)));
+                if let Some(f) = f {
+                    return Some((self.pause(f), why));
+                }
             }
             return None;
         }
         self.over = 0;
         if cost < self.limit / 2.0 {
             self.calm += 1;
-            if self.paused && self.calm >= self.calm_needed {
+            if !self.paused.is_empty() && self.calm >= self.calm_needed {
                 self.calm = 0;
-                self.paused = false;
-                return Some((Change::Resumed, why));
+                let f = self.paused.pop().unwrap();
+                return Some((Change::Resumed(f), why));
             }
             if self.calm >= CALM_S {
                 self.calm = 0;
-                if self.step > 0 {
-                    self.step -= 1;
-                    return Some((Change::Rate(self.period()), why));
+                if let Some(k) = self.stepped.pop() {
+                    let kn = &mut self.knobs[k];
+                    kn.step -= 1;
+                    let c = Change::Rate {
+                        family: kn.family,
+                        setting: kn.setting,
+                        value: kn.value(),
+                    };
+                    return Some((c, why));
                 }
             }
         } else {
@@ -190,11 +343,11 @@ impl Budget {
         None
     }
 
-    /// Pauses; each pause makes the next resume wait twice as long (5 s, 10 s, … 80 s), so
-    /// that a workload whose traps alone exceed the budget is sampled in ever shorter
+    /// Pauses `f`; each pause makes the next resume wait twice as long (5 s, 10 s, … 80 s),
+    /// so that a workload whose traps alone exceed the budget is sampled in ever shorter
     /// stretches rather than flapping.
-    fn pause(&mut self) -> Change {
-        self.paused = true;
+    fn pause(&mut self, f: EventFamily) -> Change {
+        self.paused.push(f);
         self.calm = 0;
         self.calm_needed = if self.pauses == 0 {
             CALM_S
@@ -202,7 +355,21 @@ impl Budget {
             (self.calm_needed * 2).min(16 * CALM_S)
         };
         self.pauses += 1;
-        Change::Paused
+        Change::Paused(f)
+    }
+
+    /// The settings in effect, in words ("alloc: 1 sample per 65536 B, cpu: 12 Hz"), and
+    /// what is paused.
+    pub fn rates(&self) -> String {
+        let mut parts: Vec<String> = self.knobs.iter().map(Knob::describe).collect();
+        for f in &self.paused {
+            parts.push(format!("{} paused", family_name(*f)));
+        }
+        if parts.is_empty() {
+            "nothing to steer".into()
+        } else {
+            parts.join(", ")
+        }
     }
 
     /// Mean and largest cost per second, as shares of one CPU.

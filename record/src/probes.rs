@@ -258,6 +258,29 @@ pub struct Probes<'obj> {
     alloc_sessions_cfg: bool,
     /// `sample_bytes` in the alloc object's mmapped .bss (see `set_sample_bytes`).
     sample_bytes_ptr: Option<*mut u64>,
+    /// `offcpu_min_ns` in the profile object's mmapped .bss (see `set_offcpu_min_ns`).
+    offcpu_min_ptr: Option<*mut u64>,
+    /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
+    /// `set_cpu_hz`.
+    cpu_fds: Vec<i32>,
+    /// The classic (perf event) uprobe links that --max-cpu may detach and attach again:
+    /// the allocator's with --alloc-probes classic, --func's.
+    pausable: std::cell::RefCell<Vec<PausableLink>>,
+}
+
+/// A classic uprobe link that can be detached and attached again (see `pause_classic`).
+struct PausableLink {
+    family: ebtrace_proto::v1::EventFamily,
+    /// Index of its probe in `Probes::trace_probes`.
+    probe: usize,
+    /// The program's name (see `Probes::pausable_prog`).
+    prog: String,
+    pid: i32,
+    cookie: u64,
+    /// None while paused.
+    link: Option<Link>,
+    /// The inherited event without a program (none for pid -1).
+    filter: Option<OwnedFd>,
 }
 
 /// A library's allocator functions for one session link: (path, file offsets, cookies).
@@ -295,7 +318,11 @@ impl Drop for Probes<'_> {
         // once instead. (The tracefs probes are removed after, by the field's own drop.)
         let mut links = std::mem::take(&mut self.links);
         links.extend(self.session_links.get_mut().drain().flat_map(|(_, l)| l));
-        let fds = std::mem::take(&mut self.filter_fds);
+        let mut fds = std::mem::take(&mut self.filter_fds);
+        for p in self.pausable.get_mut().drain(..) {
+            links.extend(p.link);
+            fds.extend(p.filter);
+        }
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -496,11 +523,13 @@ impl<'obj> Probes<'obj> {
                 .map_err(|e| load_error("profiling", e))?;
             let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
             ro.all_processes = cfg.all;
-            ro.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
             common_setup!(open, ro, cfg, depth, ncpu, cfi);
             agg_setup!(open, ro, cfg);
+            if let Some(d) = open.maps.bss_data.as_deref_mut() {
+                d.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
+            }
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("cpu_") {
@@ -552,7 +581,15 @@ impl<'obj> Probes<'obj> {
             alloc_entry_only: cfg.alloc_entry_only,
             alloc_sessions_cfg: cfg.alloc_sessions,
             sample_bytes_ptr: None,
+            offcpu_min_ptr: None,
+            cpu_fds: Vec::new(),
+            pausable: Default::default(),
         };
+        p.offcpu_min_ptr = p
+            .profile
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.offcpu_min_ns as *mut u64);
         p.sample_bytes_ptr = p
             .alloc
             .as_mut()
@@ -624,6 +661,7 @@ impl<'obj> Probes<'obj> {
                 for &cpu in &cpus {
                     let fd = perf::open_cpu_clock(cpu as i32, hz)
                         .with_context(|| format!("cpu-clock perf event on CPU {cpu}"))?;
+                    p.cpu_fds.push(fd.as_raw_fd());
                     p.links.push(
                         g.cpu_sample
                             .attach_perf_event(fd.into_raw_fd())
@@ -669,28 +707,29 @@ impl<'obj> Probes<'obj> {
             pr.maps
                 .func_min
                 .update(&key.to_ne_bytes(), &f.min_ns.to_ne_bytes(), MapFlags::ANY)?;
-            let links = attach(
+            let func = ebtrace_proto::v1::EventFamily::Func;
+            attach_pausable(
                 &mut self.trace_probes,
-                &mut self.filter_fds,
+                &self.pausable,
+                func,
                 &pr.progs.func_enter,
                 &f.site,
                 false,
                 pid,
                 f.id,
             )?;
-            self.links.extend(links);
             match &f.exit {
                 FuncExit::Uretprobe => {
-                    let links = attach(
+                    attach_pausable(
                         &mut self.trace_probes,
-                        &mut self.filter_fds,
+                        &self.pausable,
+                        func,
                         &pr.progs.func_return,
                         &f.site,
                         true,
                         pid,
                         f.id,
                     )?;
-                    self.links.extend(links);
                     self.attached.push(format!("{} (uretprobe)", f.site));
                 }
                 FuncExit::Sites(offsets) => {
@@ -707,16 +746,16 @@ impl<'obj> Probes<'obj> {
                             ..f.site.clone()
                         };
                         let cookie = f.id | if is_ret { 0 } else { FUNC_EXIT_TAIL };
-                        let links = attach(
+                        attach_pausable(
                             &mut self.trace_probes,
-                            &mut self.filter_fds,
+                            &self.pausable,
+                            func,
                             &pr.progs.func_exit,
                             &exit,
                             false,
                             pid,
                             cookie,
                         )?;
-                        self.links.extend(links);
                     }
                     self.attached.push(format!(
                         "{} (exits: {rets} ret, {} tail jump)",
@@ -787,11 +826,12 @@ impl<'obj> Probes<'obj> {
         lock_sites: &[Site],
         pid: i32,
     ) -> Result<()> {
-        // (site, entry program, return program)
+        // (site, entry program, return program, an allocator probe: pausable)
         let mut plan: Vec<(
             &Site,
             &libbpf_rs::ProgramMut<'_>,
             Option<&libbpf_rs::ProgramMut<'_>>,
+            bool,
         )> = Vec::new();
         if let (Some(a), true) = (&self.alloc, self.alloc_sessions_cfg) {
             let _ = a;
@@ -831,7 +871,7 @@ impl<'obj> Probes<'obj> {
                 };
                 let ret =
                     (s.symbol != "free" && !self.alloc_entry_only).then_some(&pr.alloc_return);
-                plan.push((s, entry, ret));
+                plan.push((s, entry, ret, true));
             }
         }
         if let Some(l) = &self.lock {
@@ -845,12 +885,39 @@ impl<'obj> Probes<'obj> {
                     "pthread_mutex_unlock" => (&pr.mutex_unlock_enter, None),
                     _ => continue,
                 };
-                plan.push((s, entry, ret));
+                plan.push((s, entry, ret, false));
             }
         }
         let mut links = Vec::new();
         let mut attached = Vec::new();
-        for (s, entry, ret) in plan {
+        for (s, entry, ret, pausable) in plan {
+            if pausable {
+                let alloc = ebtrace_proto::v1::EventFamily::Alloc;
+                attach_pausable(
+                    &mut self.trace_probes,
+                    &self.pausable,
+                    alloc,
+                    entry,
+                    s,
+                    false,
+                    pid,
+                    0,
+                )?;
+                if let Some(ret) = ret {
+                    attach_pausable(
+                        &mut self.trace_probes,
+                        &self.pausable,
+                        alloc,
+                        ret,
+                        s,
+                        true,
+                        pid,
+                        0,
+                    )?;
+                }
+                attached.push(s.to_string());
+                continue;
+            }
             links.extend(attach(
                 &mut self.trace_probes,
                 &mut self.filter_fds,
@@ -963,27 +1030,6 @@ impl<'obj> Probes<'obj> {
         c
     }
 
-    /// [`Probes::program_stats`] with whether each program is a uprobe's (its every run
-    /// is one trap).
-    pub fn program_stats_typed(&self) -> Vec<(String, u64, u64, bool)> {
-        let mut kinds = std::collections::HashMap::new();
-        each_skel!(self, s => {
-            for p in s.object().progs() {
-                kinds.insert(
-                    p.name().to_string_lossy().into_owned(),
-                    p.prog_type() == libbpf_rs::ProgramType::Kprobe,
-                );
-            }
-        });
-        self.program_stats()
-            .into_iter()
-            .map(|(n, t, c)| {
-                let u = kinds.get(&n).copied().unwrap_or(false);
-                (n, t, c, u)
-            })
-            .collect()
-    }
-
     /// Sets the allocation sampling period (bytes per sample, 0: off) while recording.
     pub fn set_sample_bytes(&self, period: u64) {
         if let Some(p) = self.sample_bytes_ptr {
@@ -991,6 +1037,179 @@ impl<'obj> Probes<'obj> {
             // as `self`; an aligned u64 store is atomic on x86-64 and the BPF side only
             // reads it.
             unsafe { std::ptr::write_volatile(p, period) };
+        }
+    }
+
+    /// Sets the off-CPU threshold (shortest block kept, ns) while recording; each block is
+    /// judged by the value in force when it ends.
+    pub fn set_offcpu_min_ns(&self, ns: u64) {
+        if let Some(p) = self.offcpu_min_ptr {
+            // SAFETY: as in `set_sample_bytes`, in the profile object's mmapped .bss.
+            unsafe { std::ptr::write_volatile(p, ns) };
+        }
+    }
+
+    /// Sets the on-CPU sampling frequency of every per-CPU cpu-clock event while recording,
+    /// with PERF_EVENT_IOC_PERIOD. cpu-clock is an hrtimer event: at open the kernel turns
+    /// its frequency into a fixed period (1e9 / Hz ns) and clears `freq` (seen on 6.18: a
+    /// frequency passed to the ioctl was taken as a period in ns, 1 Hz became a period of
+    /// 10 µs, the hrtimer's least), so the new rate goes in as a period in ns.
+    pub fn set_cpu_hz(&self, hz: u64) -> Result<()> {
+        let period: u64 = 1_000_000_000 / hz.max(1);
+        for &fd in &self.cpu_fds {
+            // SAFETY: fd is a perf event owned by a live link of `self`; the kernel reads one
+            // u64 at the pointer.
+            let r = unsafe {
+                libc::ioctl(
+                    fd,
+                    perf_event_open_sys::bindings::PERIOD as _,
+                    &period as *const u64,
+                )
+            };
+            if r != 0 {
+                bail!(
+                    "PERF_EVENT_IOC_PERIOD {period} ns ({hz} Hz) on the cpu-clock events: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Each family's BPF run time (ns) and uprobe traps (runs of its uprobe programs) so
+    /// far, indexed by EventFamily number. A program belongs to the family of its object
+    /// (alloc and sampler: alloc; lock: lock) or, in the profile object, to the family its
+    /// name starts with (cpu_, offcpu_, mem_, func_); the profile object's fork and exit
+    /// tracepoints serve all its families and count as unspecified (0).
+    pub fn family_costs(&self) -> [(u64, u64); FAM_COUNT] {
+        use ebtrace_proto::v1::EventFamily as F;
+        let mut out = [(0u64, 0u64); FAM_COUNT];
+        let mut add = |p: &libbpf_rs::Program<'_>, fam: F| {
+            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            // SAFETY: info is a valid out buffer of len bytes.
+            let r = unsafe {
+                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
+                    p.as_fd().as_raw_fd(),
+                    &mut info,
+                    &mut len,
+                )
+            };
+            if r == 0 {
+                let e = &mut out[(fam as usize).min(FAM_COUNT - 1)];
+                e.0 += info.run_time_ns;
+                if p.prog_type() == libbpf_rs::ProgramType::Kprobe {
+                    e.1 += info.run_cnt;
+                }
+            }
+        };
+        if let Some(s) = &self.alloc {
+            s.object().progs().for_each(|p| add(&p, F::Alloc));
+        }
+        if let Some(s) = &self.sampler {
+            s.object().progs().for_each(|p| add(&p, F::Alloc));
+        }
+        if let Some(s) = &self.lock {
+            s.object().progs().for_each(|p| add(&p, F::Lock));
+        }
+        if let Some(s) = &self.profile {
+            for p in s.object().progs() {
+                let name = p.name().to_string_lossy().into_owned();
+                let fam = if name.starts_with("cpu_") {
+                    F::Cpu
+                } else if name.starts_with("offcpu_") {
+                    F::Offcpu
+                } else if name.starts_with("mem_") {
+                    F::MemGrowth
+                } else if name.starts_with("func_") {
+                    F::Func
+                } else {
+                    F::Unspecified
+                };
+                add(&p, fam);
+            }
+        }
+        out
+    }
+
+    /// Whether --max-cpu can pause `family` (detach its uprobes, and attach them again).
+    pub fn can_pause(&self, family: ebtrace_proto::v1::EventFamily) -> bool {
+        (family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions())
+            || self.pausable.borrow().iter().any(|p| p.family == family)
+    }
+
+    /// --max-cpu: detaches `family`'s uprobes (their traps go with them) until `resume`.
+    pub fn pause(&self, family: ebtrace_proto::v1::EventFamily) {
+        if family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions() {
+            self.pause_sessions();
+        }
+        // Each close waits for the kernel to retire the probe (~100 ms): all at once.
+        let mut gone: Vec<(Option<Link>, Option<OwnedFd>)> = Vec::new();
+        for p in self.pausable.borrow_mut().iter_mut() {
+            if p.family == family {
+                gone.push((p.link.take(), p.filter.take()));
+            }
+        }
+        std::thread::scope(|s| {
+            for g in gone {
+                s.spawn(move || drop(g));
+            }
+        });
+    }
+
+    /// Attaches `family`'s uprobes again after `pause`: the classic ones to the process they
+    /// were attached to (and its threads and later children; children forked before the
+    /// resume are not probed again), if it still runs.
+    pub fn resume(&self, family: ebtrace_proto::v1::EventFamily) -> Result<()> {
+        if family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions() {
+            self.resume_sessions()?;
+        }
+        for p in self.pausable.borrow_mut().iter_mut() {
+            if p.family != family || p.link.is_some() {
+                continue;
+            }
+            if p.pid != -1 && !Path::new(&format!("/proc/{}", p.pid)).exists() {
+                continue;
+            }
+            let prog = self
+                .pausable_prog(&p.prog)
+                .with_context(|| format!("no program {} to attach again", p.prog))?;
+            let (link, filter) = open_link(&self.trace_probes[p.probe], prog, p.pid, p.cookie)
+                .with_context(|| format!("attaching {} again (pid {})", p.prog, p.pid))?;
+            p.link = Some(link);
+            p.filter = filter;
+        }
+        Ok(())
+    }
+
+    /// The program of a pausable link, by name.
+    fn pausable_prog(&self, name: &str) -> Option<&libbpf_rs::ProgramMut<'obj>> {
+        if let Some(a) = &self.alloc {
+            let p = &a.progs;
+            let prog = match name {
+                "malloc_enter" => Some(&p.malloc_enter),
+                "calloc_enter" => Some(&p.calloc_enter),
+                "realloc_enter" => Some(&p.realloc_enter),
+                "reallocarray_enter" => Some(&p.reallocarray_enter),
+                "posix_memalign_enter" => Some(&p.posix_memalign_enter),
+                "aligned_alloc_enter" => Some(&p.aligned_alloc_enter),
+                "memalign_enter" => Some(&p.memalign_enter),
+                "valloc_enter" => Some(&p.valloc_enter),
+                "pvalloc_enter" => Some(&p.pvalloc_enter),
+                "free_enter" => Some(&p.free_enter),
+                "alloc_return" => Some(&p.alloc_return),
+                _ => None,
+            };
+            if prog.is_some() {
+                return prog;
+            }
+        }
+        let p = &self.profile.as_ref()?.progs;
+        match name {
+            "func_enter" => Some(&p.func_enter),
+            "func_return" => Some(&p.func_return),
+            "func_exit" => Some(&p.func_exit),
+            _ => None,
         }
     }
 
@@ -1201,6 +1420,61 @@ fn attach(
             .with_context(|| format!("attaching to {}", what()))
         })
         .collect()
+}
+
+/// Opens `probe`'s events for `pid` (-1: every process) and attaches `prog` to them: the
+/// link, and the inherited event without a program (see `attach`).
+fn open_link(
+    probe: &perf::TraceProbe,
+    prog: &libbpf_rs::ProgramMut<'_>,
+    pid: i32,
+    cookie: u64,
+) -> std::io::Result<(Link, Option<OwnedFd>)> {
+    let (fd, filter) = if pid == -1 {
+        (probe.open_cpu(0)?, None)
+    } else {
+        let filter = probe.open(pid, true)?;
+        (probe.open(pid, false)?, Some(filter))
+    };
+    let link = prog
+        .attach_perf_event_with_opts(
+            fd.into_raw_fd(),
+            libbpf_rs::PerfEventOpts {
+                cookie,
+                ..Default::default()
+            },
+        )
+        .map_err(std::io::Error::other)?;
+    Ok((link, filter))
+}
+
+/// [`attach`], the link kept where `Probes::pause_classic` can detach it.
+#[allow(clippy::too_many_arguments)]
+fn attach_pausable(
+    probes: &mut Vec<perf::TraceProbe>,
+    pausable: &std::cell::RefCell<Vec<PausableLink>>,
+    family: ebtrace_proto::v1::EventFamily,
+    prog: &libbpf_rs::ProgramMut<'_>,
+    s: &Site,
+    ret: bool,
+    pid: i32,
+    cookie: u64,
+) -> Result<()> {
+    let probe = perf::TraceProbe::new(&s.lib, s.probe_offset(), ret)
+        .with_context(|| format!("uprobe on {s}"))?;
+    let (link, filter) = open_link(&probe, prog, pid, cookie)
+        .with_context(|| format!("attaching to {s} (pid {pid})"))?;
+    probes.push(probe);
+    pausable.borrow_mut().push(PausableLink {
+        family,
+        probe: probes.len() - 1,
+        prog: prog.name().to_string_lossy().into_owned(),
+        pid,
+        cookie,
+        link: Some(link),
+        filter,
+    });
+    Ok(())
 }
 
 /// Summed counter values, keyed by (family * CTR_STRIDE + counter, cpu).

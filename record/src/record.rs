@@ -464,7 +464,7 @@ fn record_with(
                     "ebrec: --max-cpu {pct}%: a uprobe trap costs {trap:.0} ns here (calibrated)"
                 );
             }
-            let b = crate::budget::Budget::new(pct, cfg.sample_bytes, trap, probes_ref);
+            let b = crate::budget::Budget::new(pct, cfg, trap, probes_ref);
             s.probe_change(ebtrace_proto::v1::ProbeChange {
                 time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
                 family: ebtrace_proto::v1::EventFamily::Unspecified as i32,
@@ -595,15 +595,12 @@ fn record_with(
     let budget_line = budget.as_ref().map(|b| {
         let (mean, max) = b.summary();
         format!(
-            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {budget_changes} changes, sampling at the end {}, paused {} s",
+            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {budget_changes} changes; at the end: {}; paused {} s",
             b.limit * 100.0,
             mean * 100.0,
             max * 100.0,
             b.trap_ns,
-            match b.period() {
-                0 => "off (every allocation)".to_string(),
-                p => format!("1 per {p} B"),
-            },
+            b.rates(),
             b.paused_s
         )
     });
@@ -645,7 +642,8 @@ fn record_with(
     Ok(())
 }
 
-/// Applies a --max-cpu decision and writes it into the trace.
+/// Applies a --max-cpu decision and writes it into the trace (its time taken once the
+/// change is in force: what ends after it was judged by the new setting).
 fn apply_budget(
     s: &mut session::Session<'_>,
     probes: &Probes<'_>,
@@ -656,27 +654,38 @@ fn apply_budget(
     use crate::budget::Change;
     use ebtrace_proto::v1::{EventFamily, ProbeChange, ProbeChangeKind};
     let mut pc = ProbeChange {
-        time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
-        family: EventFamily::Alloc as i32,
         reason: why,
         ..Default::default()
     };
     match *change {
-        Change::Rate(period) => {
-            probes.set_sample_bytes(period);
+        Change::Rate {
+            family,
+            setting,
+            value,
+        } => {
+            match family {
+                EventFamily::Alloc => probes.set_sample_bytes(value),
+                EventFamily::Cpu => probes.set_cpu_hz(value)?,
+                EventFamily::Offcpu => probes.set_offcpu_min_ns(value),
+                _ => {}
+            }
+            pc.family = family as i32;
             pc.kind = ProbeChangeKind::Rate as i32;
-            pc.setting = "sample-bytes".into();
-            pc.value = period;
+            pc.setting = setting.into();
+            pc.value = value;
         }
-        Change::Paused => {
-            probes.pause_sessions();
+        Change::Paused(family) => {
+            probes.pause(family);
+            pc.family = family as i32;
             pc.kind = ProbeChangeKind::Paused as i32;
         }
-        Change::Resumed => {
-            probes.resume_sessions()?;
+        Change::Resumed(family) => {
+            probes.resume(family)?;
+            pc.family = family as i32;
             pc.kind = ProbeChangeKind::Resumed as i32;
         }
     }
+    pc.time_ns = procfs::clock_ns(libc::CLOCK_BOOTTIME);
     if !quiet {
         eprintln!("ebrec: {:?}: {}", change, pc.reason);
     }

@@ -249,6 +249,12 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
         if count == 0 {
             continue;
         }
+        // Blocks counted before a pause may have been freed while it lasted.
+        if l.alloc_pauses.iter().any(|&(start, _)| since < start) {
+            uncertain.0 += count;
+            uncertain.1 += bytes;
+            continue;
+        }
         let e = by.entry(key).or_insert((0, 0, u64::MAX));
         e.0 += count;
         e.1 += bytes;

@@ -24,6 +24,7 @@
 //! in its `…_from` function ([`top_from`], [`leaks_from`], [`stacks_from`],
 //! [`folded_from`], [`diff_from`]); the functions named after the reports take a path
 //! (and `--by` as a string) and are thin wrappers over them.
+mod budget;
 mod diff;
 mod flamegraph;
 mod folded;

@@ -142,6 +142,8 @@ pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loa
             if open { ", the last until the end" } else { "" }
         ));
     }
+    let notes = super::budget::notes(&l, kind);
+    l.losses.damage.extend(notes);
     type Key = (u64, FrameKey);
     let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
     let mut keys: Vec<(u64, u64)> = sink.by_stack.keys().copied().collect();

@@ -157,9 +157,10 @@ pub struct RecordArgs {
     pub max_events_per_sec: Option<u64>,
     /// Keep ebrec's cost under PCT percent of one CPU (its BPF run time, the uprobe traps at
     /// a cost calibrated at start, and its own CPU, measured each second): above it, the
-    /// allocation sampling by bytes goes coarser (--sample-bytes), then the allocator's
-    /// probes pause; they come back when the cost allows. Every change is in the trace, and
-    /// the reports show the estimates and the paused periods.
+    /// family that costs most is sampled less (coarser --sample-bytes, lower --cpu Hz, higher
+    /// --offcpu threshold), and uprobe families whose traps cost too much (the allocator's,
+    /// --func's) pause; they come back when the cost allows. Every change is in the trace,
+    /// and the reports show the effective rates and the paused periods.
     #[arg(long, value_name = "PCT")]
     pub max_cpu: Option<f64>,
     /// Stop cleanly when the trace reaches SIZE bytes (suffixes k, M, G: powers of 1024),
