@@ -248,6 +248,11 @@ run_row() {
     ebrec-alloc-4096-classic) run_ebrec "$mode" --alloc=4096 --alloc-probes classic ;;
     ebrec-alloc-4096-nofree-classic) run_ebrec "$mode" --alloc=4096 --no-free --alloc-probes classic ;;
     ebrec-sample-512k) run_ebrec "$mode" --alloc --sample-bytes 524288 ;;
+    # counted per stack in the kernel (no event per call)
+    ebrec-agg-alloc-4096) run_ebrec "$mode" --alloc=4096 --aggregate ;;
+    ebrec-agg-alloc-4096-nofree) run_ebrec "$mode" --alloc=4096 --aggregate --no-free ;;
+    ebrec-agg-alloc) run_ebrec "$mode" --alloc --aggregate ;;
+    ebrec-agg-alloc-nofree) run_ebrec "$mode" --alloc --aggregate --no-free ;;
     ebrec-maxcpu-1) run_ebrec "$mode" --alloc --max-cpu 1 ;;
     # allocations sampled by bytes inside db_bench by ebrec's preloaded shim (1 per 512 KiB
     # on average): a trap only for the sampled ones and their frees

@@ -458,6 +458,8 @@ run_row() {
     ebrec-all) run_ebrec "$mode" "${ALL_FLAGS[@]}" ;;
     # Every family under a budget of 1% of a CPU (ebrec's summary line says what it cost).
     ebrec-all-maxcpu1) run_ebrec "$mode" "${ALL_FLAGS[@]}" --max-cpu 1 ;;
+    ebrec-all-agg) run_ebrec "$mode" "${ALL_FLAGS[@]}" --aggregate ;;
+    ebrec-all-agg-maxcpu1) run_ebrec "$mode" "${ALL_FLAGS[@]}" --aggregate --max-cpu 1 ;;
     bt-all) run_bpftrace "$mode" cpu offcpu alloc lock memgrowth func ;;
     bt-*) run_bpftrace "$mode" "${mode#bt-}" ;;
     *) die "unknown mode $mode" ;;
