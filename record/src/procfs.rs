@@ -151,6 +151,25 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Whether `pid` is stopped, or has a SIGSTOP pending (sent, not yet acted on): a child
+/// held at its fork (alloc_fork). None when the process is gone.
+pub fn stopped_or_stopping(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let sigstop = 1u64 << (libc::SIGSTOP - 1);
+    let mut held = false;
+    for line in status.lines() {
+        if let Some(v) = line.strip_prefix("State:") {
+            held |= matches!(v.trim_start().chars().next(), Some('T' | 't'));
+        } else if let Some(v) = line
+            .strip_prefix("SigPnd:")
+            .or_else(|| line.strip_prefix("ShdPnd:"))
+        {
+            held |= u64::from_str_radix(v.trim(), 16).is_ok_and(|m| m & sigstop != 0);
+        }
+    }
+    Some(held)
+}
+
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }

@@ -57,7 +57,13 @@ impl Session<'_> {
                         if self.probes.alloc_sessions() {
                             // Held at fork (alloc_fork) and continued once attached; a
                             // child the kernel side did not hold is attached late.
-                            if self.probes.holds_children() {
+                            // A child that is neither stopped nor about to be was not
+                            // held (its hold event found the ring buffer full): it has
+                            // run unprobed since its fork, which the trace must say.
+                            let held = || procfs::stopped_or_stopping(pid) != Some(false);
+                            let attached = procfs::start_ticks(pid)
+                                .is_some_and(|t| self.children_attached.get(&pid) == Some(&t));
+                            if self.probes.holds_children() && (attached || held()) {
                                 self.attach_child(pid);
                             } else {
                                 self.follow_sessions(pid, g, time)?;
