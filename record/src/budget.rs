@@ -276,6 +276,26 @@ impl Budget {
             if let Some(f) = trapping {
                 return Some((self.pause(f), why));
             }
+            // The costliest family that can act: a pause when it has no step left (lock and
+            // memgrowth have no rate to lower: their tracepoints pause instead).
+            let steppable = |f: EventFamily| {
+                self.knobs
+                    .iter()
+                    .any(|kn| kn.family == f && kn.step + 1 < kn.ladder.len())
+            };
+            let top = (0..FAM_COUNT)
+                .map(family)
+                .filter(|&f| {
+                    share(f as usize) > 0.0
+                        && !self.paused.contains(&f)
+                        && (steppable(f) || p.can_pause(f))
+                })
+                .max_by(|a, b| share(*a as usize).total_cmp(&share(*b as usize)));
+            if let Some(f) = top {
+                if !steppable(f) {
+                    return Some((self.pause(f), why));
+                }
+            }
             // The costliest family that costs something and can still step down.
             let knob = (0..self.knobs.len())
                 .filter(|&k| {

@@ -266,6 +266,12 @@ pub struct Probes<'obj> {
     /// The classic (perf event) uprobe links that --max-cpu may detach and attach again:
     /// the allocator's with --alloc-probes classic, --func's.
     pausable: std::cell::RefCell<Vec<PausableLink>>,
+    /// The tracepoint links that --max-cpu may detach and attach again: (family, program,
+    /// link; None while paused). Only the programs that start something (a futex wait or
+    /// wake, a brk/mmap/munmap call, a page fault): their exit programs stay, so that what
+    /// was started before a pause ends and is never left stale.
+    tp_pausable:
+        std::cell::RefCell<Vec<(ebtrace_proto::v1::EventFamily, &'static str, Option<Link>)>>,
 }
 
 /// A classic uprobe link that can be detached and attached again (see `pause_classic`).
@@ -323,6 +329,7 @@ impl Drop for Probes<'_> {
             links.extend(p.link);
             fds.extend(p.filter);
         }
+        links.extend(self.tp_pausable.get_mut().drain(..).flat_map(|t| t.2));
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -584,6 +591,7 @@ impl<'obj> Probes<'obj> {
             offcpu_min_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
+            tp_pausable: Default::default(),
         };
         p.offcpu_min_ptr = p
             .profile
@@ -615,15 +623,20 @@ impl<'obj> Probes<'obj> {
         }
         if let Some(l) = &p.lock {
             if cfg.lock_mode == LockMode::Futex {
-                for prog in [
-                    &l.progs.futex_enter,
-                    &l.progs.futex_exit,
-                    &l.progs.lock_fork,
-                    &l.progs.lock_exit,
-                ] {
+                for prog in [&l.progs.futex_exit, &l.progs.lock_fork, &l.progs.lock_exit] {
                     let link = prog.attach().context("attaching the futex tracepoints")?;
                     p.links.push(link);
                 }
+                let link = l
+                    .progs
+                    .futex_enter
+                    .attach()
+                    .context("attaching the futex tracepoints")?;
+                p.tp_pausable.get_mut().push((
+                    ebtrace_proto::v1::EventFamily::Lock,
+                    "futex_enter",
+                    Some(link),
+                ));
                 p.attached
                     .push("tp_btf/sys_enter, sys_exit (futex), sched_process_fork/exit".into());
             }
@@ -642,9 +655,17 @@ impl<'obj> Probes<'obj> {
                     .push("tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into());
             }
             if cfg.memgrowth {
-                tps.push((&g.mem_enter, "sys_enter"));
                 tps.push((&g.mem_exit, "sys_exit"));
-                tps.push((&g.mem_fault, "page_fault_user"));
+                for (prog, name) in [(&g.mem_enter, "mem_enter"), (&g.mem_fault, "mem_fault")] {
+                    let link = prog
+                        .attach()
+                        .with_context(|| format!("attaching {name}'s tracepoint"))?;
+                    p.tp_pausable.get_mut().push((
+                        ebtrace_proto::v1::EventFamily::MemGrowth,
+                        name,
+                        Some(link),
+                    ));
+                }
                 p.attached.push(
                     "tp_btf/sys_enter, sys_exit (brk, mmap, munmap), page_fault_user (memory growth)"
                         .into(),
@@ -1136,9 +1157,11 @@ impl<'obj> Probes<'obj> {
     pub fn can_pause(&self, family: ebtrace_proto::v1::EventFamily) -> bool {
         (family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions())
             || self.pausable.borrow().iter().any(|p| p.family == family)
+            || self.tp_pausable.borrow().iter().any(|t| t.0 == family)
     }
 
-    /// --max-cpu: detaches `family`'s uprobes (their traps go with them) until `resume`.
+    /// --max-cpu: detaches `family`'s uprobes (their traps go with them), or the tracepoint
+    /// programs that start its events (lock in futex mode, memgrowth), until `resume`.
     pub fn pause(&self, family: ebtrace_proto::v1::EventFamily) {
         if family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions() {
             self.pause_sessions();
@@ -1148,6 +1171,11 @@ impl<'obj> Probes<'obj> {
         for p in self.pausable.borrow_mut().iter_mut() {
             if p.family == family {
                 gone.push((p.link.take(), p.filter.take()));
+            }
+        }
+        for t in self.tp_pausable.borrow_mut().iter_mut() {
+            if t.0 == family {
+                gone.push((t.2.take(), None));
             }
         }
         std::thread::scope(|s| {
@@ -1163,6 +1191,22 @@ impl<'obj> Probes<'obj> {
     pub fn resume(&self, family: ebtrace_proto::v1::EventFamily) -> Result<()> {
         if family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions() {
             self.resume_sessions()?;
+        }
+        for t in self.tp_pausable.borrow_mut().iter_mut() {
+            if t.0 != family || t.2.is_some() {
+                continue;
+            }
+            let prog = match t.1 {
+                "futex_enter" => self.lock.as_ref().map(|l| &l.progs.futex_enter),
+                "mem_enter" => self.profile.as_ref().map(|p| &p.progs.mem_enter),
+                "mem_fault" => self.profile.as_ref().map(|p| &p.progs.mem_fault),
+                _ => None,
+            };
+            let prog = prog.with_context(|| format!("no program {} to attach again", t.1))?;
+            t.2 = Some(
+                prog.attach()
+                    .with_context(|| format!("attaching {} again", t.1))?,
+            );
         }
         for p in self.pausable.borrow_mut().iter_mut() {
             if p.family != family || p.link.is_some() {

@@ -657,6 +657,9 @@ fn apply_budget(
         reason: why,
         ..Default::default()
     };
+    // A resume is stamped when the probes start to come back (events may follow at once);
+    // a pause and a rate change when they have taken effect.
+    let before = procfs::clock_ns(libc::CLOCK_BOOTTIME);
     match *change {
         Change::Rate {
             family,
@@ -685,7 +688,10 @@ fn apply_budget(
             pc.kind = ProbeChangeKind::Resumed as i32;
         }
     }
-    pc.time_ns = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    pc.time_ns = match change {
+        Change::Resumed(_) => before,
+        _ => procfs::clock_ns(libc::CLOCK_BOOTTIME),
+    };
     if !quiet {
         eprintln!("ebrec: {:?}: {}", change, pc.reason);
     }

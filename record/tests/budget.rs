@@ -342,3 +342,62 @@ fn a_cpu_budget_pauses_and_resumes_func_probes() {
     let text = top_text(&r.trace, "func");
     assert!(text.contains("the --func probes were paused"), "{text}");
 }
+
+/// The start times of the lock waits in the trace.
+fn lock_times(path: &Path) -> Vec<u64> {
+    let mut r = TraceReader::open(path).unwrap();
+    let mut out = Vec::new();
+    for rec in r.by_ref() {
+        if let Some(Kind::Locks(b)) = rec.kind {
+            out.extend(b.decode().unwrap().into_iter().map(|e| e.time_ns));
+        }
+    }
+    out
+}
+
+/// `--lock` (futex mode) has no rate to lower: under a budget it cannot keep (the futex
+/// tracepoints run on every system call of the machine), its wait and wake program is
+/// detached — a pause of family lock — and no wait starts while it lasts; waits begun before
+/// it still end right (the exit program stays).
+#[test]
+fn a_cpu_budget_pauses_futex_lock_tracing() {
+    if !root() {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let r = record_loud(
+        "lock_workload",
+        &["--lock", "--max-cpu", "0.05"],
+        &["--iters", "400", "--hold-us", "1000"],
+    );
+    let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+    let info = ebsym_json(&["info", r.trace.to_str().unwrap()]);
+    let changes: Vec<(u64, String)> = info["probe_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["family"] == "lock")
+        .map(|c| {
+            (
+                c["time_ns"].as_u64().unwrap(),
+                c["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let pause = changes
+        .iter()
+        .find(|c| c.1 == "paused")
+        .unwrap_or_else(|| panic!("no pause of lock: {changes:?}\n{err}"));
+    let until = changes
+        .iter()
+        .find(|c| c.1 == "resumed" && c.0 > pause.0)
+        .map_or(u64::MAX, |c| c.0);
+    let times = lock_times(&r.trace);
+    let during = times
+        .iter()
+        .filter(|&&x| x > pause.0 + 200_000_000 && x < until)
+        .count();
+    assert_eq!(during, 0, "waits started while paused: {changes:?}");
+    let text = top_text(&r.trace, "lock");
+    assert!(text.contains("paused"), "{text}");
+}
