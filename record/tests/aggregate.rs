@@ -374,3 +374,38 @@ fn aggregated_lock_waits_and_holds_match_the_program() {
         }
     }
 }
+
+/// Under a CPU budget, allocations counted in the kernel are never sampled (the counts stay
+/// exact where the probes ran): the budget can only pause them, and the reports say so.
+#[test]
+fn a_cpu_budget_pauses_aggregated_allocations_without_sampling_them() {
+    if !root() {
+        return;
+    }
+    let r = record(
+        "sampled_heap",
+        &["--alloc", "--aggregate=1", "--max-cpu", "1"],
+        &["--churn", "3000000"],
+    );
+    let t = r.trace.to_str().unwrap();
+    let info = ebsym_json(&["info", t]);
+    let changes = info["probe_changes"].as_array().unwrap();
+    assert!(
+        !changes.iter().any(|c| c["setting"] == "sample-bytes"),
+        "aggregated allocations were sampled: {changes:?}"
+    );
+    let paused = changes
+        .iter()
+        .any(|c| c["family"] == "alloc" && c["kind"] == "paused");
+    // Three million malloc/free pairs at about two traps each are far over 1% of a CPU.
+    assert!(paused, "no pause: {changes:?}");
+    let top = run(&ebsym_path(), &["top", t, "--kind", "alloc"]);
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(text.contains("paused"), "{text}");
+    assert!(!text.contains("estimates"), "{text}");
+    let counted = info["aggregated"]["alloc"]["count"].as_u64().unwrap();
+    assert!(
+        counted < 3_000_000,
+        "paused, yet {counted} allocations counted"
+    );
+}
