@@ -50,6 +50,18 @@
 #   ebrec-alloc-4096    2408.3    2.92   1.24    2459.5    2.95   0.66   (none kept: the three traps)
 # The script took 247 s with the ebrec rows (WAIT_IDLE_S=30, 46 s of it waiting) and 79 s
 # without them (plain run, bcc-memleak ~40 s of it; the first run also installs packages).
+# --aggregate rows (counted per stack in the kernel), 2026-12-01 23:15, ITERS=1000000
+# WAIT_IDLE_S=20, others <= 2%, release ebrec of that commit:
+#   mode                  depth 1   x bt   depth 30   x bt
+#   bt-floor                923.4   0.35     1188.2   0.26
+#   bt-ustack              2643.6   1.00     4524.3   1.00
+#   ebrec-alloc-nofree     3333.9   1.26     7818.3   1.73   (auto; BPF 6538 ns/run at d30)
+#   ebrec-alloc-nofree-fp  3517.1   1.33     5233.4   1.16
+#   ebrec-agg-nofree       3060.7   1.16     7626.0   1.69   (trace 5.3 KiB; BPF 6363 ns/run)
+#   ebrec-agg-nofree-fp    2830.9   1.07     5219.0   1.15   (BPF 3884 ns/run)
+#   ebrec-agg              5534.6   2.09    11183.4   2.47   (frees tracked: leak gauges)
+#   ebrec-agg-fp           6133.3   2.32     8288.9   1.83
+#   ebrec-alloc            6350.0   2.40    11258.8   2.49   (events, 3.3 MB trace)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -60,7 +72,7 @@ ITERS=${ITERS:-2000000}
 DEPTHS=${DEPTHS:-"1 30"}
 REPEAT=${REPEAT:-1}
 NOISY_RETRIES=${NOISY_RETRIES:-0}
-MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096 ebrec-preload-512k"}
+MODES=${MODES:-"untraced bt-floor bt-ustack bt-leak bcc-stackcount bcc-memleak ebrec-alloc ebrec-alloc-4096 ebrec-agg-nofree ebrec-agg ebrec-preload-512k"}
 SRC=$here/../cpp/malloc_loop.cpp
 
 need_root

@@ -287,7 +287,8 @@ ebsym_counts() {
   "$EBSYM" info "$1" --json 2>"$TMP/ebsym.err" | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-print(sum(d.get("events", {}).values()), d.get("lost_total", "-"))' 2>/dev/null || echo "- -"
+agg = sum(a.get("count", 0) for a in d.get("aggregated", {}).values())  # --aggregate
+print(sum(d.get("events", {}).values()) + agg, d.get("lost_total", "-"))' 2>/dev/null || echo "- -"
 }
 
 # summary_kept LOG: sum of "kept" over the families of ebrec's exit summary.
