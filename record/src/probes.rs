@@ -267,9 +267,9 @@ pub struct Probes<'obj> {
     /// the allocator's with --alloc-probes classic, --func's.
     pausable: std::cell::RefCell<Vec<PausableLink>>,
     /// The tracepoint links that --max-cpu may detach and attach again: (family, program,
-    /// link; None while paused). Only the programs that start something (a futex wait or
-    /// wake, a brk/mmap/munmap call, a page fault): their exit programs stay, so that what
-    /// was started before a pause ends and is never left stale.
+    /// link; None while paused): lock's futex enter and exit, memgrowth's system call enter
+    /// and exit and page faults. On resume the in-flight maps are cleared and the exits
+    /// attached before the entries, so nothing pairs across a pause.
     tp_pausable:
         std::cell::RefCell<Vec<(ebtrace_proto::v1::EventFamily, &'static str, Option<Link>)>>,
 }
@@ -623,20 +623,22 @@ impl<'obj> Probes<'obj> {
         }
         if let Some(l) = &p.lock {
             if cfg.lock_mode == LockMode::Futex {
-                for prog in [&l.progs.futex_exit, &l.progs.lock_fork, &l.progs.lock_exit] {
+                for prog in [&l.progs.lock_fork, &l.progs.lock_exit] {
                     let link = prog.attach().context("attaching the futex tracepoints")?;
                     p.links.push(link);
                 }
-                let link = l
-                    .progs
-                    .futex_enter
-                    .attach()
-                    .context("attaching the futex tracepoints")?;
-                p.tp_pausable.get_mut().push((
-                    ebtrace_proto::v1::EventFamily::Lock,
-                    "futex_enter",
-                    Some(link),
-                ));
+                // The exit first: a resume attaches them in this order.
+                for (prog, name) in [
+                    (&l.progs.futex_exit, "futex_exit"),
+                    (&l.progs.futex_enter, "futex_enter"),
+                ] {
+                    let link = prog.attach().context("attaching the futex tracepoints")?;
+                    p.tp_pausable.get_mut().push((
+                        ebtrace_proto::v1::EventFamily::Lock,
+                        name,
+                        Some(link),
+                    ));
+                }
                 p.attached
                     .push("tp_btf/sys_enter, sys_exit (futex), sched_process_fork/exit".into());
             }
@@ -655,8 +657,11 @@ impl<'obj> Probes<'obj> {
                     .push("tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into());
             }
             if cfg.memgrowth {
-                tps.push((&g.mem_exit, "sys_exit"));
-                for (prog, name) in [(&g.mem_enter, "mem_enter"), (&g.mem_fault, "mem_fault")] {
+                for (prog, name) in [
+                    (&g.mem_exit, "mem_exit"),
+                    (&g.mem_enter, "mem_enter"),
+                    (&g.mem_fault, "mem_fault"),
+                ] {
                     let link = prog
                         .attach()
                         .with_context(|| format!("attaching {name}'s tracepoint"))?;
@@ -1192,11 +1197,36 @@ impl<'obj> Probes<'obj> {
         if family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions() {
             self.resume_sessions()?;
         }
+        // What was in flight at the pause never saw its exit: forgotten, so that no exit after
+        // the resume pairs with an entry from before the pause.
+        fn clear(m: &libbpf_rs::MapMut<'_>) {
+            let keys: Vec<Vec<u8>> = m.keys().collect();
+            for k in keys {
+                let _ = m.delete(&k);
+            }
+        }
+        if self.tp_pausable.borrow().iter().any(|t| t.0 == family && t.2.is_none()) {
+            match family {
+                ebtrace_proto::v1::EventFamily::Lock => {
+                    if let Some(l) = &self.lock {
+                        clear(&l.maps.waits);
+                    }
+                }
+                ebtrace_proto::v1::EventFamily::MemGrowth => {
+                    if let Some(p) = &self.profile {
+                        clear(&p.maps.mem_calls);
+                    }
+                }
+                _ => {}
+            }
+        }
         for t in self.tp_pausable.borrow_mut().iter_mut() {
             if t.0 != family || t.2.is_some() {
                 continue;
             }
             let prog = match t.1 {
+                "futex_exit" => self.lock.as_ref().map(|l| &l.progs.futex_exit),
+                "mem_exit" => self.profile.as_ref().map(|p| &p.progs.mem_exit),
                 "futex_enter" => self.lock.as_ref().map(|l| &l.progs.futex_enter),
                 "mem_enter" => self.profile.as_ref().map(|p| &p.progs.mem_enter),
                 "mem_fault" => self.profile.as_ref().map(|p| &p.progs.mem_fault),

@@ -356,9 +356,8 @@ fn lock_times(path: &Path) -> Vec<u64> {
 }
 
 /// `--lock` (futex mode) has no rate to lower: under a budget it cannot keep (the futex
-/// tracepoints run on every system call of the machine), its wait and wake program is
-/// detached — a pause of family lock — and no wait starts while it lasts; waits begun before
-/// it still end right (the exit program stays).
+/// tracepoints run on every system call of the machine), its programs are detached — a
+/// pause of family lock — and no wait starts while it lasts.
 #[test]
 fn a_cpu_budget_pauses_futex_lock_tracing() {
     if !root() {
