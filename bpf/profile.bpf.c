@@ -25,6 +25,10 @@
  * recording (user space writes it through the mmapped .bss; each block is judged by the
  * value in force when it ends). */
 __u64 offcpu_min_ns = 0;
+/* Bumped by user space when --max-cpu resumes a paused off-CPU family: per-task state from
+ * before the pause (a switch-out whose switch-in was not seen) is never paired with what
+ * comes after. */
+__u32 offcpu_epoch = 0;
 const volatile __u32 func_args = 0;
 const volatile __u64 page_size = 4096;
 
@@ -143,6 +147,7 @@ struct offcpu_block {
 			  * OFFCPU_REFUSED: the rate limit refused it at the wake */
 	__u8 pending;	 /* offcpu_pend holds a kept block waiting for the syscall exit */
 	__u8 pad;
+	__u32 epoch;	 /* offcpu_epoch at the switch-out */
 };
 
 #define OFFCPU_ADMITTED 1
@@ -242,11 +247,18 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			b->waker_tid = 0;
 			b->woken = 0;
 			b->decided = 0;
+			b->epoch = offcpu_epoch;
 		}
 	}
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, next, 0, 0);
 	if (!b || !b->start)
 		return 0;
+	if (b->epoch != offcpu_epoch) {
+		/* blocked before a pause of the off-CPU programs: its length is unknown */
+		b->start = 0;
+		b->pending = 0;
+		return 0;
+	}
 	__u64 start = b->start;
 	b->start = 0;
 	if (!now)
@@ -303,7 +315,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, p, 0, 0);
 	/* Once per block: try_to_wake_up fires this under the wakee's pi_lock, after it saw the
 	 * task asleep, and the task is awake after it; a second waker finds it awake. */
-	if (!b || !b->start || b->woken)
+	if (!b || !b->start || b->woken || b->epoch != offcpu_epoch)
 		return 0;
 	b->woken = 1;
 	__u64 pt = bpf_get_current_pid_tgid();
@@ -352,6 +364,14 @@ int BPF_PROG(offcpu_sys_exit, struct pt_regs *regs, long ret)
 	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
 	if (!e || !e->pending)
 		return 0;
+	if (b->epoch != offcpu_epoch) {
+		/* kept before a pause: the syscall exit it waited for may have come while the
+		 * programs were off, so the user stack now may be another's; dropped on purpose */
+		e->pending = 0;
+		count(FAM_OFFCPU, CTR_HITS);
+		count(FAM_OFFCPU, CTR_FILTERED);
+		return 0;
+	}
 	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!u || u->ip != e->user_ip || u->sp != e->user_sp) {
 		offcpu_flush(e);

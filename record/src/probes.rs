@@ -260,6 +260,8 @@ pub struct Probes<'obj> {
     sample_bytes_ptr: Option<*mut u64>,
     /// `offcpu_min_ns` in the profile object's mmapped .bss (see `set_offcpu_min_ns`).
     offcpu_min_ptr: Option<*mut u64>,
+    /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
+    offcpu_epoch_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
     /// `set_cpu_hz`.
     cpu_fds: Vec<i32>,
@@ -589,6 +591,7 @@ impl<'obj> Probes<'obj> {
             alloc_sessions_cfg: cfg.alloc_sessions,
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
+            offcpu_epoch_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
             tp_pausable: Default::default(),
@@ -598,6 +601,11 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_min_ns as *mut u64);
+        p.offcpu_epoch_ptr = p
+            .profile
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.offcpu_epoch as *mut u32);
         p.sample_bytes_ptr = p
             .alloc
             .as_mut()
@@ -645,14 +653,25 @@ impl<'obj> Probes<'obj> {
         }
         if let Some(pr) = &p.profile {
             let g = &pr.progs;
-            let mut tps = vec![
+            let tps = vec![
                 (&g.prof_fork, "sched_process_fork"),
                 (&g.prof_exit, "sched_process_exit"),
             ];
             if cfg.offcpu_min_ns.is_some() {
-                tps.push((&g.offcpu_switch, "sched_switch"));
-                tps.push((&g.offcpu_waking, "sched_waking"));
-                tps.push((&g.offcpu_sys_exit, "sys_exit"));
+                for (prog, name) in [
+                    (&g.offcpu_sys_exit, "offcpu_sys_exit"),
+                    (&g.offcpu_waking, "offcpu_waking"),
+                    (&g.offcpu_switch, "offcpu_switch"),
+                ] {
+                    let link = prog
+                        .attach()
+                        .with_context(|| format!("attaching {name}'s tracepoint"))?;
+                    p.tp_pausable.get_mut().push((
+                        ebtrace_proto::v1::EventFamily::Offcpu,
+                        name,
+                        Some(link),
+                    ));
+                }
                 p.attached
                     .push("tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into());
             }
@@ -1205,7 +1224,12 @@ impl<'obj> Probes<'obj> {
                 let _ = m.delete(&k);
             }
         }
-        if self.tp_pausable.borrow().iter().any(|t| t.0 == family && t.2.is_none()) {
+        if self
+            .tp_pausable
+            .borrow()
+            .iter()
+            .any(|t| t.0 == family && t.2.is_none())
+        {
             match family {
                 ebtrace_proto::v1::EventFamily::Lock => {
                     if let Some(l) = &self.lock {
@@ -1215,6 +1239,16 @@ impl<'obj> Probes<'obj> {
                 ebtrace_proto::v1::EventFamily::MemGrowth => {
                     if let Some(p) = &self.profile {
                         clear(&p.maps.mem_calls);
+                    }
+                }
+                ebtrace_proto::v1::EventFamily::Offcpu => {
+                    // Task storage cannot be listed: a new epoch makes the old state stale.
+                    if let Some(e) = self.offcpu_epoch_ptr {
+                        // SAFETY: as in set_offcpu_min_ns (the mmapped .bss of the profile
+                        // object, alive as long as self; an aligned u32 store).
+                        unsafe {
+                            std::ptr::write_volatile(e, std::ptr::read_volatile(e).wrapping_add(1))
+                        };
                     }
                 }
                 _ => {}
@@ -1227,6 +1261,9 @@ impl<'obj> Probes<'obj> {
             let prog = match t.1 {
                 "futex_exit" => self.lock.as_ref().map(|l| &l.progs.futex_exit),
                 "mem_exit" => self.profile.as_ref().map(|p| &p.progs.mem_exit),
+                "offcpu_sys_exit" => self.profile.as_ref().map(|p| &p.progs.offcpu_sys_exit),
+                "offcpu_waking" => self.profile.as_ref().map(|p| &p.progs.offcpu_waking),
+                "offcpu_switch" => self.profile.as_ref().map(|p| &p.progs.offcpu_switch),
                 "futex_enter" => self.lock.as_ref().map(|l| &l.progs.futex_enter),
                 "mem_enter" => self.profile.as_ref().map(|p| &p.progs.mem_enter),
                 "mem_fault" => self.profile.as_ref().map(|p| &p.progs.mem_fault),

@@ -367,7 +367,7 @@ fn a_cpu_budget_pauses_futex_lock_tracing() {
     let r = record_loud(
         "lock_workload",
         &["--lock", "--max-cpu", "0.05"],
-        &["--iters", "400", "--hold-us", "1000"],
+        &["--iters", "1500", "--hold-us", "1000"],
     );
     let err = String::from_utf8_lossy(&r.out.stderr).to_string();
     let info = ebsym_json(&["info", r.trace.to_str().unwrap()]);
