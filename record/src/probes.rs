@@ -272,8 +272,26 @@ pub struct Probes<'obj> {
     /// link; None while paused): lock's futex enter and exit, memgrowth's system call enter
     /// and exit and page faults. On resume the in-flight maps are cleared and the exits
     /// attached before the entries, so nothing pairs across a pause.
-    tp_pausable:
-        std::cell::RefCell<Vec<(ebtrace_proto::v1::EventFamily, &'static str, Option<Link>)>>,
+    tp_pausable: std::cell::RefCell<Vec<TpPausable>>,
+}
+
+/// A tracepoint link that --max-cpu may detach: (family, program name, link; None while
+/// paused).
+type TpPausable = (ebtrace_proto::v1::EventFamily, &'static str, Option<Link>);
+
+/// Attaches `progs` (tracepoint programs of `family`) as links --max-cpu may pause.
+fn attach_tps(
+    into: &mut Vec<TpPausable>,
+    family: ebtrace_proto::v1::EventFamily,
+    progs: &[(&libbpf_rs::ProgramMut<'_>, &'static str)],
+) -> Result<()> {
+    for &(prog, name) in progs {
+        let link = prog
+            .attach()
+            .with_context(|| format!("attaching {name}'s tracepoint"))?;
+        into.push((family, name, Some(link)));
+    }
+    Ok(())
 }
 
 /// A classic uprobe link that can be detached and attached again (see `pause_classic`).
@@ -636,17 +654,14 @@ impl<'obj> Probes<'obj> {
                     p.links.push(link);
                 }
                 // The exit first: a resume attaches them in this order.
-                for (prog, name) in [
-                    (&l.progs.futex_exit, "futex_exit"),
-                    (&l.progs.futex_enter, "futex_enter"),
-                ] {
-                    let link = prog.attach().context("attaching the futex tracepoints")?;
-                    p.tp_pausable.get_mut().push((
-                        ebtrace_proto::v1::EventFamily::Lock,
-                        name,
-                        Some(link),
-                    ));
-                }
+                attach_tps(
+                    p.tp_pausable.get_mut(),
+                    ebtrace_proto::v1::EventFamily::Lock,
+                    &[
+                        (&l.progs.futex_exit, "futex_exit"),
+                        (&l.progs.futex_enter, "futex_enter"),
+                    ],
+                )?;
                 p.attached
                     .push("tp_btf/sys_enter, sys_exit (futex), sched_process_fork/exit".into());
             }
@@ -658,38 +673,28 @@ impl<'obj> Probes<'obj> {
                 (&g.prof_exit, "sched_process_exit"),
             ];
             if cfg.offcpu_min_ns.is_some() {
-                for (prog, name) in [
-                    (&g.offcpu_sys_exit, "offcpu_sys_exit"),
-                    (&g.offcpu_waking, "offcpu_waking"),
-                    (&g.offcpu_switch, "offcpu_switch"),
-                ] {
-                    let link = prog
-                        .attach()
-                        .with_context(|| format!("attaching {name}'s tracepoint"))?;
-                    p.tp_pausable.get_mut().push((
-                        ebtrace_proto::v1::EventFamily::Offcpu,
-                        name,
-                        Some(link),
-                    ));
-                }
+                attach_tps(
+                    p.tp_pausable.get_mut(),
+                    ebtrace_proto::v1::EventFamily::Offcpu,
+                    &[
+                        (&g.offcpu_sys_exit, "offcpu_sys_exit"),
+                        (&g.offcpu_waking, "offcpu_waking"),
+                        (&g.offcpu_switch, "offcpu_switch"),
+                    ],
+                )?;
                 p.attached
                     .push("tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into());
             }
             if cfg.memgrowth {
-                for (prog, name) in [
-                    (&g.mem_exit, "mem_exit"),
-                    (&g.mem_enter, "mem_enter"),
-                    (&g.mem_fault, "mem_fault"),
-                ] {
-                    let link = prog
-                        .attach()
-                        .with_context(|| format!("attaching {name}'s tracepoint"))?;
-                    p.tp_pausable.get_mut().push((
-                        ebtrace_proto::v1::EventFamily::MemGrowth,
-                        name,
-                        Some(link),
-                    ));
-                }
+                attach_tps(
+                    p.tp_pausable.get_mut(),
+                    ebtrace_proto::v1::EventFamily::MemGrowth,
+                    &[
+                        (&g.mem_exit, "mem_exit"),
+                        (&g.mem_enter, "mem_enter"),
+                        (&g.mem_fault, "mem_fault"),
+                    ],
+                )?;
                 p.attached.push(
                     "tp_btf/sys_enter, sys_exit (brk, mmap, munmap), page_fault_user (memory growth)"
                         .into(),

@@ -19,25 +19,8 @@ const FUNCTIONS: &[&str] = &[
     "child_blocks",
 ];
 
-/// (count, bytes) per allocating function of `ebsym top --kind alloc` or `leaks` rows: the
-/// first frame that is one of sampled_heap's functions ("other" for the C++ runtime's own).
 fn by_function(report: &Value) -> BTreeMap<String, (u64, u64)> {
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for row in report["rows"].as_array().unwrap() {
-        let f = row["frames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|f| f["function"].as_str())
-            .map(|n| n.split('(').next().unwrap())
-            .find(|n| FUNCTIONS.contains(n))
-            .unwrap_or("other")
-            .to_string();
-        let e = out.entry(f).or_default();
-        e.0 += row["count"].as_u64().unwrap();
-        e.1 += row["bytes"].as_u64().unwrap();
-    }
-    out
+    common::by_function(report, FUNCTIONS)
 }
 
 fn expected(want: &Value, f: &str) -> (u64, u64) {

@@ -16,25 +16,8 @@ const FUNCTIONS: &[&str] = &[
     "thread_churn",
 ];
 
-/// (count, bytes) per allocating function of `ebsym top --kind alloc` (or `leaks`) rows: the
-/// first frame that is one of sampled_heap's functions ("other" for the C++ runtime's own).
-fn by_function(top: &Value) -> BTreeMap<String, (u64, u64)> {
-    let mut out: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for row in top["rows"].as_array().unwrap() {
-        let f = row["frames"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|f| f["function"].as_str())
-            .map(|n| n.split('(').next().unwrap())
-            .find(|n| FUNCTIONS.contains(n))
-            .unwrap_or("other")
-            .to_string();
-        let e = out.entry(f).or_default();
-        e.0 += row["count"].as_u64().unwrap();
-        e.1 += row["bytes"].as_u64().unwrap();
-    }
-    out
+fn by_function(report: &Value) -> BTreeMap<String, (u64, u64)> {
+    common::by_function(report, FUNCTIONS)
 }
 
 /// The (kept, probe hits) of `family` and the runs of `program` in ebrec's exit summary.

@@ -271,8 +271,8 @@ fn a_cpu_budget_pauses_classic_allocator_probes() {
     assert!(text.contains("paused"), "{text}");
 }
 
-/// The func events of the trace: their times.
-fn func_times(path: &Path) -> Vec<u64> {
+/// The times `times` takes from each record of the trace (e.g. a family's events').
+fn event_times(path: &Path, times: impl Fn(Kind) -> Vec<u64>) -> Vec<u64> {
     let mut r = TraceReader::open(path).unwrap();
     let mut tables = Tables::default();
     let mut out = Vec::new();
@@ -280,8 +280,8 @@ fn func_times(path: &Path) -> Vec<u64> {
         if tables.observe(&rec) {
             continue;
         }
-        if let Some(Kind::Funcs(b)) = rec.kind {
-            out.extend(b.decode().unwrap().into_iter().map(|e| e.time_ns));
+        if let Some(k) = rec.kind {
+            out.extend(times(k));
         }
     }
     out
@@ -327,7 +327,10 @@ fn a_cpu_budget_pauses_and_resumes_func_probes() {
         .iter()
         .find(|c| c.1 == "resumed" && c.0 > pause.0)
         .unwrap_or_else(|| panic!("no resume of func: {changes:?}\n{err}"));
-    let times = func_times(&r.trace);
+    let times = event_times(&r.trace, |k| match k {
+        Kind::Funcs(b) => b.decode().unwrap().into_iter().map(|e| e.time_ns).collect(),
+        _ => Vec::new(),
+    });
     let during = times
         .iter()
         .filter(|&&x| x > pause.0 + 200_000_000 && x < resume.0)
@@ -341,18 +344,6 @@ fn a_cpu_budget_pauses_and_resumes_func_probes() {
     assert!(after > 100, "{after} calls after the resume");
     let text = top_text(&r.trace, "func");
     assert!(text.contains("the --func probes were paused"), "{text}");
-}
-
-/// The start times of the lock waits in the trace.
-fn lock_times(path: &Path) -> Vec<u64> {
-    let mut r = TraceReader::open(path).unwrap();
-    let mut out = Vec::new();
-    for rec in r.by_ref() {
-        if let Some(Kind::Locks(b)) = rec.kind {
-            out.extend(b.decode().unwrap().into_iter().map(|e| e.time_ns));
-        }
-    }
-    out
 }
 
 /// `--lock` (futex mode) has no rate to lower: under a budget it cannot keep (the futex
@@ -391,7 +382,10 @@ fn a_cpu_budget_pauses_futex_lock_tracing() {
         .iter()
         .find(|c| c.1 == "resumed" && c.0 > pause.0)
         .map_or(u64::MAX, |c| c.0);
-    let times = lock_times(&r.trace);
+    let times = event_times(&r.trace, |k| match k {
+        Kind::Locks(b) => b.decode().unwrap().into_iter().map(|e| e.time_ns).collect(),
+        _ => Vec::new(),
+    });
     let during = times
         .iter()
         .filter(|&&x| x > pause.0 + 200_000_000 && x < until)

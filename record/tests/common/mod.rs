@@ -188,3 +188,27 @@ fn run_record(
     );
     out
 }
+
+/// (count, bytes) per function of `ebsym top --kind alloc` (or `leaks`) rows: the first frame
+/// that is one of `functions` ("other" for rows with none, e.g. the C++ runtime's own).
+pub fn by_function(
+    report: &Value,
+    functions: &[&str],
+) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut out: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for row in report["rows"].as_array().unwrap() {
+        let f = row["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .map(|n| n.split('(').next().unwrap())
+            .find(|n| functions.contains(n))
+            .unwrap_or("other")
+            .to_string();
+        let e = out.entry(f).or_default();
+        e.0 += row["count"].as_u64().unwrap();
+        e.1 += row["bytes"].as_u64().unwrap();
+    }
+    out
+}
