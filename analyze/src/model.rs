@@ -426,21 +426,16 @@ impl Loaded {
             Some(Kind::Aggregate(a)) => {
                 let family =
                     ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();
-                *self
-                    .losses
-                    .aggregated
-                    .entry(family_name(a.family))
-                    .or_default() += 0;
+                // The family is named even when no row passes the filter: the report
+                // still says how it was recorded.
+                let name = family_name(a.family);
+                self.losses.aggregated.entry(name.clone()).or_default();
                 match ebtrace_format::events::aggregate_rows(&a) {
                     Ok(rows) => {
                         for r in &rows {
                             let ev = Event::Aggregated(family, r);
                             if all || self.passes(filter, &ev) {
-                                *self
-                                    .losses
-                                    .aggregated
-                                    .entry(family_name(a.family))
-                                    .or_default() += r.count;
+                                *self.losses.aggregated.get_mut(&name).unwrap() += r.count;
                                 let (lo, hi) =
                                     (r.since_ns.max(self.header.start_time_ns), r.time_ns);
                                 self.first_event_ns =

@@ -271,6 +271,22 @@ fn a_cpu_budget_pauses_classic_allocator_probes() {
     assert!(text.contains("paused"), "{text}");
 }
 
+/// (time, kind) of `ebsym info`'s probe changes of `family`, in order.
+fn family_changes(info: &Value, family: &str) -> Vec<(u64, String)> {
+    info["probe_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["family"] == family)
+        .map(|c| {
+            (
+                c["time_ns"].as_u64().unwrap(),
+                c["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
 /// The times `times` takes from each record of the trace (e.g. a family's events').
 fn event_times(path: &Path, times: impl Fn(Kind) -> Vec<u64>) -> Vec<u64> {
     let mut r = TraceReader::open(path).unwrap();
@@ -307,18 +323,7 @@ fn a_cpu_budget_pauses_and_resumes_func_probes() {
     let err = String::from_utf8_lossy(&r.out.stderr).to_string();
     let t = r.trace.to_str().unwrap();
     let info = ebsym_json(&["info", t]);
-    let changes: Vec<(u64, String)> = info["probe_changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["family"] == "func")
-        .map(|c| {
-            (
-                c["time_ns"].as_u64().unwrap(),
-                c["kind"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let changes = family_changes(&info, "func");
     let pause = changes
         .iter()
         .find(|c| c.1 == "paused")
@@ -362,18 +367,7 @@ fn a_cpu_budget_pauses_futex_lock_tracing() {
     );
     let err = String::from_utf8_lossy(&r.out.stderr).to_string();
     let info = ebsym_json(&["info", r.trace.to_str().unwrap()]);
-    let changes: Vec<(u64, String)> = info["probe_changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["family"] == "lock")
-        .map(|c| {
-            (
-                c["time_ns"].as_u64().unwrap(),
-                c["kind"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let changes = family_changes(&info, "lock");
     let pause = changes
         .iter()
         .find(|c| c.1 == "paused")

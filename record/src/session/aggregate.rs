@@ -29,8 +29,6 @@ pub struct AggState {
     full: bool,
     /// Whether frees are tracked (the alloc rows' live columns are written).
     pub frees: bool,
-    /// Keys whose stack was not in `agg_stacks` (never expected: the stack goes in first).
-    pub stacks_missing: u64,
     interval: std::time::Duration,
     last_read: Option<std::time::Instant>,
 }
@@ -93,11 +91,13 @@ impl Session<'_> {
                     ..Default::default()
                 },
             };
-            if w.stack == 0 {
-                let Some(st) = self.probes.agg_stack(&k) else {
-                    self.agg.stacks_missing += 1;
-                    continue;
-                };
+            // (A stack missing from its map is never expected: it goes in before the counts.)
+            let stack = if w.stack == 0 {
+                self.probes.agg_stack(&k)
+            } else {
+                None
+            };
+            if let Some(st) = stack {
                 let n = (st.nframes as usize).min(st.ips.len());
                 let kn = (st.kframes as usize).min(st.ips.len() - n);
                 self.family = k.family as usize;
@@ -116,11 +116,25 @@ impl Session<'_> {
             let sum2 = v.sum2.wrapping_sub(w.sum2);
             let gauges = k.family == EventFamily::Alloc as u32 && self.agg.frees;
             let live = v.live_count != w.live_count || v.live_bytes != w.live_bytes;
-            if count != 0
+            let changed = count != 0
                 || sum != 0
                 || sum2 != 0
-                || (gauges && (live || (full && v.live_count != 0)))
-            {
+                || (gauges && (live || (full && v.live_count != 0)));
+            if changed && w.stack == 0 {
+                // Counts without their stack cannot be written: a counted loss. The stack is
+                // looked for again at the next read.
+                if count > 0 {
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::Lost(Lost {
+                            time_ns: now,
+                            family: k.family as i32,
+                            reason: LossReason::MapFull as i32,
+                            count,
+                            cpu: 0,
+                        })),
+                    })?;
+                }
+            } else if changed {
                 let rec = recs.entry(k.family).or_insert_with(|| Aggregate {
                     time_ns: now,
                     since_ns: self.agg.last_ns,
