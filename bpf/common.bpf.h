@@ -104,26 +104,11 @@ static __always_inline __u32 user_stack(void *ctx, __u64 *ips, __u32 *flags, boo
 	if (limit > MAX_FRAMES - 1)
 		limit = MAX_FRAMES - 1;
 	if (cfi_mode != CFI_MODE_OFF)
-		return cfi_stack(ips, flags, at_entry, limit, cfi_mode == CFI_MODE_AUTO);
-	/* At entry, frames go from slot 1 so that slot 0 can take the ip and slot 1 the caller. */
-	long n = at_entry ? bpf_get_stack(ctx, &ips[1], limit * sizeof(__u64), BPF_F_USER_STACK)
-			  : bpf_get_stack(ctx, &ips[0], limit * sizeof(__u64), BPF_F_USER_STACK);
-	if (n <= 0) {
-		*flags |= SF_USER_ERROR;
-		return 0;
-	}
-	__u32 frames = n / sizeof(__u64);
-	if (frames >= limit)
-		*flags |= SF_USER_TRUNCATED;
-	if (!at_entry)
-		return frames;
-	struct pt_regs *regs = ctx;
-	__u64 ret = 0;
-	bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP(regs));
-	ips[0] = ips[1];
-	ips[1] = ret;
-	*flags |= SF_CALLER_FROM_SP;
-	return frames + 1;
+		return cfi_stack(ips, flags, at_entry, limit, cfi_mode == CFI_MODE_AUTO, false);
+	/* Frame pointers (fp and dwarf): walked here rather than with bpf_get_stack, whose walk
+	 * reads through the garbage frame pointer main's caller leaves and takes a fault at the
+	 * end of nearly every stack; this walk ends at the thread's stack bounds. */
+	return cfi_stack(ips, flags, at_entry, limit, false, true);
 }
 
 /* The stack of a lock holder releasing a futex, or of a thread waking another: unwound with
@@ -135,7 +120,7 @@ static __always_inline __u32 waker_stack(void *ctx, __u64 *ips, __u32 *flags)
 		__u32 limit = max_frames;
 		if (limit > MAX_FRAMES - 1)
 			limit = MAX_FRAMES - 1;
-		return cfi_stack(ips, flags, false, limit, true);
+		return cfi_stack(ips, flags, false, limit, true, false);
 	}
 	return user_stack(ctx, ips, flags, false);
 }

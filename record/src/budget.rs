@@ -1,25 +1,30 @@
 //! `--max-cpu PCT`: what ebrec costs the machine, kept within a budget.
 //!
-//! Each second the cost is the BPF programs' run time (kernel BPF stats), the uprobe traps
-//! (runs of uprobe programs, each one trap, times a trap cost calibrated at start on this
-//! machine) and ebrec's own CPU time, as a share of one CPU. The BPF time and the traps are
-//! attributed to families (each program belongs to one: see `Probes::family_costs`); ebrec's
-//! own CPU is not attributed. Above the budget the family that cost most in that second and
-//! still has a knob to turn is stepped down (several steps when far over):
+//! Every quarter second (`TICK`) the cost is the BPF programs' run time (kernel BPF stats),
+//! the uprobe traps (runs of uprobe programs, each one trap, times a trap cost calibrated at
+//! start on this machine) and ebrec's own CPU time, as a share of one CPU. The BPF time and
+//! the traps are attributed to families (each program belongs to one: see
+//! `Probes::family_costs`); ebrec's own CPU is not attributed. Above the budget, families are
+//! cut, costliest first, until the predicted cost is under 90% of it, all in the same
+//! quarter second:
 //!
 //! - alloc: the sampling period (`--sample-bytes`, the alloc object's writable
-//!   `sample_bytes`) up a step of the ladder below (each step about 4x fewer events);
+//!   `sample_bytes`) up the ladder below (each step about 4x fewer events);
 //! - cpu: the sampling frequency (`--cpu` Hz, set with PERF_EVENT_IOC_PERIOD on every
 //!   per-CPU event) halved, down to `CPU_FLOOR_HZ`;
 //! - offcpu: the threshold (`--offcpu`, the profile object's writable `offcpu_min_ns`)
 //!   times 4, up to `OFFCPU_CEIL_NS`.
 //!
-//! A uprobe family whose traps alone are over (coarser sampling cannot help: every call
-//! traps) is paused: its links are detached until the cost has been under half the budget
-//! for a while; so is the costliest pausable family when nothing is left to step down. Below
-//! half the budget for `CALM_S` seconds, a paused family resumes, else the last step taken
-//! is undone. Every change is a `ProbeChange` record; reports scale sampled allocations
-//! back, say when the cpu rate or the off-CPU threshold changed, and say what was paused.
+//! A step lowers a family's BPF time (and the events ebrec reads: each family is lent a
+//! part of ebrec's own CPU in proportion to its BPF time), not its traps (every probed call
+//! traps). A family with no step left, or whose traps alone are over the budget, is paused:
+//! its links are detached. A paused family comes back when what it cost when it ran fits in the room
+//! under 80% of the budget; otherwise it is tried again for a quarter second at intervals
+//! so spaced that the tries of all paused families together cost a tenth of the budget (a
+//! family that cost a whole CPU under `--max-cpu 1`, alone: every 250 s). Below half the budget for `CALM_S` seconds
+//! the last step taken is undone when its predicted cost fits. Every change is a
+//! `ProbeChange` record; reports scale sampled allocations back, say when the cpu rate or the
+//! off-CPU threshold changed, and say what was paused.
 use crate::probes::{ProbeConfig, Probes, FAM_COUNT};
 use ebtrace_proto::v1::EventFamily;
 use std::time::{Duration, Instant};
@@ -106,6 +111,19 @@ pub fn family_name(f: EventFamily) -> &'static str {
     }
 }
 
+/// How often the budget measures and decides. A quarter second: a family that costs a
+/// whole CPU when it starts (the allocator's traps on a busy service) is paused within it.
+const TICK: Duration = Duration::from_millis(250);
+
+/// A paused family, what it cost when it ran, and when it may be tried again.
+#[derive(Debug, Clone)]
+struct Paused {
+    family: EventFamily,
+    /// Its share of a CPU in the last measure before the pause.
+    est: f64,
+    next_try: Instant,
+}
+
 pub struct Budget {
     /// The budget as a share of one CPU (PCT / 100).
     pub limit: f64,
@@ -118,17 +136,18 @@ pub struct Budget {
     pub knobs: Vec<Knob>,
     /// The knobs stepped down, one entry per step, latest last (undone in reverse).
     stepped: Vec<usize>,
-    /// The families paused now.
-    pub paused: Vec<EventFamily>,
-    over: u32,
-    calm: u32,
-    /// Calm seconds needed before the next resume.
-    calm_needed: u32,
-    pauses: u32,
-    /// The cost of each second (share of one CPU), for the summary.
-    pub seconds: Vec<f64>,
+    /// The families paused now, latest last.
+    paused: Vec<Paused>,
+    /// Since when the cost has been under half the budget.
+    calm_since: Option<Instant>,
+    /// The family resumed on trial (its cost unknown until the next measure).
+    trial: Option<EventFamily>,
+    /// Each measure: its length and its cost (share of one CPU), for the summary.
+    measures: Vec<(f64, f64)>,
     /// Seconds spent with some family paused.
-    pub paused_s: u32,
+    paused_time: f64,
+    /// The families whose probes can be detached and attached again.
+    can_pause: Vec<EventFamily>,
 }
 
 /// This process's user + system CPU time, ns.
@@ -197,6 +216,23 @@ fn family(i: usize) -> EventFamily {
     EventFamily::try_from(i as i32).unwrap_or(EventFamily::Unspecified)
 }
 
+/// One measure: per family (BPF share, trap share) of one CPU, and ebrec's own share.
+struct Measure {
+    shares: [(f64, f64); FAM_COUNT],
+    own: f64,
+}
+
+impl Measure {
+    fn share(&self, f: EventFamily) -> f64 {
+        let s = self.shares[f as usize];
+        s.0 + s.1
+    }
+
+    fn cost(&self) -> f64 {
+        self.shares.iter().map(|s| s.0 + s.1).sum::<f64>() + self.own
+    }
+}
+
 impl Budget {
     /// `pct`: percent of one CPU.
     pub fn new(pct: f64, cfg: &ProbeConfig, trap_ns: f64, p: &Probes<'_>) -> Budget {
@@ -209,181 +245,220 @@ impl Budget {
             knobs: knobs(cfg, p),
             stepped: Vec::new(),
             paused: Vec::new(),
-            over: 0,
-            calm: 0,
-            calm_needed: CALM_S,
-            pauses: 0,
-            seconds: Vec::new(),
-            paused_s: 0,
+            calm_since: None,
+            trial: None,
+            measures: Vec::new(),
+            paused_time: 0.0,
+            can_pause: (0..FAM_COUNT)
+                .map(family)
+                .filter(|&f| p.can_pause(f))
+                .collect(),
         }
     }
 
-    /// Called about once a second: measures the last interval and decides. Returns the
-    /// change (applied by the caller), with the reason in words.
-    pub fn tick(&mut self, p: &Probes<'_>) -> Option<(Change, String)> {
+    fn is_paused(&self, f: EventFamily) -> bool {
+        self.paused.iter().any(|x| x.family == f)
+    }
+
+    fn steppable(&self, f: EventFamily) -> Option<usize> {
+        self.knobs
+            .iter()
+            .position(|kn| kn.family == f && kn.step + 1 < kn.ladder.len())
+    }
+
+    /// Called by the recording loop (often): every `TICK` measures the last interval and
+    /// decides. Returns the changes (applied by the caller in order), each with the reason
+    /// in words.
+    pub fn tick(&mut self, p: &Probes<'_>) -> Vec<(Change, String)> {
         let dt = self.last.elapsed();
-        if dt < Duration::from_millis(500) {
-            return None;
+        if dt < TICK {
+            return Vec::new();
         }
         let fam = p.family_costs();
         let cpu = own_cpu_ns();
         let wall = dt.as_nanos() as f64;
-        // Per family: (BPF share, trap share) of one CPU.
-        let mut shares = [(0.0f64, 0.0f64); FAM_COUNT];
-        for (i, s) in shares.iter_mut().enumerate() {
+        let mut m = Measure {
+            shares: [(0.0, 0.0); FAM_COUNT],
+            own: cpu.saturating_sub(self.last_cpu_ns) as f64 / wall,
+        };
+        for (i, s) in m.shares.iter_mut().enumerate() {
             s.0 = fam[i].0.saturating_sub(self.last_fam[i].0) as f64 / wall;
             s.1 = fam[i].1.saturating_sub(self.last_fam[i].1) as f64 * self.trap_ns / wall;
         }
-        let bpf_share: f64 = shares.iter().map(|s| s.0).sum();
-        let trap_share: f64 = shares.iter().map(|s| s.1).sum();
-        let own_share = cpu.saturating_sub(self.last_cpu_ns) as f64 / wall;
         self.last = Instant::now();
         self.last_fam = fam;
         self.last_cpu_ns = cpu;
-        let cost = bpf_share + trap_share + own_share;
-        self.seconds.push(cost);
+        let cost = m.cost();
+        self.measures.push((dt.as_secs_f64(), cost));
         if !self.paused.is_empty() {
-            self.paused_s += 1;
+            self.paused_time += dt.as_secs_f64();
         }
-        let share = |i: usize| shares[i].0 + shares[i].1;
-        let mut by_family: Vec<String> = (0..FAM_COUNT)
-            .filter(|&i| share(i) > 0.0)
-            .map(|i| format!("{} {:.3}%", family_name(family(i)), share(i) * 100.0))
-            .collect();
-        if by_family.is_empty() {
-            by_family.push("none".into());
-        }
-        let why = format!(
-            "--max-cpu {:.3}%: {:.3}% of a CPU in the last {:.1} s (BPF {:.3}%, traps {:.3}%, ebrec {:.3}%; by family: {})",
-            self.limit * 100.0,
-            cost * 100.0,
-            dt.as_secs_f64(),
-            bpf_share * 100.0,
-            trap_share * 100.0,
-            own_share * 100.0,
-            by_family.join(", ")
-        );
+        let why = self.why(&m, dt);
+        let trial = self.trial.take();
+        let now = Instant::now();
         if cost > self.limit {
-            self.calm = 0;
-            self.over += 1;
-            // A uprobe family whose traps alone are over: coarser sampling cannot help, only
-            // fewer traps.
-            let trapping = (0..FAM_COUNT)
-                .filter(|&i| shares[i].1 > self.limit * 0.8)
-                .map(family)
-                .filter(|&f| !self.paused.contains(&f) && p.can_pause(f))
-                .max_by(|a, b| shares[*a as usize].1.total_cmp(&shares[*b as usize].1));
-            if let Some(f) = trapping {
-                return Some((self.pause(f), why));
-            }
-            // The costliest family that can act: a pause when it has no step left (lock and
-            // memgrowth have no rate to lower: their tracepoints pause instead).
-            let steppable = |f: EventFamily| {
-                self.knobs
-                    .iter()
-                    .any(|kn| kn.family == f && kn.step + 1 < kn.ladder.len())
-            };
-            let top = (0..FAM_COUNT)
-                .map(family)
-                .filter(|&f| {
-                    share(f as usize) > 0.0
-                        && !self.paused.contains(&f)
-                        && (steppable(f) || p.can_pause(f))
-                })
-                .max_by(|a, b| share(*a as usize).total_cmp(&share(*b as usize)));
-            if let Some(f) = top {
-                if !steppable(f) {
-                    return Some((self.pause(f), why));
-                }
-            }
-            // The costliest family that costs something and can still step down.
-            let knob = (0..self.knobs.len())
-                .filter(|&k| {
-                    let kn = &self.knobs[k];
-                    kn.step + 1 < kn.ladder.len()
-                        && share(kn.family as usize) > 0.0
-                        && !self.paused.contains(&kn.family)
-                })
-                .max_by(|&a, &b| {
-                    share(self.knobs[a].family as usize)
-                        .total_cmp(&share(self.knobs[b].family as usize))
-                        .then(b.cmp(&a))
-                });
-            if let Some(k) = knob {
-                let kn = &mut self.knobs[k];
-                // A step per `factor` over.
-                let n = ((cost / self.limit).ln() / kn.factor.ln()).ceil().max(1.0) as usize;
-                let n = n.min(kn.ladder.len() - 1 - kn.step);
-                kn.step += n;
-                self.stepped.extend(std::iter::repeat_n(k, n));
-                let c = Change::Rate {
-                    family: kn.family,
-                    setting: kn.setting,
-                    value: kn.value(),
-                };
-                return Some((c, why));
-            }
-            if self.over >= 2 {
-                let f = (0..FAM_COUNT)
-                    .map(family)
-                    .filter(|&f| {
-                        !self.paused.contains(&f) && p.can_pause(f) && share(f as usize) > 0.0
-                    })
-                    .max_by(|a, b| share(*a as usize).total_cmp(&share(*b as usize)));
-                if let Some(f) = f {
-                    return Some((self.pause(f), why));
-                }
-            }
-            return None;
+            self.calm_since = None;
+            return self
+                .cut(&m, trial)
+                .into_iter()
+                .map(|c| (c, why.clone()))
+                .collect();
         }
-        self.over = 0;
-        if cost < self.limit / 2.0 {
-            self.calm += 1;
-            if !self.paused.is_empty() && self.calm >= self.calm_needed {
-                self.calm = 0;
-                let f = self.paused.pop().unwrap();
-                return Some((Change::Resumed(f), why));
+        if cost >= self.limit / 2.0 {
+            self.calm_since = None;
+            return Vec::new();
+        }
+        let calm = *self.calm_since.get_or_insert(now);
+        let room = self.limit * 0.8 - cost;
+        // A paused family comes back when what it cost fits in the room left, or on trial
+        // when its turn comes (the workload may have changed since).
+        if let Some(i) = self
+            .paused
+            .iter()
+            .rposition(|x| x.est <= room || now >= x.next_try)
+        {
+            let x = self.paused.remove(i);
+            if x.est > room {
+                self.trial = Some(x.family);
             }
-            if self.calm >= CALM_S {
-                self.calm = 0;
-                if let Some(k) = self.stepped.pop() {
+            self.calm_since = None;
+            return vec![(Change::Resumed(x.family), why)];
+        }
+        // A step back when the calm has lasted and the step's cost fits.
+        if now.duration_since(calm) >= Duration::from_secs(CALM_S as u64) {
+            if let Some(&k) = self.stepped.last() {
+                let kn = &self.knobs[k];
+                let more = m.shares[kn.family as usize].0 * (kn.factor - 1.0);
+                if more <= room {
+                    self.stepped.pop();
                     let kn = &mut self.knobs[k];
                     kn.step -= 1;
+                    self.calm_since = None;
                     let c = Change::Rate {
                         family: kn.family,
                         setting: kn.setting,
                         value: kn.value(),
                     };
-                    return Some((c, why));
+                    return vec![(c, why)];
                 }
             }
-        } else {
-            self.calm = 0;
         }
-        None
+        Vec::new()
     }
 
-    /// Pauses `f`; each pause makes the next resume wait twice as long (5 s, 10 s, … 80 s),
-    /// so that a workload whose traps alone exceed the budget is sampled in ever shorter
-    /// stretches rather than flapping.
-    fn pause(&mut self, f: EventFamily) -> Change {
-        self.paused.push(f);
-        self.calm = 0;
-        self.calm_needed = if self.pauses == 0 {
-            CALM_S
-        } else {
-            (self.calm_needed * 2).min(16 * CALM_S)
+    /// Over the budget: the changes that bring the cost under 90% of it, costliest family
+    /// first: steps down of its rate (as many as the cut needs, as far as its ladder goes),
+    /// a pause when it has no step left or when its traps alone are over (they do not go
+    /// down with its rate); as far as anything can be cut.
+    fn cut(&mut self, m: &Measure, trial: Option<EventFamily>) -> Vec<Change> {
+        let target = self.limit * 0.9;
+        let mut predicted = m.cost();
+        let mut out = Vec::new();
+        let mut done: Vec<EventFamily> = Vec::new();
+        // A family tried again and over at once goes back to its pause, and nothing else
+        // is cut for it (ebrec's own share of that measure holds the attaching).
+        if let Some(f) = trial {
+            if !self.is_paused(f) && self.pausable(f) {
+                return vec![self.pause(f, m.share(f))];
+            }
+        }
+        // ebrec's own CPU is mostly the events it reads: each family is lent a part of it
+        // in proportion to its BPF time, which its steps lower with it.
+        let total_bpf: f64 = m.shares.iter().map(|s| s.0).sum();
+        let lent = |bpf: f64| {
+            if total_bpf > 0.0 {
+                m.own * bpf / total_bpf
+            } else {
+                0.0
+            }
         };
-        self.pauses += 1;
+        while predicted > target {
+            let eff = |f: EventFamily| m.share(f) + lent(m.shares[f as usize].0);
+            let top = (0..FAM_COUNT)
+                .map(family)
+                .filter(|&f| m.share(f) > 0.0 && !self.is_paused(f) && !done.contains(&f))
+                .max_by(|a, b| eff(*a).total_cmp(&eff(*b)));
+            let Some(f) = top else { break };
+            done.push(f);
+            let (bpf, traps) = m.shares[f as usize];
+            let stepped = bpf + lent(bpf);
+            let need = predicted - target;
+            // A step lowers the BPF time (and the events ebrec reads), not the traps: a
+            // family whose traps alone are over is paused.
+            let trapping = traps > self.limit * 0.8;
+            if let (Some(k), false) = (self.steppable(f), trapping && self.pausable(f)) {
+                let kn = &mut self.knobs[k];
+                let left = kn.ladder.len() - 1 - kn.step;
+                let keep = ((stepped - need) / stepped).max(1e-6);
+                let n = ((1.0 / keep).ln() / kn.factor.ln()).ceil().max(1.0) as usize;
+                let n = n.min(left);
+                kn.step += n;
+                self.stepped.extend(std::iter::repeat_n(k, n));
+                predicted -= stepped * (1.0 - kn.factor.powi(-(n as i32)));
+                out.push(Change::Rate {
+                    family: kn.family,
+                    setting: kn.setting,
+                    value: kn.value(),
+                });
+                continue;
+            }
+            if self.pausable(f) {
+                predicted -= bpf + traps + lent(bpf);
+                out.push(self.pause(f, bpf + traps));
+            }
+        }
+        out
+    }
+
+    fn pausable(&self, f: EventFamily) -> bool {
+        self.can_pause.contains(&f)
+    }
+
+    /// Pauses `f`, which cost `est` of a CPU. It is tried again when a quarter second of
+    /// that cost spread over the wait is a tenth of the budget shared among the paused
+    /// families (a family costing a whole CPU under a 1% budget: every 250 s when alone), at
+    /// least 5 s and at most 10 min on.
+    fn pause(&mut self, f: EventFamily, est: f64) -> Change {
+        let share = (self.limit * 0.1 / (self.paused.len() + 1) as f64).max(1e-9);
+        let wait = (est * TICK.as_secs_f64() / share).clamp(CALM_S as f64, 600.0);
+        self.paused.push(Paused {
+            family: f,
+            est,
+            next_try: Instant::now() + Duration::from_secs_f64(wait),
+        });
+        self.calm_since = None;
         Change::Paused(f)
+    }
+
+    fn why(&self, m: &Measure, dt: Duration) -> String {
+        let bpf: f64 = m.shares.iter().map(|s| s.0).sum();
+        let traps: f64 = m.shares.iter().map(|s| s.1).sum();
+        let mut by_family: Vec<String> = (0..FAM_COUNT)
+            .map(family)
+            .filter(|&f| m.share(f) > 0.0)
+            .map(|f| format!("{} {:.3}%", family_name(f), m.share(f) * 100.0))
+            .collect();
+        if by_family.is_empty() {
+            by_family.push("none".into());
+        }
+        format!(
+            "--max-cpu {:.3}%: {:.3}% of a CPU in the last {:.2} s (BPF {:.3}%, traps {:.3}%, ebrec {:.3}%; by family: {})",
+            self.limit * 100.0,
+            m.cost() * 100.0,
+            dt.as_secs_f64(),
+            bpf * 100.0,
+            traps * 100.0,
+            m.own * 100.0,
+            by_family.join(", ")
+        )
     }
 
     /// The settings in effect, in words ("alloc: 1 sample per 65536 B, cpu: 12 Hz"), and
     /// what is paused.
     pub fn rates(&self) -> String {
         let mut parts: Vec<String> = self.knobs.iter().map(Knob::describe).collect();
-        for f in &self.paused {
-            parts.push(format!("{} paused", family_name(*f)));
+        for x in &self.paused {
+            parts.push(format!("{} paused", family_name(x.family)));
         }
         if parts.is_empty() {
             "nothing to steer".into()
@@ -392,14 +467,32 @@ impl Budget {
         }
     }
 
-    /// Mean and largest cost per second, as shares of one CPU.
+    /// Mean cost over the recording (weighted by time) and the cost of its worst second
+    /// (measures run together into spans of at least a second), as shares of one CPU.
     pub fn summary(&self) -> (f64, f64) {
-        if self.seconds.is_empty() {
+        let total: f64 = self.measures.iter().map(|m| m.0).sum();
+        if total <= 0.0 {
             return (0.0, 0.0);
         }
-        let mean = self.seconds.iter().sum::<f64>() / self.seconds.len() as f64;
-        let max = self.seconds.iter().copied().fold(0.0, f64::max);
-        (mean, max)
+        let mean = self.measures.iter().map(|m| m.0 * m.1).sum::<f64>() / total;
+        let (mut worst, mut span, mut used) = (0.0f64, 0.0, 0.0);
+        for &(dt, c) in &self.measures {
+            span += dt;
+            used += dt * c;
+            if span >= 0.99 {
+                worst = worst.max(used / span);
+                (span, used) = (0.0, 0.0);
+            }
+        }
+        if span > 0.0 && worst == 0.0 {
+            worst = used / span;
+        }
+        (mean, worst)
+    }
+
+    /// Seconds with some family paused.
+    pub fn paused_s(&self) -> f64 {
+        self.paused_time
     }
 }
 

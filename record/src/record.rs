@@ -478,15 +478,17 @@ fn record_with(
         }
     };
     let mut budget_changes = 0u32;
+    let mut pace = Pace::new(cfg.ringbuf_bytes);
     loop {
         if holds {
             // A child held at its fork wakes the loop at once (alloc_fork): it waits
             // stopped until its links are attached.
-            let _ = rb.poll(Duration::from_millis(10));
+            let _ = rb.poll(pace.wait);
         } else {
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(pace.wait);
         }
-        session::drain_once(&mut s, &rb, &pending, &mut side)?;
+        let bytes = session::drain_once(&mut s, &rb, &pending, &mut side)?;
+        pace.drained(bytes);
         if let Some(l) = launched.as_ref() {
             let mut st = 0;
             // SAFETY: st is a valid out pointer.
@@ -542,16 +544,16 @@ fn record_with(
             stop_reason = "targets exited".to_string();
             break;
         }
+        if let Some(b) = budget.as_mut() {
+            for (change, why) in b.tick(probes_ref) {
+                budget_changes += 1;
+                apply_budget(&mut s, probes_ref, &change, why, a.quiet)?;
+            }
+        }
         if last_stats.elapsed() >= Duration::from_secs(1) {
             last_stats = Instant::now();
             if s.aggregate_due() {
                 s.aggregate()?;
-            }
-            if let Some(b) = budget.as_mut() {
-                if let Some((change, why)) = b.tick(probes_ref) {
-                    budget_changes += 1;
-                    apply_budget(&mut s, probes_ref, &change, why, a.quiet)?;
-                }
             }
             let fam = s.stats(procfs::clock_ns(libc::CLOCK_BOOTTIME))?;
             if tty {
@@ -595,13 +597,13 @@ fn record_with(
     let budget_line = budget.as_ref().map(|b| {
         let (mean, max) = b.summary();
         format!(
-            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {budget_changes} changes; at the end: {}; paused {} s",
+            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {budget_changes} changes; at the end: {}; paused {:.0} s",
             b.limit * 100.0,
             mean * 100.0,
             max * 100.0,
             b.trap_ns,
             b.rates(),
-            b.paused_s
+            b.paused_s()
         )
     });
     let no_kallsyms = s.kernel.unavailable();
@@ -640,6 +642,45 @@ fn record_with(
     }
     .print();
     Ok(())
+}
+
+/// How long the recording loop waits between two reads of the ring buffers: 10 ms while
+/// events flow, longer (up to 100 ms) while they trickle, so that an idle recording costs
+/// little (each wake-up is a few system calls and a pass over every ring buffer) while no
+/// ring buffer fills between two reads: the wait lets at most a sixteenth of one fill at
+/// the rate just seen.
+struct Pace {
+    wait: Duration,
+    last: Instant,
+    /// A sixteenth of one ring buffer, bytes.
+    room: f64,
+}
+
+impl Pace {
+    const MIN: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_millis(100);
+
+    fn new(ringbuf_bytes: u32) -> Pace {
+        Pace {
+            wait: Pace::MIN,
+            last: Instant::now(),
+            room: ringbuf_bytes as f64 / 16.0,
+        }
+    }
+
+    fn drained(&mut self, bytes: usize) {
+        let dt = self.last.elapsed().as_secs_f64().max(1e-3);
+        self.last = Instant::now();
+        let rate = bytes as f64 / dt;
+        let want = if rate > 0.0 {
+            Duration::from_secs_f64((self.room / rate).min(1.0))
+        } else {
+            Pace::MAX
+        };
+        // Longer by at most a half per read; shorter at once.
+        let grown = self.wait.mul_f64(1.5);
+        self.wait = want.min(grown).clamp(Pace::MIN, Pace::MAX);
+    }
 }
 
 /// Applies a --max-cpu decision and writes it into the trace (its time taken once the

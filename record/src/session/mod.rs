@@ -263,12 +263,17 @@ pub fn drain_once(
     rb: &libbpf_rs::RingBuffer<'_>,
     pending: &std::rc::Rc<std::cell::RefCell<Vec<u8>>>,
     side: &mut SideBandReader,
-) -> Result<()> {
+) -> Result<usize> {
+    // Returns the bytes of events drained (for the loop's pace).
     let _ = rb.consume();
     let mut recs = Vec::new();
     side.drain(&mut recs);
+    // The side band's per-CPU rings are 256 KiB against the ring buffers' 8 MiB: each of
+    // its records counts as 1 KiB of the pace's room (record::Pace).
+    let side_weight = recs.len() * 1024;
     s.side_band(recs)?;
     let buf = std::mem::take(&mut *pending.borrow_mut());
+    let bytes = buf.len();
     let mut off = 0;
     while off + 4 <= buf.len() {
         let n = u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap()) as usize;
@@ -283,7 +288,7 @@ pub fn drain_once(
     if p.is_empty() {
         *p = buf; // keep the capacity
     }
-    Ok(())
+    Ok(bytes + side_weight)
 }
 
 /// User stacks per family and the reasons some stopped before the outermost frame (the
