@@ -275,7 +275,8 @@ struct cfi_early {
 /* A process's executable mappings, sorted by start (written by user space). */
 struct cfi_proc {
 	__u32 n;
-	__u32 pad;
+	__u32 gen;	/* a new number at each write of any process's table (never 0): the
+			 * kernel side's row cache holds rows of one table only */
 	struct cfi_map m[CFI_MAX_MAPS];
 };
 

@@ -104,6 +104,11 @@ struct uw_state {
 	__u64 stack_hi;	/* the end of the thread's stack mapping (0: unknown) */
 	__u64 xol;	/* the uretprobe trampoline's address (fp_only; 0: none) */
 	__u64 win_lo, win_hi;	/* the stack addresses uw_window holds now */
+	__u64 win_seq;	/* uw_window's seq when this walk filled it */
+	__u32 gen;	/* the process's table (cfi_proc.gen) at the walk's start; 0: none */
+	__u32 pad3;
+	__u64 row;	/* uw_find_row's answer */
+	__u32 table;	/* the current mapping came from that table (its rows may be cached) */
 };
 
 /* A window of the walked thread's stack: one read of up to UW_WIN bytes serves the frames
@@ -115,8 +120,49 @@ struct uw_state {
 #define UW_WIN 2048
 
 struct uw_window {
+	/* bumped at each fill: a walk that an interrupt's walk (a cpu sample in a system call's
+	 * program) refilled under it reads again */
+	__u64 seq;
 	__u64 w[UW_WIN / 8];
 };
+
+/* Rows found, per CPU, by (process, table, address): a frame whose return address was seen
+ * before skips the mapping and row searches. The check word makes a torn entry (written
+ * while an interrupt's walk wrote the same one) a miss. */
+#define UW_CACHE 512
+
+struct uw_cent {
+	__u64 addr;
+	__u64 row;
+	__u32 pid;
+	__u32 gen;
+	__u64 check;
+};
+
+struct uw_cache {
+	struct uw_cent e[UW_CACHE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct uw_cache);
+} uw_cache SEC(".maps");
+
+static __always_inline __u64 uw_check(__u64 addr, __u64 row, __u32 pid, __u32 gen)
+{
+	return (addr * 0x9e3779b97f4a7c15ULL) ^ row ^ ((__u64)pid << 32 | gen) ^ 0x5bd1e995;
+}
+
+static __always_inline struct uw_cent *uw_cent(__u64 addr)
+{
+	__u32 zero = 0;
+	struct uw_cache *c = bpf_map_lookup_elem(&uw_cache, &zero);
+	if (!c)
+		return 0;
+	return &c->e[(addr ^ (addr >> 9) ^ (addr >> 18)) & (UW_CACHE - 1)];
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -158,7 +204,8 @@ static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
 	struct uw_window *w = bpf_map_lookup_elem(&uw_window, &zero);
 	if (!w)
 		return bpf_probe_read_user(out, 8, (void *)addr);
-	if (addr < s->win_lo || addr + 8 > s->win_hi || ((addr - s->win_lo) & 7)) {
+	if (addr < s->win_lo || addr + 8 > s->win_hi || ((addr - s->win_lo) & 7) ||
+	    w->seq != s->win_seq) {
 		s->win_lo = 0;
 		s->win_hi = 0;
 		if (s->stack_hi < addr + 16)
@@ -166,12 +213,20 @@ static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
 		__u64 len = s->stack_hi - addr;
 		if (len > UW_WIN)
 			len = UW_WIN;
+		__u64 seq = w->seq + 1;
+		w->seq = seq;
 		if (bpf_probe_read_user(w->w, len, (void *)addr))
 			return bpf_probe_read_user(out, 8, (void *)addr);
 		s->win_lo = addr;
 		s->win_hi = addr + len;
+		s->win_seq = seq;
 	}
 	*out = w->w[((addr - s->win_lo) >> 3) & (UW_WIN / 8 - 1)];
+	/* refilled by an interrupt's walk while this one read: read the word alone */
+	if (w->seq != s->win_seq) {
+		s->win_hi = 0;
+		return bpf_probe_read_user(out, 8, (void *)addr);
+	}
 	return 0;
 }
 
@@ -302,6 +357,7 @@ static __always_inline bool uw_find_early(struct uw_state *s, __u64 pc)
 /* A mapping user space has not written yet: found earlier in the walk's process, or now. */
 static __always_inline bool uw_find_unknown(struct uw_state *s, __u64 pc)
 {
+	s->table = 0;
 	return uw_find_early(s, pc) || uw_find_vma(s, pc);
 }
 
@@ -340,6 +396,7 @@ static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 	s->start = m->start;
 	s->end = m->end;
 	s->delta = m->delta;
+	s->table = s->gen && p->gen == s->gen;
 	uw_set_file(s, m->file);
 	return true;
 }
@@ -527,6 +584,53 @@ static __always_inline __u64 uw_uretprobe(struct uw_state *s, __u64 pc)
 	return 0;
 }
 
+/* The row for the current pc (s->pc may become a uretprobe's original return address): 0
+ * with the row in s->row, else the flag saying why there is none. From the per-CPU cache
+ * when this address of this table was seen before. */
+static __always_inline __u32 uw_find_row(struct uw_state *s)
+{
+	__u64 pc = s->pc;
+	/* a return address is past its call: look up the call */
+	__u64 addr = pc - (s->exact ? 0 : 1);
+	struct uw_cent *ce = s->gen ? uw_cent(addr) : 0;
+	if (ce && ce->addr == addr && ce->pid == s->pid && ce->gen == s->gen) {
+		__u64 row = ce->row;
+		if (ce->check == uw_check(addr, row, s->pid, s->gen)) {
+			s->row = row;
+			return 0;
+		}
+	}
+	if (!s->have_map || pc < s->start || pc >= s->end) {
+		s->have_map = uw_find_map(s, pc);
+		__u64 orig = s->have_map || s->n == 0 ? 0 : uw_uretprobe(s, pc);
+		if (orig) {
+			pc = orig;
+			s->pc = pc;
+			s->have_map = uw_find_map(s, pc);
+			/* not cached: the key would be the trampoline's address, which stands for
+			 * a different return address in each frame it is found in */
+			s->table = 0;
+		}
+	}
+	if (!s->have_map)
+		return SF_USER_UNKNOWN_MAPPING;
+	if (!s->nrows)
+		return SF_USER_NO_TABLE;
+	__u64 row;
+	if (!uw_row(s, pc - (s->exact ? 0 : 1) + s->delta, &row))
+		return SF_USER_NO_ROWS;
+	ce = s->table ? uw_cent(addr) : 0;
+	if (ce) {
+		ce->addr = addr;
+		ce->row = row;
+		ce->pid = s->pid;
+		ce->gen = s->gen;
+		ce->check = uw_check(addr, row, s->pid, s->gen);
+	}
+	s->row = row;
+	return 0;
+}
+
 /* One frame. A global function: the verifier checks it once, for any state, instead of once
  * per loop iteration for each state the loop reaches (which did not fit its budget). */
 __noinline int uw_frame(struct uw_state *s)
@@ -537,16 +641,8 @@ __noinline int uw_frame(struct uw_state *s)
 		s->flags |= SF_USER_TRUNCATED;
 		return 1;
 	}
+	__u32 why = uw_find_row(s);
 	__u64 pc = s->pc;
-	if (!s->have_map || pc < s->start || pc >= s->end) {
-		s->have_map = uw_find_map(s, pc);
-		__u64 orig = s->have_map || s->n == 0 ? 0 : uw_uretprobe(s, pc);
-		if (orig) {
-			pc = orig;
-			s->pc = pc;
-			s->have_map = uw_find_map(s, pc);
-		}
-	}
 	__u32 k = s->frame0 + s->n;
 	__u64 *slot = bpf_map_lookup_elem(&uw_frames, &k);
 	if (!slot)
@@ -556,19 +652,11 @@ __noinline int uw_frame(struct uw_state *s)
 	 * the interrupted instruction itself. */
 	*slot = s->exact && s->n > 0 ? pc + 1 : pc;
 	s->n++;
-	__u32 why;
-	if (s->have_map && s->nrows) {
-		/* a return address is past its call: look up the call */
-		__u64 off = pc - (s->exact ? 0 : 1) + s->delta;
-		__u64 row;
-		if (uw_row(s, off, &row)) {
-			long r = uw_apply(s, row);
-			if (r >= 0)
-				return r;
-		}
+	if (!why) {
+		long r = uw_apply(s, s->row);
+		if (r >= 0)
+			return r;
 		why = SF_USER_NO_ROWS;
-	} else {
-		why = s->have_map ? SF_USER_NO_TABLE : SF_USER_UNKNOWN_MAPPING;
 	}
 	if (!s->fp_fallback) {
 		s->flags |= why;
@@ -641,6 +729,10 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 	s.at_entry = at_entry;
 	s.fp_fallback = fp_fallback;
 	s.fp_only = fp_only;
+	if (!fp_only) {
+		struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &s.pid);
+		s.gen = p ? p->gen : 0;
+	}
 	s.stack_hi = uw_stack_hi(task, s.sp);
 	if (fp_only)
 		s.xol = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);

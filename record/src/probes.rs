@@ -440,7 +440,11 @@ fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
     let log = VERIFIER_LOG.with(|l| l.borrow().clone());
     let perm = matches!(e.kind(), libbpf_rs::ErrorKind::PermissionDenied)
         || e.to_string().contains("Operation not permitted");
-    if perm {
+    // The verifier refuses a program with EACCES too: then it wrote a log, and the log is
+    // the message (as root, EACCES is never a missing privilege).
+    // SAFETY: plain syscall.
+    let root = unsafe { libc::geteuid() } == 0;
+    if perm && !root && log.is_empty() {
         return anyhow::anyhow!(
             "loading the {what} BPF programs was refused: run ebrec as root or with CAP_BPF and CAP_PERFMON ({e})"
         );

@@ -180,6 +180,9 @@ pub struct Tables {
     /// per process: start -> (end, delta, slot)
     procs: HashMap<u32, BTreeMap<u64, (u64, u64, u32)>>,
     dirty: Vec<u32>,
+    /// The number of the last table written (`cfi_proc.gen`: the kernel side caches rows
+    /// per table number, so each write gets a new one).
+    table_gen: u32,
     /// per file slot: the process mappings that use it (0: evictable)
     users: Vec<u64>,
     clock: u64,
@@ -288,6 +291,7 @@ impl Tables {
             users: vec![0; CFI_MAX_FILES],
             procs: HashMap::new(),
             dirty: Vec::new(),
+            table_gen: 0,
             clock: 0,
             stats: Stats::default(),
             budget,
@@ -625,6 +629,8 @@ impl Tables {
                 n += 1;
             }
             p.n = n as u32;
+            self.table_gen = self.table_gen.wrapping_add(1).max(1);
+            p.gen = self.table_gen;
             let _ = self.procs_map.update(&key, plain_bytes(&*p), MapFlags::ANY);
             // the kernel side's own finds of the process's first moments are not needed now
             let _ = self.early_map.delete(&key);
