@@ -62,6 +62,18 @@
 #   ebrec-agg              5534.6   2.09    11183.4   2.47   (frees tracked: leak gauges)
 #   ebrec-agg-fp           6133.3   2.32     8288.9   1.83
 #   ebrec-alloc            6350.0   2.40    11258.8   2.49   (events, 3.3 MB trace)
+# After the stack-walk work of 2026-12-02 (fp: ebrec's bounded BPF walk, not bpf_get_stack;
+# a 2 KiB stack window in every mode; the row cache in auto), 03:01, same settings:
+#   mode                  depth 1   x bt   depth 30   x bt
+#   bt-floor               1119.1   0.43     1070.2   0.21
+#   bt-ustack              2625.3   1.00     5000.2   1.00
+#   ebrec-alloc-nofree     2696.3   1.03     4396.2   0.88
+#   ebrec-alloc-nofree-fp  2440.5   0.93     3608.5   0.72
+#   ebrec-agg-nofree       2336.5   0.89     4279.1   0.86
+#   ebrec-agg-nofree-fp    2295.5   0.87     3343.2   0.67
+#   ebrec-agg              5437.0   2.07     6989.4   1.40
+#   ebrec-agg-fp           4932.3   1.88     6904.1   1.38
+#   ebrec-alloc            5567.1   2.12     7852.8   1.57
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

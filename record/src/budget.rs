@@ -288,18 +288,22 @@ impl Budget {
         self.last = Instant::now();
         self.last_fam = fam;
         self.last_cpu_ns = cpu;
+        self.decide(&m, dt, Instant::now())
+    }
+
+    /// The decisions on one measure `m` of length `dt`, taken at `now`.
+    fn decide(&mut self, m: &Measure, dt: Duration, now: Instant) -> Vec<(Change, String)> {
         let cost = m.cost();
         self.measures.push((dt.as_secs_f64(), cost));
         if !self.paused.is_empty() {
             self.paused_time += dt.as_secs_f64();
         }
-        let why = self.why(&m, dt);
+        let why = self.why(m, dt);
         let trial = self.trial.take();
-        let now = Instant::now();
         if cost > self.limit {
             self.calm_since = None;
             return self
-                .cut(&m, trial)
+                .cut(m, trial, now)
                 .into_iter()
                 .map(|c| (c, why.clone()))
                 .collect();
@@ -350,7 +354,7 @@ impl Budget {
     /// first: steps down of its rate (as many as the cut needs, as far as its ladder goes),
     /// a pause when it has no step left or when its traps alone are over (they do not go
     /// down with its rate); as far as anything can be cut.
-    fn cut(&mut self, m: &Measure, trial: Option<EventFamily>) -> Vec<Change> {
+    fn cut(&mut self, m: &Measure, trial: Option<EventFamily>, now: Instant) -> Vec<Change> {
         let target = self.limit * 0.9;
         let mut predicted = m.cost();
         let mut out = Vec::new();
@@ -359,7 +363,7 @@ impl Budget {
         // is cut for it (ebrec's own share of that measure holds the attaching).
         if let Some(f) = trial {
             if !self.is_paused(f) && self.pausable(f) {
-                return vec![self.pause(f, m.share(f))];
+                return vec![self.pause(f, m.share(f), now)];
             }
         }
         // ebrec's own CPU is mostly the events it reads: each family is lent a part of it
@@ -404,7 +408,7 @@ impl Budget {
             }
             if self.pausable(f) {
                 predicted -= bpf + traps + lent(bpf);
-                out.push(self.pause(f, bpf + traps));
+                out.push(self.pause(f, bpf + traps, now));
             }
         }
         out
@@ -418,13 +422,13 @@ impl Budget {
     /// that cost spread over the wait is a tenth of the budget shared among the paused
     /// families (a family costing a whole CPU under a 1% budget: every 250 s when alone), at
     /// least 5 s and at most 10 min on.
-    fn pause(&mut self, f: EventFamily, est: f64) -> Change {
+    fn pause(&mut self, f: EventFamily, est: f64, now: Instant) -> Change {
         let share = (self.limit * 0.1 / (self.paused.len() + 1) as f64).max(1e-9);
         let wait = (est * TICK.as_secs_f64() / share).clamp(CALM_S as f64, 600.0);
         self.paused.push(Paused {
             family: f,
             est,
-            next_try: Instant::now() + Duration::from_secs_f64(wait),
+            next_try: now + Duration::from_secs_f64(wait),
         });
         self.calm_since = None;
         Change::Paused(f)
@@ -553,4 +557,185 @@ pub fn calibrate_trap() -> anyhow::Result<f64> {
     }
     drop(probe);
     Ok((probed - bare).max(50.0))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The decisions on made-up measures (the recording tests in `record/tests/budget.rs`
+    //! check them on real probes).
+    use super::*;
+
+    const ALLOC: EventFamily = EventFamily::Alloc;
+    const CPU: EventFamily = EventFamily::Cpu;
+    const OFFCPU: EventFamily = EventFamily::Offcpu;
+    const LOCK: EventFamily = EventFamily::Lock;
+
+    /// A 1% budget, cpu at 99 Hz and off-CPU at 100 us with their ladders; alloc, lock
+    /// and off-CPU can pause.
+    fn budget() -> Budget {
+        let mut cpu = vec![99u64];
+        while *cpu.last().unwrap() / 2 >= CPU_FLOOR_HZ {
+            cpu.push(cpu.last().unwrap() / 2);
+        }
+        let mut off = vec![100_000u64];
+        while off.last().unwrap() * 4 <= OFFCPU_CEIL_NS {
+            off.push(off.last().unwrap() * 4);
+        }
+        Budget {
+            limit: 0.01,
+            trap_ns: 1000.0,
+            last: Instant::now(),
+            last_fam: [(0, 0); FAM_COUNT],
+            last_cpu_ns: 0,
+            knobs: vec![
+                Knob {
+                    family: CPU,
+                    setting: "cpu-hz",
+                    ladder: cpu,
+                    step: 0,
+                    factor: 2.0,
+                },
+                Knob {
+                    family: OFFCPU,
+                    setting: "offcpu-min-ns",
+                    ladder: off,
+                    step: 0,
+                    factor: 4.0,
+                },
+            ],
+            stepped: Vec::new(),
+            paused: Vec::new(),
+            calm_since: None,
+            trial: None,
+            measures: Vec::new(),
+            paused_time: 0.0,
+            can_pause: vec![ALLOC, LOCK, OFFCPU],
+        }
+    }
+
+    /// A measure: (family, BPF share, trap share) and ebrec's own share.
+    fn measure(fams: &[(EventFamily, f64, f64)], own: f64) -> Measure {
+        let mut m = Measure {
+            shares: [(0.0, 0.0); FAM_COUNT],
+            own,
+        };
+        for &(f, bpf, traps) in fams {
+            m.shares[f as usize] = (bpf, traps);
+        }
+        m
+    }
+
+    fn changes(b: &mut Budget, m: &Measure, now: Instant) -> Vec<Change> {
+        b.decide(m, TICK, now).into_iter().map(|c| c.0).collect()
+    }
+
+    #[test]
+    fn traps_over_the_budget_pause_and_the_rest_steps_in_the_same_measure() {
+        let mut b = budget();
+        let t = Instant::now();
+        // The allocator's traps alone are 60 times the budget; cpu costs 4% (BPF).
+        let m = measure(&[(ALLOC, 0.2, 0.6), (CPU, 0.04, 0.0)], 0.0);
+        let c = changes(&mut b, &m, t);
+        assert_eq!(c[0], Change::Paused(ALLOC), "{c:?}");
+        // cpu must lose 4% - 0.9% of its 4%: 3 halvings (99 -> 12 Hz).
+        assert_eq!(
+            c[1],
+            Change::Rate {
+                family: CPU,
+                setting: "cpu-hz",
+                value: 12
+            },
+            "{c:?}"
+        );
+        assert_eq!(c.len(), 2, "{c:?}");
+    }
+
+    #[test]
+    fn a_family_without_a_step_left_pauses() {
+        let mut b = budget();
+        b.knobs[1].step = b.knobs[1].ladder.len() - 1;
+        let m = measure(&[(OFFCPU, 0.05, 0.0)], 0.0);
+        assert_eq!(
+            changes(&mut b, &m, Instant::now()),
+            vec![Change::Paused(OFFCPU)]
+        );
+    }
+
+    #[test]
+    fn a_pause_that_would_not_fit_waits_for_its_try_and_a_try_over_goes_back_alone() {
+        let mut b = budget();
+        let t = Instant::now();
+        let over = measure(&[(ALLOC, 0.3, 0.7), (CPU, 0.001, 0.0)], 0.002);
+        assert_eq!(changes(&mut b, &over, t), vec![Change::Paused(ALLOC)]);
+        // Calm (0.2%): the allocator's 100% does not fit, and its try is due only when a
+        // quarter second of it is a tenth of the budget: 250 s on.
+        let calm = measure(&[(CPU, 0.001, 0.0)], 0.001);
+        for s in [1u64, 10, 100, 249] {
+            let c = changes(&mut b, &calm, t + Duration::from_secs(s));
+            assert!(c.is_empty(), "at {s} s: {c:?}");
+        }
+        let c = changes(&mut b, &calm, t + Duration::from_secs(251));
+        assert_eq!(c, vec![Change::Resumed(ALLOC)]);
+        // The try is over again: back to its pause, and cpu is not cut for it (ebrec's
+        // share of that measure is the attaching).
+        let tried = measure(&[(ALLOC, 0.3, 0.7), (CPU, 0.001, 0.0)], 0.05);
+        let c = changes(&mut b, &tried, t + Duration::from_secs(252));
+        assert_eq!(c, vec![Change::Paused(ALLOC)]);
+    }
+
+    #[test]
+    fn a_pause_that_fits_comes_back_when_calm() {
+        let mut b = budget();
+        let t = Instant::now();
+        // lock costs 1.5% with cpu at 0.5%: lock pauses (est 1.5%, over the 0.8% room).
+        let m = measure(&[(LOCK, 0.015, 0.0), (CPU, 0.005, 0.0)], 0.0);
+        assert_eq!(changes(&mut b, &m, t), vec![Change::Paused(LOCK)]);
+        assert!(b.paused.iter().any(|x| x.family == LOCK));
+        // The workload calms; lock's last cost still does not fit in the room until its try
+        // (5 s at least).
+        let calm = measure(&[(CPU, 0.0001, 0.0)], 0.0001);
+        assert!(changes(&mut b, &calm, t + Duration::from_secs(1)).is_empty());
+        let due = b.paused[0].next_try;
+        assert!(due >= t + Duration::from_secs(5), "{:?}", due - t);
+        let c = changes(&mut b, &calm, due);
+        assert_eq!(c, vec![Change::Resumed(LOCK)]);
+    }
+
+    #[test]
+    fn a_step_back_waits_for_calm_and_only_when_it_fits() {
+        let mut b = budget();
+        let t = Instant::now();
+        let m = measure(&[(CPU, 0.02, 0.0)], 0.0);
+        let c = changes(&mut b, &m, t);
+        assert!(matches!(c[..], [Change::Rate { family: CPU, .. }]), "{c:?}");
+        let hz = b.knobs[0].value();
+        // Calm at 0.1% for cpu: undone only after 5 s of calm, one step at a time.
+        let calm = measure(&[(CPU, 0.001, 0.0)], 0.0);
+        assert!(changes(&mut b, &calm, t + Duration::from_secs(1)).is_empty());
+        assert!(changes(&mut b, &calm, t + Duration::from_secs(4)).is_empty());
+        let c = changes(&mut b, &calm, t + Duration::from_secs(7));
+        let back = Change::Rate {
+            family: CPU,
+            setting: "cpu-hz",
+            value: b.knobs[0].value(),
+        };
+        assert_eq!(c, vec![back]);
+        assert!(b.knobs[0].value() > hz);
+        // At 0.45% a doubling (0.9%) would not fit under 80% of the budget: no step back
+        // however long the calm.
+        let warm = measure(&[(CPU, 0.0045, 0.0)], 0.0);
+        for s in [20u64, 40, 80] {
+            assert!(changes(&mut b, &warm, t + Duration::from_secs(s)).is_empty());
+        }
+    }
+
+    #[test]
+    fn the_summary_is_time_weighted_with_a_worst_second() {
+        let mut b = budget();
+        b.measures = vec![(0.25, 1.0), (0.25, 0.0), (0.25, 0.0), (0.25, 0.0)];
+        b.measures.extend(std::iter::repeat_n((0.25, 0.004), 36));
+        let (mean, worst) = b.summary();
+        assert!((mean - (0.25 + 9.0 * 0.004) / 10.0).abs() < 1e-9, "{mean}");
+        assert!((worst - 0.25).abs() < 1e-9, "{worst}");
+    }
 }
