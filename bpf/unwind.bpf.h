@@ -584,6 +584,18 @@ static __always_inline __u64 uw_uretprobe(struct uw_state *s, __u64 pc)
 	return 0;
 }
 
+/* The walk is over its frame limit (flagged) or has no state: no frame more. */
+static __always_inline bool uw_full(struct uw_state *s)
+{
+	if (!s)
+		return true;
+	if (s->n >= s->limit) {
+		s->flags |= SF_USER_TRUNCATED;
+		return true;
+	}
+	return false;
+}
+
 /* The row for the current pc (s->pc may become a uretprobe's original return address): 0
  * with the row in s->row, else the flag saying why there is none. From the per-CPU cache
  * when this address of this table was seen before. */
@@ -635,12 +647,8 @@ static __always_inline __u32 uw_find_row(struct uw_state *s)
  * per loop iteration for each state the loop reaches (which did not fit its budget). */
 __noinline int uw_frame(struct uw_state *s)
 {
-	if (!s)
+	if (uw_full(s))
 		return 1;
-	if (s->n >= s->limit) {
-		s->flags |= SF_USER_TRUNCATED;
-		return 1;
-	}
 	__u32 why = uw_find_row(s);
 	__u64 pc = s->pc;
 	__u32 k = s->frame0 + s->n;
@@ -674,12 +682,8 @@ static long uw_step(__u32 i, void *ctx)
  * uw_frame, so that the verifier checks it once. */
 __noinline int fp_frame(struct uw_state *s)
 {
-	if (!s)
+	if (uw_full(s))
 		return 1;
-	if (s->n >= s->limit) {
-		s->flags |= SF_USER_TRUNCATED;
-		return 1;
-	}
 	__u64 pc = s->pc;
 	if (s->n > 0 && s->xol && pc == s->xol) {
 		__u64 orig = uw_uretprobe(s, pc);

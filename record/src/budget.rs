@@ -179,36 +179,46 @@ fn knobs(cfg: &ProbeConfig, p: &Probes<'_>) -> Vec<Knob> {
         });
     }
     if let (Some(hz), true) = (cfg.cpu_hz, p.profile.is_some()) {
-        let mut ladder = vec![hz];
-        while *ladder.last().unwrap() / 2 >= CPU_FLOOR_HZ {
-            ladder.push(ladder.last().unwrap() / 2);
-        }
-        out.push(Knob {
-            family: EventFamily::Cpu,
-            setting: "cpu-hz",
-            ladder,
-            step: 0,
-            factor: 2.0,
-        });
+        out.push(cpu_knob(hz));
     }
     if let (Some(ns), true) = (cfg.offcpu_min_ns, p.profile.is_some()) {
-        let mut ladder = vec![ns];
-        loop {
-            let next = (ladder.last().unwrap() * 4).max(1000);
-            if next > OFFCPU_CEIL_NS {
-                break;
-            }
-            ladder.push(next);
-        }
-        out.push(Knob {
-            family: EventFamily::Offcpu,
-            setting: "offcpu-min-ns",
-            ladder,
-            step: 0,
-            factor: 4.0,
-        });
+        out.push(offcpu_knob(ns));
     }
     out
+}
+
+/// cpu sampling from `hz`, halved down to `CPU_FLOOR_HZ`.
+fn cpu_knob(hz: u64) -> Knob {
+    let mut ladder = vec![hz];
+    while *ladder.last().unwrap() / 2 >= CPU_FLOOR_HZ {
+        ladder.push(ladder.last().unwrap() / 2);
+    }
+    Knob {
+        family: EventFamily::Cpu,
+        setting: "cpu-hz",
+        ladder,
+        step: 0,
+        factor: 2.0,
+    }
+}
+
+/// The off-CPU threshold from `ns`, x4 up to `OFFCPU_CEIL_NS`.
+fn offcpu_knob(ns: u64) -> Knob {
+    let mut ladder = vec![ns];
+    loop {
+        let next = (ladder.last().unwrap() * 4).max(1000);
+        if next > OFFCPU_CEIL_NS {
+            break;
+        }
+        ladder.push(next);
+    }
+    Knob {
+        family: EventFamily::Offcpu,
+        setting: "offcpu-min-ns",
+        ladder,
+        step: 0,
+        factor: 4.0,
+    }
 }
 
 /// The families in `fam` order whose number is a valid EventFamily.
@@ -236,23 +246,32 @@ impl Measure {
 impl Budget {
     /// `pct`: percent of one CPU.
     pub fn new(pct: f64, cfg: &ProbeConfig, trap_ns: f64, p: &Probes<'_>) -> Budget {
+        let can_pause = (0..FAM_COUNT)
+            .map(family)
+            .filter(|&f| p.can_pause(f))
+            .collect();
+        let mut b = Budget::with(pct / 100.0, trap_ns, knobs(cfg, p), can_pause);
+        b.last_fam = p.family_costs();
+        b.last_cpu_ns = own_cpu_ns();
+        b
+    }
+
+    /// A budget of `limit` (share of a CPU) steering `knobs`, that may pause `can_pause`.
+    fn with(limit: f64, trap_ns: f64, knobs: Vec<Knob>, can_pause: Vec<EventFamily>) -> Budget {
         Budget {
-            limit: pct / 100.0,
+            limit,
             trap_ns,
             last: Instant::now(),
-            last_fam: p.family_costs(),
-            last_cpu_ns: own_cpu_ns(),
-            knobs: knobs(cfg, p),
+            last_fam: [(0, 0); FAM_COUNT],
+            last_cpu_ns: 0,
+            knobs,
             stepped: Vec::new(),
             paused: Vec::new(),
             calm_since: None,
             trial: None,
             measures: Vec::new(),
             paused_time: 0.0,
-            can_pause: (0..FAM_COUNT)
-                .map(family)
-                .filter(|&f| p.can_pause(f))
-                .collect(),
+            can_pause,
         }
     }
 
@@ -573,44 +592,12 @@ mod tests {
     /// A 1% budget, cpu at 99 Hz and off-CPU at 100 us with their ladders; alloc, lock
     /// and off-CPU can pause.
     fn budget() -> Budget {
-        let mut cpu = vec![99u64];
-        while *cpu.last().unwrap() / 2 >= CPU_FLOOR_HZ {
-            cpu.push(cpu.last().unwrap() / 2);
-        }
-        let mut off = vec![100_000u64];
-        while off.last().unwrap() * 4 <= OFFCPU_CEIL_NS {
-            off.push(off.last().unwrap() * 4);
-        }
-        Budget {
-            limit: 0.01,
-            trap_ns: 1000.0,
-            last: Instant::now(),
-            last_fam: [(0, 0); FAM_COUNT],
-            last_cpu_ns: 0,
-            knobs: vec![
-                Knob {
-                    family: CPU,
-                    setting: "cpu-hz",
-                    ladder: cpu,
-                    step: 0,
-                    factor: 2.0,
-                },
-                Knob {
-                    family: OFFCPU,
-                    setting: "offcpu-min-ns",
-                    ladder: off,
-                    step: 0,
-                    factor: 4.0,
-                },
-            ],
-            stepped: Vec::new(),
-            paused: Vec::new(),
-            calm_since: None,
-            trial: None,
-            measures: Vec::new(),
-            paused_time: 0.0,
-            can_pause: vec![ALLOC, LOCK, OFFCPU],
-        }
+        Budget::with(
+            0.01,
+            1000.0,
+            vec![cpu_knob(99), offcpu_knob(100_000)],
+            vec![ALLOC, LOCK, OFFCPU],
+        )
     }
 
     /// A measure: (family, BPF share, trap share) and ebrec's own share.
