@@ -280,4 +280,100 @@ struct cfi_proc {
 	struct cfi_map m[CFI_MAX_MAPS];
 };
 
+/* --- the system families (system.bpf.c) --- */
+
+/* Log2 latency buckets per histogram: bucket b counts [2^b, 2^(b+1)) ns, the last one
+ * everything longer (2^39 ns: 9 minutes). */
+#define HIST_BUCKETS 40
+/* Slots of a runq or bio event's stack area: kernel frames first, then user frames, with
+ * room for the masked offsets the verifier needs. */
+#define SYS_SLOTS (2 * KFRAMES + MAX_FRAMES)
+
+/* A kernel histogram's key: the process, the family, and the family's key (syscall: the
+ * number; bio: dev << 8 | op; runq: 0). */
+struct hist_key {
+	__u32 pid;
+	__u32 family;
+	__u64 key;
+};
+
+struct hist_val {
+	__u64 count;
+	__u64 sum;
+	__u64 max;
+	__u64 b[HIST_BUCKETS];
+};
+
+/* A system call that took at least `syscall_min_ns`, sent at its exit. */
+struct syscall_event {
+	struct event_header h;	/* time_ns: the entry */
+	__u64 duration_ns;
+	__s64 ret;
+	__u32 nr;
+	__u32 nframes;
+	__u32 flags;
+	__u32 pad;
+	__u64 copy_id;
+	__u64 ips[MAX_FRAMES];
+};
+
+/* A block I/O request of a target, filled at its start (in the issuing task) and sent at
+ * its completion. `ips`: kframes kernel frames, then nframes user frames. */
+struct bio_event {
+	struct event_header h;	/* the issuing task; time_ns: the start */
+	__u64 duration_ns;
+	__u64 sector;
+	__u64 bytes;
+	__u32 dev;		/* major << 20 | minor */
+	__u32 op;		/* REQ_OP_* */
+	__u32 bio_flags;	/* BIO_* */
+	__s32 error;
+	__u32 nframes;
+	__u32 kframes;
+	__u32 flags;		/* SF_* */
+	__u32 pad;
+	__u64 copy_id;
+	__u64 ips[SYS_SLOTS];
+};
+
+/* A run-queue wait of at least `runq_min_ns`. Also the per-thread state of a kept wait
+ * between its end and the thread's syscall exit (task storage). `ips`: kframes kernel
+ * frames, then nframes user frames. */
+struct runq_event {
+	struct event_header h;	/* the waiting thread; time_ns: when it became runnable */
+	__u64 duration_ns;
+	__u32 preempted;
+	__u32 nframes;
+	__u32 kframes;
+	__u32 flags;
+	__u32 pending;		/* state only: waiting for the syscall exit */
+	__u32 pad;
+	__u64 user_ip;		/* state only: the user registers it blocked with */
+	__u64 user_sp;
+	__u64 copy_id;
+	__u64 ips[SYS_SLOTS];
+};
+
+/* An event of a target's TCP connection. */
+struct tcp_event {
+	struct event_header h;	/* tid 0: not in a target's task (softirq, timer) */
+	__u64 conn;		/* the connection's number in this recording */
+	__u64 start_ns;		/* when the connection started */
+	__u64 bytes_sent;	/* tcp_sock.bytes_acked */
+	__u64 bytes_received;
+	__u32 kind;		/* TCPE_* */
+	__u32 state;
+	__u32 old_state;
+	__u32 retransmits;	/* tcp_sock.total_retrans */
+	__u32 family;		/* 4 or 6 */
+	__u16 lport;
+	__u16 rport;
+	__u8 laddr[16];
+	__u8 raddr[16];
+	__u32 nframes;
+	__u32 flags;
+	__u64 copy_id;
+	__u64 ips[MAX_FRAMES];
+};
+
 #endif

@@ -118,6 +118,7 @@ struct inode {
 
 struct file {
 	struct inode *f_inode;
+	void *private_data;
 };
 
 struct vm_area_struct {
@@ -127,15 +128,98 @@ struct vm_area_struct {
 	struct file *vm_file;
 };
 
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
+
 struct task_struct {
 	int pid;
 	int tgid;
 	struct task_struct *group_leader;
 	struct mm_struct *mm;
 	struct uprobe_task *utask;
+	struct files_struct *files;
+};
+
+/* Block I/O (system.bpf.c). */
+struct gendisk {
+	int major;
+	int first_minor;
+};
+
+struct request_queue {
+	struct gendisk *disk;
+};
+
+struct block_device {
+	__u32 bd_dev;
+};
+
+struct request {
+	struct request_queue *q;
+	unsigned int cmd_flags;
+	unsigned int __data_len;
+	__u64 __sector;
+	struct block_device *part;
+};
+
+/* TCP (system.bpf.c). The kernel nests these fields in anonymous unions and structs; CO-RE
+ * finds them by name through those. */
+struct in6_addr {
+	__u8 in6_u[16]; /* a union in the kernel; read whole */
+};
+
+struct sock_common {
+	__be32 skc_daddr;
+	__be32 skc_rcv_saddr;
+	__be16 skc_dport;
+	__u16 skc_num;
+	unsigned short skc_family;
+	volatile unsigned char skc_state;
+	struct in6_addr skc_v6_daddr;
+	struct in6_addr skc_v6_rcv_saddr;
+};
+
+struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
+};
+
+struct tcp_sock {
+	__u64 bytes_received;
+	__u64 bytes_acked;
+	__u32 total_retrans;
+};
+
+struct socket {
+	struct sock *sk;
+};
+
+struct sk_buff {
+	unsigned int len;
 };
 
 #pragma clang attribute pop
+
+/* Request flag bits (the kernel's values are read with bpf_core_enum_value: they moved
+ * between versions; these are 6.x's). */
+enum req_flag_bits {
+	__REQ_FAILFAST_DEV = 8,
+	__REQ_SYNC = 11,
+	__REQ_META = 12,
+	__REQ_PRIO = 13,
+	__REQ_NOMERGE = 14,
+	__REQ_IDLE = 15,
+	__REQ_INTEGRITY = 16,
+	__REQ_FUA = 17,
+	__REQ_PREFLUSH = 18,
+	__REQ_RAHEAD = 19,
+};
 
 /* The context of perf_event programs (uapi). */
 struct bpf_perf_event_data {

@@ -4,7 +4,7 @@
 //!
 //! It also writes `families.h` for the BPF programs: the C constants of the enums that both
 //! sides use (`EventFamily` → `FAM_*` and `FAM_COUNT`, `AllocKind` → `AK_*`, `MemGrowthKind`
-//! → `MK_*`, `LockSource` → `LS_*`, `StackFlag` → `SF_*`), so each value is numbered once,
+//! → `MK_*`, `LockSource` → `LS_*`, `StackFlag` → `SF_*`, `BioFlag` → `BIO_*`, `TcpEventKind` → `TCPE_*`), so each value is numbered once,
 //! in `trace.proto`. `record/build.rs` finds it through `DEP_EBTRACE_PROTO_INCLUDE`.
 use std::fmt::Write as _;
 
@@ -15,6 +15,8 @@ const C_ENUMS: &[(&str, &str, &str)] = &[
     ("MemGrowthKind", "MEM_GROWTH_KIND_", "MK_"),
     ("LockSource", "LOCK_SOURCE_", "LS_"),
     ("StackFlag", "STACK_FLAG_", "SF_"),
+    ("BioFlag", "BIO_FLAG_", "BIO_"),
+    ("TcpEventKind", "TCP_EVENT_KIND_", "TCPE_"),
 ];
 
 fn main() {

@@ -8,7 +8,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["alloc", "lock", "profile", "sampler"];
+const PROGRAMS: &[&str] = &["alloc", "lock", "profile", "sampler", "system"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
@@ -48,6 +48,7 @@ fn main() {
         "lock.bpf.c",
         "profile.bpf.c",
         "sampler.bpf.c",
+        "system.bpf.c",
     ] {
         println!("cargo:rerun-if-changed={}", bpf.join(f).display());
     }

@@ -152,6 +152,12 @@ pub struct EventCounts {
     pub cpu: u64,
     pub offcpu: u64,
     pub mem_growth: u64,
+    pub syscall: u64,
+    pub bio: u64,
+    pub runq: u64,
+    pub tcp: u64,
+    /// Rows of the kernel's latency histograms (--syscalls, --bio, --runq).
+    pub histogram_rows: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -269,6 +275,14 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             Kind::CpuSamples(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.cpu)),
             Kind::Offcpu(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.offcpu)),
             Kind::MemGrowth(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.mem_growth)),
+            Kind::Syscalls(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.syscall)),
+            Kind::Bios(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.bio)),
+            Kind::Runq(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.runq)),
+            Kind::Tcp(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.tcp)),
+            Kind::Histogram(h) => {
+                events.histogram_rows += h.generation.len() as u64;
+                continue;
+            }
             Kind::Header(h) => {
                 header.get_or_insert_with(|| h.clone());
                 continue;
@@ -622,6 +636,11 @@ impl Info {
             ("cpu", e.cpu),
             ("offcpu", e.offcpu),
             ("mem_growth", e.mem_growth),
+            ("syscall", e.syscall),
+            ("bio", e.bio),
+            ("runq", e.runq),
+            ("tcp", e.tcp),
+            ("histograms", e.histogram_rows),
         ] {
             if n > 0 {
                 let _ = writeln!(s, "  {name:<11}{n:>12}");

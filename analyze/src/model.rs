@@ -182,6 +182,10 @@ pub struct Loaded {
     /// Every `ProbeChange` record (--max-cpu's rates and pauses of all families, late
     /// attachments), in order.
     pub probe_changes: Vec<ebtrace_format::proto::ProbeChange>,
+    /// Block devices of the recording host by dev_t (`BlockDevice` records).
+    pub block_devices: HashMap<u32, ebtrace_format::proto::BlockDevice>,
+    /// TCP connections by id (`TcpConnection` records).
+    pub tcp_connections: HashMap<u64, ebtrace_format::proto::TcpConnection>,
 }
 
 /// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
@@ -241,6 +245,15 @@ pub enum Event<'a> {
     Cpu(&'a ebtrace_format::events::CpuSample),
     OffCpu(&'a ebtrace_format::events::OffCpuEvent),
     MemGrowth(&'a ebtrace_format::events::MemGrowthEvent),
+    Syscall(&'a ebtrace_format::events::SyscallEvent),
+    Bio(&'a ebtrace_format::events::BioEvent),
+    Runq(&'a ebtrace_format::events::RunqEvent),
+    Tcp(&'a ebtrace_format::events::TcpEvent),
+    /// A row of a kernel latency histogram (--syscalls, --bio, --runq) over an interval.
+    Histogram(
+        ebtrace_format::proto::EventFamily,
+        &'a ebtrace_format::events::HistogramRow,
+    ),
     /// What the kernel counted under one stack in an interval (--aggregate), of a family.
     Aggregated(
         ebtrace_format::proto::EventFamily,
@@ -258,6 +271,11 @@ impl Event<'_> {
             Event::Cpu(e) => (e.time_ns, e.generation, e.tid),
             Event::OffCpu(e) => (e.time_ns, e.generation, e.tid),
             Event::MemGrowth(e) => (e.time_ns, e.generation, e.tid),
+            Event::Syscall(e) => (e.time_ns, e.generation, e.tid),
+            Event::Bio(e) => (e.time_ns, e.generation, e.tid),
+            Event::Runq(e) => (e.time_ns, e.generation, e.tid),
+            Event::Tcp(e) => (e.time_ns, e.generation, e.tid),
+            Event::Histogram(_, r) => (r.time_ns, r.generation, 0),
             // No thread: counted per process.
             Event::Aggregated(_, r) => (r.time_ns, r.generation, 0),
         }
@@ -423,6 +441,37 @@ impl Loaded {
             Some(Kind::CpuSamples(b)) => events!(b, Cpu),
             Some(Kind::Offcpu(b)) => events!(b, OffCpu),
             Some(Kind::MemGrowth(b)) => events!(b, MemGrowth),
+            Some(Kind::Syscalls(b)) => events!(b, Syscall),
+            Some(Kind::Bios(b)) => events!(b, Bio),
+            Some(Kind::Runq(b)) => events!(b, Runq),
+            Some(Kind::Tcp(b)) => events!(b, Tcp),
+            Some(Kind::BlockDevice(d)) => {
+                self.block_devices.insert(d.dev, d);
+            }
+            Some(Kind::TcpConnection(c)) => {
+                self.tcp_connections.insert(c.id, c);
+            }
+            Some(Kind::Histogram(h)) => {
+                let family =
+                    ebtrace_format::proto::EventFamily::try_from(h.family).unwrap_or_default();
+                match ebtrace_format::events::histogram_rows(&h) {
+                    Ok(rows) => {
+                        for r in &rows {
+                            let ev = Event::Histogram(family, r);
+                            if all || self.passes(filter, &ev) {
+                                let (lo, hi) =
+                                    (r.since_ns.max(self.header.start_time_ns), r.time_ns);
+                                self.first_event_ns =
+                                    Some(self.first_event_ns.map_or(lo, |f| f.min(lo)));
+                                self.last_event_ns =
+                                    Some(self.last_event_ns.map_or(hi, |f| f.max(hi)));
+                                sink.event(&ev);
+                            }
+                        }
+                    }
+                    Err(e) => self.losses.damage.push(e.to_string()),
+                }
+            }
             Some(Kind::Aggregate(a)) => {
                 let family =
                     ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();

@@ -28,6 +28,14 @@ pub fn sample_types(kind: EventKind, has_hold: bool) -> Vec<(&'static str, &'sta
         EventKind::Cpu => vec![("samples", "count")],
         EventKind::OffCpu => vec![("time", "nanoseconds")],
         EventKind::Func => vec![("calls", "count"), ("latency", "nanoseconds")],
+        EventKind::Syscall => vec![("calls", "count"), ("latency", "nanoseconds")],
+        EventKind::Bio => vec![
+            ("requests", "count"),
+            ("latency", "nanoseconds"),
+            ("bytes", "bytes"),
+        ],
+        EventKind::Runq => vec![("waits", "count"), ("delay", "nanoseconds")],
+        EventKind::Tcp => vec![("connections", "count")],
     }
 }
 
@@ -45,6 +53,14 @@ fn default_type(kind: EventKind, by: Measure) -> &'static str {
         (EventKind::OffCpu, _) => "time",
         (EventKind::Func, Measure::Count) => "calls",
         (EventKind::Func, _) => "latency",
+        (EventKind::Syscall, Measure::Count) => "calls",
+        (EventKind::Syscall, _) => "latency",
+        (EventKind::Bio, Measure::Count) => "requests",
+        (EventKind::Bio, Measure::Bytes) => "bytes",
+        (EventKind::Bio, _) => "latency",
+        (EventKind::Runq, Measure::Count) => "waits",
+        (EventKind::Runq, _) => "delay",
+        (EventKind::Tcp, _) => "connections",
     }
 }
 

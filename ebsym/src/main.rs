@@ -57,11 +57,12 @@ enum Command {
     Top {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        /// alloc, lock, func, cpu, offcpu, memgrowth.
+        /// alloc, lock, func, cpu, offcpu, memgrowth, syscall, bio, runq, tcp.
         #[arg(long, default_value = "alloc")]
         kind: String,
         /// alloc: bytes, count; lock: wait, hold, count; func: latency, count; cpu:
-        /// samples; offcpu: time, count.
+        /// samples; offcpu: time, count; syscall: latency, count; bio: latency, bytes,
+        /// count; runq: time, count; tcp: count.
         #[arg(long)]
         by: Option<String>,
     },
@@ -84,12 +85,44 @@ enum Command {
         #[arg(long)]
         by: Option<String>,
     },
-    /// Per probed function: calls, p50/p90/p99/max latency.
+    /// Per probed function (--kind func): calls, p50/p90/p99/max latency and a log2
+    /// histogram per stack. --kind syscall|bio|runq: per syscall, per device and op, or per
+    /// process, every call, request or wait the kernel counted.
     ///
-    /// Example: `ebsym latency trace.pb.zst`
+    /// Example: `ebsym latency trace.pb.zst --kind syscall`
     Latency {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
+        /// func, syscall, bio or runq.
+        #[arg(long, default_value = "func")]
+        kind: String,
+    },
+    /// The targets' TCP connections per remote address: count, failed and open ones,
+    /// lifetime percentiles, bytes, retransmits and resets (--tcp).
+    ///
+    /// Example: `ebsym tcp trace.pb.zst --json`
+    Tcp {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+    },
+    /// A latency heat map SVG: time on x, log2 latency on y, colour by count (any kind
+    /// with a latency: syscall, bio, runq, func, offcpu, lock).
+    ///
+    /// Example: `ebsym heatmap trace.pb.zst --kind syscall -o heatmap.svg`
+    Heatmap {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        #[arg(long, default_value = "syscall")]
+        kind: String,
+        /// The SVG to write.
+        #[arg(short, long, default_value = "heatmap.svg")]
+        output: PathBuf,
+        /// Time columns.
+        #[arg(long, default_value_t = 100)]
+        columns: usize,
+        /// Title (default: after the kind).
+        #[arg(long)]
+        title: Option<String>,
     },
     /// Folded stacks (`root;...;leaf value`) for flamegraph.pl or inferno.
     ///
@@ -127,7 +160,7 @@ enum Command {
     Pprof {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        /// alloc, lock, func, cpu, offcpu, memgrowth.
+        /// alloc, lock, func, cpu, offcpu, memgrowth, syscall, bio, runq, tcp.
         #[arg(long, default_value = "alloc")]
         kind: String,
         /// The default sample type (as for `top`).
@@ -404,7 +437,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Top { args, kind, by } => reports_cli::top(&args, &kind, by.as_deref(), &mut out)?,
         Command::Leaks { args } => reports_cli::leaks(&args, &mut out)?,
         Command::Locks { args, by } => reports_cli::top(&args, "lock", by.as_deref(), &mut out)?,
-        Command::Latency { args } => reports_cli::top(&args, "func", None, &mut out)?,
+        Command::Latency { args, kind } => reports_cli::latency(&args, &kind, &mut out)?,
+        Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,
+        Command::Heatmap {
+            args,
+            kind,
+            output,
+            columns,
+            title,
+        } => reports_cli::heatmap(&args, &kind, &output, columns, title.as_deref())?,
         Command::Folded { args, kind, by } => {
             reports_cli::folded(&args, &kind, by.as_deref(), &mut out)?
         }
@@ -473,6 +514,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Some(Kind::CpuSamples(b)) => events(&b, &mut out)?,
                     Some(Kind::Offcpu(b)) => events(&b, &mut out)?,
                     Some(Kind::MemGrowth(b)) => events(&b, &mut out)?,
+                    Some(Kind::Syscalls(b)) => events(&b, &mut out)?,
+                    Some(Kind::Bios(b)) => events(&b, &mut out)?,
+                    Some(Kind::Runq(b)) => events(&b, &mut out)?,
+                    Some(Kind::Tcp(b)) => events(&b, &mut out)?,
                     Some(k) => writeln!(out, "{k:?}")?,
                     None => writeln!(out, "(unknown record kind)")?,
                 }

@@ -117,7 +117,7 @@ pub fn symbolized_input(a: &ReportArgs, trace: &Path) -> Result<Input> {
 
 fn kind_and_by(kind: &str, by: Option<&str>) -> Result<(EventKind, Measure)> {
     let k = EventKind::parse(kind).with_context(|| {
-        format!("unknown --kind {kind} (alloc, lock, func, cpu, offcpu, memgrowth)")
+        format!("unknown --kind {kind} (alloc, lock, func, cpu, offcpu, memgrowth, syscall, bio, runq, tcp)")
     })?;
     match by {
         None => Ok((k, k.default_measure())),
@@ -146,6 +146,82 @@ pub fn top(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) ->
     let input = symbolized_input(a, &a.trace)?;
     let r = reports::top_from(input.reader()?, k, by, &a.filter(), a.n);
     print(&r, a.json, out)
+}
+
+/// `ebsym latency`: --kind func from the probed calls' stacks (symbolized); syscall, bio
+/// and runq from the kernel's histograms (no stacks: the raw trace is read as it is).
+pub fn latency(a: &ReportArgs, kind: &str, out: &mut dyn Write) -> Result<()> {
+    let (k, _) = kind_and_by(kind, None)?;
+    match k {
+        EventKind::Func => top(a, "func", None, out),
+        EventKind::Syscall | EventKind::Bio | EventKind::Runq => {
+            let mut r = TraceReader::open(&a.trace)
+                .with_context(|| format!("cannot open {}", a.trace.display()))?;
+            let rep = reports::system_latency_from(&mut r, k, &a.filter(), a.n);
+            if a.json {
+                serde_json::to_writer_pretty(&mut *out, &rep)?;
+                writeln!(out)?;
+            } else {
+                out.write_all(rep.to_text().as_bytes())?;
+            }
+            Ok(())
+        }
+        _ => bail!("ebsym latency --kind is func, syscall, bio or runq (not {kind}); the others' stacks are in ebsym top --kind {kind}"),
+    }
+}
+
+/// `ebsym tcp`: connections per remote address (no stacks: the raw trace as it is).
+pub fn tcp(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let mut r = TraceReader::open(&a.trace)
+        .with_context(|| format!("cannot open {}", a.trace.display()))?;
+    let rep = reports::tcp_from(&mut r, &a.filter());
+    if a.json {
+        serde_json::to_writer_pretty(&mut *out, &rep)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(rep.to_text().as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `ebsym heatmap`: time x latency, as an SVG.
+pub fn heatmap(
+    a: &ReportArgs,
+    kind: &str,
+    output: &Path,
+    columns: usize,
+    title: Option<&str>,
+) -> Result<()> {
+    use reports::heatmap::{build, render_svg, HeatmapOptions};
+    let (k, _) = kind_and_by(kind, None)?;
+    if !k.has_latency() {
+        bail!("--kind {kind} has no latency to draw (syscall, bio, runq, func, offcpu, lock)");
+    }
+    if !(1..=10_000).contains(&columns) {
+        bail!("--columns must be between 1 and 10000");
+    }
+    let mut r = TraceReader::open(&a.trace)
+        .with_context(|| format!("cannot open {}", a.trace.display()))?;
+    let (l, points) = reports::system::heat_points(&mut r, k, &a.filter());
+    let opts = HeatmapOptions {
+        title: title.map_or_else(|| format!("{} latency", k.name()), str::to_string),
+        columns,
+        start_ns: l.header.start_time_ns,
+        end_ns: l.last_event_ns.unwrap_or(0).max(l.header.start_time_ns),
+        unit_label: "events".into(),
+    };
+    let h = build(&points, &opts);
+    std::fs::write(output, render_svg(&h, &opts))
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    eprint!("{}", reports::losses_text(&l.losses));
+    eprintln!(
+        "ebsym: wrote {} ({} events in {} columns x {} rows)",
+        output.display(),
+        h.total,
+        h.columns,
+        h.rows.len()
+    );
+    Ok(())
 }
 
 pub fn leaks(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {

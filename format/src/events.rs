@@ -6,8 +6,9 @@
 //! event to event, are zigzag deltas; the rest are stored as they are and left to zstd.
 use crate::error::{Error, ErrorKind};
 use ebtrace_proto::v1::{
-    record::Kind, AllocBatch, AllocKind, CpuSampleBatch, FreeBatch, FuncBatch, LockBatch,
-    LockSource, MemGrowthBatch, MemGrowthKind, OffCpuBatch, Record,
+    record::Kind, AllocBatch, AllocKind, BioBatch, CpuSampleBatch, FreeBatch, FuncBatch, LockBatch,
+    LockSource, MemGrowthBatch, MemGrowthKind, OffCpuBatch, Record, RunqBatch, SyscallBatch,
+    TcpBatch, TcpEventKind,
 };
 
 /// Running values that delta columns are relative to: the previous event's time, and the
@@ -241,6 +242,64 @@ family! {
     }
 }
 
+family! {
+    /// A slow system call (`--syscalls`); `time_ns` is its entry.
+    SyscallEvent in SyscallBatch as Syscalls {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        nr: u32 = plain(nr),
+        duration_ns: u64 = plain(duration_ns),
+        ret: i64 = plain(ret),
+    }
+}
+
+family! {
+    /// A block I/O request (`--bio`); `time_ns` is its start.
+    BioEvent in BioBatch as Bios {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        dev: u32 = plain(dev),
+        sector: u64 = plain(sector),
+        bytes: u64 = plain(bytes),
+        op: u32 = plain(op),
+        flags: u32 = plain(flags),
+        duration_ns: u64 = plain(duration_ns),
+        error: i32 = plain(error),
+    }
+}
+
+family! {
+    /// A run-queue wait (`--runq`); `time_ns` is when the thread became runnable.
+    RunqEvent in RunqBatch as Runq {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        duration_ns: u64 = plain(duration_ns),
+        preempted: u32 = plain(preempted),
+        cpu: u32 = plain(cpu),
+    }
+}
+
+family! {
+    /// An event of a target's TCP connection (`--tcp`).
+    TcpEvent in TcpBatch as Tcp {
+        generation: u32 = plain(generation),
+        tid: u32 = plain(tid),
+        stack: u64 = plain(stack),
+        conn: u64 = plain(conn),
+        kind: TcpEventKind = enumeration(kind),
+        state: u32 = plain(state),
+        old_state: u32 = plain(old_state),
+        local_port: u32 = plain(local_port),
+        remote_port: u32 = plain(remote_port),
+        bytes_sent: u64 = optional(bytes_sent),
+        bytes_received: u64 = optional(bytes_received),
+        retransmits: u32 = optional(retransmits),
+    }
+}
+
 /// A call of a probed function (`--func`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FuncEvent {
@@ -404,4 +463,76 @@ pub fn aggregate_rows(a: &ebtrace_proto::v1::Aggregate) -> Result<Vec<AggregateR
             live: live.then(|| (a.live_count[i], a.live_bytes[i])),
         })
         .collect())
+}
+
+/// One row of a `LatencyHistogram` record: what the kernel counted for one key of one
+/// process generation in the interval (since_ns, time_ns].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HistogramRow {
+    pub time_ns: u64,
+    pub since_ns: u64,
+    pub generation: u32,
+    /// syscall: the number; bio: dev << 8 | op; runq: 0.
+    pub key: u64,
+    pub count: u64,
+    pub sum_ns: u64,
+    /// The longest since the recording started.
+    pub max_ns: u64,
+    /// (log2 bucket, count) pairs: bucket b holds latencies in [2^b, 2^(b+1)) ns.
+    pub buckets: Vec<(u32, u64)>,
+}
+
+/// Buckets of a `LatencyHistogram` row: 0..HISTOGRAM_BUCKETS (the last one open-ended).
+pub const HISTOGRAM_BUCKETS: u32 = 40;
+
+/// The rows of a `LatencyHistogram` record, checking that its columns agree.
+pub fn histogram_rows(h: &ebtrace_proto::v1::LatencyHistogram) -> Result<Vec<HistogramRow>, Error> {
+    let n = h.generation.len();
+    for (name, len) in [
+        ("key", h.key.len()),
+        ("count", h.count.len()),
+        ("sum_ns", h.sum_ns.len()),
+        ("max_ns", h.max_ns.len()),
+        ("nbuckets", h.nbuckets.len()),
+    ] {
+        if len != n {
+            return Err(column_mismatch("LatencyHistogram", name, len, n));
+        }
+    }
+    let pairs: u64 = h.nbuckets.iter().map(|&b| u64::from(b)).sum();
+    if h.bucket.len() as u64 != pairs || h.bucket_count.len() as u64 != pairs {
+        return Err(column_mismatch(
+            "LatencyHistogram",
+            "bucket",
+            h.bucket.len().min(h.bucket_count.len()),
+            pairs as usize,
+        ));
+    }
+    let mut at = 0usize;
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        let k = h.nbuckets[i] as usize;
+        let mut buckets = Vec::with_capacity(k);
+        for j in at..at + k {
+            if h.bucket[j] >= HISTOGRAM_BUCKETS {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!("LatencyHistogram: bucket {} out of range", h.bucket[j]),
+                ));
+            }
+            buckets.push((h.bucket[j], h.bucket_count[j]));
+        }
+        at += k;
+        rows.push(HistogramRow {
+            time_ns: h.time_ns,
+            since_ns: h.since_ns,
+            generation: h.generation[i],
+            key: h.key[i],
+            count: h.count[i],
+            sum_ns: h.sum_ns[i],
+            max_ns: h.max_ns[i],
+            buckets,
+        });
+    }
+    Ok(rows)
 }

@@ -110,11 +110,39 @@ pub const FAMILIES: &[FamilyInfo] = &[
         report: false,
         aliases: &["stack_copy"],
     },
+    FamilyInfo {
+        id: EventFamily::Syscall,
+        name: "syscall",
+        flag: Some("--syscalls"),
+        report: true,
+        aliases: &["syscalls"],
+    },
+    FamilyInfo {
+        id: EventFamily::Bio,
+        name: "bio",
+        flag: Some("--bio"),
+        report: true,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::Runq,
+        name: "runq",
+        flag: Some("--runq"),
+        report: true,
+        aliases: &[],
+    },
+    FamilyInfo {
+        id: EventFamily::Tcp,
+        name: "tcp",
+        flag: Some("--tcp"),
+        report: true,
+        aliases: &[],
+    },
 ];
 
 /// One more than the largest family number: the length of every per-family table, and of
 /// the BPF counters' family dimension (`FAM_COUNT` in the generated `families.h`).
-pub const COUNT: usize = 10;
+pub const COUNT: usize = 14;
 
 /// The row of `id`.
 pub fn family(id: EventFamily) -> &'static FamilyInfo {

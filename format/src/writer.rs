@@ -1,13 +1,14 @@
 //! [`TraceWriter`]: streams records into chunks, interns strings, build-ids and stacks, and
 //! gathers events into packed-column batches.
 use crate::events::{
-    AllocEvent, CpuSample, Deltas, Family, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent,
-    OffCpuEvent,
+    AllocEvent, BioEvent, CpuSample, Deltas, Family, FreeEvent, FuncEvent, LockEvent,
+    MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent,
 };
 use crate::frame::{file_header, ChunkDescriptor};
 use ebtrace_proto::v1::{
-    record::Kind, AllocBatch, BuildId, CpuSampleBatch, FreeBatch, FuncBatch, Header,
-    InternedString, LockBatch, MemGrowthBatch, OffCpuBatch, Record, Stack, Trailer,
+    record::Kind, AllocBatch, BioBatch, BuildId, CpuSampleBatch, FreeBatch, FuncBatch, Header,
+    InternedString, LockBatch, MemGrowthBatch, OffCpuBatch, Record, RunqBatch, Stack, SyscallBatch,
+    TcpBatch, Trailer,
 };
 use prost::Message;
 use std::collections::HashMap;
@@ -122,6 +123,10 @@ pub struct TraceWriter<W: Write> {
     cpu: Pending<CpuSampleBatch>,
     offcpu: Pending<OffCpuBatch>,
     mem: Pending<MemGrowthBatch>,
+    syscalls: Pending<SyscallBatch>,
+    bios: Pending<BioBatch>,
+    runq: Pending<RunqBatch>,
+    tcp: Pending<TcpBatch>,
 }
 
 impl<W: Write> std::fmt::Debug for TraceWriter<W> {
@@ -181,6 +186,10 @@ impl<W: Write> TraceWriter<W> {
             cpu: Pending::default(),
             offcpu: Pending::default(),
             mem: Pending::default(),
+            syscalls: Pending::default(),
+            bios: Pending::default(),
+            runq: Pending::default(),
+            tcp: Pending::default(),
             opts,
         };
         header.format_version = crate::FORMAT_VERSION;
@@ -257,7 +266,11 @@ impl<W: Write> TraceWriter<W> {
             && self.funcs.batch.is_empty()
             && self.cpu.batch.is_empty()
             && self.offcpu.batch.is_empty()
-            && self.mem.batch.is_empty())
+            && self.mem.batch.is_empty()
+            && self.syscalls.batch.is_empty()
+            && self.bios.batch.is_empty()
+            && self.runq.batch.is_empty()
+            && self.tcp.batch.is_empty())
     }
 
     /// Writes pending batches, closes the open chunk and flushes the output.
@@ -282,6 +295,10 @@ impl<W: Write> TraceWriter<W> {
             take(&mut self.cpu),
             take(&mut self.offcpu),
             take(&mut self.mem),
+            take(&mut self.syscalls),
+            take(&mut self.bios),
+            take(&mut self.runq),
+            take(&mut self.tcp),
         ];
         for r in records.into_iter().flatten() {
             self.append(&r);
@@ -451,6 +468,18 @@ impl<W: Write> TraceWriter<W> {
     }
     pub fn mem_growth(&mut self, e: &MemGrowthEvent) -> io::Result<()> {
         self.push(|w| &mut w.mem, e)
+    }
+    pub fn syscall(&mut self, e: &SyscallEvent) -> io::Result<()> {
+        self.push(|w| &mut w.syscalls, e)
+    }
+    pub fn bio(&mut self, e: &BioEvent) -> io::Result<()> {
+        self.push(|w| &mut w.bios, e)
+    }
+    pub fn runq(&mut self, e: &RunqEvent) -> io::Result<()> {
+        self.push(|w| &mut w.runq, e)
+    }
+    pub fn tcp(&mut self, e: &TcpEvent) -> io::Result<()> {
+        self.push(|w| &mut w.tcp, e)
     }
 
     /// Writes pending batches, then `trailer` (with record and chunk counts filled in) if

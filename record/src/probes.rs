@@ -27,10 +27,15 @@ pub mod sampler_skel {
     #![allow(clippy::all, missing_debug_implementations, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/sampler.skel.rs"));
 }
+pub mod system_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/system.skel.rs"));
+}
 use alloc_skel::{AllocSkel, AllocSkelBuilder};
 use lock_skel::{LockSkel, LockSkelBuilder};
 use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 use sampler_skel::{SamplerSkel, SamplerSkelBuilder};
+use system_skel::{SystemSkel, SystemSkelBuilder};
 
 /// Event types of `bpf/events.h`.
 pub use alloc_skel::types::{
@@ -41,6 +46,7 @@ pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
     offcpu_event, sample_event,
 };
+pub use system_skel::types::{bio_event, hist_key, hist_val, runq_event, syscall_event, tcp_event};
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}
@@ -58,6 +64,12 @@ unsafe impl plain::Plain for mem_event {}
 unsafe impl plain::Plain for cfi_file {}
 unsafe impl plain::Plain for cfi_proc {}
 unsafe impl plain::Plain for cfi_inode {}
+unsafe impl plain::Plain for syscall_event {}
+unsafe impl plain::Plain for bio_event {}
+unsafe impl plain::Plain for runq_event {}
+unsafe impl plain::Plain for tcp_event {}
+unsafe impl plain::Plain for hist_key {}
+unsafe impl plain::Plain for hist_val {}
 
 /// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
 #[allow(dead_code)]
@@ -121,11 +133,25 @@ pub struct ProbeConfig {
     pub rate_per_cpu: u64,
     /// --stack-mode cfi|auto: CFI_MODE_CFI or CFI_MODE_AUTO of bpf/unwind.bpf.h (0: off).
     pub cfi_mode: u32,
+    /// --syscalls, --bio, --runq: the shortest call, request or wait kept as an event, ns
+    /// (every one is counted in the kernel's histograms).
+    pub syscall_min_ns: Option<u64>,
+    pub bio_min_ns: Option<u64>,
+    pub runq_min_ns: Option<u64>,
+    /// --tcp.
+    pub tcp: bool,
 }
 
 impl ProbeConfig {
     fn profile(&self) -> bool {
         self.cpu_hz.is_some() || self.offcpu_min_ns.is_some() || self.memgrowth || self.func
+    }
+    /// Whether any family of the system object (bpf/system.bpf.c) is on.
+    pub fn system(&self) -> bool {
+        self.syscall_min_ns.is_some()
+            || self.bio_min_ns.is_some()
+            || self.runq_min_ns.is_some()
+            || self.tcp
     }
 }
 
@@ -237,6 +263,7 @@ pub struct Probes<'obj> {
     pub lock: Option<LockSkel<'obj>>,
     pub profile: Option<ProfileSkel<'obj>>,
     pub sampler: Option<SamplerSkel<'obj>>,
+    pub system: Option<SystemSkel<'obj>>,
     links: Vec<Link>,
     /// Inherited perf events without a program: they only tell the kernel which processes
     /// (the targets and all their descendants) the probes are for. See `attach`.
@@ -413,6 +440,9 @@ macro_rules! each_skel {
         if let Some($s) = &$self.sampler {
             $body;
         }
+        if let Some($s) = &$self.system {
+            $body;
+        }
     }};
 }
 
@@ -480,6 +510,7 @@ impl<'obj> Probes<'obj> {
         lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         sampler_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        system_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
@@ -595,11 +626,44 @@ impl<'obj> Probes<'obj> {
                 )
             }
         };
+        let system = if cfg.system() {
+            let mut open = SystemSkelBuilder::default()
+                .open(system_obj)
+                .map_err(|e| load_error("system", e))?;
+            let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+            ro.all_processes = cfg.all;
+            ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
+            ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
+            ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
+            common_setup!(open, ro, cfg, depth, ncpu, cfi);
+            let new_bio = kernel_has_btf_type("btf_trace_block_io_start");
+            for mut p in open.open_object_mut().progs_mut() {
+                let name = p.name().to_string_lossy().into_owned();
+                let on = if name.starts_with("sys_") {
+                    cfg.syscall_min_ns.is_some()
+                } else if name.starts_with("bio_io_") {
+                    cfg.bio_min_ns.is_some() && new_bio
+                } else if name.starts_with("bio_rq_") {
+                    cfg.bio_min_ns.is_some() && !new_bio
+                } else if name.starts_with("runq_") {
+                    cfg.runq_min_ns.is_some()
+                } else if name.starts_with("tcp_") {
+                    cfg.tcp
+                } else {
+                    true // proc_fork, proc_exit
+                };
+                p.set_autoload(on);
+            }
+            Some(open.load().map_err(|e| load_error("system", e))?)
+        } else {
+            None
+        };
         let mut p = Probes {
             alloc,
             lock,
             profile,
             sampler,
+            system,
             links: Vec::new(),
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
@@ -728,6 +792,55 @@ impl<'obj> Probes<'obj> {
                 ));
             }
         }
+        if let Some(sy) = &p.system {
+            let mut what = Vec::new();
+            let g = &sy.progs;
+            let mut progs: Vec<(&libbpf_rs::ProgramMut<'_>, &str)> = vec![
+                (&g.proc_fork, "sched_process_fork"),
+                (&g.proc_exit, "sched_process_exit"),
+            ];
+            if cfg.syscall_min_ns.is_some() {
+                progs.push((&g.sys_exit, "sys_exit"));
+                progs.push((&g.sys_enter, "sys_enter"));
+                what.push("sys_enter, sys_exit (syscalls)");
+            }
+            if cfg.runq_min_ns.is_some() {
+                progs.push((&g.runq_sys_exit, "sys_exit"));
+                progs.push((&g.runq_switch, "sched_switch"));
+                progs.push((&g.runq_wakeup, "sched_wakeup"));
+                progs.push((&g.runq_wakeup_new, "sched_wakeup_new"));
+                what.push("sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)");
+            }
+            if cfg.bio_min_ns.is_some() {
+                if kernel_has_btf_type("btf_trace_block_io_start") {
+                    progs.push((&g.bio_io_done, "block_io_done"));
+                    progs.push((&g.bio_io_start, "block_io_start"));
+                    what.push("block_io_start, block_io_done (block I/O)");
+                } else {
+                    eprintln!("ebrec: note: this kernel has no block:block_io_start (6.5): block I/O is timed from block_rq_issue (the driver's queue), and attributed to the task that issued it to the driver, which is not always the one that made the request");
+                    progs.push((&g.bio_rq_complete, "block_rq_complete"));
+                    progs.push((&g.bio_rq_issue, "block_rq_issue"));
+                    what.push("block_rq_issue, block_rq_complete (block I/O)");
+                }
+            }
+            if cfg.tcp {
+                progs.push((&g.tcp_sys_exit, "sys_exit"));
+                progs.push((&g.tcp_set_state, "inet_sock_set_state"));
+                progs.push((&g.tcp_retransmit, "tcp_retransmit_skb"));
+                progs.push((&g.tcp_send_reset, "tcp_send_reset"));
+                progs.push((&g.tcp_receive_reset, "tcp_receive_reset"));
+                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, sys_exit (accept) (TCP)");
+            }
+            for (prog, tp) in progs {
+                p.links.push(
+                    prog.attach()
+                        .with_context(|| format!("attaching tp_btf/{tp}"))?,
+                );
+            }
+            for w in what {
+                p.attached.push(format!("tp_btf/{w}"));
+            }
+        }
         Ok(p)
     }
 
@@ -740,6 +853,11 @@ impl<'obj> Probes<'obj> {
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
         }
         if let Some(p) = &self.profile {
+            p.maps
+                .targets
+                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+        }
+        if let Some(p) = &self.system {
             p.maps
                 .targets
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
@@ -1183,6 +1301,12 @@ impl<'obj> Probes<'obj> {
                 add(&p, fam);
             }
         }
+        if let Some(s) = &self.system {
+            for p in s.object().progs() {
+                let name = p.name().to_string_lossy().into_owned();
+                add(&p, system_family(&name));
+            }
+        }
         out
     }
 
@@ -1392,6 +1516,38 @@ impl<'obj> Probes<'obj> {
             .collect()
     }
 
+    /// --syscalls, --bio, --runq: every histogram the kernel keeps (cumulative counts).
+    pub fn histograms(&self) -> Vec<(hist_key, hist_val)> {
+        let Some(sy) = &self.system else {
+            return Vec::new();
+        };
+        let m = &sy.maps.hists;
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = match m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)
+        {
+            Ok(it) => it.collect(),
+            Err(_) => m
+                .keys()
+                .filter_map(|k| {
+                    let v = m.lookup(&k, MapFlags::ANY).ok()??;
+                    Some((k, v))
+                })
+                .collect(),
+        };
+        rows.into_iter()
+            .map(|(k, v)| (read_event::<hist_key>(&k), read_event::<hist_val>(&v)))
+            .collect()
+    }
+
+    /// Forgets histograms read for the last time (their process ended).
+    pub fn histograms_forget(&self, keys: &[hist_key]) {
+        if let Some(sy) = &self.system {
+            for k in keys {
+                // SAFETY: hist_key is plain old data of the map's key size.
+                let _ = sy.maps.hists.delete(unsafe { plain::as_bytes(k) });
+            }
+        }
+    }
+
     /// The stacks map of the object that counts `family`.
     fn agg_stacks_of(
         &self,
@@ -1466,6 +1622,32 @@ impl<'obj> Probes<'obj> {
         });
         out
     }
+}
+
+/// The family of a program of the system object, by its name's prefix (the fork and exit
+/// tracepoints serve all its families: unspecified).
+fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {
+    use ebtrace_proto::v1::EventFamily as F;
+    if name.starts_with("sys_") {
+        F::Syscall
+    } else if name.starts_with("bio_") {
+        F::Bio
+    } else if name.starts_with("runq_") {
+        F::Runq
+    } else if name.starts_with("tcp_") {
+        F::Tcp
+    } else {
+        F::Unspecified
+    }
+}
+
+/// Whether the running kernel's BTF has a type of this name (a tracepoint `T` exists for
+/// tp_btf when `btf_trace_T` does).
+pub fn kernel_has_btf_type(name: &str) -> bool {
+    std::fs::read("/sys/kernel/btf/vmlinux").is_ok_and(|b| {
+        let needle = format!("{name}\0");
+        b.windows(needle.len()).any(|w| w == needle.as_bytes())
+    })
 }
 
 /// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.

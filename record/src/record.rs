@@ -66,6 +66,18 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
     if a.memgrowth {
         opt("memgrowth", "true".into());
     }
+    if let Some(us) = a.syscalls {
+        opt("syscalls", us.to_string());
+    }
+    if let Some(us) = a.bio {
+        opt("bio", us.to_string());
+    }
+    if let Some(us) = a.runq {
+        opt("runq", us.to_string());
+    }
+    if a.tcp {
+        opt("tcp", "true".into());
+    }
     if let Some(n) = a.max_events_per_sec {
         opt("max-events-per-sec", n.to_string());
     }
@@ -158,8 +170,12 @@ pub fn record(a: RecordArgs) -> Result<()> {
         && a.offcpu.is_none()
         && !a.memgrowth
         && a.func.is_empty()
+        && a.syscalls.is_none()
+        && a.bio.is_none()
+        && a.runq.is_none()
+        && !a.tcp
     {
-        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC");
+        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC, --syscalls[=MIN_US], --bio[=MIN_US], --runq[=MIN_US], --tcp");
     }
     check_sampler(&a)?;
     let func_specs: Vec<funcs::FuncSpec> =
@@ -252,6 +268,10 @@ pub fn record(a: RecordArgs) -> Result<()> {
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
         memgrowth: a.memgrowth,
+        syscall_min_ns: a.syscalls.map(|us| us * 1000),
+        bio_min_ns: a.bio.map(|us| us * 1000),
+        runq_min_ns: a.runq.map(|us| us * 1000),
+        tcp: a.tcp,
         func_args: a.args,
         func: !func_specs.is_empty(),
         copy_bytes: match a.stack_mode {
@@ -316,6 +336,7 @@ fn record_with(
     let mut sampler_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
     let mut profile_obj = std::mem::MaybeUninit::uninit();
+    let mut system_obj = std::mem::MaybeUninit::uninit();
     perf::remove_stale_probes();
     // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
     let cfi = if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
@@ -329,6 +350,7 @@ fn record_with(
         &mut lock_obj,
         &mut profile_obj,
         &mut sampler_obj,
+        &mut system_obj,
         cfi.as_ref().map(|t| t.fds()),
     )?;
 
@@ -417,6 +439,9 @@ fn record_with(
     }
     if let Some(sm) = &probes_ref.sampler {
         rbb.add(&sm.maps.events, push(pending.clone()))?;
+    }
+    if let Some(sy) = &probes_ref.system {
+        rbb.add(&sy.maps.events, push(pending.clone()))?;
     }
     let rb = rbb.build()?;
 
@@ -520,6 +545,7 @@ fn record_with(
                     // The old file gets the counts up to its end.
                     s.aggregate()?;
                 }
+                s.histograms()?;
                 rotate::rotate(&mut s, a, keep)?;
                 rotations += 1;
             }
@@ -555,6 +581,9 @@ fn record_with(
             if s.aggregate_due() {
                 s.aggregate()?;
             }
+            if s.histograms_due() {
+                s.histograms()?;
+            }
             let fam = s.stats(procfs::clock_ns(libc::CLOCK_BOOTTIME))?;
             if tty {
                 let kept: u64 = s.kept.0.iter().sum();
@@ -584,6 +613,7 @@ fn record_with(
     if s.aggregating {
         s.aggregate()?;
     }
+    s.histograms()?;
     let end = procfs::clock_ns(libc::CLOCK_BOOTTIME);
     s.clock_sync()?;
     let families = s.stats(end)?;

@@ -150,6 +150,9 @@ const PROGRAMS: &[&str] = &[
     "clock_loop",
     "offcpu_blocks",
     "sampled_heap",
+    "syscalls",
+    "runq_pair",
+    "tcp_conns",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -501,6 +504,91 @@ mod tests {
             assert_eq!(u(&e["clock_reads"]), 3 * 40000);
         });
     }
+
+    #[test]
+    fn syscalls_reports_its_calls() {
+        let dir = target_dir().join(format!("testdata-syscalls-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        each_variant("syscalls", |_, exe| {
+            let e = run_one(exe, &["--fast", "1000", "--sleeps", "3", "--sleep-ms", "2"]);
+            assert_eq!(e["program"], "syscalls");
+            assert_eq!(e["tid"], e["pid"], "one thread makes the calls");
+            assert_eq!(
+                (u(&e["fast"]), u(&e["sleeps"]), u(&e["sleep_ms"])),
+                (1000, 3, 2)
+            );
+            let sleeps = e["sleep_durations_ns"].as_array().unwrap();
+            assert_eq!(sleeps.len(), 3);
+            assert!(sleeps.iter().all(|d| u(d) >= 2_000_000), "{e}");
+            assert_eq!(u(&e["fsyncs"]), 0);
+            assert!(e["fsync_durations_ns"].as_array().unwrap().is_empty());
+            assert!(e["file"].is_null() && e["dev"].is_null(), "{e}");
+
+            let d = dir.to_str().unwrap();
+            let e = run_one(
+                exe,
+                &["--fast", "0", "--sleeps", "0", "--fsyncs", "2", "--dir", d],
+            );
+            assert_eq!(u(&e["fsyncs"]), 2);
+            assert_eq!(e["fsync_durations_ns"].as_array().unwrap().len(), 2);
+            assert_eq!(u(&e["bytes_per_fsync"]), 4096);
+            let file = e["file"].as_str().unwrap();
+            assert_eq!(file, format!("{d}/syscalls.{}.tmp", e["pid"]));
+            assert!(!Path::new(file).exists(), "{file} is removed");
+            let dev = e["dev"].as_str().unwrap();
+            let (major, minor) = dev.split_once(':').unwrap();
+            assert!(
+                major.parse::<u32>().is_ok() && minor.parse::<u32>().is_ok(),
+                "{dev}"
+            );
+        });
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn runq_pair_shares_one_cpu() {
+        each_variant("runq_pair", |_, exe| {
+            let e = run_one(exe, &["--seconds", "0.3", "--cpu", "0"]);
+            assert_eq!(e["program"], "runq_pair");
+            assert_eq!(u(&e["cpu"]), 0);
+            assert_eq!(e["seconds"].as_f64(), Some(0.3));
+            let (a, b) = (u(&e["tids"]["a"]), u(&e["tids"]["b"]));
+            assert!(a != b && a != u(&e["pid"]) && b != u(&e["pid"]), "{e}");
+            let wall = u(&e["wall_ns"]);
+            assert!(wall >= 300_000_000, "{e}");
+            let (ca, cb) = (u(&e["cpu_ns"]["a"]), u(&e["cpu_ns"]["b"]));
+            // One CPU for both: together at most the wall time (plus clock
+            // granularity), and each got a fair part of it.
+            assert!(ca + cb <= wall + 10_000_000, "{e}");
+            assert!(ca > wall / 5 && cb > wall / 5, "{e}");
+        });
+    }
+
+    #[test]
+    fn tcp_conns_reports_connections() {
+        each_variant("tcp_conns", |_, exe| {
+            let e = run_one(exe, &["--conns", "3", "--hold-ms", "10", "--bytes", "3000"]);
+            assert_eq!(e["program"], "tcp_conns");
+            assert_eq!(u(&e["conns"]), 3);
+            assert_eq!((u(&e["bytes_sent"]), u(&e["bytes_received"])), (3000, 1500));
+            let port = u(&e["port"]);
+            assert!(port > 0 && port < 65536, "{e}");
+            let holds: Vec<u64> = e["hold_ms"].as_array().unwrap().iter().map(u).collect();
+            assert_eq!(holds, [10, 20, 30]);
+            let lifetimes = e["lifetimes_ns"].as_array().unwrap();
+            assert_eq!(lifetimes.len(), 3);
+            for (life, hold) in lifetimes.iter().zip(&holds) {
+                assert!(u(life) >= hold * 1_000_000, "{e}");
+            }
+            let ports = e["client_ports"].as_array().unwrap();
+            assert_eq!(ports.len(), 3);
+            assert!(ports.iter().all(|p| u(p) != port && u(p) > 0), "{e}");
+            assert_ne!(e["client_tid"], e["server_tid"]);
+            assert!(u(&e["refused_port"]) > 0);
+            assert_eq!(u(&e["refused_errno"]), 111);
+        });
+    }
+
     /// The token is 64 bytes, made from the seed at run time: the same for a seed,
     /// another for another, and in no byte of the binary.
     #[test]
@@ -543,6 +631,9 @@ mod tests {
                 "dlopener" => &["--times", "0", "/nonexistent.so"],
                 "clock_loop" => &["--seconds", "0.05"],
                 "sampled_heap" => &["--churn", "1"],
+                "syscalls" => &["--fast", "10", "--sleeps", "1", "--sleep-ms", "1"],
+                "runq_pair" => &["--seconds", "0.05"],
+                "tcp_conns" => &["--conns", "1", "--hold-ms", "1", "--bytes", "100"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -721,6 +812,37 @@ mod tests {
                     "kinds()",
                     "thread_churn()",
                     "child_blocks()",
+                ],
+            ),
+            (
+                "syscalls",
+                &[
+                    "run_syscalls(long, int, long, long, char const*)",
+                    "sys::fast_calls(long)",
+                    "sys::sleeper(int)",
+                    "sys::sleep_loop(long, int, std::vector<long, std::allocator<long> >*)",
+                    "sys::syncer(int)",
+                    "sys::sync_loop(int, long, std::vector<long, std::allocator<long> >*)",
+                ],
+            ),
+            (
+                "runq_pair",
+                &[
+                    "run_pair(double, int)",
+                    "runq::burner_a(long)",
+                    "runq::burner_b(long)",
+                    "runq::thread_main(int, bool, runq::Burn*)",
+                ],
+            ),
+            (
+                "tcp_conns",
+                &[
+                    "run_tcp(long, long, long)",
+                    "tcpt::server_loop(int, long, long, long*)",
+                    "tcpt::accept_one(int)",
+                    "tcpt::client_loop(unsigned short, long, long, long, tcpt::ClientResult*)",
+                    "tcpt::connect_one(unsigned short, long, long, std::vector<char, std::allocator<char> >*, long*)",
+                    "tcpt::connect_refused(long*)",
                 ],
             ),
         ];

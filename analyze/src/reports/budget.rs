@@ -121,5 +121,9 @@ fn kind_name(kind: EventKind) -> &'static str {
         EventKind::Cpu => "cpu",
         EventKind::OffCpu => "off-CPU",
         EventKind::MemGrowth => "memory growth",
+        EventKind::Syscall => "syscall",
+        EventKind::Bio => "block I/O",
+        EventKind::Runq => "run-queue",
+        EventKind::Tcp => "TCP",
     }
 }

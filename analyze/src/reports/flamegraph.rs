@@ -41,11 +41,23 @@ pub fn flamegraph_by(
         (EventKind::Func, _) => "Function latency".into(),
         (EventKind::Cpu, _) => "CPU samples".into(),
         (EventKind::OffCpu, _) => "Off-CPU time".into(),
+        (EventKind::Syscall, Measure::Count) => "Slow system calls (calls)".into(),
+        (EventKind::Syscall, _) => "Slow system call time".into(),
+        (EventKind::Bio, Measure::Bytes) => "Block I/O bytes".into(),
+        (EventKind::Bio, Measure::Count) => "Block I/O requests".into(),
+        (EventKind::Bio, _) => "Block I/O time".into(),
+        (EventKind::Runq, _) => "Run-queue wait".into(),
+        (EventKind::Tcp, _) => "TCP connects and accepts".into(),
     });
     o.count_name = by.unit().to_string();
     o.colors = Palette::Basic(match kind {
         EventKind::Alloc | EventKind::MemGrowth => BasicPalette::Mem,
-        EventKind::OffCpu | EventKind::Lock => BasicPalette::Io,
+        EventKind::OffCpu
+        | EventKind::Lock
+        | EventKind::Syscall
+        | EventKind::Bio
+        | EventKind::Runq
+        | EventKind::Tcp => BasicPalette::Io,
         _ => BasicPalette::Hot,
     });
     if lines.is_empty() {

@@ -12,18 +12,40 @@ pub enum EventKind {
     Cpu,
     OffCpu,
     MemGrowth,
+    Syscall,
+    Bio,
+    Runq,
+    Tcp,
 }
 
 impl EventKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::Alloc,
         EventKind::Lock,
         EventKind::Func,
         EventKind::Cpu,
         EventKind::OffCpu,
         EventKind::MemGrowth,
+        EventKind::Syscall,
+        EventKind::Bio,
+        EventKind::Runq,
+        EventKind::Tcp,
     ];
+
+    /// The kinds whose events have a latency (what `ebsym heatmap` draws), and whose kernel
+    /// histograms `ebsym latency --kind` reads for the three system families.
+    pub fn has_latency(self) -> bool {
+        matches!(
+            self,
+            EventKind::Lock
+                | EventKind::Func
+                | EventKind::OffCpu
+                | EventKind::Syscall
+                | EventKind::Bio
+                | EventKind::Runq
+        )
+    }
 
     /// The event family of the registry (`ebtrace_format::family`) this kind reports on.
     pub fn family(self) -> EventFamily {
@@ -34,6 +56,10 @@ impl EventKind {
             EventKind::Cpu => EventFamily::Cpu,
             EventKind::OffCpu => EventFamily::Offcpu,
             EventKind::MemGrowth => EventFamily::MemGrowth,
+            EventKind::Syscall => EventFamily::Syscall,
+            EventKind::Bio => EventFamily::Bio,
+            EventKind::Runq => EventFamily::Runq,
+            EventKind::Tcp => EventFamily::Tcp,
         }
     }
 
@@ -58,6 +84,10 @@ impl EventKind {
             EventKind::Func => &[Latency, Count],
             EventKind::Cpu => &[Samples],
             EventKind::OffCpu => &[Time, Count],
+            EventKind::Syscall => &[Latency, Count],
+            EventKind::Bio => &[Latency, Bytes, Count],
+            EventKind::Runq => &[Time, Count],
+            EventKind::Tcp => &[Count],
         }
     }
 
@@ -81,6 +111,10 @@ impl EventKind {
             EventKind::Func => &["latency", "count"],
             EventKind::Cpu => &["samples"],
             EventKind::OffCpu => &["time", "count"],
+            EventKind::Syscall => &["latency", "count"],
+            EventKind::Bio => &["latency", "bytes", "count"],
+            EventKind::Runq => &["time", "count"],
+            EventKind::Tcp => &["count"],
         }
     }
 
@@ -158,11 +192,11 @@ impl Measure {
     }
 
     /// Of a stack's `count` events, with `total` (bytes, wait or duration ns, samples) and
-    /// lock `hold` ns: the value this measures for `kind`.
+    /// lock `hold` ns (bio: bytes): the value this measures for `kind`.
     pub(crate) fn pick(self, kind: EventKind, count: u64, total: u64, hold: u64) -> u64 {
         match (kind, self) {
-            (EventKind::Cpu, _) | (_, Measure::Count) => count,
-            (EventKind::Lock, Measure::Hold) => hold,
+            (EventKind::Cpu, _) | (EventKind::Tcp, _) | (_, Measure::Count) => count,
+            (EventKind::Lock, Measure::Hold) | (EventKind::Bio, Measure::Bytes) => hold,
             _ => total,
         }
     }

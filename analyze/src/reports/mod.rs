@@ -28,9 +28,11 @@ mod budget;
 mod diff;
 mod flamegraph;
 mod folded;
+pub mod heatmap;
 mod kind;
 mod leaks;
 mod stacks;
+pub mod system;
 mod text;
 mod top;
 
@@ -41,8 +43,12 @@ pub use folded::{folded, folded_from, folded_key, Folded};
 pub use kind::{EventKind, Measure};
 pub use leaks::{leaks, leaks_from};
 pub use stacks::{stacks, stacks_from, StackValues, Stacks};
+pub use system::{system_latency_from, tcp_from, SystemLatencyReport, TcpReport};
 pub use text::losses_text;
-pub use top::{top, top_from, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row};
+pub use top::{
+    top, top_from, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row,
+    RunqRow, SyscallRow, TcpStackRow,
+};
 
 use crate::model::{Filter, Losses};
 

@@ -77,13 +77,34 @@ impl Sink for TopSink {
             (EventKind::Func, Event::Func(e)) => ((e.stack, e.function), e.duration_ns, 0, None),
             (EventKind::Cpu, Event::Cpu(e)) => ((e.stack, 0), 1, 0, None),
             (EventKind::OffCpu, Event::OffCpu(e)) => ((e.stack, 0), e.duration_ns, 0, None),
+            (EventKind::Syscall, Event::Syscall(e)) => {
+                ((e.stack, u64::from(e.nr)), e.duration_ns, 0, None)
+            }
+            (EventKind::Bio, Event::Bio(e)) => (
+                (e.stack, super::system::bio_key(e.dev, e.op)),
+                e.duration_ns,
+                e.bytes,
+                None,
+            ),
+            (EventKind::Runq, Event::Runq(e)) => ((e.stack, 0), e.duration_ns, 0, None),
+            // The connects and accepts: the events with the caller's stack.
+            (EventKind::Tcp, Event::Tcp(e)) if e.stack != 0 => {
+                ((e.stack, e.kind as u64), 1, 0, None)
+            }
             _ => return,
         };
         let g = self.by_stack.entry(key).or_default();
         g.count += n;
         g.a += a;
         g.b += b;
-        if matches!(self.kind, EventKind::Lock | EventKind::Func) {
+        if matches!(
+            self.kind,
+            EventKind::Lock
+                | EventKind::Func
+                | EventKind::Syscall
+                | EventKind::Bio
+                | EventKind::Runq
+        ) {
             let h = g.hists.get_or_insert_default();
             h[0].record(a);
             if let Some(hold) = sample_b {

@@ -65,7 +65,7 @@ fn pow2_label(v: u64) -> String {
 
 /// A log2 histogram in bpftrace's layout, one line per power of two of nanoseconds:
 /// `[1K, 2K)   12 |@@@@@@@@    |`.
-fn log2_text(bins: &[Log2Bin]) -> String {
+pub(crate) fn log2_text(bins: &[Log2Bin]) -> String {
     use std::fmt::Write;
     const WIDTH: u64 = 40;
     let most = bins.iter().map(|b| b.count).max().unwrap_or(0).max(1);

@@ -41,6 +41,62 @@ pub enum Row {
     Cpu(CpuRow),
     OffCpu(OffCpuRow),
     Leak(LeakRow),
+    Syscall(SyscallRow),
+    Bio(BioRow),
+    Runq(RunqRow),
+    Tcp(TcpStackRow),
+}
+
+/// A row of `top --kind syscall`: the slow calls (past --syscalls' threshold) of one
+/// syscall under one stack.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyscallRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    pub max_ns: u64,
+    pub nr: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub syscall: String,
+    pub total_ns: u64,
+}
+
+/// A row of `top --kind bio`: requests of one device and op under one issuing stack.
+#[derive(Debug, Clone, Serialize)]
+pub struct BioRow {
+    pub bytes: u64,
+    pub count: u64,
+    pub device: String,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    pub max_ns: u64,
+    pub op: &'static str,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub total_ns: u64,
+}
+
+/// A row of `top --kind runq`: the long run-queue waits under one stack.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunqRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    pub max_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub total_ns: u64,
+}
+
+/// A row of `top --kind tcp`: the connects or accepts made from one stack.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpStackRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    /// "connect" or "accept".
+    pub kind: &'static str,
 }
 
 /// A row of `top --kind alloc` or `--kind memgrowth`.
@@ -140,6 +196,10 @@ impl Row {
             Row::Cpu(r) => &r.frames,
             Row::OffCpu(r) => &r.frames,
             Row::Leak(r) => &r.frames,
+            Row::Syscall(r) => &r.frames,
+            Row::Bio(r) => &r.frames,
+            Row::Runq(r) => &r.frames,
+            Row::Tcp(r) => &r.frames,
         }
     }
 
@@ -161,6 +221,10 @@ impl Row {
             Row::Cpu(r) => r.count,
             Row::OffCpu(r) => r.count,
             Row::Leak(r) => r.count,
+            Row::Syscall(r) => r.count,
+            Row::Bio(r) => r.count,
+            Row::Runq(r) => r.count,
+            Row::Tcp(r) => r.count,
         }
     }
 
@@ -209,6 +273,33 @@ impl Row {
                 ("count", num(r.count)),
                 ("oldest_ns", num(r.oldest_ns)),
             ],
+            Row::Syscall(r) => vec![
+                ("count", num(r.count)),
+                ("max_ns", num(r.max_ns)),
+                ("nr", num(r.nr)),
+                ("p50_ns", num(r.p50_ns)),
+                ("p99_ns", num(r.p99_ns)),
+                ("syscall", r.syscall.clone()),
+                ("total_ns", num(r.total_ns)),
+            ],
+            Row::Bio(r) => vec![
+                ("bytes", num(r.bytes)),
+                ("count", num(r.count)),
+                ("device", r.device.clone()),
+                ("max_ns", num(r.max_ns)),
+                ("op", r.op.to_string()),
+                ("p50_ns", num(r.p50_ns)),
+                ("p99_ns", num(r.p99_ns)),
+                ("total_ns", num(r.total_ns)),
+            ],
+            Row::Runq(r) => vec![
+                ("count", num(r.count)),
+                ("max_ns", num(r.max_ns)),
+                ("p50_ns", num(r.p50_ns)),
+                ("p99_ns", num(r.p99_ns)),
+                ("total_ns", num(r.total_ns)),
+            ],
+            Row::Tcp(r) => vec![("count", num(r.count)), ("kind", r.kind.to_string())],
         }
     }
 }
@@ -307,10 +398,14 @@ pub fn top_from(
                     *totals.entry("hold_ns".into()).or_default() += agg.b;
                 }
             }
-            EventKind::Func | EventKind::OffCpu => {
+            EventKind::Func | EventKind::OffCpu | EventKind::Syscall | EventKind::Runq => {
                 *totals.entry("total_ns".into()).or_default() += agg.a;
             }
-            EventKind::Cpu => {}
+            EventKind::Bio => {
+                *totals.entry("total_ns".into()).or_default() += agg.a;
+                *totals.entry("bytes".into()).or_default() += agg.b;
+            }
+            EventKind::Cpu | EventKind::Tcp => {}
         }
         scored.push((by.pick(kind, agg.count, agg.a, agg.b), m));
     }
@@ -372,6 +467,53 @@ pub fn top_from(
                 // The stack of the thread that most often ended these blocks.
                 waker_frames: top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default(),
                 frames,
+            }),
+            EventKind::Syscall => {
+                let h = agg.hist(0);
+                Row::Syscall(SyscallRow {
+                    count: agg.count,
+                    frames,
+                    max_ns: h.max(),
+                    nr: sub,
+                    p50_ns: h.quantile(0.5),
+                    p99_ns: h.quantile(0.99),
+                    syscall: super::system::syscall_name(&l.header.arch, sub),
+                    total_ns: agg.a,
+                })
+            }
+            EventKind::Bio => {
+                let h = agg.hist(0);
+                Row::Bio(BioRow {
+                    bytes: agg.b,
+                    count: agg.count,
+                    device: super::system::device_name(&l, (sub >> 8) as u32),
+                    frames,
+                    max_ns: h.max(),
+                    op: super::system::bio_op_name(sub as u32),
+                    p50_ns: h.quantile(0.5),
+                    p99_ns: h.quantile(0.99),
+                    total_ns: agg.a,
+                })
+            }
+            EventKind::Runq => {
+                let h = agg.hist(0);
+                Row::Runq(RunqRow {
+                    count: agg.count,
+                    frames,
+                    max_ns: h.max(),
+                    p50_ns: h.quantile(0.5),
+                    p99_ns: h.quantile(0.99),
+                    total_ns: agg.a,
+                })
+            }
+            EventKind::Tcp => Row::Tcp(TcpStackRow {
+                count: agg.count,
+                frames,
+                kind: if sub == ebtrace_format::proto::TcpEventKind::Accept as u64 {
+                    "accept"
+                } else {
+                    "connect"
+                },
             }),
         });
     }

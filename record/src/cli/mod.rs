@@ -113,6 +113,24 @@ pub struct RecordArgs {
     /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
     #[arg(long)]
     pub memgrowth: bool,
+    /// Every system call counted in a latency histogram per (process, syscall) in the
+    /// kernel; calls of at least MIN_US microseconds (default 1000) kept with the caller's
+    /// stack.
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "1000")]
+    pub syscalls: Option<u64>,
+    /// Block I/O requests issued by the targets: device, sector, bytes, op, start to
+    /// completion, the issuing stack; requests of at least MIN_US (default 0: all) kept as
+    /// events, all counted in histograms per (process, device, op).
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0")]
+    pub bio: Option<u64>,
+    /// Run-queue latency (runnable to running) of every thread of the targets in histograms;
+    /// waits of at least MIN_US (default 1000) kept with the waiting thread's stack.
+    #[arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "1000")]
+    pub runq: Option<u64>,
+    /// The targets' TCP connections: connects and accepts with their stacks, state changes,
+    /// lifetimes, bytes, retransmits and resets.
+    #[arg(long)]
+    pub tcp: bool,
     /// Calls of a function, with their duration and the stack at entry (repeatable). SPEC:
     /// a demangled C++ name or glob (`ns::Class::method`, `ns::*::get*`), a mangled name,
     /// `LIB:SYMBOL` or `BINARY:0xADDR`; `:MIN_US` keeps only calls that long. `ebrec probes`

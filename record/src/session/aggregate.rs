@@ -64,7 +64,7 @@ impl Session<'_> {
 
     /// Whether generation `g` of `pid` has ended (an exit or a later exec): its counters
     /// will not change again.
-    fn generation_ended(&self, pid: u32, g: u32) -> bool {
+    pub(super) fn generation_ended(&self, pid: u32, g: u32) -> bool {
         let latest = self.by_pid.get(&pid).and_then(|v| v.last()).copied();
         if latest != Some(g) {
             return true;

@@ -260,8 +260,119 @@ impl Session<'_> {
                 })?;
                 self.kept[EventFamily::MemGrowth] += 1;
             }
+            t if t == EventFamily::Syscall as u32 => {
+                let e: probes::syscall_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
+                self.w.syscall(&SyscallEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    nr: e.nr,
+                    duration_ns: e.duration_ns,
+                    ret: e.ret,
+                })?;
+                self.kept[EventFamily::Syscall] += 1;
+            }
+            t if t == EventFamily::Bio as u32 => {
+                let e: probes::bio_event = probes::read_event(data);
+                // Kernel frames first, then user frames.
+                let (kernel, rest) = take_frames(&e.ips, e.kframes);
+                let (user, _) = take_frames(rest, e.nframes);
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
+                self.block_device(e.dev)?;
+                self.w.bio(&BioEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    dev: e.dev,
+                    sector: e.sector,
+                    bytes: e.bytes,
+                    op: e.op,
+                    flags: e.bio_flags,
+                    duration_ns: e.duration_ns,
+                    error: e.error,
+                })?;
+                self.kept[EventFamily::Bio] += 1;
+            }
+            t if t == EventFamily::Runq as u32 => {
+                let e: probes::runq_event = probes::read_event(data);
+                let (kernel, rest) = take_frames(&e.ips, e.kframes);
+                let (user, _) = take_frames(rest, e.nframes);
+                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
+                self.w.runq(&RunqEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    duration_ns: e.duration_ns,
+                    preempted: e.preempted,
+                    cpu: h.cpu,
+                })?;
+                self.kept[EventFamily::Runq] += 1;
+            }
+            t if t == EventFamily::Tcp as u32 => {
+                let e: probes::tcp_event = probes::read_event(data);
+                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
+                if self.tcp_written.insert(e.conn) {
+                    let len = if e.family == 6 { 16 } else { 4 };
+                    self.w.write_record(&Record {
+                        kind: Some(Kind::TcpConnection(TcpConnection {
+                            id: e.conn,
+                            generation: g,
+                            local_addr: e.laddr[..len].to_vec(),
+                            local_port: e.lport.into(),
+                            remote_addr: e.raddr[..len].to_vec(),
+                            remote_port: e.rport.into(),
+                            start_ns: e.start_ns,
+                        })),
+                    })?;
+                }
+                self.w.tcp(&TcpEvent {
+                    time_ns: h.time_ns,
+                    generation: g,
+                    tid: h.tid,
+                    stack,
+                    conn: e.conn,
+                    kind: TcpEventKind::try_from(e.kind as i32).unwrap_or_default(),
+                    state: e.state,
+                    old_state: e.old_state,
+                    local_port: e.lport.into(),
+                    remote_port: e.rport.into(),
+                    bytes_sent: e.bytes_sent,
+                    bytes_received: e.bytes_received,
+                    retransmits: e.retransmits,
+                })?;
+                self.kept[EventFamily::Tcp] += 1;
+            }
             _ => self.malformed += 1,
         }
+        Ok(())
+    }
+
+    /// Describes block device `dev` (a kernel dev_t, major << 20 | minor) once per file,
+    /// with its name on this host (/sys/dev/block/MAJ:MIN/uevent's DEVNAME).
+    pub(super) fn block_device(&mut self, dev: u32) -> Result<()> {
+        if !self.devices_written.insert(dev) {
+            return Ok(());
+        }
+        let (major, minor) = (dev >> 20, dev & 0xfffff);
+        let name = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
+            .ok()
+            .and_then(|u| {
+                u.lines()
+                    .find_map(|l| l.strip_prefix("DEVNAME=").map(str::to_string))
+            })
+            .unwrap_or_default();
+        self.w.write_record(&Record {
+            kind: Some(Kind::BlockDevice(BlockDevice {
+                dev,
+                major,
+                minor,
+                name,
+            })),
+        })?;
         Ok(())
     }
 }

@@ -9,6 +9,7 @@
 mod aggregate;
 mod decode;
 mod generations;
+mod histograms;
 mod losses;
 mod rotation;
 mod sideband;
@@ -19,13 +20,15 @@ use crate::probes::{self, Probes};
 use crate::procfs;
 use anyhow::Result;
 use ebtrace_format::events::{
-    AllocEvent, CpuSample, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent, OffCpuEvent,
+    AllocEvent, BioEvent, CpuSample, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent, OffCpuEvent,
+    RunqEvent, SyscallEvent, TcpEvent,
 };
 use ebtrace_format::family::PerFamily;
 use ebtrace_format::proto::{
-    record::Kind, AllocKind, ClockSync, EventFamily, FamilyStats, KernelSymbols, LockSource,
-    LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process, ProcessEvent,
-    ProgramStats, Record, Stack, StackFlag, Stats, Trailer, UnwindTables, UserStackCopy, VdsoImage,
+    record::Kind, AllocKind, BlockDevice, ClockSync, EventFamily, FamilyStats, KernelSymbols,
+    LockSource, LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process,
+    ProcessEvent, ProgramStats, Record, Stack, StackFlag, Stats, TcpConnection, TcpEventKind,
+    Trailer, UnwindTables, UserStackCopy, VdsoImage,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -130,6 +133,13 @@ pub struct Session<'a> {
     /// --aggregate: the counters written so far (None: not aggregating).
     pub agg: aggregate::AggState,
     pub aggregating: bool,
+    /// --syscalls, --bio, --runq: the kernel's histograms written so far.
+    hist: histograms::HistState,
+    /// When the session started (boottime ns): the first histogram interval's start.
+    start_ns: u64,
+    /// Block devices and TCP connections described in the current file.
+    devices_written: HashSet<u32>,
+    tcp_written: HashSet<u64>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -179,6 +189,10 @@ impl<'a> Session<'a> {
             launched: None,
             agg: Default::default(),
             aggregating: false,
+            hist: Default::default(),
+            start_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+            devices_written: HashSet::new(),
+            tcp_written: HashSet::new(),
         }
     }
 

@@ -72,6 +72,8 @@ impl Session<'_> {
         self.unwind_written.clear();
         self.agg.new_file();
         self.vdso_written = 0;
+        self.devices_written.clear();
+        self.tcp_written.clear();
         self.kernel.forget_written();
         self.clock_sync()?;
         for (id, pid, ended) in keep {

@@ -1,0 +1,763 @@
+//! The system families' own reports: `ebsym latency --kind syscall|bio|runq` (from the
+//! kernel's log2 histograms, which count every call, request and wait), `ebsym tcp`
+//! (connections per remote address), and the points of `ebsym heatmap`; with the names
+//! they print (syscalls by the recording host's architecture, block devices and ops, TCP
+//! states).
+use super::heatmap::HeatPoint;
+use super::{empty_note, EventKind};
+use crate::histogram::Log2Bin;
+use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
+use ebtrace_format::events::{HistogramRow, HISTOGRAM_BUCKETS};
+use ebtrace_format::proto::{EventFamily, TcpEventKind};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The histogram (and top) sub-key of a block I/O: device and op.
+pub(crate) fn bio_key(dev: u32, op: u32) -> u64 {
+    (u64::from(dev) << 8) | u64::from(op & 0xff)
+}
+
+/// The name of syscall `nr` on `arch` (the trace header's, `uname -m`).
+pub fn syscall_name(arch: &str, nr: u64) -> String {
+    let name = match arch {
+        "aarch64" => syscalls::aarch64::Sysno::new(nr as usize).map(|s| s.name()),
+        _ => syscalls::x86_64::Sysno::new(nr as usize).map(|s| s.name()),
+    };
+    name.map_or_else(|| format!("syscall_{nr}"), str::to_string)
+}
+
+/// A block request's op (REQ_OP_*), as blktrace spells it.
+pub fn bio_op_name(op: u32) -> &'static str {
+    match op & 0xff {
+        0 => "read",
+        1 => "write",
+        2 => "flush",
+        3 => "discard",
+        5 => "secure-erase",
+        7 => "zone-append",
+        9 => "write-zeroes",
+        _ => "other",
+    }
+}
+
+/// The names of a request's BioFlag bits, e.g. "sync,fua".
+pub fn bio_flags_text(flags: u32) -> String {
+    use ebtrace_format::proto::BioFlag as F;
+    let names = [
+        (F::Sync, "sync"),
+        (F::Meta, "meta"),
+        (F::Fua, "fua"),
+        (F::Preflush, "preflush"),
+        (F::Readahead, "readahead"),
+    ];
+    names
+        .iter()
+        .filter(|(f, _)| flags & *f as u32 != 0)
+        .map(|(_, n)| *n)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// "vda" for a device the trace names, else "MAJ:MIN".
+pub fn device_name(l: &Loaded, dev: u32) -> String {
+    match l.block_devices.get(&dev) {
+        Some(d) if !d.name.is_empty() => d.name.clone(),
+        _ => format!("{}:{}", dev >> 20, dev & 0xfffff),
+    }
+}
+
+/// The kernel's TCP state names (include/net/tcp_states.h).
+pub fn tcp_state_name(s: u32) -> &'static str {
+    match s {
+        1 => "ESTABLISHED",
+        2 => "SYN_SENT",
+        3 => "SYN_RECV",
+        4 => "FIN_WAIT1",
+        5 => "FIN_WAIT2",
+        6 => "TIME_WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE_WAIT",
+        9 => "LAST_ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        12 => "NEW_SYN_RECV",
+        _ => "UNKNOWN",
+    }
+}
+
+/// A log2 histogram with exact count, sum and maximum (the kernel's buckets).
+#[derive(Debug, Clone)]
+pub(crate) struct Log2Hist {
+    pub(crate) buckets: [u64; HISTOGRAM_BUCKETS as usize],
+    pub(crate) count: u64,
+    pub(crate) sum: u64,
+    pub(crate) max: u64,
+}
+
+impl Default for Log2Hist {
+    fn default() -> Self {
+        Log2Hist {
+            buckets: [0; HISTOGRAM_BUCKETS as usize],
+            count: 0,
+            sum: 0,
+            max: 0,
+        }
+    }
+}
+
+impl Log2Hist {
+    pub(crate) fn add_row(&mut self, r: &HistogramRow) {
+        for &(b, c) in &r.buckets {
+            self.buckets[(b as usize).min(HISTOGRAM_BUCKETS as usize - 1)] += c;
+        }
+        self.count += r.count;
+        self.sum = self.sum.saturating_add(r.sum_ns);
+        self.max = self.max.max(r.max_ns);
+    }
+
+    /// Bucket `b`'s range: [2^b, 2^(b+1)) ns, bucket 0 from 0, the last one up to the max.
+    fn range(&self, b: usize) -> (u64, u64) {
+        let lo = if b == 0 { 0 } else { 1u64 << b };
+        let hi = if b + 1 >= HISTOGRAM_BUCKETS as usize {
+            self.max.max(lo)
+        } else {
+            1u64 << (b + 1)
+        };
+        (lo, hi)
+    }
+
+    /// The quantile `q`, by linear interpolation within the log2 bucket that holds its rank
+    /// (nearest rank, as `histogram::rank`), never above the exact maximum: within its
+    /// bucket, i.e. within a factor of two.
+    pub(crate) fn quantile(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let rank = crate::histogram::rank(self.count, q);
+        let mut before = 0u64;
+        for (b, &c) in self.buckets.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            if before + c >= rank {
+                let (lo, hi) = self.range(b);
+                let frac = (rank - before) as f64 / c as f64;
+                let v = lo as f64 + (hi - lo) as f64 * frac;
+                return (v as u64).min(self.max);
+            }
+            before += c;
+        }
+        self.max
+    }
+
+    pub(crate) fn log2_bins(&self) -> Vec<Log2Bin> {
+        let first = self.buckets.iter().position(|&c| c > 0);
+        let last = self.buckets.iter().rposition(|&c| c > 0);
+        let (Some(first), Some(last)) = (first, last) else {
+            return Vec::new();
+        };
+        (first..=last)
+            .map(|b| {
+                let (low, high) = if b == 0 {
+                    (0, 2)
+                } else {
+                    (1u64 << b, 1u64 << (b + 1))
+                };
+                Log2Bin {
+                    low,
+                    high: if b + 1 >= HISTOGRAM_BUCKETS as usize {
+                        u64::MAX
+                    } else {
+                        high
+                    },
+                    count: self.buckets[b],
+                }
+            })
+            .collect()
+    }
+}
+
+/// `ebsym latency --kind syscall|bio|runq`: every call, request or wait the kernel counted,
+/// per syscall, per (device, op), or per process.
+#[derive(Debug, Serialize)]
+pub struct SystemLatencyReport {
+    pub kind: String,
+    pub rows: Vec<SystemLatencyRow>,
+    pub totals: BTreeMap<String, u64>,
+    pub losses: Losses,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One row: the fields of `ebsym latency`'s function rows (count, p50/p90/p99/max,
+/// total), with the percentiles read from log2 buckets.
+#[derive(Debug, Clone, Serialize)]
+pub struct SystemLatencyRow {
+    /// The syscall ("fsync"), the device and op ("vda write"), or the process
+    /// ("db_bench [1234]").
+    pub name: String,
+    /// syscall: its number; bio: dev << 8 | op; runq: the pid.
+    pub key: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub total_ns: u64,
+    /// The log2 histogram: [low, high) ns and count, from the first non-empty bucket to the
+    /// last.
+    pub histogram: Vec<Log2Bin>,
+}
+
+struct HistSink {
+    family: EventFamily,
+    by_key: BTreeMap<(u64, u32), Log2Hist>,
+}
+
+impl Sink for HistSink {
+    fn event(&mut self, ev: &Event<'_>) {
+        if let Event::Histogram(f, r) = ev {
+            if *f == self.family {
+                // runq: per process generation; the others: over every process.
+                let g = if *f == EventFamily::Runq {
+                    r.generation
+                } else {
+                    0
+                };
+                self.by_key.entry((r.key, g)).or_default().add_row(r);
+            }
+        }
+    }
+}
+
+/// `ebsym latency --kind syscall|bio|runq` of an open trace, rows by total time.
+pub fn system_latency_from(
+    trace: impl Trace,
+    kind: EventKind,
+    filter: &Filter,
+    n: usize,
+) -> SystemLatencyReport {
+    let mut sink = HistSink {
+        family: kind.family(),
+        by_key: BTreeMap::new(),
+    };
+    let l = Loaded::from_trace(trace, filter, &mut sink);
+    let arch = l.header.arch.clone();
+    let mut rows: Vec<SystemLatencyRow> = sink
+        .by_key
+        .iter()
+        .map(|(&(key, g), h)| {
+            let (name, key) = match kind {
+                EventKind::Syscall => (syscall_name(&arch, key), key),
+                EventKind::Bio => (
+                    format!(
+                        "{} {}",
+                        device_name(&l, (key >> 8) as u32),
+                        bio_op_name(key as u32)
+                    ),
+                    key,
+                ),
+                _ => match l.tables.generations.get(&g) {
+                    Some(gen) => (
+                        format!(
+                            "{} [{}]",
+                            l.tables.string(gen.process.comm),
+                            gen.process.pid
+                        ),
+                        u64::from(gen.process.pid),
+                    ),
+                    None => (format!("generation {g}"), 0),
+                },
+            };
+            SystemLatencyRow {
+                name,
+                key,
+                count: h.count,
+                max_ns: h.max,
+                p50_ns: h.quantile(0.5),
+                p90_ns: h.quantile(0.9),
+                p99_ns: h.quantile(0.99),
+                total_ns: h.sum,
+                histogram: h.log2_bins(),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    let mut totals = BTreeMap::new();
+    totals.insert("count".to_string(), rows.iter().map(|r| r.count).sum());
+    totals.insert(
+        "total_ns".to_string(),
+        rows.iter().map(|r| r.total_ns).sum(),
+    );
+    rows.truncate(n);
+    let note = rows
+        .is_empty()
+        .then(|| empty_note(kind.name(), filter, &l.losses));
+    SystemLatencyReport {
+        kind: kind.name().into(),
+        rows,
+        totals,
+        losses: l.losses,
+        note,
+    }
+}
+
+/// `ebsym tcp`: the targets' TCP connections grouped by remote endpoint.
+#[derive(Debug, Serialize)]
+pub struct TcpReport {
+    pub rows: Vec<TcpRow>,
+    pub connections: Vec<TcpConnectionRow>,
+    pub losses: Losses,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Connections to (connect) or from (accept) one remote address.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpRow {
+    /// "connect" (the target connected out) or "accept" (it accepted).
+    pub role: &'static str,
+    /// connect: the remote address and port; accept: the remote address and the local
+    /// (listening) port it came in on, as "ADDR -> :PORT".
+    pub remote: String,
+    pub count: u64,
+    /// Connects refused (a reset while SYN_SENT) or that never got established.
+    pub failed: u64,
+    /// Still open at the end of the recording.
+    pub open: u64,
+    pub lifetime_p50_ns: u64,
+    pub lifetime_p90_ns: u64,
+    pub lifetime_max_ns: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub retransmits: u64,
+    pub resets_sent: u64,
+    pub resets_received: u64,
+}
+
+/// One connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpConnectionRow {
+    pub id: u64,
+    pub pid: u32,
+    pub role: &'static str,
+    pub local: String,
+    pub remote: String,
+    pub start_ns: u64,
+    /// None: still open at the end.
+    pub lifetime_ns: Option<u64>,
+    pub established: bool,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub retransmits: u64,
+    pub resets_sent: u64,
+    pub resets_received: u64,
+    /// The state changes: (ns since the start of the connection, "OLD->NEW").
+    pub states: Vec<(u64, String)>,
+}
+
+#[derive(Default)]
+struct TcpSink {
+    conns: BTreeMap<u64, TcpConnectionRow>,
+    local_ports: BTreeMap<u64, u32>,
+    remote_ports: BTreeMap<u64, u32>,
+    generations: BTreeMap<u64, u32>,
+    closed: BTreeMap<u64, u64>,
+}
+
+impl Sink for TcpSink {
+    fn event(&mut self, ev: &Event<'_>) {
+        let Event::Tcp(e) = ev else {
+            return;
+        };
+        let c = self
+            .conns
+            .entry(e.conn)
+            .or_insert_with(|| TcpConnectionRow {
+                id: e.conn,
+                pid: 0,
+                role: "connect",
+                local: String::new(),
+                remote: String::new(),
+                start_ns: 0,
+                lifetime_ns: None,
+                established: false,
+                bytes_sent: 0,
+                bytes_received: 0,
+                retransmits: 0,
+                resets_sent: 0,
+                resets_received: 0,
+                states: Vec::new(),
+            });
+        self.generations.entry(e.conn).or_insert(e.generation);
+        if e.local_port != 0 {
+            self.local_ports.insert(e.conn, e.local_port);
+        }
+        if e.remote_port != 0 {
+            self.remote_ports.insert(e.conn, e.remote_port);
+        }
+        c.retransmits = c.retransmits.max(u64::from(e.retransmits));
+        match e.kind {
+            TcpEventKind::Accept => c.role = "accept",
+            TcpEventKind::Connect => c.role = "connect",
+            TcpEventKind::Retransmit => {}
+            TcpEventKind::SendReset => c.resets_sent += 1,
+            TcpEventKind::ReceiveReset => c.resets_received += 1,
+            TcpEventKind::State => {
+                c.states.push((
+                    e.time_ns,
+                    format!(
+                        "{}->{}",
+                        tcp_state_name(e.old_state),
+                        tcp_state_name(e.state)
+                    ),
+                ));
+                if e.state == 1 {
+                    c.established = true;
+                }
+                if e.state == 7 {
+                    c.bytes_sent = e.bytes_sent;
+                    c.bytes_received = e.bytes_received;
+                    self.closed.insert(e.conn, e.time_ns);
+                }
+            }
+            TcpEventKind::Unspecified => {}
+        }
+        if e.kind == TcpEventKind::Accept {
+            // An accepted connection was established before the accept returned.
+            c.established = true;
+        }
+    }
+}
+
+fn endpoint(addr: &[u8], port: u32) -> String {
+    let ip = match addr.len() {
+        4 => std::net::Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]).to_string(),
+        16 => {
+            let mut b = [0u8; 16];
+            b.copy_from_slice(addr);
+            format!("[{}]", std::net::Ipv6Addr::from(b))
+        }
+        _ => "?".to_string(),
+    };
+    format!("{ip}:{port}")
+}
+
+fn addr_only(addr: &[u8]) -> String {
+    let e = endpoint(addr, 0);
+    e.strip_suffix(":0").unwrap_or(&e).to_string()
+}
+
+/// `ebsym tcp` of an open trace.
+pub fn tcp_from(trace: impl Trace, filter: &Filter) -> TcpReport {
+    let mut sink = TcpSink::default();
+    let l = Loaded::from_trace(trace, filter, &mut sink);
+    let mut groups: BTreeMap<(&'static str, String), (TcpRow, Vec<u64>)> = BTreeMap::new();
+    let mut connections = Vec::new();
+    for (id, mut c) in std::mem::take(&mut sink.conns) {
+        let rec = l.tcp_connections.get(&id);
+        let (laddr, raddr) = rec.map_or((&[][..], &[][..]), |r| {
+            (&r.local_addr[..], &r.remote_addr[..])
+        });
+        let lport = sink
+            .local_ports
+            .get(&id)
+            .copied()
+            .or(rec.map(|r| r.local_port))
+            .unwrap_or(0);
+        let rport = sink
+            .remote_ports
+            .get(&id)
+            .copied()
+            .or(rec.map(|r| r.remote_port))
+            .unwrap_or(0);
+        c.local = endpoint(laddr, lport);
+        c.remote = endpoint(raddr, rport);
+        c.start_ns = rec.map_or(0, |r| r.start_ns);
+        if c.start_ns == 0 {
+            c.start_ns = c.states.first().map_or(0, |s| s.0);
+        }
+        c.pid = sink
+            .generations
+            .get(&id)
+            .and_then(|g| l.tables.generations.get(g))
+            .map_or(0, |g| g.process.pid);
+        c.lifetime_ns = sink.closed.get(&id).map(|&t| t.saturating_sub(c.start_ns));
+        let start = c.start_ns;
+        for s in &mut c.states {
+            s.0 = s.0.saturating_sub(start);
+        }
+        let key = if c.role == "accept" {
+            format!("{} -> :{lport}", addr_only(raddr))
+        } else {
+            c.remote.clone()
+        };
+        let (row, lifetimes) = groups.entry((c.role, key.clone())).or_insert_with(|| {
+            (
+                TcpRow {
+                    role: c.role,
+                    remote: key,
+                    count: 0,
+                    failed: 0,
+                    open: 0,
+                    lifetime_p50_ns: 0,
+                    lifetime_p90_ns: 0,
+                    lifetime_max_ns: 0,
+                    bytes_sent: 0,
+                    bytes_received: 0,
+                    retransmits: 0,
+                    resets_sent: 0,
+                    resets_received: 0,
+                },
+                Vec::new(),
+            )
+        });
+        row.count += 1;
+        if !c.established && c.lifetime_ns.is_some() {
+            row.failed += 1;
+        }
+        match c.lifetime_ns {
+            Some(t) if c.established => lifetimes.push(t),
+            Some(_) => {}
+            None => row.open += 1,
+        }
+        row.bytes_sent += c.bytes_sent;
+        row.bytes_received += c.bytes_received;
+        row.retransmits += c.retransmits;
+        row.resets_sent += c.resets_sent;
+        row.resets_received += c.resets_received;
+        connections.push(c);
+    }
+    let mut rows: Vec<TcpRow> = groups
+        .into_values()
+        .map(|(mut row, mut lt)| {
+            lt.sort_unstable();
+            let q = |q: f64| {
+                if lt.is_empty() {
+                    0
+                } else {
+                    lt[crate::histogram::rank(lt.len() as u64, q) as usize - 1]
+                }
+            };
+            row.lifetime_p50_ns = q(0.5);
+            row.lifetime_p90_ns = q(0.9);
+            row.lifetime_max_ns = lt.last().copied().unwrap_or(0);
+            row
+        })
+        .collect();
+    rows.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.remote.cmp(&b.remote)));
+    let note = rows
+        .is_empty()
+        .then(|| empty_note(EventKind::Tcp.name(), filter, &l.losses));
+    TcpReport {
+        rows,
+        connections,
+        losses: l.losses,
+        note,
+    }
+}
+
+/// The heat map's points of `kind`: for syscall, bio and runq the kernel's histograms
+/// (every call, request or wait; each row spread over its interval), else (or when the
+/// trace has no histograms) one point per event at its start.
+pub fn heat_points(
+    trace: impl Trace,
+    kind: EventKind,
+    filter: &Filter,
+) -> (Loaded, Vec<HeatPoint>) {
+    struct PointSink {
+        kind: EventKind,
+        hist: Vec<HeatPoint>,
+        exact: Vec<HeatPoint>,
+    }
+    impl Sink for PointSink {
+        fn event(&mut self, ev: &Event<'_>) {
+            let exact = |t: u64, d: u64| HeatPoint {
+                time_ns: t,
+                span_ns: 0,
+                lo_ns: d,
+                hi_ns: d,
+                count: 1,
+            };
+            let p = match (self.kind, ev) {
+                (k, Event::Histogram(f, r)) if k.family() == *f => {
+                    let span = r.time_ns.saturating_sub(r.since_ns);
+                    for &(b, c) in &r.buckets {
+                        let lo = if b == 0 { 0 } else { 1u64 << b };
+                        self.hist.push(HeatPoint {
+                            time_ns: r.time_ns,
+                            span_ns: span,
+                            lo_ns: lo,
+                            hi_ns: lo.saturating_mul(2).max(2),
+                            count: c,
+                        });
+                    }
+                    return;
+                }
+                (EventKind::Syscall, Event::Syscall(e)) => exact(e.time_ns, e.duration_ns),
+                (EventKind::Bio, Event::Bio(e)) => exact(e.time_ns, e.duration_ns),
+                (EventKind::Runq, Event::Runq(e)) => exact(e.time_ns, e.duration_ns),
+                (EventKind::Func, Event::Func(e)) => exact(e.time_ns, e.duration_ns),
+                (EventKind::OffCpu, Event::OffCpu(e)) => exact(e.time_ns, e.duration_ns),
+                (EventKind::Lock, Event::Lock(e)) => exact(e.time_ns, e.wait_ns),
+                _ => return,
+            };
+            self.exact.push(p);
+        }
+    }
+    let mut sink = PointSink {
+        kind,
+        hist: Vec::new(),
+        exact: Vec::new(),
+    };
+    let l = Loaded::from_trace(trace, filter, &mut sink);
+    let points = if sink.hist.is_empty() {
+        sink.exact
+    } else {
+        sink.hist
+    };
+    (l, points)
+}
+
+/// A duration for people: 812 ns, 38.2 us, 5.12 ms, 1.50 s.
+pub fn human_ns(ns: u64) -> String {
+    let v = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} us", v / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", v / 1e6)
+    } else {
+        format!("{:.2} s", v / 1e9)
+    }
+}
+
+impl SystemLatencyReport {
+    /// The report for people: a row per syscall (device and op, process) with its log2
+    /// histogram.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let what = match self.kind.as_str() {
+            "syscall" => "system calls",
+            "bio" => "block I/O requests",
+            _ => "run-queue waits",
+        };
+        let _ = writeln!(
+            s,
+            "{what} (every one, from the kernel's log2 histograms; percentiles within their power-of-two bucket): count {}, total {}",
+            self.totals.get("count").copied().unwrap_or(0),
+            human_ns(self.totals.get("total_ns").copied().unwrap_or(0))
+        );
+        if let Some(note) = &self.note {
+            let _ = writeln!(s, "{note}");
+        }
+        for (i, r) in self.rows.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "\n#{} {}  count {}  p50 {}  p90 {}  p99 {}  max {}  total {}",
+                i + 1,
+                r.name,
+                r.count,
+                human_ns(r.p50_ns),
+                human_ns(r.p90_ns),
+                human_ns(r.p99_ns),
+                human_ns(r.max_ns),
+                human_ns(r.total_ns)
+            );
+            s.push_str(&super::text::log2_text(&r.histogram));
+        }
+        s.push_str(&super::losses_text(&self.losses));
+        s
+    }
+}
+
+impl TcpReport {
+    /// The report for people: a row per remote endpoint.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let n: u64 = self.rows.iter().map(|r| r.count).sum();
+        let _ = writeln!(s, "tcp connections: {n}");
+        if let Some(note) = &self.note {
+            let _ = writeln!(s, "{note}");
+        }
+        for (i, r) in self.rows.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "\n#{} {} {}  count {}  failed {}  open {}  lifetime p50 {}  p90 {}  max {}",
+                i + 1,
+                r.role,
+                r.remote,
+                r.count,
+                r.failed,
+                r.open,
+                human_ns(r.lifetime_p50_ns),
+                human_ns(r.lifetime_p90_ns),
+                human_ns(r.lifetime_max_ns)
+            );
+            let _ = writeln!(
+                s,
+                "    bytes sent {}  received {}  retransmits {}  resets sent {}  received {}",
+                r.bytes_sent, r.bytes_received, r.retransmits, r.resets_sent, r.resets_received
+            );
+        }
+        s.push_str(&super::losses_text(&self.losses));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist(values: &[u64]) -> Log2Hist {
+        let mut h = Log2Hist::default();
+        for &v in values {
+            let b = if v < 2 { 0 } else { 63 - v.leading_zeros() } as usize;
+            h.buckets[b.min(HISTOGRAM_BUCKETS as usize - 1)] += 1;
+            h.count += 1;
+            h.sum += v;
+            h.max = h.max.max(v);
+        }
+        h
+    }
+
+    #[test]
+    fn quantiles_stay_in_their_log2_bucket() {
+        // 90 fast calls of ~1 µs and 10 of 5 ms: p50 in [512 ns, 1024 ns), p99 in the
+        // bucket of 5 ms, [4.19 ms, 8.39 ms), and never above the maximum.
+        let mut v = vec![800u64; 90];
+        v.extend([5_000_000u64; 10]);
+        let h = hist(&v);
+        let p50 = h.quantile(0.5);
+        assert!((512..1024).contains(&p50), "{p50}");
+        let p99 = h.quantile(0.99);
+        assert!((1 << 22..=5_000_000).contains(&p99), "{p99}");
+        assert_eq!(h.quantile(1.0), 5_000_000);
+        assert_eq!(hist(&[]).quantile(0.5), 0);
+        let bins = h.log2_bins();
+        assert_eq!(bins.first().map(|b| (b.low, b.count)), Some((512, 90)));
+        assert_eq!(bins.last().map(|b| (b.low, b.count)), Some((1 << 22, 10)));
+        assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), 100);
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(syscall_name("x86_64", 110), "getppid");
+        assert_eq!(syscall_name("x86_64", 74), "fsync");
+        assert_eq!(syscall_name("x86_64", 35), "nanosleep");
+        assert_eq!(syscall_name("aarch64", 82), "fsync");
+        assert_eq!(syscall_name("x86_64", 100_000), "syscall_100000");
+        assert_eq!(bio_op_name(1), "write");
+        assert_eq!(bio_flags_text(1 | 4), "sync,fua");
+        assert_eq!(tcp_state_name(2), "SYN_SENT");
+        assert_eq!(endpoint(&[127, 0, 0, 1], 80), "127.0.0.1:80");
+        assert_eq!(addr_only(&[10, 0, 0, 2]), "10.0.0.2");
+    }
+}

@@ -1,0 +1,732 @@
+/* The system around the service: system calls (--syscalls), block I/O (--bio), run-queue
+ * waits (--runq) and TCP connections (--tcp), all from tracepoints (tp_btf: no tracefs and
+ * no kprobes needed).
+ *
+ * Every call, request and wait of a target is counted in a log2 histogram per (process,
+ * family, key) in `hists`, which user space reads every second: a million fast calls cost
+ * no events. Only those past a family's threshold become events, with stacks.
+ *
+ * Each family's programs carry its prefix (sys_, bio_, runq_, tcp_): user space loads and
+ * attaches only the chosen families', and --max-cpu charges each program to its family by
+ * that prefix. */
+#include "targets.bpf.h"
+
+/* Thresholds, ns: shorter calls, requests and waits are only counted in the histograms. */
+const volatile __u64 syscall_min_ns = 1000000;
+const volatile __u64 bio_min_ns = 0;
+const volatile __u64 runq_min_ns = 1000000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct hist_key);
+	__type(value, struct hist_val);
+} hists SEC(".maps");
+
+const volatile struct hist_val hist_zero = {};
+
+/* The log2 bucket of `v` ns (0 and 1 in bucket 0), at most HIST_BUCKETS - 1. */
+static __always_inline __u32 hist_bucket(__u64 v)
+{
+	__u32 r = 0;
+	if (v >> 32) {
+		v >>= 32;
+		r += 32;
+	}
+	if (v >> 16) {
+		v >>= 16;
+		r += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		r += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		r += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		r += 2;
+	}
+	if (v >> 1)
+		r += 1;
+	return r < HIST_BUCKETS ? r : HIST_BUCKETS - 1;
+}
+
+/* Counts one latency `d` under (pid, family, key). A full map is a counted loss. */
+static __always_inline void hist_add(__u32 family, __u32 pid, __u64 key, __u64 d)
+{
+	struct hist_key k = { .pid = pid, .family = family, .key = key };
+	struct hist_val *v = bpf_map_lookup_elem(&hists, &k);
+	if (!v) {
+		bpf_map_update_elem(&hists, &k, (void *)&hist_zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&hists, &k);
+		if (!v) {
+			count(family, CTR_LOST_MAP_FULL);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->sum, d);
+	__u32 b = hist_bucket(d);
+	__sync_fetch_and_add(&v->b[b], 1);
+	/* The maximum only grows: a few tries against a concurrent writer. */
+	for (int i = 0; i < 3; i++) {
+		__u64 m = v->max;
+		if (d <= m || __sync_val_compare_and_swap(&v->max, m, d) == m)
+			break;
+	}
+}
+
+static __always_inline __u32 kernel_stack(void *ctx, __u64 *ips, __u32 *flags)
+{
+	long n = bpf_get_stack(ctx, ips, KFRAMES * sizeof(__u64), 0);
+	if (n <= 0)
+		return 0;
+	__u32 frames = n / sizeof(__u64);
+	if (frames >= KFRAMES)
+		*flags |= SF_KERNEL_TRUNCATED;
+	return frames;
+}
+
+/* --- processes --- */
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
+{
+	targets_fork(parent, child);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(proc_exit, struct task_struct *task)
+{
+	targets_exit(task);
+	return 0;
+}
+
+/* --- syscalls --- */
+
+struct sys_start {
+	__u64 ts;
+	__u32 nr;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sys_start);
+} sys_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct syscall_event);
+} sys_scratch SEC(".maps");
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	/* A thread with state is a target's (it got it here): no need to look it up again. */
+	struct sys_start *s = bpf_task_storage_get(&sys_starts, task, 0, 0);
+	if (!s) {
+		if (!is_target(task->tgid))
+			return 0;
+		s = bpf_task_storage_get(&sys_starts, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!s) {
+			count(FAM_SYSCALL, CTR_HITS);
+			count(FAM_SYSCALL, CTR_LOST_MAP_FULL);
+			return 0;
+		}
+	}
+	s->nr = id;
+	s->ts = bpf_ktime_get_boot_ns();
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct sys_start *s = bpf_task_storage_get(&sys_starts, task, 0, 0);
+	if (!s || !s->ts)
+		return 0;
+	__u64 start = s->ts;
+	__u32 nr = s->nr;
+	s->ts = 0;
+	__u64 d = bpf_ktime_get_boot_ns() - start;
+	count(FAM_SYSCALL, CTR_HITS);
+	hist_add(FAM_SYSCALL, task->tgid, nr, d);
+	if (d < syscall_min_ns) {
+		count(FAM_SYSCALL, CTR_FILTERED);
+		return 0;
+	}
+	if (!admit(FAM_SYSCALL))
+		return 0;
+	__u32 z = 0;
+	struct syscall_event *e = bpf_map_lookup_elem(&sys_scratch, &z);
+	if (!e)
+		return 0;
+	fill_header(&e->h, FAM_SYSCALL);
+	e->h.time_ns = start;
+	e->duration_ns = d;
+	e->ret = ret;
+	e->nr = nr;
+	e->flags = 0;
+	/* The user registers are still those of the entry: the caller's stack. */
+	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
+	n &= MAX_FRAMES - 1;
+	e->nframes = n;
+	e->copy_id = stack_copy();
+	__u64 size = __builtin_offsetof(struct syscall_event, ips) + n * sizeof(__u64);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_SYSCALL, CTR_LOST_RINGBUF);
+	return 0;
+}
+
+/* --- run queue --- */
+
+#define TASK_RUNNING 0
+
+struct runq_state {
+	__u64 ts;	/* when it became runnable (0: not waiting) */
+	__u64 ip;	/* the user registers at its last block */
+	__u64 sp;
+	__u32 preempted;
+	__u32 pending;	/* runq_pend holds a kept wait waiting for the syscall exit */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct runq_state);
+} runq_states SEC(".maps");
+
+/* Per thread, the kept wait being filled, so that it leaves without a copy; for a
+ * preempted thread, its stack at the preemption. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct runq_event);
+} runq_pend SEC(".maps");
+
+static __always_inline void runq_send(struct runq_event *e)
+{
+	e->pending = 0;
+	__u32 used = (e->kframes & (KFRAMES - 1)) + (e->nframes & (MAX_FRAMES - 1));
+	__u64 size = __builtin_offsetof(struct runq_event, ips) + used * sizeof(__u64);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_RUNQ, CTR_LOST_RINGBUF);
+}
+
+/* A kept wait still waiting for its syscall exit when the buffer is needed again: it goes
+ * with its kernel stack only. */
+static __always_inline void runq_flush(struct runq_event *e)
+{
+	if (!e->pending)
+		return;
+	e->nframes = 0;
+	e->flags |= SF_USER_NOT_AT_EXIT;
+	runq_send(e);
+}
+
+/* The state of a target's thread, created on first sight. */
+static __always_inline struct runq_state *runq_state_of(struct task_struct *t)
+{
+	struct runq_state *st = bpf_task_storage_get(&runq_states, t, 0, 0);
+	if (st || !is_target(t->tgid))
+		return st;
+	return bpf_task_storage_get(&runq_states, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+static __always_inline void runq_woken(struct task_struct *p)
+{
+	struct runq_state *st = runq_state_of(p);
+	if (!st)
+		return;
+	st->ts = bpf_ktime_get_boot_ns();
+	st->preempted = 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(runq_wakeup, struct task_struct *p)
+{
+	runq_woken(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(runq_wakeup_new, struct task_struct *p)
+{
+	runq_woken(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	__u64 now = 0;
+	if (prev->pid != 0) {
+		struct runq_state *st = runq_state_of(prev);
+		if (st) {
+			now = bpf_ktime_get_boot_ns();
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
+			if (prev_state == TASK_RUNNING) {
+				/* Preempted: it waits from now, and this is its own context, so its
+				 * stack is taken now (a wait is kept or not only when it ends). */
+				st->ts = now;
+				st->preempted = 1;
+				struct runq_event *e = bpf_task_storage_get(
+					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+				if (e) {
+					runq_flush(e);
+					e->flags = 0;
+					__u32 k = kernel_stack(ctx, e->ips, &e->flags);
+					k &= KFRAMES - 1;
+					e->kframes = k;
+					__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
+					e->nframes = n & (MAX_FRAMES - 1);
+					e->copy_id = 0;
+				}
+			} else {
+				st->ts = 0;
+				st->ip = regs ? regs->ip : 0;
+				st->sp = regs ? regs->sp : 0;
+			}
+		}
+	}
+	struct runq_state *st = bpf_task_storage_get(&runq_states, next, 0, 0);
+	if (!st || !st->ts)
+		return 0;
+	if (!now)
+		now = bpf_ktime_get_boot_ns();
+	__u64 start = st->ts;
+	__u64 d = now - start;
+	st->ts = 0;
+	count(FAM_RUNQ, CTR_HITS);
+	hist_add(FAM_RUNQ, next->tgid, 0, d);
+	if (d < runq_min_ns) {
+		count(FAM_RUNQ, CTR_FILTERED);
+		return 0;
+	}
+	if (!admit(FAM_RUNQ))
+		return 0;
+	struct runq_event *e = bpf_task_storage_get(&runq_pend, next, 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!e) {
+		count(FAM_RUNQ, CTR_LOST_MAP_FULL);
+		return 0;
+	}
+	e->h.type = FAM_RUNQ;
+	e->h.pid = next->tgid;
+	e->h.tid = next->pid;
+	e->h.cpu = bpf_get_smp_processor_id();
+	e->h.time_ns = start;
+	e->duration_ns = d;
+	e->preempted = st->preempted;
+	if (st->preempted) {
+		/* Its stack was taken at the preemption. */
+		runq_send(e);
+		return 0;
+	}
+	/* Woken: where it blocked, in the kernel now and in user space at its syscall exit,
+	 * in its own context. */
+	runq_flush(e);
+	e->flags = 0;
+	e->nframes = 0;
+	e->copy_id = 0;
+	long n = bpf_get_task_stack(next, e->ips, KFRAMES * sizeof(__u64), 0);
+	__u32 k = n > 0 ? n / sizeof(__u64) : 0;
+	if (k >= KFRAMES)
+		e->flags |= SF_KERNEL_TRUNCATED;
+	e->kframes = k & (KFRAMES - 1);
+	e->user_ip = st->ip;
+	e->user_sp = st->sp;
+	e->pending = 1;
+	st->pending = 1;
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(runq_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
+	if (!st || !st->pending)
+		return 0;
+	st->pending = 0;
+	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
+	if (!e || !e->pending)
+		return 0;
+	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!u || u->ip != e->user_ip || u->sp != e->user_sp) {
+		runq_flush(e);
+		return 0;
+	}
+	__u32 k = e->kframes & (KFRAMES - 1);
+	__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
+	e->nframes = n & (MAX_FRAMES - 1);
+	e->copy_id = stack_copy();
+	runq_send(e);
+	return 0;
+}
+
+/* --- block I/O --- */
+
+/* Requests in flight, by their address: the event as it will be sent. A full map is a
+ * counted loss (an LRU map would drop the oldest request silently). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct bio_event);
+} bio_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bio_event);
+} bio_scratch SEC(".maps");
+
+#define REQ_OP_BITS 8
+#define REQ_OP_MASK ((1 << REQ_OP_BITS) - 1)
+
+static __always_inline __u32 bio_flag(__u32 cmd, int bit, __u32 ours)
+{
+	return (cmd >> bit) & 1 ? ours : 0;
+}
+
+static __always_inline void bio_start(void *ctx, struct request *rq)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	if (!is_target(pt >> 32))
+		return;
+	__u32 z = 0;
+	struct bio_event *e = bpf_map_lookup_elem(&bio_scratch, &z);
+	if (!e)
+		return;
+	fill_header(&e->h, FAM_BIO);
+	struct block_device *part = BPF_CORE_READ(rq, part);
+	__u32 dev = part ? BPF_CORE_READ(part, bd_dev) : 0;
+	if (!dev) {
+		struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+		if (disk)
+			dev = (BPF_CORE_READ(disk, major) << 20) | BPF_CORE_READ(disk, first_minor);
+	}
+	e->dev = dev;
+	e->sector = BPF_CORE_READ(rq, __sector);
+	e->bytes = BPF_CORE_READ(rq, __data_len);
+	__u32 cmd = BPF_CORE_READ(rq, cmd_flags);
+	e->op = cmd & REQ_OP_MASK;
+	e->bio_flags = bio_flag(cmd, bpf_core_enum_value(enum req_flag_bits, __REQ_SYNC), BIO_SYNC) |
+		       bio_flag(cmd, bpf_core_enum_value(enum req_flag_bits, __REQ_META), BIO_META) |
+		       bio_flag(cmd, bpf_core_enum_value(enum req_flag_bits, __REQ_FUA), BIO_FUA) |
+		       bio_flag(cmd, bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH),
+				BIO_PREFLUSH) |
+		       bio_flag(cmd, bpf_core_enum_value(enum req_flag_bits, __REQ_RAHEAD),
+				BIO_READAHEAD);
+	e->error = 0;
+	e->duration_ns = 0;
+	e->flags = 0;
+	__u32 k = kernel_stack(ctx, e->ips, &e->flags);
+	k &= KFRAMES - 1;
+	e->kframes = k;
+	__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
+	e->nframes = n & (MAX_FRAMES - 1);
+	e->copy_id = stack_copy();
+	__u64 key = (__u64)rq;
+	if (bpf_map_update_elem(&bio_inflight, &key, e, BPF_ANY)) {
+		count(FAM_BIO, CTR_HITS);
+		count(FAM_BIO, CTR_LOST_MAP_FULL);
+	}
+}
+
+static __always_inline void bio_done(struct request *rq, int error)
+{
+	__u64 key = (__u64)rq;
+	struct bio_event *e = bpf_map_lookup_elem(&bio_inflight, &key);
+	if (!e)
+		return;
+	__u64 d = bpf_ktime_get_boot_ns() - e->h.time_ns;
+	count(FAM_BIO, CTR_HITS);
+	e->duration_ns = d;
+	e->error = error;
+	hist_add(FAM_BIO, e->h.pid, ((__u64)e->dev << 8) | e->op, d);
+	if (d < bio_min_ns) {
+		count(FAM_BIO, CTR_FILTERED);
+	} else if (admit(FAM_BIO)) {
+		__u32 used = (e->kframes & (KFRAMES - 1)) + (e->nframes & (MAX_FRAMES - 1));
+		__u64 size = __builtin_offsetof(struct bio_event, ips) + used * sizeof(__u64);
+		if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+			count(FAM_BIO, CTR_LOST_RINGBUF);
+	}
+	bpf_map_delete_elem(&bio_inflight, &key);
+}
+
+/* 6.5 and later: accounting start (in the issuing task, when the request is made) and end. */
+SEC("tp_btf/block_io_start")
+int BPF_PROG(bio_io_start, struct request *rq)
+{
+	bio_start(ctx, rq);
+	return 0;
+}
+
+SEC("tp_btf/block_io_done")
+int BPF_PROG(bio_io_done, struct request *rq)
+{
+	bio_done(rq, 0);
+	return 0;
+}
+
+/* Older kernels: handed to the driver (often, but not always, in the issuing task) and
+ * completed. */
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(bio_rq_issue, struct request *rq)
+{
+	bio_start(ctx, rq);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(bio_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	bio_done(rq, error);
+	return 0;
+}
+
+/* --- TCP --- */
+
+#define IPPROTO_TCP 6
+#define AF_INET 2
+#define AF_INET6 10
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
+#define TCP_CLOSE 7
+#define NR_ACCEPT 43
+#define NR_ACCEPT4 288
+
+struct tcp_conn {
+	__u64 id;
+	__u64 start_ns;
+	__u32 pid;
+	__u32 pad;
+};
+
+/* The targets' connections, by socket address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct tcp_conn);
+} tcp_conns SEC(".maps");
+
+/* Connections a listener received, not yet accepted (the listener's owner is unknown until
+ * a target accepts them): when each started. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} tcp_unaccepted SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tcp_event);
+} tcp_scratch SEC(".maps");
+
+__u64 tcp_seq = 0;
+
+static __always_inline struct tcp_event *tcp_begin(const struct sock *sk, struct tcp_conn *c,
+						   __u32 kind)
+{
+	__u32 z = 0;
+	struct tcp_event *e = bpf_map_lookup_elem(&tcp_scratch, &z);
+	if (!e)
+		return 0;
+	fill_header(&e->h, FAM_TCP);
+	e->h.pid = c->pid;
+	if ((bpf_get_current_pid_tgid() >> 32) != c->pid)
+		e->h.tid = 0;
+	e->conn = c->id;
+	e->start_ns = c->start_ns;
+	e->kind = kind;
+	e->state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->old_state = 0;
+	e->nframes = 0;
+	e->flags = 0;
+	e->copy_id = 0;
+	e->bytes_sent = 0;
+	e->bytes_received = 0;
+	const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+	e->retransmits = BPF_CORE_READ(tp, total_retrans);
+	__u16 fam = BPF_CORE_READ(sk, __sk_common.skc_family);
+	e->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->rport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (fam == AF_INET6) {
+		e->family = 6;
+		BPF_CORE_READ_INTO(&e->laddr, sk, __sk_common.skc_v6_rcv_saddr);
+		BPF_CORE_READ_INTO(&e->raddr, sk, __sk_common.skc_v6_daddr);
+	} else {
+		e->family = 4;
+		__u32 l = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__u32 r = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memset(e->laddr, 0, 16);
+		__builtin_memset(e->raddr, 0, 16);
+		__builtin_memcpy(e->laddr, &l, 4);
+		__builtin_memcpy(e->raddr, &r, 4);
+	}
+	return e;
+}
+
+static __always_inline void tcp_send(struct tcp_event *e)
+{
+	__u32 n = e->nframes & (MAX_FRAMES - 1);
+	__u64 size = __builtin_offsetof(struct tcp_event, ips) + n * sizeof(__u64);
+	count(FAM_TCP, CTR_HITS);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_TCP, CTR_LOST_RINGBUF);
+}
+
+/* A new connection of the current (target) task, with the caller's stack. */
+static __always_inline void tcp_new(void *ctx, const struct sock *sk, __u64 start, __u32 kind)
+{
+	__u64 key = (__u64)sk;
+	struct tcp_conn c = {
+		.id = __sync_fetch_and_add(&tcp_seq, 1) + 1,
+		.start_ns = start,
+		.pid = bpf_get_current_pid_tgid() >> 32,
+	};
+	if (bpf_map_update_elem(&tcp_conns, &key, &c, BPF_ANY)) {
+		count(FAM_TCP, CTR_HITS);
+		count(FAM_TCP, CTR_LOST_MAP_FULL);
+		return;
+	}
+	struct tcp_event *e = tcp_begin(sk, &c, kind);
+	if (!e)
+		return;
+	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
+	e->nframes = n & (MAX_FRAMES - 1);
+	e->copy_id = stack_copy();
+	tcp_send(e);
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(tcp_set_state, const struct sock *sk, int oldstate, int newstate)
+{
+	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	__u64 key = (__u64)sk;
+	struct tcp_conn *c = bpf_map_lookup_elem(&tcp_conns, &key);
+	if (!c) {
+		if (newstate == TCP_SYN_SENT && is_target(bpf_get_current_pid_tgid() >> 32)) {
+			tcp_new(ctx, sk, bpf_ktime_get_boot_ns(), TCPE_CONNECT);
+			c = bpf_map_lookup_elem(&tcp_conns, &key);
+		} else if (newstate == TCP_SYN_RECV) {
+			__u64 now = bpf_ktime_get_boot_ns();
+			bpf_map_update_elem(&tcp_unaccepted, &key, &now, BPF_NOEXIST);
+		}
+		if (!c)
+			return 0;
+	}
+	struct tcp_event *e = tcp_begin(sk, c, TCPE_STATE);
+	if (!e)
+		return 0;
+	e->state = newstate;
+	e->old_state = oldstate;
+	if (newstate == TCP_CLOSE) {
+		const struct tcp_sock *tp = (const struct tcp_sock *)sk;
+		e->bytes_sent = BPF_CORE_READ(tp, bytes_acked);
+		e->bytes_received = BPF_CORE_READ(tp, bytes_received);
+		bpf_map_delete_elem(&tcp_conns, &key);
+	}
+	tcp_send(e);
+	return 0;
+}
+
+/* The socket of file descriptor `fd` of the current task (0: none). */
+static __always_inline struct sock *fd_sock(__u32 fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return 0;
+	struct socket *so = BPF_CORE_READ(f, private_data);
+	return so ? BPF_CORE_READ(so, sk) : 0;
+}
+
+/* accept() and accept4() of a target: the connection is the target's from here, with the
+ * accept's caller as its stack. */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(tcp_sys_exit, struct pt_regs *regs, long ret)
+{
+	if (ret < 0)
+		return 0;
+	long nr = BPF_CORE_READ(regs, orig_ax);
+	if (nr != NR_ACCEPT && nr != NR_ACCEPT4)
+		return 0;
+	if (!is_target(bpf_get_current_pid_tgid() >> 32))
+		return 0;
+	struct sock *sk = fd_sock(ret);
+	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+		return 0;
+	__u64 key = (__u64)sk;
+	if (bpf_map_lookup_elem(&tcp_conns, &key))
+		return 0;
+	__u64 *t = bpf_map_lookup_elem(&tcp_unaccepted, &key);
+	__u64 start = t ? *t : bpf_ktime_get_boot_ns();
+	if (t)
+		bpf_map_delete_elem(&tcp_unaccepted, &key);
+	tcp_new(ctx, sk, start, TCPE_ACCEPT);
+	return 0;
+}
+
+static __always_inline void tcp_mark(const struct sock *sk, __u32 kind)
+{
+	if (!sk)
+		return;
+	__u64 key = (__u64)sk;
+	struct tcp_conn *c = bpf_map_lookup_elem(&tcp_conns, &key);
+	if (!c)
+		return;
+	struct tcp_event *e = tcp_begin(sk, c, kind);
+	if (e)
+		tcp_send(e);
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit, const struct sock *sk, const struct sk_buff *skb)
+{
+	tcp_mark(sk, TCPE_RETRANSMIT);
+	return 0;
+}
+
+SEC("tp_btf/tcp_send_reset")
+int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb)
+{
+	tcp_mark(sk, TCPE_SEND_RESET);
+	return 0;
+}
+
+SEC("tp_btf/tcp_receive_reset")
+int BPF_PROG(tcp_receive_reset, struct sock *sk)
+{
+	tcp_mark(sk, TCPE_RECEIVE_RESET);
+	return 0;
+}
