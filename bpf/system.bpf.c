@@ -16,6 +16,10 @@ const volatile __u64 syscall_min_ns = 1000000;
 const volatile __u64 bio_min_ns = 0;
 const volatile __u64 runq_min_ns = 1000000;
 
+/* Bumped by user space when --max-cpu resumes a paused family of this object: state taken
+ * before the pause (an entry whose exit came while paused) is stale then. */
+__u32 sys_epoch = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -112,7 +116,7 @@ int BPF_PROG(proc_exit, struct task_struct *task)
 struct sys_start {
 	__u64 ts;
 	__u32 nr;
-	__u32 pad;
+	__u32 epoch;
 };
 
 struct {
@@ -146,6 +150,7 @@ int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
 		}
 	}
 	s->nr = id;
+	s->epoch = sys_epoch;
 	s->ts = bpf_ktime_get_boot_ns();
 	return 0;
 }
@@ -160,6 +165,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	__u64 start = s->ts;
 	__u32 nr = s->nr;
 	s->ts = 0;
+	if (s->epoch != sys_epoch)
+		return 0; /* entered before a pause: its exit may not be this call's */
 	__u64 d = bpf_ktime_get_boot_ns() - start;
 	count(FAM_SYSCALL, CTR_HITS);
 	hist_add(FAM_SYSCALL, task->tgid, nr, d);
@@ -200,6 +207,8 @@ struct runq_state {
 	__u64 sp;
 	__u32 preempted;
 	__u32 pending;	/* runq_pend holds a kept wait waiting for the syscall exit */
+	__u32 epoch;	/* sys_epoch at `ts` */
+	__u32 pad;
 };
 
 struct {
@@ -253,6 +262,7 @@ static __always_inline void runq_woken(struct task_struct *p)
 	if (!st)
 		return;
 	st->ts = bpf_ktime_get_boot_ns();
+	st->epoch = sys_epoch;
 	st->preempted = 0;
 }
 
@@ -284,6 +294,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 				/* Preempted: it waits from now, and this is its own context, so its
 				 * stack is taken now (a wait is kept or not only when it ends). */
 				st->ts = now;
+				st->epoch = sys_epoch;
 				st->preempted = 1;
 				struct runq_event *e = bpf_task_storage_get(
 					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -312,6 +323,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	__u64 start = st->ts;
 	__u64 d = now - start;
 	st->ts = 0;
+	if (st->epoch != sys_epoch)
+		return 0; /* runnable since before a pause: its wait is unknown */
 	count(FAM_RUNQ, CTR_HITS);
 	hist_add(FAM_RUNQ, next->tgid, 0, d);
 	if (d < runq_min_ns) {
@@ -367,6 +380,12 @@ int BPF_PROG(runq_sys_exit, struct pt_regs *regs, long ret)
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
 	if (!e || !e->pending)
 		return 0;
+	if (st->epoch != sys_epoch) {
+		/* kept before a pause: the syscall exit it waited for may have come while the
+		 * programs were off; sent without its user stack */
+		runq_flush(e);
+		return 0;
+	}
 	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!u || u->ip != e->user_ip || u->sp != e->user_sp) {
 		runq_flush(e);
@@ -436,6 +455,9 @@ static __always_inline void bio_start(void *ctx, struct request *rq)
 				BIO_PREFLUSH) |
 		       bio_flag(cmd, bpf_core_enum_value(enum req_flag_bits, __REQ_RAHEAD),
 				BIO_READAHEAD);
+	/* An empty write that only flushes the cache (fsync's) is a flush. */
+	if (e->op == 1 && e->bytes == 0 && (e->bio_flags & BIO_PREFLUSH))
+		e->op = 2;
 	e->error = 0;
 	e->duration_ns = 0;
 	e->flags = 0;

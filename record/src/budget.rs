@@ -100,14 +100,8 @@ impl Knob {
 /// The lower-case name of a family, as the trace's readers print it.
 pub fn family_name(f: EventFamily) -> &'static str {
     match f {
-        EventFamily::Alloc => "alloc",
-        EventFamily::Free => "free",
-        EventFamily::Lock => "lock",
-        EventFamily::Func => "func",
-        EventFamily::Cpu => "cpu",
-        EventFamily::Offcpu => "offcpu",
-        EventFamily::MemGrowth => "memgrowth",
-        _ => "other",
+        EventFamily::Unspecified => "other",
+        f => ebtrace_format::family::family(f).name,
     }
 }
 

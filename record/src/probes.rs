@@ -289,6 +289,8 @@ pub struct Probes<'obj> {
     offcpu_min_ptr: Option<*mut u64>,
     /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
     offcpu_epoch_ptr: Option<*mut u32>,
+    /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
+    sys_epoch_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
     /// `set_cpu_hz`.
     cpu_fds: Vec<i32>,
@@ -678,6 +680,7 @@ impl<'obj> Probes<'obj> {
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
             offcpu_epoch_ptr: None,
+            sys_epoch_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
             tp_pausable: Default::default(),
@@ -692,6 +695,11 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_epoch as *mut u32);
+        p.sys_epoch_ptr = p
+            .system
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.sys_epoch as *mut u32);
         p.sample_bytes_ptr = p
             .alloc
             .as_mut()
@@ -795,47 +803,75 @@ impl<'obj> Probes<'obj> {
         if let Some(sy) = &p.system {
             let mut what = Vec::new();
             let g = &sy.progs;
-            let mut progs: Vec<(&libbpf_rs::ProgramMut<'_>, &str)> = vec![
+            for (prog, tp) in [
                 (&g.proc_fork, "sched_process_fork"),
                 (&g.proc_exit, "sched_process_exit"),
-            ];
-            if cfg.syscall_min_ns.is_some() {
-                progs.push((&g.sys_exit, "sys_exit"));
-                progs.push((&g.sys_enter, "sys_enter"));
-                what.push("sys_enter, sys_exit (syscalls)");
-            }
-            if cfg.runq_min_ns.is_some() {
-                progs.push((&g.runq_sys_exit, "sys_exit"));
-                progs.push((&g.runq_switch, "sched_switch"));
-                progs.push((&g.runq_wakeup, "sched_wakeup"));
-                progs.push((&g.runq_wakeup_new, "sched_wakeup_new"));
-                what.push("sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)");
-            }
-            if cfg.bio_min_ns.is_some() {
-                if kernel_has_btf_type("btf_trace_block_io_start") {
-                    progs.push((&g.bio_io_done, "block_io_done"));
-                    progs.push((&g.bio_io_start, "block_io_start"));
-                    what.push("block_io_start, block_io_done (block I/O)");
-                } else {
-                    eprintln!("ebrec: note: this kernel has no block:block_io_start (6.5): block I/O is timed from block_rq_issue (the driver's queue), and attributed to the task that issued it to the driver, which is not always the one that made the request");
-                    progs.push((&g.bio_rq_complete, "block_rq_complete"));
-                    progs.push((&g.bio_rq_issue, "block_rq_issue"));
-                    what.push("block_rq_issue, block_rq_complete (block I/O)");
-                }
-            }
-            if cfg.tcp {
-                progs.push((&g.tcp_sys_exit, "sys_exit"));
-                progs.push((&g.tcp_set_state, "inet_sock_set_state"));
-                progs.push((&g.tcp_retransmit, "tcp_retransmit_skb"));
-                progs.push((&g.tcp_send_reset, "tcp_send_reset"));
-                progs.push((&g.tcp_receive_reset, "tcp_receive_reset"));
-                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, sys_exit (accept) (TCP)");
-            }
-            for (prog, tp) in progs {
+            ] {
                 p.links.push(
                     prog.attach()
                         .with_context(|| format!("attaching tp_btf/{tp}"))?,
                 );
+            }
+            use ebtrace_proto::v1::EventFamily as F;
+            // Exits before entries: a resume attaches them in this order.
+            if cfg.syscall_min_ns.is_some() {
+                attach_tps(
+                    p.tp_pausable.get_mut(),
+                    F::Syscall,
+                    &[(&g.sys_exit, "sys_exit"), (&g.sys_enter, "sys_enter")],
+                )?;
+                what.push("sys_enter, sys_exit (syscalls)");
+            }
+            if cfg.runq_min_ns.is_some() {
+                attach_tps(
+                    p.tp_pausable.get_mut(),
+                    F::Runq,
+                    &[
+                        (&g.runq_sys_exit, "runq_sys_exit"),
+                        (&g.runq_switch, "runq_switch"),
+                        (&g.runq_wakeup, "runq_wakeup"),
+                        (&g.runq_wakeup_new, "runq_wakeup_new"),
+                    ],
+                )?;
+                what.push("sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)");
+            }
+            if cfg.bio_min_ns.is_some() {
+                if kernel_has_btf_type("btf_trace_block_io_start") {
+                    attach_tps(
+                        p.tp_pausable.get_mut(),
+                        F::Bio,
+                        &[
+                            (&g.bio_io_done, "bio_io_done"),
+                            (&g.bio_io_start, "bio_io_start"),
+                        ],
+                    )?;
+                    what.push("block_io_start, block_io_done (block I/O)");
+                } else {
+                    eprintln!("ebrec: note: this kernel has no block:block_io_start (6.5): block I/O is timed from block_rq_issue (the driver's queue), and attributed to the task that issued it to the driver, which is not always the one that made the request");
+                    attach_tps(
+                        p.tp_pausable.get_mut(),
+                        F::Bio,
+                        &[
+                            (&g.bio_rq_complete, "bio_rq_complete"),
+                            (&g.bio_rq_issue, "bio_rq_issue"),
+                        ],
+                    )?;
+                    what.push("block_rq_issue, block_rq_complete (block I/O)");
+                }
+            }
+            if cfg.tcp {
+                attach_tps(
+                    p.tp_pausable.get_mut(),
+                    F::Tcp,
+                    &[
+                        (&g.tcp_set_state, "tcp_set_state"),
+                        (&g.tcp_sys_exit, "tcp_sys_exit"),
+                        (&g.tcp_retransmit, "tcp_retransmit"),
+                        (&g.tcp_send_reset, "tcp_send_reset"),
+                        (&g.tcp_receive_reset, "tcp_receive_reset"),
+                    ],
+                )?;
+                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, sys_exit (accept) (TCP)");
             }
             for w in what {
                 p.attached.push(format!("tp_btf/{w}"));
@@ -1374,6 +1410,16 @@ impl<'obj> Probes<'obj> {
                         clear(&p.maps.mem_calls);
                     }
                 }
+                ebtrace_proto::v1::EventFamily::Syscall | ebtrace_proto::v1::EventFamily::Runq => {
+                    // Task storage cannot be listed: a new epoch makes the old state stale.
+                    if let Some(e) = self.sys_epoch_ptr {
+                        // SAFETY: the mmapped .bss of the system object, alive as long as
+                        // self; an aligned u32 store.
+                        unsafe {
+                            std::ptr::write_volatile(e, std::ptr::read_volatile(e).wrapping_add(1))
+                        };
+                    }
+                }
                 ebtrace_proto::v1::EventFamily::Offcpu => {
                     // Task storage cannot be listed: a new epoch makes the old state stale.
                     if let Some(e) = self.offcpu_epoch_ptr {
@@ -1400,7 +1446,27 @@ impl<'obj> Probes<'obj> {
                 "futex_enter" => self.lock.as_ref().map(|l| &l.progs.futex_enter),
                 "mem_enter" => self.profile.as_ref().map(|p| &p.progs.mem_enter),
                 "mem_fault" => self.profile.as_ref().map(|p| &p.progs.mem_fault),
-                _ => None,
+                name => self.system.as_ref().and_then(|s| {
+                    let g = &s.progs;
+                    Some(match name {
+                        "sys_exit" => &g.sys_exit,
+                        "sys_enter" => &g.sys_enter,
+                        "runq_sys_exit" => &g.runq_sys_exit,
+                        "runq_switch" => &g.runq_switch,
+                        "runq_wakeup" => &g.runq_wakeup,
+                        "runq_wakeup_new" => &g.runq_wakeup_new,
+                        "bio_io_done" => &g.bio_io_done,
+                        "bio_io_start" => &g.bio_io_start,
+                        "bio_rq_complete" => &g.bio_rq_complete,
+                        "bio_rq_issue" => &g.bio_rq_issue,
+                        "tcp_set_state" => &g.tcp_set_state,
+                        "tcp_sys_exit" => &g.tcp_sys_exit,
+                        "tcp_retransmit" => &g.tcp_retransmit,
+                        "tcp_send_reset" => &g.tcp_send_reset,
+                        "tcp_receive_reset" => &g.tcp_receive_reset,
+                        _ => return None,
+                    })
+                }),
             };
             let prog = prog.with_context(|| format!("no program {} to attach again", t.1))?;
             t.2 = Some(

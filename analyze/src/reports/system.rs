@@ -241,7 +241,9 @@ pub fn system_latency_from(
         family: kind.family(),
         by_key: BTreeMap::new(),
     };
-    let l = Loaded::from_trace(trace, filter, &mut sink);
+    let mut l = Loaded::from_trace(trace, filter, &mut sink);
+    let notes = super::budget::notes(&l, kind);
+    l.losses.damage.extend(notes);
     let arch = l.header.arch.clone();
     let mut rows: Vec<SystemLatencyRow> = sink
         .by_key
@@ -351,6 +353,8 @@ pub struct TcpConnectionRow {
     /// None: still open at the end.
     pub lifetime_ns: Option<u64>,
     pub established: bool,
+    /// Payload bytes acknowledged by the peer and received (the kernel's bytes_acked and
+    /// bytes_received at the close, less the SYN and FINs), 0 while open.
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub retransmits: u64,
@@ -367,6 +371,8 @@ struct TcpSink {
     remote_ports: BTreeMap<u64, u32>,
     generations: BTreeMap<u64, u32>,
     closed: BTreeMap<u64, u64>,
+    /// Per connection: (our FIN acknowledged, the peer's FIN received).
+    fins: BTreeMap<u64, (bool, bool)>,
 }
 
 impl Sink for TcpSink {
@@ -419,9 +425,28 @@ impl Sink for TcpSink {
                 if e.state == 1 {
                     c.established = true;
                 }
+                // Which FINs the connection exchanged, to take them off the kernel's
+                // counters (bytes_acked counts the SYN and our FIN, bytes_received the
+                // peer's FIN: each takes a sequence number).
+                let fins = self.fins.entry(e.conn).or_default();
+                match (e.old_state, e.state) {
+                    // Ours acknowledged: FIN_WAIT2, or a LAST_ACK/CLOSING that ended.
+                    (_, 5) | (9, 7) | (11, 7) => fins.0 = true,
+                    _ => {}
+                }
+                match (e.old_state, e.state) {
+                    // The peer's received: CLOSE_WAIT, CLOSING, TIME_WAIT, or FIN_WAIT2
+                    // ending (the kernel moves it to a time-wait socket on the FIN).
+                    (_, 8) | (_, 11) | (_, 6) | (5, 7) => fins.1 = true,
+                    _ => {}
+                }
                 if e.state == 7 {
-                    c.bytes_sent = e.bytes_sent;
-                    c.bytes_received = e.bytes_received;
+                    let (ours, peers) = *fins;
+                    // An accepted socket is made after its SYN-ACK is acknowledged: only a
+                    // connect's counter holds its SYN.
+                    let syn = u64::from(c.established && c.role == "connect");
+                    c.bytes_sent = e.bytes_sent.saturating_sub(syn + u64::from(ours));
+                    c.bytes_received = e.bytes_received.saturating_sub(u64::from(peers));
                     self.closed.insert(e.conn, e.time_ns);
                 }
             }
@@ -455,7 +480,9 @@ fn addr_only(addr: &[u8]) -> String {
 /// `ebsym tcp` of an open trace.
 pub fn tcp_from(trace: impl Trace, filter: &Filter) -> TcpReport {
     let mut sink = TcpSink::default();
-    let l = Loaded::from_trace(trace, filter, &mut sink);
+    let mut l = Loaded::from_trace(trace, filter, &mut sink);
+    let notes = super::budget::notes(&l, EventKind::Tcp);
+    l.losses.damage.extend(notes);
     let mut groups: BTreeMap<(&'static str, String), (TcpRow, Vec<u64>)> = BTreeMap::new();
     let mut connections = Vec::new();
     for (id, mut c) in std::mem::take(&mut sink.conns) {
