@@ -105,6 +105,14 @@ enum Command {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
     },
+    /// The top finding of each family, one line each ("most off-CPU time: futex_wait in
+    /// Queue::pop, 42% of 12.10 s", "slowest syscall: fsync p99 38.20 ms (120 calls)").
+    ///
+    /// Example: `ebsym summary trace.pb.zst --json`
+    Summary {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+    },
     /// A latency heat map SVG: time on x, log2 latency on y, colour by count (any kind
     /// with a latency: syscall, bio, runq, func, offcpu, lock).
     ///
@@ -439,6 +447,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Locks { args, by } => reports_cli::top(&args, "lock", by.as_deref(), &mut out)?,
         Command::Latency { args, kind } => reports_cli::latency(&args, &kind, &mut out)?,
         Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,
+        Command::Summary { args } => reports_cli::summary(&args, &mut out)?,
         Command::Heatmap {
             args,
             kind,

@@ -184,6 +184,19 @@ pub fn tcp(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// `ebsym summary`: the top finding of each family.
+pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let input = symbolized_input(a, &a.trace)?;
+    let s = reports::summary::summary_from(|| input.reader().ok(), &a.filter());
+    if a.json {
+        serde_json::to_writer_pretty(&mut *out, &s)?;
+        writeln!(out)?;
+    } else {
+        out.write_all(s.to_text().as_bytes())?;
+    }
+    Ok(())
+}
+
 /// `ebsym heatmap`: time x latency, as an SVG.
 pub fn heatmap(
     a: &ReportArgs,

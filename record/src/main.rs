@@ -3,6 +3,7 @@
 mod budget;
 mod cfi;
 mod cli;
+mod diagnose;
 mod doctor;
 mod elf;
 mod funcs;
@@ -27,6 +28,7 @@ fn main() {
         Command::Record(a) => record::record(*a),
         Command::Probes(a) => cli::probes::probes(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Diagnose(a) => diagnose::run(a),
     };
     if let Err(e) = r {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

@@ -691,3 +691,89 @@ fn max_cpu_pauses_the_syscall_family_on_a_syscall_storm() {
     let getppid = lat_row(&lat, "getppid").expect("a getppid row");
     assert!(getppid["count"].as_u64().unwrap() < 20_000_000, "{getppid}");
 }
+
+#[test]
+fn diagnose_writes_the_reports_and_a_summary_of_each_family() {
+    if !root() {
+        return;
+    }
+    let Some(disk) = disk_dir() else {
+        panic!("no directory on a block device (/var/tmp, /tmp, /root) to fsync on");
+    };
+    let prog =
+        ebtrace_testdata::build("syscalls", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let diag = dir.path().join("diag");
+    let ebsym = common::ebsym_path();
+    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .arg("diagnose")
+        .args(["--duration", "20", "-o", diag.to_str().unwrap()])
+        .args(["--ebsym", ebsym.to_str().unwrap()])
+        .arg("--")
+        .arg(&prog)
+        .args(["--fast", "1000", "--sleeps", "20", "--sleep-ms", "5"])
+        .args(["--fsyncs", "12", "--dir", disk])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "trace.pb.zst",
+        "trace.sym.pb.zst",
+        "summary.txt",
+        "summary.json",
+        "top-syscall.txt",
+        "top-offcpu.txt",
+        "flame-offcpu.svg",
+        "flame-syscall.svg",
+        "latency-syscall.txt",
+        "latency-bio.txt",
+        "heatmap-syscall.svg",
+    ] {
+        assert!(
+            diag.join(f).is_file(),
+            "{f} missing: {:?}",
+            std::fs::read_dir(&diag)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect::<Vec<_>>()
+        );
+    }
+    // The summary names the program's own functions and calls: its 20 naps are the slowest
+    // syscall with at least ten calls, the time off the CPU is in sys::sleeper, and the
+    // fsyncs' writes reach the disk.
+    let s: Value =
+        serde_json::from_str(&std::fs::read_to_string(diag.join("summary.json")).unwrap()).unwrap();
+    let finding = |family: &str| {
+        s["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["family"] == family)
+            .unwrap_or_else(|| panic!("no {family} finding: {s:#}"))
+            .clone()
+    };
+    let sys = finding("syscall");
+    assert_eq!(sys["subject"], "nanosleep", "{sys}");
+    assert!(
+        (1 << 22..1 << 24).contains(&sys["value"].as_u64().unwrap()),
+        "{sys}"
+    );
+    let off = finding("offcpu");
+    assert!(
+        off["subject"]
+            .as_str()
+            .unwrap()
+            .ends_with("in sys::sleeper"),
+        "{off}"
+    );
+    let bio = finding("bio");
+    assert!(bio["subject"].as_str().unwrap().contains(' '), "{bio}");
+    let text = std::fs::read_to_string(diag.join("summary.txt")).unwrap();
+    assert!(text.contains("slowest syscall: nanosleep p99"), "{text}");
+    // The summary is also what diagnose prints last (after the program's own output).
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with(&text));
+}

@@ -32,6 +32,7 @@ pub mod heatmap;
 mod kind;
 mod leaks;
 mod stacks;
+pub mod summary;
 pub mod system;
 mod text;
 mod top;

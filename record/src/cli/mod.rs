@@ -1,5 +1,5 @@
 //! The command line: `ebrec record` (its flags and their parsing), `ebrec probes`,
-//! `ebrec doctor`.
+//! `ebrec doctor`, `ebrec diagnose`.
 pub mod probes;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +35,15 @@ pub enum Command {
   ebrec doctor -p 1234            # also its binaries: frame pointers, symbols, --stack-mode
   ebrec doctor -p 1234 --json")]
     Doctor(crate::doctor::DoctorArgs),
+    /// The one command to run when paged: cpu, offcpu, lock, memgrowth, syscalls, bio, runq
+    /// and tcp at once for DURATION under a CPU budget, then (with ebsym) the symbolized
+    /// trace, a flame graph and a top report per kind, the latency reports and heat maps,
+    /// and summary.txt/summary.json with the top finding of each family.
+    #[command(after_help = "Examples:
+  ebrec diagnose -p 1234 --duration 30 -o diag/
+  ebrec diagnose --all --duration 10 -o diag/
+  ebrec diagnose -o diag/ -- ./server --port 8080")]
+    Diagnose(crate::diagnose::DiagnoseArgs),
 }
 
 #[derive(clap::Args, Debug)]
