@@ -59,8 +59,9 @@ static __always_inline __u32 hist_bucket(__u64 v)
 	return r < HIST_BUCKETS ? r : HIST_BUCKETS - 1;
 }
 
-/* Counts one latency `d` under (pid, family, key). A full map is a counted loss. */
-static __always_inline void hist_add(__u32 family, __u32 pid, __u64 key, __u64 d)
+/* Counts one latency `d` under (pid, family, key). A full map is a counted loss of the
+ * whole hit (no event either): false. */
+static __always_inline bool hist_add(__u32 family, __u32 pid, __u64 key, __u64 d)
 {
 	struct hist_key k = { .pid = pid, .family = family, .key = key };
 	struct hist_val *v = bpf_map_lookup_elem(&hists, &k);
@@ -69,7 +70,7 @@ static __always_inline void hist_add(__u32 family, __u32 pid, __u64 key, __u64 d
 		v = bpf_map_lookup_elem(&hists, &k);
 		if (!v) {
 			count(family, CTR_LOST_MAP_FULL);
-			return;
+			return false;
 		}
 	}
 	__sync_fetch_and_add(&v->count, 1);
@@ -82,6 +83,7 @@ static __always_inline void hist_add(__u32 family, __u32 pid, __u64 key, __u64 d
 		if (d <= m || __sync_val_compare_and_swap(&v->max, m, d) == m)
 			break;
 	}
+	return true;
 }
 
 static __always_inline __u32 kernel_stack(void *ctx, __u64 *ips, __u32 *flags)
@@ -104,10 +106,13 @@ int BPF_PROG(proc_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+static __always_inline void runq_exit(struct task_struct *task);
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(proc_exit, struct task_struct *task)
 {
 	targets_exit(task);
+	runq_exit(task);
 	return 0;
 }
 
@@ -169,7 +174,8 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 		return 0; /* entered before a pause: its exit may not be this call's */
 	__u64 d = bpf_ktime_get_boot_ns() - start;
 	count(FAM_SYSCALL, CTR_HITS);
-	hist_add(FAM_SYSCALL, task->tgid, nr, d);
+	if (!hist_add(FAM_SYSCALL, task->tgid, nr, d))
+		return 0;
 	if (d < syscall_min_ns) {
 		count(FAM_SYSCALL, CTR_FILTERED);
 		return 0;
@@ -326,7 +332,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (st->epoch != sys_epoch)
 		return 0; /* runnable since before a pause: its wait is unknown */
 	count(FAM_RUNQ, CTR_HITS);
-	hist_add(FAM_RUNQ, next->tgid, 0, d);
+	if (!hist_add(FAM_RUNQ, next->tgid, 0, d))
+		return 0;
 	if (d < runq_min_ns) {
 		count(FAM_RUNQ, CTR_FILTERED);
 		return 0;
@@ -367,6 +374,18 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->pending = 1;
 	st->pending = 1;
 	return 0;
+}
+
+/* A thread that exits with a kept wait still waiting for its syscall exit. */
+static __always_inline void runq_exit(struct task_struct *task)
+{
+	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
+	if (!st || !st->pending)
+		return;
+	st->pending = 0;
+	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
+	if (e)
+		runq_flush(e);
 }
 
 SEC("tp_btf/sys_exit")
@@ -484,8 +503,9 @@ static __always_inline void bio_done(struct request *rq, int error)
 	count(FAM_BIO, CTR_HITS);
 	e->duration_ns = d;
 	e->error = error;
-	hist_add(FAM_BIO, e->h.pid, ((__u64)e->dev << 8) | e->op, d);
-	if (d < bio_min_ns) {
+	if (!hist_add(FAM_BIO, e->h.pid, ((__u64)e->dev << 8) | e->op, d)) {
+		/* counted as lost */
+	} else if (d < bio_min_ns) {
 		count(FAM_BIO, CTR_FILTERED);
 	} else if (admit(FAM_BIO)) {
 		__u32 used = (e->kframes & (KFRAMES - 1)) + (e->nframes & (MAX_FRAMES - 1));

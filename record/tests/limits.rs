@@ -186,6 +186,10 @@ fn everything_at_once_with_the_smallest_ring_buffer_loses_only_what_it_counts() 
             "--memgrowth",
             "--func",
             "shop::Catalog::lookup",
+            "--syscalls=0",
+            "--bio",
+            "--runq=0",
+            "--tcp",
             "--ringbuf-size",
             "4096",
         ],
@@ -224,4 +228,9 @@ fn everything_at_once_with_the_smallest_ring_buffer_loses_only_what_it_counts() 
         t.families
     );
     assert!(t.families.len() >= 6, "{:?}", t.families);
+    // The system families too: every syscall and run-queue wait an event (thresholds 0).
+    for fam in [EventFamily::Syscall, EventFamily::Runq] {
+        let f = t.families.iter().find(|f| f.family == fam as i32);
+        assert!(f.is_some_and(|f| f.hits > 0), "{fam:?}: {:?}", t.families);
+    }
 }
