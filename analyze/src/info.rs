@@ -10,7 +10,8 @@
 //!   "processes": [{"generation", "pid", "ppid", "comm", "exe", "cmdline", "event",
 //!                  "start_time_ns", "exit_time_ns", "exit_code", "parent_generation",
 //!                  "binaries": [{"path", "build_id"}]}],
-//!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth"},
+//!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth", "syscall",
+//!              "bio", "runq", "tcp", "histogram_rows"},
 //!   "stacks", "stack_copies", "stack_copy_bytes",   // copies of the target's stack memory
 //!   "uprobes_frames",   // stack frames in the kernel's uprobes page ([uprobes])
 //!   "vdso": {"build_id", "bytes"} or null,   // the vDSO image the trace holds

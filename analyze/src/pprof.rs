@@ -217,8 +217,10 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
         let value = types
             .iter()
             .map(|(t, _)| match *t {
-                "alloc_objects" | "growth_events" | "contentions" | "samples" | "calls" => s.count,
-                "hold" => s.hold,
+                "alloc_objects" | "growth_events" | "contentions" | "samples" | "calls"
+                | "requests" | "waits" | "connections" => s.count,
+                // bio: the bytes are the stack's second value (as a lock's hold time).
+                "hold" | "bytes" => s.hold,
                 _ => s.total,
             } as i64)
             .collect();

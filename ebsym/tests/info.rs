@@ -357,7 +357,8 @@ fn info_reports_a_clean_trace_exactly() {
     );
     assert_eq!(
         j["events"],
-        json!({"alloc": 5, "free": 3, "lock": 2, "func": 0, "cpu": 0, "offcpu": 0, "mem_growth": 0})
+        json!({"alloc": 5, "free": 3, "lock": 2, "func": 0, "cpu": 0, "offcpu": 0, "mem_growth": 0,
+            "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "histogram_rows": 0})
     );
     assert_eq!(j["stacks"], 2);
     assert_eq!(j["stack_copies"], 0);
@@ -479,7 +480,8 @@ fn info_reports_a_cut_trace_with_the_complete_chunks() {
     assert_eq!(j["file"]["chunks"], 1);
     assert_eq!(
         j["events"],
-        json!({"alloc": 3, "free": 2, "lock": 1, "func": 0, "cpu": 0, "offcpu": 0, "mem_growth": 0})
+        json!({"alloc": 3, "free": 2, "lock": 1, "func": 0, "cpu": 0, "offcpu": 0, "mem_growth": 0,
+            "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "histogram_rows": 0})
     );
     assert_eq!(
         j["span"],

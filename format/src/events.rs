@@ -536,3 +536,51 @@ pub fn histogram_rows(h: &ebtrace_proto::v1::LatencyHistogram) -> Result<Vec<His
     }
     Ok(rows)
 }
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+    use ebtrace_proto::v1::LatencyHistogram;
+
+    fn two_rows() -> LatencyHistogram {
+        LatencyHistogram {
+            time_ns: 2_000,
+            since_ns: 1_000,
+            family: 10,
+            generation: vec![1, 1],
+            key: vec![35, 110],
+            count: vec![10, 1000],
+            sum_ns: vec![52_000_000, 120_000],
+            max_ns: vec![5_300_000, 900],
+            nbuckets: vec![1, 2],
+            bucket: vec![22, 6, 7],
+            bucket_count: vec![10, 800, 200],
+        }
+    }
+
+    #[test]
+    fn rows_take_their_own_buckets() {
+        let rows = histogram_rows(&two_rows()).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].key, rows[0].count), (35, 10));
+        assert_eq!(rows[0].buckets, vec![(22, 10)]);
+        assert_eq!(rows[1].buckets, vec![(6, 800), (7, 200)]);
+        assert_eq!((rows[1].since_ns, rows[1].time_ns), (1_000, 2_000));
+    }
+
+    #[test]
+    fn a_malformed_histogram_is_an_error_not_a_panic() {
+        let mut h = two_rows();
+        h.nbuckets = vec![1, 5]; // more pairs than the columns hold
+        assert!(histogram_rows(&h).is_err());
+        let mut h = two_rows();
+        h.count.pop();
+        assert!(histogram_rows(&h).is_err());
+        let mut h = two_rows();
+        h.bucket[0] = HISTOGRAM_BUCKETS; // out of range
+        assert!(histogram_rows(&h).is_err());
+        let mut h = two_rows();
+        h.nbuckets = vec![u32::MAX, u32::MAX];
+        assert!(histogram_rows(&h).is_err());
+    }
+}

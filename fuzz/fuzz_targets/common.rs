@@ -61,6 +61,34 @@ pub fn exercise(records_in: impl Iterator<Item = Record>) -> u64 {
                     assert_eq!(rows.len(), a.generation.len());
                 }
             }
+            Kind::Syscalls(b) => {
+                if let Ok(evs) = b.decode() {
+                    assert_eq!(evs.len(), b.len());
+                }
+            }
+            Kind::Bios(b) => {
+                if let Ok(evs) = b.decode() {
+                    assert_eq!(evs.len(), b.len());
+                }
+            }
+            Kind::Runq(b) => {
+                if let Ok(evs) = b.decode() {
+                    assert_eq!(evs.len(), b.len());
+                }
+            }
+            Kind::Tcp(b) => {
+                if let Ok(evs) = b.decode() {
+                    assert_eq!(evs.len(), b.len());
+                }
+            }
+            Kind::Histogram(h) => {
+                if let Ok(rows) = ebtrace_format::events::histogram_rows(h) {
+                    assert_eq!(rows.len(), h.generation.len());
+                    assert!(rows
+                        .iter()
+                        .all(|r| r.buckets.iter().all(|b| b.0 < ebtrace_format::events::HISTOGRAM_BUCKETS)));
+                }
+            }
             Kind::Stack(s) => {
                 for &ip in s.user_ips.iter().take(8) {
                     lookups.push((s.generation, ip, u64::MAX));
