@@ -214,7 +214,8 @@ struct runq_state {
 	__u32 preempted;
 	__u32 pending;	/* runq_pend holds a kept wait waiting for the syscall exit */
 	__u32 epoch;	/* sys_epoch at `ts` */
-	__u32 pad;
+	__u32 walked;	/* preempted: runq_pend holds the stack walked at the preemption */
+	__u64 on_ts;	/* when it last got on a CPU */
 };
 
 struct {
@@ -223,6 +224,26 @@ struct {
 	__type(key, int);
 	__type(value, struct runq_state);
 } runq_states SEC(".maps");
+
+/* Threads with a kept wait waiting for their syscall exit: while there are none, the
+ * sys_exit program returns at once, without a task storage lookup. */
+__u64 runq_pending = 0;
+
+static __always_inline void runq_set_pending(struct runq_state *st)
+{
+	if (!st->pending) {
+		st->pending = 1;
+		__sync_fetch_and_add(&runq_pending, 1);
+	}
+}
+
+static __always_inline void runq_clear_pending(struct runq_state *st)
+{
+	if (st->pending) {
+		st->pending = 0;
+		__sync_fetch_and_add(&runq_pending, -1);
+	}
+}
 
 /* Per thread, the kept wait being filled, so that it leaves without a copy; for a
  * preempted thread, its stack at the preemption. */
@@ -297,22 +318,32 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 			now = bpf_ktime_get_boot_ns();
 			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
 			if (prev_state == TASK_RUNNING) {
-				/* Preempted: it waits from now, and this is its own context, so its
-				 * stack is taken now (a wait is kept or not only when it ends). */
+				/* Preempted: it waits from now. This is its own context, the one
+				 * chance to walk its stack, but whether the wait will be long is
+				 * known only when it ends. A thread that ran at least the threshold
+				 * (a time slice used up: CPU contention) is walked now; one preempted
+				 * sooner (mostly by a thread it woke, for a short wait) keeps only
+				 * its user registers: a walk at every wakeup preemption would cost
+				 * more than all the rest. */
 				st->ts = now;
 				st->epoch = sys_epoch;
 				st->preempted = 1;
-				struct runq_event *e = bpf_task_storage_get(
-					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-				if (e) {
-					runq_flush(e);
-					e->flags = 0;
-					__u32 k = kernel_stack(ctx, e->ips, &e->flags);
-					k &= KFRAMES - 1;
-					e->kframes = k;
-					__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
-					e->nframes = n & (MAX_FRAMES - 1);
-					e->copy_id = 0;
+				st->ip = regs ? regs->ip : 0;
+				st->walked = 0;
+				if (now - st->on_ts >= runq_min_ns) {
+					struct runq_event *e = bpf_task_storage_get(
+						&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+					if (e) {
+						runq_flush(e);
+						e->flags = 0;
+						__u32 k = kernel_stack(ctx, e->ips, &e->flags);
+						k &= KFRAMES - 1;
+						e->kframes = k;
+						__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
+						e->nframes = n & (MAX_FRAMES - 1);
+						e->copy_id = 0;
+						st->walked = 1;
+					}
 				}
 			} else {
 				st->ts = 0;
@@ -322,10 +353,13 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		}
 	}
 	struct runq_state *st = bpf_task_storage_get(&runq_states, next, 0, 0);
-	if (!st || !st->ts)
+	if (!st)
 		return 0;
 	if (!now)
 		now = bpf_ktime_get_boot_ns();
+	st->on_ts = now;
+	if (!st->ts)
+		return 0;
 	__u64 start = st->ts;
 	__u64 d = now - start;
 	st->ts = 0;
@@ -354,7 +388,16 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->duration_ns = d;
 	e->preempted = st->preempted;
 	if (st->preempted) {
-		/* Its stack was taken at the preemption. */
+		if (!st->walked) {
+			/* Preempted after a short run: the preempted instruction only. */
+			runq_flush(e);
+			e->flags = SF_USER_LEAF_ONLY;
+			e->kframes = 0;
+			e->ips[0] = st->ip;
+			e->nframes = st->ip ? 1 : 0;
+			e->copy_id = 0;
+		}
+		/* Else its stack was taken at the preemption. */
 		runq_send(e);
 		return 0;
 	}
@@ -372,7 +415,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->user_ip = st->ip;
 	e->user_sp = st->sp;
 	e->pending = 1;
-	st->pending = 1;
+	runq_set_pending(st);
 	return 0;
 }
 
@@ -382,7 +425,7 @@ static __always_inline void runq_exit(struct task_struct *task)
 	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
 	if (!st || !st->pending)
 		return;
-	st->pending = 0;
+	runq_clear_pending(st);
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
 	if (e)
 		runq_flush(e);
@@ -391,11 +434,13 @@ static __always_inline void runq_exit(struct task_struct *task)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(runq_sys_exit, struct pt_regs *regs, long ret)
 {
+	if (!runq_pending)
+		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
 	if (!st || !st->pending)
 		return 0;
-	st->pending = 0;
+	runq_clear_pending(st);
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
 	if (!e || !e->pending)
 		return 0;
@@ -720,7 +765,7 @@ int BPF_PROG(tcp_sys_exit, struct pt_regs *regs, long ret)
 {
 	if (ret < 0)
 		return 0;
-	long nr = BPF_CORE_READ(regs, orig_ax);
+	long nr = regs->orig_ax;
 	if (nr != NR_ACCEPT && nr != NR_ACCEPT4)
 		return 0;
 	if (!is_target(bpf_get_current_pid_tgid() >> 32))

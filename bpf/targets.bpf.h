@@ -7,6 +7,9 @@
 #include "common.bpf.h"
 
 const volatile bool all_processes = false;
+/* With all_processes, a process left out (ebrec itself, for the system families: its own
+ * polling would fill the syscall and run-queue reports). 0: none. */
+const volatile __u32 self_pid = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -17,7 +20,9 @@ struct {
 
 static __always_inline bool is_target(__u32 pid)
 {
-	return all_processes || bpf_map_lookup_elem(&targets, &pid);
+	if (all_processes)
+		return pid != self_pid;
+	return bpf_map_lookup_elem(&targets, &pid);
 }
 
 /* For tp_btf/sched_process_fork: a new process of a target is a target. */

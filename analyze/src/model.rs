@@ -731,6 +731,10 @@ pub fn cut_reason(flags: u32) -> Option<&'static str> {
         ),
         (F::UserLeftCode, "frame-pointer walk left the code"),
         (F::UserError, "no user stack (read failed)"),
+        (
+            F::UserLeafOnly,
+            "preempted after a short run: the preempted instruction only",
+        ),
     ];
     REASONS
         .iter()

@@ -140,6 +140,8 @@ pub struct ProbeConfig {
     pub runq_min_ns: Option<u64>,
     /// --tcp.
     pub tcp: bool,
+    /// Kernel BPF stats on (--max-cpu, --bpf-stats).
+    pub bpf_stats: bool,
 }
 
 impl ProbeConfig {
@@ -516,10 +518,17 @@ impl<'obj> Probes<'obj> {
         cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
-        // Kernel BPF stats (run time per program) stay on while this fd is open.
+        // Kernel BPF stats (run time per program) stay on while this fd is open. They cost
+        // every BPF program run on the machine two clock reads (about 30 ns a run here: a
+        // getppid loop under --syscalls went from 350 to 415 ns a call), so only --max-cpu
+        // (which measures with them) and --bpf-stats turn them on.
         // SAFETY: plain syscall wrapper.
-        let stats_fd = unsafe {
-            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        let stats_fd = if cfg.bpf_stats {
+            unsafe {
+                libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+            }
+        } else {
+            -1
         };
         let stats_fd = (stats_fd >= 0).then(|| {
             // SAFETY: a fresh fd we own.
@@ -634,6 +643,7 @@ impl<'obj> Probes<'obj> {
                 .map_err(|e| load_error("system", e))?;
             let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
             ro.all_processes = cfg.all;
+            ro.self_pid = std::process::id();
             ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);

@@ -78,6 +78,9 @@ pub(crate) fn header(a: &RecordArgs) -> Header {
     if a.tcp {
         opt("tcp", "true".into());
     }
+    if a.bpf_stats {
+        opt("bpf-stats", "true".into());
+    }
     if let Some(n) = a.max_events_per_sec {
         opt("max-events-per-sec", n.to_string());
     }
@@ -272,6 +275,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         bio_min_ns: a.bio.map(|us| us * 1000),
         runq_min_ns: a.runq.map(|us| us * 1000),
         tcp: a.tcp,
+        bpf_stats: a.bpf_stats || a.max_cpu.is_some(),
         func_args: a.args,
         func: !func_specs.is_empty(),
         copy_bytes: match a.stack_mode {

@@ -111,6 +111,9 @@ impl Summary<'_> {
         }
         let total_ns: u64 = programs.iter().map(|p| p.1).sum();
         let total_runs: u64 = programs.iter().map(|p| p.2).sum();
+        if total_runs == 0 {
+            eprintln!("ebrec:   BPF run time not measured (--bpf-stats measures it, at about 30 ns per program run)");
+        }
         if total_runs > 0 {
             eprintln!(
                 "ebrec:   BPF run time {:.1} ms for {} program runs ({:.0} ns per run; uprobes add the trap itself, ~1 µs per call):",

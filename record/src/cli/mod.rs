@@ -211,6 +211,12 @@ pub struct RecordArgs {
     /// No live status line.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Measure each BPF program's run time (kernel BPF stats) for the exit summary and the
+    /// trace's Stats. They cost every BPF program run on the machine two clock reads (about
+    /// 30 ns here), so they are off unless asked for; --max-cpu turns them on (it measures
+    /// with them).
+    #[arg(long)]
+    pub bpf_stats: bool,
     /// The command to start and trace from its first instruction.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,

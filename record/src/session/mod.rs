@@ -330,6 +330,10 @@ pub const CUT_REASONS: &[(StackFlag, &str)] = &[
         StackFlag::UserNotAtExit,
         "off-CPU block not ended at its syscall exit (kernel stack only)",
     ),
+    (
+        StackFlag::UserLeafOnly,
+        "preempted after a short run (the preempted instruction only)",
+    ),
 ];
 
 impl StackQuality {
