@@ -1592,26 +1592,32 @@ impl<'obj> Probes<'obj> {
             .collect()
     }
 
-    /// --syscalls, --bio, --runq: every histogram the kernel keeps (cumulative counts).
+    /// --syscalls, --bio, --runq: every histogram the kernel keeps (cumulative counts), its
+    /// CPUs' values summed (the maximum: the largest).
     pub fn histograms(&self) -> Vec<(hist_key, hist_val)> {
         let Some(sy) = &self.system else {
             return Vec::new();
         };
         let m = &sy.maps.hists;
-        let rows: Vec<(Vec<u8>, Vec<u8>)> = match m.lookup_batch(1024, MapFlags::ANY, MapFlags::ANY)
-        {
-            Ok(it) => it.collect(),
-            Err(_) => m
-                .keys()
-                .filter_map(|k| {
-                    let v = m.lookup(&k, MapFlags::ANY).ok()??;
-                    Some((k, v))
-                })
-                .collect(),
-        };
-        rows.into_iter()
-            .map(|(k, v)| (read_event::<hist_key>(&k), read_event::<hist_val>(&v)))
-            .collect()
+        let keys: Vec<Vec<u8>> = m.keys().collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let Ok(Some(per_cpu)) = m.lookup_percpu(&k, MapFlags::ANY) else {
+                continue; // deleted since the key was listed
+            };
+            let mut total = hist_val::default();
+            for v in &per_cpu {
+                let v: hist_val = read_event(v);
+                total.count += v.count;
+                total.sum = total.sum.wrapping_add(v.sum);
+                total.max = total.max.max(v.max);
+                for (t, b) in total.b.iter_mut().zip(v.b.iter()) {
+                    *t += b;
+                }
+            }
+            out.push((read_event::<hist_key>(&k), total));
+        }
+        out
     }
 
     /// Forgets histograms read for the last time (their process ended).
