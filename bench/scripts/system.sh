@@ -91,44 +91,38 @@
 # kprobes, so bcc 0.26's biolatency and biosnoop (kprobes on blk_mq_start_request...) cannot run:
 # the bpftrace rows on the block tracepoints stand in for them.
 #
-# A short run here on 2026-12-02 06:33 UTC (Debian 12, kernel 6.18, 2 vCPUs KVM, bpftrace 0.17,
-# bcc 0.26; ebrec: release target/release/ebrec of commit 02140b2 plus work in progress),
-# REPEAT=1 ITERS=500000 LOOPS=50000 SYNC_OPS=1000 CONNS=3000, unpinned, while other engineers'
-# builds and tests ran (CPU 99% busy before; others 50-90% on most rows; another tool's 1-2
-# tracing BPF programs loaded for some rows): a smoke test of the script, not numbers to quote.
-# metric: ns/call, usecs/op, micros/op, conns/s; x untr: time per op over untraced's; cpu/op:
-# CPU ns/call, us/op, us/op, us/conn:
-#   workload mode                    metric x untr |  cpu/op x untr | tracer run |  events
-#   syscall untraced                 208.2  1.00 |   113.4  1.00 |     -    - |       -
-#   syscall floor                    731.1  3.51 |   522.0  4.60 |    92   32 |       -
-#   syscall floor-count              914.4  4.39 |   648.7  5.72 |    86   26 |  500048
-#   syscall bpftrace-syscount-lat   1055.1  5.07 |   951.7  8.39 |   169   29 |  500047
-#   syscall bcc-syscount             567.8  2.73 |   441.8  3.90 |  1200   50 |  500026
-#   syscall ebrec-syscalls           614.5  2.95 |   465.1  4.10 |   223   23 |  500047
-#   pipe    untraced                   4.1  1.00 |    4.30  1.00 |     -    - |       -
-#   pipe    bcc-runqlat                4.0  0.98 |    4.10  0.95 |  2841   51 |  100138
-#   pipe    bpftrace-runqlat           7.2  1.78 |    7.10  1.65 |   254   34 |  101088
-#   pipe    ebrec-runq                10.4  2.56 |    8.86  2.06 |   447  107 |  100033
-#   pipe    bcc-syscount               4.2  1.05 |    4.44  1.03 |   825   45 |  200727
-#   pipe    ebrec-syscalls             6.8  1.67 |    6.98  1.62 |   231   61 |  200697
-#   db      untraced                1523.1  1.00 |  135.00  1.00 |     -    - |       -
-#   db      bcc-biolatency             n/a     - |     n/a     - |     -    - |       -
-#   db      bcc-biosnoop               n/a     - |     n/a     - |     -    - |       -
-#   db      bpftrace-biolatency     1581.1  1.04 |  127.00  0.94 |   325   35 |    3090
-#   db      bpftrace-biosnoop        426.7  0.28 |  115.00  0.85 |   444  124 |    3341
-#   db      ebrec-bio               2045.2  1.34 |  188.00  1.39 |   349  129 |    3083
-#   db      bcc-syscount            1018.9  0.67 |  120.00  0.89 |  1305   45 |    2151
-#   db      ebrec-syscalls           378.0  0.25 |  105.00  0.78 |   219   39 |    2296
-#   tcp     untraced                 25331  1.00 |   38.00  1.00 |     -    - |       -
-#   tcp     bcc-tcplife              14480  1.75 |   68.67  1.81 |  3426   96 |    6000
-#   tcp     bpftrace-tcplife          7298  3.47 |   99.67  2.62 |  1008  118 |    6000
-#   tcp     ebrec-tcp                19454  1.30 |   47.33  1.25 |   306   56 |   30000
-# syscall: the floor depends on the CPU the loop runs on here (see WORKLOAD_CPUS): the same
-# hour, WORKLOAD_CPUS=0 gave floor 566 and ebrec-syscalls 459 CPU ns/call (0.81x), and
-# WORKLOAD_CPUS=1 floor 244 and ebrec-syscalls 491 (2.01x): against bpftrace's lowest floor the
-# aim (<= 1.5x) is not met; ebrec's own BPF time is ~95 ns (sys_enter) + ~146 ns (sys_exit) a
-# call. The db and pipe rows moved by 2-4x between runs of that hour: only REPEAT=3 and a quiet
-# machine (WAIT_IDLE_S) can tell them apart.
+# Measured here on 2026-12-02 (Debian 12, kernel 6.18, 2 vCPUs KVM, bpftrace 0.17, bcc 0.26;
+# ebrec: release build of this commit's tree), quiet machine (others <= 3% but db), REPEAT=3
+# medians, WORKLOAD_CPUS=1; syscall/pipe/tcp at 07:03, db at 06:48 (others 10-23%: noisy).
+# perf bench pipe is bimodal here (every row has runs near 3.5 and near 5.5 us/op):
+#
+#   syscall (ns/call)        ns/call  x untr  x floor
+#     untraced                  95.2    1.00
+#     floor (bpftrace, empty)  244.8    2.57     1.00
+#     bpftrace-syscount-lat    586.6    6.16     2.40
+#     bcc-syscount -L          445.6    4.68     1.82
+#     ebrec-syscalls           328.2    3.45     1.34   aim <= 1.5x floor: met
+#   pipe (us/op)               us/op  x untr   (min of 3)
+#     untraced                 3.354    1.00   3.250
+#     bcc-runqlat              5.035    1.50   3.706
+#     bpftrace-runqlat         5.494    1.64   3.532
+#     ebrec-runq               5.872    1.75   4.164   7-15% over runqlat: not met
+#     bcc-syscount             5.968    1.78   5.277
+#     ebrec-syscalls           5.999    1.79   4.657
+#   db fillsync (us/op)        us/op  x untr
+#     untraced                 262.9    1.00
+#     bpftrace-biolatency      284.9    1.08
+#     bpftrace-biosnoop        346.8    1.32
+#     ebrec-bio                248.6    0.95   (every request an event with its stacks)
+#     bcc-syscount -L          243.2    0.92
+#     ebrec-syscalls           280.7    1.07
+#     (bcc biolatency/biosnoop: n/a, kprobes only, and this kernel has none)
+#   tcp (conns/s)            conns/s  x untr
+#     untraced                 29022    1.00
+#     bcc-tcplife              16610    1.75
+#     bpftrace-tcplife         18219    1.59
+#     ebrec-tcp                23564    1.23
+
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
