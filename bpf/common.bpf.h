@@ -125,6 +125,19 @@ static __always_inline __u32 waker_stack(void *ctx, __u64 *ips, __u32 *flags)
 	return user_stack(ctx, ips, flags, false);
 }
 
+/* The kernel stack into ips[0..KFRAMES), leaf first; returns the frame count (0 when the
+ * context was in user mode). */
+static __always_inline __u32 kernel_stack(void *ctx, __u64 *ips, __u32 *flags)
+{
+	long n = bpf_get_stack(ctx, ips, KFRAMES * sizeof(__u64), 0);
+	if (n <= 0)
+		return 0;
+	__u32 frames = n / sizeof(__u64);
+	if (frames >= KFRAMES)
+		*flags |= SF_KERNEL_TRUNCATED;
+	return frames;
+}
+
 /* Copies map memory to map memory: clang cannot inline a memcpy this large for BPF. */
 #define copy_big(dst, src, size) bpf_probe_read_kernel((dst), (size), (src))
 

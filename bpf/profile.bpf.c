@@ -59,19 +59,6 @@ struct offcpu_event _offcpu_event = {};
 struct func_event _func_event = {};
 struct mem_event _mem_event = {};
 
-/* The kernel stack into ips[0..KFRAMES); returns the frame count (0 when the context was
- * in user mode). */
-static __always_inline __u32 kernel_stack(void *ctx, __u64 *ips, __u32 *flags)
-{
-	long n = bpf_get_stack(ctx, ips, KFRAMES * sizeof(__u64), 0);
-	if (n <= 0)
-		return 0;
-	__u32 frames = n / sizeof(__u64);
-	if (frames >= KFRAMES)
-		*flags |= SF_KERNEL_TRUNCATED;
-	return frames;
-}
-
 /* --- cpu --- */
 
 SEC("perf_event")

@@ -85,16 +85,6 @@ static __always_inline bool hist_add(__u32 family, __u32 pid, __u64 key, __u64 d
 	return true;
 }
 
-static __always_inline __u32 kernel_stack(void *ctx, __u64 *ips, __u32 *flags)
-{
-	long n = bpf_get_stack(ctx, ips, KFRAMES * sizeof(__u64), 0);
-	if (n <= 0)
-		return 0;
-	__u32 frames = n / sizeof(__u64);
-	if (frames >= KFRAMES)
-		*flags |= SF_KERNEL_TRUNCATED;
-	return frames;
-}
 
 /* --- processes --- */
 

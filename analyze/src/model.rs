@@ -338,6 +338,14 @@ impl Loaded {
         l
     }
 
+    /// Widens the events' span by a row that stands for the interval (since, time]
+    /// (--aggregate's counts, the kernel's histograms), from the trace's start at most.
+    fn interval_seen(&mut self, since: u64, time: u64) {
+        let lo = since.max(self.header.start_time_ns);
+        self.first_event_ns = Some(self.first_event_ns.map_or(lo, |f| f.min(lo)));
+        self.last_event_ns = Some(self.last_event_ns.map_or(time, |f| f.max(time)));
+    }
+
     fn record(&mut self, record: Record, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
         if self.tables.observe(&record) {
             // A raw stack copy is for the symbolizer, which unwinds it: not kept here.
@@ -459,12 +467,7 @@ impl Loaded {
                         for r in &rows {
                             let ev = Event::Histogram(family, r);
                             if all || self.passes(filter, &ev) {
-                                let (lo, hi) =
-                                    (r.since_ns.max(self.header.start_time_ns), r.time_ns);
-                                self.first_event_ns =
-                                    Some(self.first_event_ns.map_or(lo, |f| f.min(lo)));
-                                self.last_event_ns =
-                                    Some(self.last_event_ns.map_or(hi, |f| f.max(hi)));
+                                self.interval_seen(r.since_ns, r.time_ns);
                                 sink.event(&ev);
                             }
                         }
@@ -485,12 +488,7 @@ impl Loaded {
                             let ev = Event::Aggregated(family, r);
                             if all || self.passes(filter, &ev) {
                                 *self.losses.aggregated.get_mut(&name).unwrap() += r.count;
-                                let (lo, hi) =
-                                    (r.since_ns.max(self.header.start_time_ns), r.time_ns);
-                                self.first_event_ns =
-                                    Some(self.first_event_ns.map_or(lo, |f| f.min(lo)));
-                                self.last_event_ns =
-                                    Some(self.last_event_ns.map_or(hi, |f| f.max(hi)));
+                                self.interval_seen(r.since_ns, r.time_ns);
                                 sink.event(&ev);
                             }
                         }
@@ -767,7 +765,7 @@ mod estimate_tests {
             state ^= state << 17;
             (state >> 11) as f64 / (1u64 << 53) as f64
         };
-        let mut next = |r: &mut dyn FnMut() -> f64| (-(1.0 - r()).ln() * period as f64) as u64;
+        let next = |r: &mut dyn FnMut() -> f64| (-(1.0 - r()).ln() * period as f64) as u64;
         let mut left = next(&mut rnd);
         let mut est = Estimator::default();
         for (size, calls) in sizes {

@@ -132,11 +132,21 @@ fn kind_and_by(kind: &str, by: Option<&str>) -> Result<(EventKind, Measure)> {
 }
 
 fn print(report: &reports::Report, json: bool, out: &mut dyn Write) -> Result<()> {
+    json_or_text(json, report, || report.to_text(), out)
+}
+
+/// A report as pretty JSON (`--json`) or as its text.
+fn json_or_text<T: serde::Serialize>(
+    json: bool,
+    report: &T,
+    text: impl FnOnce() -> String,
+    out: &mut dyn Write,
+) -> Result<()> {
     if json {
         serde_json::to_writer_pretty(&mut *out, report)?;
         writeln!(out)?;
     } else {
-        out.write_all(report.to_text().as_bytes())?;
+        out.write_all(text().as_bytes())?;
     }
     Ok(())
 }
@@ -158,13 +168,7 @@ pub fn latency(a: &ReportArgs, kind: &str, out: &mut dyn Write) -> Result<()> {
             let mut r = TraceReader::open(&a.trace)
                 .with_context(|| format!("cannot open {}", a.trace.display()))?;
             let rep = reports::system_latency_from(&mut r, k, &a.filter(), a.n);
-            if a.json {
-                serde_json::to_writer_pretty(&mut *out, &rep)?;
-                writeln!(out)?;
-            } else {
-                out.write_all(rep.to_text().as_bytes())?;
-            }
-            Ok(())
+            json_or_text(a.json, &rep, || rep.to_text(), out)
         }
         _ => bail!("ebsym latency --kind is func, syscall, bio or runq (not {kind}); the others' stacks are in ebsym top --kind {kind}"),
     }
@@ -175,26 +179,14 @@ pub fn tcp(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let mut r = TraceReader::open(&a.trace)
         .with_context(|| format!("cannot open {}", a.trace.display()))?;
     let rep = reports::tcp_from(&mut r, &a.filter());
-    if a.json {
-        serde_json::to_writer_pretty(&mut *out, &rep)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(rep.to_text().as_bytes())?;
-    }
-    Ok(())
+    json_or_text(a.json, &rep, || rep.to_text(), out)
 }
 
 /// `ebsym summary`: the top finding of each family.
 pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let input = symbolized_input(a, &a.trace)?;
     let s = reports::summary::summary_from(|| input.reader().ok(), &a.filter());
-    if a.json {
-        serde_json::to_writer_pretty(&mut *out, &s)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(s.to_text().as_bytes())?;
-    }
-    Ok(())
+    json_or_text(a.json, &s, || s.to_text(), out)
 }
 
 /// `ebsym heatmap`: time x latency, as an SVG.

@@ -17,9 +17,8 @@
 
 mod common;
 use common::{ebsym_json, expect_line, root};
-use ebtrace_format::events::Family;
 use ebtrace_format::proto::{record::Kind, EventFamily};
-use ebtrace_format::{Tables, TraceReader};
+use ebtrace_format::TraceReader;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -232,6 +231,24 @@ fn calls(f: &[String], callee: &str, caller: &str) -> bool {
         .is_some_and(|i| f[i + 1..].iter().any(|x| x == caller))
 }
 
+/// The events a heat map SVG's cells hold, summed over the cells whose tooltip
+/// ("t=1.20-1.30 s, 4-8 ms: 17 events") contains `what` ("" for all cells).
+fn tooltip_counts(svg: &str, what: &str) -> u64 {
+    svg.split("<title>")
+        .skip(1)
+        .filter_map(|s| s.split("</title>").next())
+        .filter(|s| s.starts_with("t=") && s.contains(what))
+        .filter_map(|s| {
+            s.rsplit(": ")
+                .next()?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
 /// A directory on a real block device (the fsyncs must reach a disk, not tmpfs).
 fn disk_dir() -> Option<&'static str> {
     ["/var/tmp", "/tmp", "/root"].into_iter().find(|d| {
@@ -359,20 +376,7 @@ fn syscalls_counted_exactly_with_slow_stacks_and_bpftrace_agrees() {
         text.starts_with("<?xml") || text.starts_with("<svg"),
         "{text:.200}"
     );
-    let in_bucket: u64 = text
-        .split("<title>")
-        .skip(1)
-        .filter_map(|s| s.split("</title>").next())
-        .filter(|s| s.contains(", 4-8 ms: "))
-        .filter_map(|s| {
-            s.rsplit(": ")
-                .next()?
-                .split(' ')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
+    let in_bucket = tooltip_counts(&text, ", 4-8 ms: ");
     let lat_in_bucket: u64 = lat["rows"]
         .as_array()
         .unwrap()
@@ -384,20 +388,7 @@ fn syscalls_counted_exactly_with_slow_stacks_and_bpftrace_agrees() {
     assert!(lat_in_bucket > 0);
     assert_eq!(in_bucket, lat_in_bucket, "heat map cells of 4-8 ms");
     // And every call is in some cell.
-    let cells: u64 = text
-        .split("<title>")
-        .skip(1)
-        .filter_map(|s| s.split("</title>").next())
-        .filter(|s| s.starts_with("t="))
-        .filter_map(|s| {
-            s.rsplit(": ")
-                .next()?
-                .split(' ')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum();
+    let cells = tooltip_counts(&text, "");
     let calls_total: u64 = lat["totals"]["count"].as_u64().unwrap();
     assert_eq!(cells, calls_total, "heat map cells, all calls");
 }
@@ -431,18 +422,13 @@ fn bio_attributes_the_fsyncs_writes_to_their_caller_and_bpftrace_agrees() {
         .unwrap();
 
     // Every request the program issued, as bpftrace counted them at the same tracepoint.
-    let mut r = TraceReader::open(&run.trace).unwrap();
-    let mut tables = Tables::default();
-    let mut bios = Vec::new();
-    for rec in r.by_ref() {
-        if tables.observe(&rec) {
-            continue;
-        }
-        if let Some(Kind::Bios(b)) = rec.kind {
-            bios.extend(b.decode().unwrap());
-        }
-    }
-    let bios: Vec<_> = bios.into_iter().filter(|b| b.op != 3).collect();
+    let bios: Vec<_> = common::events_of(&run.trace, |k| match k {
+        Kind::Bios(b) => Some(b),
+        _ => None,
+    })
+    .into_iter()
+    .filter(|b| b.op != 3)
+    .collect();
     assert_eq!(bios.len() as u64, bt_u64(&run.bt, "@n", ""), "{:?}", run.bt);
     let bytes: u64 = bios.iter().map(|b| b.bytes).sum();
     assert_eq!(bytes, bt_u64(&run.bt, "@bytes", ""));
@@ -532,17 +518,10 @@ fn runq_waits_of_two_threads_on_one_cpu_and_bpftrace_agrees() {
     // The long waits (>= 1 ms) are events with the waiting thread's stack: preempted in
     // its burner, called from runq::thread_main. Each thread's kept waits add up to most
     // of its time off the CPU.
-    let mut r = TraceReader::open(&run.trace).unwrap();
-    let mut tables = Tables::default();
-    let mut events = Vec::new();
-    for rec in r.by_ref() {
-        if tables.observe(&rec) {
-            continue;
-        }
-        if let Some(Kind::Runq(b)) = rec.kind {
-            events.extend(b.decode().unwrap());
-        }
-    }
+    let events = common::events_of(&run.trace, |k| match k {
+        Kind::Runq(b) => Some(b),
+        _ => None,
+    });
     for (i, tid) in tids.iter().enumerate() {
         let mine: Vec<_> = events.iter().filter(|e| u64::from(e.tid) == *tid).collect();
         let sum: u64 = mine.iter().map(|e| e.duration_ns).sum();

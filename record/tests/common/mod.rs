@@ -212,3 +212,24 @@ pub fn by_function(
     }
     out
 }
+
+/// Every event of one batch kind in the trace at `path` (`select` picks the batches), in
+/// order; asserts the trace reads without damage.
+pub fn events_of<B: ebtrace_format::events::Family>(
+    path: &Path,
+    select: impl Fn(ebtrace_format::proto::record::Kind) -> Option<B>,
+) -> Vec<B::Event> {
+    let mut r = ebtrace_format::TraceReader::open(path).unwrap();
+    let mut tables = ebtrace_format::Tables::default();
+    let mut out = Vec::new();
+    for rec in r.by_ref() {
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(b) = rec.kind.and_then(&select) {
+            out.extend(b.decode().unwrap());
+        }
+    }
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    out
+}
