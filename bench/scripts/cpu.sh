@@ -177,7 +177,7 @@ run_row() { # MODE HZ
       local trace=$TMP/$row.pb.zst
       log "$row: $EBREC record -o $trace --cpu=$hz -- spin"
       children_cpu_ms; c0=$CHILD_MS
-      if ! "$EBREC" record -q -o "$trace" --cpu="$hz" -- "${SPIN_CMD[@]}" >"$out" 2>&1; then
+      if ! "$EBREC" record -q --bpf-stats -o "$trace" --cpu="$hz" -- "${SPIN_CMD[@]}" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         record "$row" failed - - - - - "ebrec failed"
         return 0

@@ -315,7 +315,7 @@ run_row() {
       local trace=$TMP/ebrec.pb.zst sym=$TMP/ebrec.sym.pb.zst
       rm -f "$trace" "$sym"
       children_cpu_ms; c0=$CHILD_MS
-      if ! "$EBREC" record -q -o "$trace" --cpu="$HZ" --stack-mode dwarf -- "$PROG" "$ops" >"$out" 2>&1; then
+      if ! "$EBREC" record -q --bpf-stats -o "$trace" --cpu="$HZ" --stack-mode dwarf -- "$PROG" "$ops" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         NOTE[ebrec]="ebrec failed: $(tail -n 1 "$out")"
         return 0

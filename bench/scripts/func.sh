@@ -177,7 +177,7 @@ run_mode() { # MODE
       [ "$mode" = ebrec-func-exits ] && exit=exits
       log "$mode: $EBREC record -o $trace --func '$spec' --func-exit $exit -- func_loop"
       children_cpu_ms; c0=$CHILD_MS
-      if ! "$EBREC" record -q -o "$trace" --func "$spec" --func-exit "$exit" -- "$FL" --iters "$ITERS" >"$out" 2>&1; then
+      if ! "$EBREC" record -q --bpf-stats -o "$trace" --func "$spec" --func-exit "$exit" -- "$FL" --iters "$ITERS" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         local why
         why=$(grep -m1 -iE 'error' "$out" || tail -n1 "$out")

@@ -195,7 +195,7 @@ run_ebrec() {
   fi
   local out=$TMP/$mode.log trace=$TMP/$mode.pb.zst
   log "$mode: $EBREC record -o $trace $* -- db_bench"
-  if ! "$EBREC" record -o "$trace" "$@" -- "$DB_BENCH" "${read_args[@]}" >"$out" 2>&1; then
+  if ! "$EBREC" record --bpf-stats -o "$trace" "$@" -- "$DB_BENCH" "${read_args[@]}" >"$out" 2>&1; then
     tail -n 20 "$out" >&2
     add_row "$mode" failed - "ebrec failed, see log above"
     return 0

@@ -249,7 +249,7 @@ run_mode() { # MODE DEPTH
         *) die "unknown mode $mode" ;;
       esac
       log "$mode depth $d: $EBREC record -o $trace ${flags[*]} -- malloc_loop"
-      if ! "$EBREC" record -o "$trace" "${flags[@]}" -- "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1; then
+      if ! "$EBREC" record --bpf-stats -o "$trace" "${flags[@]}" -- "$ML" --iters "$ITERS" --depth "$d" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         record "$mode" "$d" failed - "ebrec failed"
         return 0

@@ -165,7 +165,7 @@ print(best["run_time_ns"] // best["run_cnt"] if best else "-")' "$TMP/progs.json
       local trace=$TMP/$mode.pb.zst sm=auto
       case $mode in ebrec-offcpu-fp) sm=fp ;; ebrec-offcpu-cfi) sm=cfi ;; esac
       log "$mode: $EBREC record -o $trace --offcpu=$MIN_US --stack-mode $sm -- ${BENCH[*]}"
-      if ! "$EBREC" record -o "$trace" --offcpu="$MIN_US" --stack-mode "$sm" -- "${BENCH[@]}" >"$out" 2>&1; then
+      if ! "$EBREC" record --bpf-stats -o "$trace" --offcpu="$MIN_US" --stack-mode "$sm" -- "${BENCH[@]}" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         record "$mode" failed - - - - "ebrec failed"
         return 0

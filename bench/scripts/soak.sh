@@ -346,7 +346,7 @@ run_ebrec() {
   fi
   local out=$TMP/$mode.ebrec.log trace=$TMP/$mode.pb.zst tp w0 w1 end rc=0 stop note evl
   log "$mode: $EBREC record -o T $* -p $DBP --duration $DURATION"
-  "$EBREC" record -o "$trace" "$@" -p "$DBP" --duration "$DURATION" >"$out" 2>&1 &
+  "$EBREC" record --bpf-stats -o "$trace" "$@" -p "$DBP" --duration "$DURATION" >"$out" 2>&1 &
   tp=$!
   started "$mode" "$tp" "$out" '^ebrec: recording to' ebrec || return 0
   w0=$(now_us)

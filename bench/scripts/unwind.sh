@@ -319,7 +319,7 @@ run_row() {
       local trace=$TMP/$target.$tool.pb.zst folded=$TMP/$target.$tool.folded
       rm -f "$trace"
       log "$key: ebrec record --cpu=$HZ --stack-mode $tool -- ${CMD[*]}"
-      if ! "$EBREC" record -q -o "$trace" --cpu="$HZ" --stack-mode "$tool" -- "${CMD[@]}" >"$out" 2>&1; then
+      if ! "$EBREC" record -q --bpf-stats -o "$trace" --cpu="$HZ" --stack-mode "$tool" -- "${CMD[@]}" >"$out" 2>&1; then
         tail -n 10 "$out" >&2
         NOTE[$key]="ebrec failed: $(tail -n 1 "$out")"
         return 0
