@@ -198,8 +198,6 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 
 struct runq_state {
 	__u64 ts;	/* when it became runnable (0: not waiting) */
-	__u64 ip;	/* the user registers at its last block */
-	__u64 sp;
 	__u32 preempted;
 	__u32 pending;	/* runq_pend holds a kept wait waiting for the syscall exit */
 	__u32 epoch;	/* sys_epoch at `ts` */
@@ -301,43 +299,36 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	     unsigned int prev_state)
 {
 	__u64 now = 0;
-	if (prev->pid != 0) {
+	/* A thread that blocks leaves nothing: its wait starts at its wakeup, which sets the
+	 * time again whatever was there. */
+	if (prev_state == TASK_RUNNING && prev->pid != 0) {
 		struct runq_state *st = runq_state_of(prev);
 		if (st) {
+			/* Preempted: it waits from now. This is its own context, the one chance to
+			 * walk its stack, but whether the wait will be long is known only when it
+			 * ends. A thread that ran at least the threshold (a time slice used up:
+			 * CPU contention) is walked now; one preempted sooner (mostly by a thread
+			 * it woke, for a short wait) is not: a walk at every wakeup preemption
+			 * would cost more than all the rest. */
 			now = bpf_ktime_get_boot_ns();
-			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(prev);
-			if (prev_state == TASK_RUNNING) {
-				/* Preempted: it waits from now. This is its own context, the one
-				 * chance to walk its stack, but whether the wait will be long is
-				 * known only when it ends. A thread that ran at least the threshold
-				 * (a time slice used up: CPU contention) is walked now; one preempted
-				 * sooner (mostly by a thread it woke, for a short wait) keeps only
-				 * its user registers: a walk at every wakeup preemption would cost
-				 * more than all the rest. */
-				st->ts = now;
-				st->epoch = sys_epoch;
-				st->preempted = 1;
-				st->ip = regs ? regs->ip : 0;
-				st->walked = 0;
-				if (now - st->on_ts >= runq_min_ns) {
-					struct runq_event *e = bpf_task_storage_get(
-						&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-					if (e) {
-						runq_flush(e);
-						e->flags = 0;
-						__u32 k = kernel_stack(ctx, e->ips, &e->flags);
-						k &= KFRAMES - 1;
-						e->kframes = k;
-						__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
-						e->nframes = n & (MAX_FRAMES - 1);
-						e->copy_id = 0;
-						st->walked = 1;
-					}
+			st->ts = now;
+			st->epoch = sys_epoch;
+			st->preempted = 1;
+			st->walked = 0;
+			if (now - st->on_ts >= runq_min_ns) {
+				struct runq_event *e = bpf_task_storage_get(
+					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+				if (e) {
+					runq_flush(e);
+					e->flags = 0;
+					__u32 k = kernel_stack(ctx, e->ips, &e->flags);
+					k &= KFRAMES - 1;
+					e->kframes = k;
+					__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
+					e->nframes = n & (MAX_FRAMES - 1);
+					e->copy_id = 0;
+					st->walked = 1;
 				}
-			} else {
-				st->ts = 0;
-				st->ip = regs ? regs->ip : 0;
-				st->sp = regs ? regs->sp : 0;
 			}
 		}
 	}
@@ -376,14 +367,18 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->h.time_ns = start;
 	e->duration_ns = d;
 	e->preempted = st->preempted;
+	/* Its user registers, saved on its kernel stack while it was off the CPU: where it
+	 * was preempted, or the syscall it blocked in. */
+	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
+	__u64 uip = u ? u->ip : 0;
 	if (st->preempted) {
 		if (!st->walked) {
 			/* Preempted after a short run: the preempted instruction only. */
 			runq_flush(e);
 			e->flags = SF_USER_LEAF_ONLY;
 			e->kframes = 0;
-			e->ips[0] = st->ip;
-			e->nframes = st->ip ? 1 : 0;
+			e->ips[0] = uip;
+			e->nframes = uip ? 1 : 0;
 			e->copy_id = 0;
 		}
 		/* Else its stack was taken at the preemption. */
@@ -401,8 +396,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (k >= KFRAMES)
 		e->flags |= SF_KERNEL_TRUNCATED;
 	e->kframes = k & (KFRAMES - 1);
-	e->user_ip = st->ip;
-	e->user_sp = st->sp;
+	e->user_ip = uip;
+	e->user_sp = u ? u->sp : 0;
 	e->pending = 1;
 	runq_set_pending(st);
 	return 0;

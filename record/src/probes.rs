@@ -325,6 +325,22 @@ fn attach_tps(
     Ok(())
 }
 
+/// [`attach_tps`] of the programs not in `missing` (the system object's programs whose
+/// tracepoint the kernel lacks, said in one line at load and not loaded).
+fn attach_present(
+    missing: &[String],
+    into: &mut Vec<TpPausable>,
+    family: ebtrace_proto::v1::EventFamily,
+    progs: &[(&libbpf_rs::ProgramMut<'_>, &'static str)],
+) -> Result<()> {
+    let present: Vec<_> = progs
+        .iter()
+        .copied()
+        .filter(|(_, name)| !missing.iter().any(|m| m == name))
+        .collect();
+    attach_tps(into, family, &present)
+}
+
 /// A classic uprobe link that can be detached and attached again (see `pause_classic`).
 struct PausableLink {
     family: ebtrace_proto::v1::EventFamily,
@@ -637,6 +653,8 @@ impl<'obj> Probes<'obj> {
                 )
             }
         };
+        // The system object's programs whose tracepoint this kernel lacks (not loaded).
+        let mut missing_tps: Vec<String> = Vec::new();
         let system = if cfg.system() {
             let mut open = SystemSkelBuilder::default()
                 .open(system_obj)
@@ -664,7 +682,18 @@ impl<'obj> Probes<'obj> {
                 } else {
                     true // proc_fork, proc_exit
                 };
-                p.set_autoload(on);
+                // A tracepoint this kernel does not have: one line, and the rest loads.
+                let section = p.section().to_string_lossy().into_owned();
+                let tp = section
+                    .strip_prefix("tp_btf/")
+                    .unwrap_or(&section)
+                    .to_string();
+                let missing = on && !kernel_has_btf_type(&format!("btf_trace_{tp}"));
+                if missing && !(name.starts_with("bio_io_") || name.starts_with("bio_rq_")) {
+                    eprintln!("ebrec: note: this kernel has no tracepoint {tp}: {name} is not attached, and what it records is missing from the trace");
+                    missing_tps.push(name.clone());
+                }
+                p.set_autoload(on && !missing);
             }
             Some(open.load().map_err(|e| load_error("system", e))?)
         } else {
@@ -825,7 +854,8 @@ impl<'obj> Probes<'obj> {
             use ebtrace_proto::v1::EventFamily as F;
             // Exits before entries: a resume attaches them in this order.
             if cfg.syscall_min_ns.is_some() {
-                attach_tps(
+                attach_present(
+                    &missing_tps,
                     p.tp_pausable.get_mut(),
                     F::Syscall,
                     &[(&g.sys_exit, "sys_exit"), (&g.sys_enter, "sys_enter")],
@@ -833,7 +863,8 @@ impl<'obj> Probes<'obj> {
                 what.push("sys_enter, sys_exit (syscalls)");
             }
             if cfg.runq_min_ns.is_some() {
-                attach_tps(
+                attach_present(
+                    &missing_tps,
                     p.tp_pausable.get_mut(),
                     F::Runq,
                     &[
@@ -847,7 +878,8 @@ impl<'obj> Probes<'obj> {
             }
             if cfg.bio_min_ns.is_some() {
                 if kernel_has_btf_type("btf_trace_block_io_start") {
-                    attach_tps(
+                    attach_present(
+                        &missing_tps,
                         p.tp_pausable.get_mut(),
                         F::Bio,
                         &[
@@ -858,7 +890,8 @@ impl<'obj> Probes<'obj> {
                     what.push("block_io_start, block_io_done (block I/O)");
                 } else {
                     eprintln!("ebrec: note: this kernel has no block:block_io_start (6.5): block I/O is timed from block_rq_issue (the driver's queue), and attributed to the task that issued it to the driver, which is not always the one that made the request");
-                    attach_tps(
+                    attach_present(
+                        &missing_tps,
                         p.tp_pausable.get_mut(),
                         F::Bio,
                         &[
@@ -870,7 +903,8 @@ impl<'obj> Probes<'obj> {
                 }
             }
             if cfg.tcp {
-                attach_tps(
+                attach_present(
+                    &missing_tps,
                     p.tp_pausable.get_mut(),
                     F::Tcp,
                     &[
@@ -1726,10 +1760,10 @@ fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {
 /// Whether the running kernel's BTF has a type of this name (a tracepoint `T` exists for
 /// tp_btf when `btf_trace_T` does).
 pub fn kernel_has_btf_type(name: &str) -> bool {
-    std::fs::read("/sys/kernel/btf/vmlinux").is_ok_and(|b| {
-        let needle = format!("{name}\0");
-        b.windows(needle.len()).any(|w| w == needle.as_bytes())
-    })
+    static BTF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let b = BTF.get_or_init(|| std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default());
+    let needle = format!("{name}\0");
+    memchr::memmem::find(b, needle.as_bytes()).is_some()
 }
 
 /// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.
