@@ -133,7 +133,7 @@ fn session_probes_return_only_for_kept_calls() {
         return;
     }
     let args = ["--churn", "100000"];
-    let s = record_loud("sampled_heap", &["--alloc=4096"], &args);
+    let s = record_loud("sampled_heap", &["--alloc=4096", "--bpf-stats"], &args);
     let err = String::from_utf8_lossy(&s.out.stderr).to_string();
     assert!(err.contains("(uprobe session)"), "{err}");
     let want = expect_line(&s.out, "sampled_heap");
@@ -158,7 +158,7 @@ fn session_probes_return_only_for_kept_calls() {
 
     let c = record_loud(
         "sampled_heap",
-        &["--alloc=4096", "--alloc-probes", "classic"],
+        &["--alloc=4096", "--alloc-probes", "classic", "--bpf-stats"],
         &args,
     );
     let err = String::from_utf8_lossy(&c.out.stderr).to_string();
