@@ -106,7 +106,12 @@
 #     untraced                 3.354    1.00   3.250
 #     bcc-runqlat              5.035    1.50   3.706
 #     bpftrace-runqlat         5.494    1.64   3.532
-#     ebrec-runq               5.872    1.75   4.164   7-15% over runqlat: not met
+#     ebrec-runq               5.872    1.75   4.164   7-15% over runqlat
+#   pipe again at 07:56 (REPEAT=5, runq rows only) after runq_switch 200 -> 140 ns:
+#     untraced                 3.971    1.00   2.847
+#     bcc-runqlat              4.269    1.08   4.075
+#     bpftrace-runqlat         5.334    1.34   5.256
+#     ebrec-runq               4.438    1.12   3.788   between bcc's and bpftrace's
 #     bcc-syscount             5.968    1.78   5.277
 #     ebrec-syscalls           5.999    1.79   4.657
 #   db fillsync (us/op)        us/op  x untr

@@ -666,6 +666,9 @@ impl<'obj> Probes<'obj> {
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
             common_setup!(open, ro, cfg, depth, ncpu, cfi);
+            // The histograms are per CPU: at most 64 MiB of them whatever the CPU count
+            // (16,384 keys on up to 11 CPUs; a full map is a counted loss).
+            open.maps.hists.set_max_entries(hist_keys(ncpu))?;
             let new_bio = kernel_has_btf_type("btf_trace_block_io_start");
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
@@ -1757,6 +1760,13 @@ fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {
     }
 }
 
+/// Keys of the per-CPU histogram map for `ncpu` CPUs: 64 MiB of values at the most, between
+/// 1,024 and 16,384 keys.
+fn hist_keys(ncpu: u32) -> u32 {
+    let per_key = std::mem::size_of::<hist_val>() as u64 * u64::from(ncpu.max(1));
+    ((64u64 << 20) / per_key).clamp(1024, 16384) as u32
+}
+
 /// Whether the running kernel's BTF has a type of this name (a tracepoint `T` exists for
 /// tp_btf when `btf_trace_T` does).
 pub fn kernel_has_btf_type(name: &str) -> bool {
@@ -2010,4 +2020,22 @@ pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Resu
         );
     }
     Ok(libc)
+}
+
+#[cfg(test)]
+mod hist_tests {
+    #[test]
+    fn histogram_keys_keep_the_map_under_64_mib() {
+        assert_eq!(std::mem::size_of::<super::hist_val>(), 344);
+        assert_eq!(super::hist_keys(2), 16384);
+        assert_eq!(super::hist_keys(64), 3048);
+        assert_eq!(super::hist_keys(4096), 1024);
+        for n in [1, 2, 8, 11, 12, 64, 256] {
+            let bytes = u64::from(super::hist_keys(n)) * 344 * u64::from(n);
+            assert!(
+                bytes <= 64 << 20 || super::hist_keys(n) == 1024,
+                "{n} CPUs: {bytes}"
+            );
+        }
+    }
 }
