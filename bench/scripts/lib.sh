@@ -205,3 +205,31 @@ noise_end() {
     printf "%.0f", p }')
 }
 noise_cleanup() { [ -z "$_NOISE_FILE" ] || rm -f "$_NOISE_FILE"; }
+
+# bcc_headers: points bcc at kernel headers (BCC_KERNEL_SOURCE) when the running kernel has no
+# build tree: a merged copy of Debian's linux-headers-*-common and -amd64 trees, made once in
+# the cache dir. Returns 1 and sets BCC_WHY when there are none.
+bcc_headers() {
+  if [ -n "${BCC_KERNEL_SOURCE:-}" ] || [ -e "/lib/modules/$(uname -r)/build" ]; then
+    return 0
+  fi
+  # Debian splits headers into -common and -amd64 trees; bcc wants one tree.
+  local amd64 common merged
+  # shellcheck disable=SC2012 # the names are Debian's
+  amd64=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1)
+  common=${amd64%-amd64}-common
+  if [ -z "$amd64" ] || [ ! -d "$common" ]; then
+    BCC_WHY="no /usr/src/linux-headers-*-amd64 and -common trees"
+    return 1
+  fi
+  merged=$BENCH_CACHE/kheaders-$(basename "$amd64")
+  if [ ! -f "$merged/.complete" ]; then
+    log "merging $common and $amd64 into $merged for bcc"
+    rm -rf "$merged"
+    mkdir -p "$merged"
+    cp -a "$common/." "$merged/"
+    cp -a "$amd64/." "$merged/"
+    touch "$merged/.complete"
+  fi
+  export BCC_KERNEL_SOURCE=$merged
+}

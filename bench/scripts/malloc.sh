@@ -107,26 +107,7 @@ log "building $ML"
 BCC_WHY=""
 setup_bcc() {
   apt_install bpfcc-tools linux-headers-amd64 || { BCC_WHY="could not install bpfcc-tools/linux-headers-amd64"; return 1; }
-  if [ -z "${BCC_KERNEL_SOURCE:-}" ] && [ ! -e "/lib/modules/$(uname -r)/build" ]; then
-    # Debian splits headers into -common and -amd64 trees; bcc wants one tree.
-    local amd64 common merged
-    amd64=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1)
-    common=${amd64%-amd64}-common
-    if [ -z "$amd64" ] || [ ! -d "$common" ]; then
-      BCC_WHY="no /usr/src/linux-headers-*-amd64 and -common trees"
-      return 1
-    fi
-    merged=$BENCH_CACHE/kheaders-$(basename "$amd64")
-    if [ ! -f "$merged/.complete" ]; then
-      log "merging $common and $amd64 into $merged for bcc"
-      rm -rf "$merged"
-      mkdir -p "$merged"
-      cp -a "$common/." "$merged/"
-      cp -a "$amd64/." "$merged/"
-      touch "$merged/.complete"
-    fi
-    export BCC_KERNEL_SOURCE=$merged
-  fi
+  bcc_headers || return 1
   # Smoke test: compile and attach stackcount to a waiting malloc_loop.
   if ! run_bcc_once smoke stackcount-bpfcc '^Tracing' 1000 1 c:malloc; then
     BCC_WHY="stackcount does not work here: $(grep -Ev '^\s*$' "$TMP/smoke.tool" | tail -n 3 | tr '\n' ' ')"

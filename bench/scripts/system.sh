@@ -122,6 +122,16 @@
 #     bcc-syscount -L          243.2    0.92
 #     ebrec-syscalls           280.7    1.07
 #     (bcc biolatency/biosnoop: n/a, kprobes only, and this kernel has none)
+#   db again at 08:22, quiet (others <= 2%), REPEAT=3:
+#     untraced                 265.0    1.00
+#     bpftrace-biolatency      266.3    1.00
+#     bpftrace-biosnoop        330.6    1.25
+#     ebrec-bio                227.8    0.86   (fillsync's fsyncs vary +-15% run to run)
+#     bcc-syscount -L          227.6    0.86
+#     ebrec-syscalls           247.1    0.93
+#   syscall in the same run: floor 249.3, bcc-syscount 333.7 (1.34x floor), ebrec-syscalls
+#   316.9 (1.27x floor): bcc-syscount's runs spread 306-486 here, so which of the two is
+#   cheaper swings between runs; both stay under 1.5x the floor in medians of 3
 #   tcp (conns/s)            conns/s  x untr
 #     untraced                 29022    1.00
 #     bcc-tcplife              16610    1.75
@@ -229,32 +239,12 @@ case " $WORKLOADS " in *" db "*)
   fi ;;
 esac
 
-# --- bcc setup (malloc.sh's): sets BCC_WHY when bcc cannot run here ---------------------------
+# --- bcc setup: sets BCC_WHY when bcc cannot run here -------------------------------------
 BCC_WHY=""
 setup_bcc() {
   # (in a subshell: lib.sh's apt_install dies when apt-get fails)
   (apt_install bpfcc-tools linux-headers-amd64) || { BCC_WHY="could not install bpfcc-tools/linux-headers-amd64"; return 1; }
-  if [ -z "${BCC_KERNEL_SOURCE:-}" ] && [ ! -e "/lib/modules/$(uname -r)/build" ]; then
-    # Debian splits headers into -common and -amd64 trees; bcc wants one tree.
-    local amd64 common merged
-    # shellcheck disable=SC2012 # (malloc.sh's) the names are Debian's
-    amd64=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n1)
-    common=${amd64%-amd64}-common
-    if [ -z "$amd64" ] || [ ! -d "$common" ]; then
-      BCC_WHY="no /usr/src/linux-headers-*-amd64 and -common trees"
-      return 1
-    fi
-    merged=$BENCH_CACHE/kheaders-$(basename "$amd64")
-    if [ ! -f "$merged/.complete" ]; then
-      log "merging $common and $amd64 into $merged for bcc"
-      rm -rf "$merged"
-      mkdir -p "$merged"
-      cp -a "$common/." "$merged/"
-      cp -a "$amd64/." "$merged/"
-      touch "$merged/.complete"
-    fi
-    export BCC_KERNEL_SOURCE=$merged
-  fi
+  bcc_headers || return 1
   return 0
 }
 BCC_OK=0
