@@ -395,6 +395,15 @@ impl Loaded {
                     .entry(format!("{}/{reason}", family_name(lost.family)))
                     .or_default() += lost.count;
             }
+            Some(Kind::Stats(st)) => {
+                // Cumulative counts: the last Stats record says them all.
+                for p in st.programs.iter().filter(|p| p.recursion_misses > 0) {
+                    self.losses.recorded.insert(
+                        format!("bpf program {}/skipped runs", p.name),
+                        p.recursion_misses,
+                    );
+                }
+            }
             Some(Kind::ProbedFunction(p)) => {
                 self.probed.insert(p.id, p.name);
             }

@@ -101,6 +101,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
                 name: "malloc".into(),
                 run_time_ns: 5,
                 run_count: 1,
+                recursion_misses: 0,
             }],
         }),
         Kind::ProbedFunction(pb::ProbedFunction {

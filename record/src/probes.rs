@@ -1712,8 +1712,10 @@ impl<'obj> Probes<'obj> {
         }
     }
 
-    /// (program name, run time ns, run count) of every loaded program.
-    pub fn program_stats(&self) -> Vec<(String, u64, u64)> {
+    /// Every loaded program that ran or was skipped: its name, run time and runs (with
+    /// `--bpf-stats`), and the runs the kernel skipped because a program was already running
+    /// on that CPU (`recursion_misses`, always counted): an event of a skipped run is lost.
+    pub fn program_stats(&self) -> Vec<ProgStat> {
         let mut out = Vec::new();
         let mut add = |p: &libbpf_rs::Program<'_>| {
             let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
@@ -1726,12 +1728,13 @@ impl<'obj> Probes<'obj> {
                     &mut len,
                 )
             };
-            if r == 0 && info.run_cnt > 0 {
-                out.push((
-                    p.name().to_string_lossy().into_owned(),
-                    info.run_time_ns,
-                    info.run_cnt,
-                ));
+            if r == 0 && (info.run_cnt > 0 || info.recursion_misses > 0) {
+                out.push(ProgStat {
+                    name: p.name().to_string_lossy().into_owned(),
+                    run_time_ns: info.run_time_ns,
+                    runs: info.run_cnt,
+                    recursion_misses: info.recursion_misses,
+                });
             }
         };
         each_skel!(self, s => {
@@ -1741,6 +1744,15 @@ impl<'obj> Probes<'obj> {
         });
         out
     }
+}
+
+/// What the kernel counted for one BPF program ([`Probes::program_stats`]).
+#[derive(Debug, Clone)]
+pub struct ProgStat {
+    pub name: String,
+    pub run_time_ns: u64,
+    pub runs: u64,
+    pub recursion_misses: u64,
 }
 
 /// The family of a program of the system object, by its name's prefix (the fork and exit

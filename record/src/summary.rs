@@ -13,8 +13,8 @@ pub struct Summary<'a> {
     /// The size of OUTPUT.
     pub bytes: u64,
     pub families: Vec<FamilyStats>,
-    /// (program, run time ns, runs).
-    pub programs: Vec<(String, u64, u64)>,
+    /// What the kernel counted per program.
+    pub programs: Vec<crate::probes::ProgStat>,
     pub evictions: u64,
     pub rotations: u32,
     pub no_kallsyms: bool,
@@ -109,8 +109,15 @@ impl Summary<'_> {
         if waker_frames_dropped > 0 {
             eprintln!("ebrec:   {waker_frames_dropped} off-CPU wakers outside the traced processes: their user frames dropped, kernel frames kept");
         }
-        let total_ns: u64 = programs.iter().map(|p| p.1).sum();
-        let total_runs: u64 = programs.iter().map(|p| p.2).sum();
+        for p in programs.iter().filter(|p| p.recursion_misses > 0) {
+            eprintln!(
+                "ebrec:   {} runs of {} skipped by the kernel (a BPF program was already running on that CPU): what they would have recorded is lost",
+                p.recursion_misses, p.name
+            );
+        }
+        let programs: Vec<_> = programs.into_iter().filter(|p| p.runs > 0).collect();
+        let total_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
+        let total_runs: u64 = programs.iter().map(|p| p.runs).sum();
         if total_runs == 0 {
             eprintln!("ebrec:   BPF run time not measured (--bpf-stats measures it, at about 30 ns per program run)");
         }
@@ -121,10 +128,12 @@ impl Summary<'_> {
                 total_runs,
                 total_ns as f64 / total_runs as f64
             );
-            for (name, ns, n) in &programs {
+            for p in &programs {
                 eprintln!(
-                    "ebrec:     {name:<22} {n:>10} runs {:>8.0} ns/run",
-                    *ns as f64 / *n as f64
+                    "ebrec:     {:<22} {:>10} runs {:>8.0} ns/run",
+                    p.name,
+                    p.runs,
+                    p.run_time_ns as f64 / p.runs as f64
                 );
             }
         }

@@ -48,12 +48,21 @@ fn is_fn(name: &str, want: &str) -> bool {
     name == want || name.strip_prefix(want).is_some_and(|r| r.starts_with('('))
 }
 
-/// The off-CPU events of the trace and its off-CPU stats (hits, kept, filtered).
-fn offcpu_events(path: &Path) -> (Vec<ebtrace_format::events::OffCpuEvent>, (u64, u64, u64)) {
+/// The off-CPU events of the trace, its off-CPU stats (hits, kept, filtered), and the runs
+/// of the off-CPU programs the kernel skipped (a BPF program already running on that CPU:
+/// counted losses, which the trace states).
+fn offcpu_events(
+    path: &Path,
+) -> (
+    Vec<ebtrace_format::events::OffCpuEvent>,
+    (u64, u64, u64),
+    u64,
+) {
     let mut r = TraceReader::open(path).unwrap();
     let mut tables = Tables::default();
     let mut out = Vec::new();
     let mut stats = (0, 0, 0);
+    let mut skipped = 0;
     for rec in r.by_ref() {
         if let Some(Kind::Stats(s)) = &rec.kind {
             for f in &s.families {
@@ -61,6 +70,12 @@ fn offcpu_events(path: &Path) -> (Vec<ebtrace_format::events::OffCpuEvent>, (u64
                     stats = (f.hits, f.kept, f.filtered);
                 }
             }
+            skipped = s
+                .programs
+                .iter()
+                .filter(|p| p.name.starts_with("offcpu_"))
+                .map(|p| p.recursion_misses)
+                .sum();
         }
         if tables.observe(&rec) {
             continue;
@@ -70,7 +85,7 @@ fn offcpu_events(path: &Path) -> (Vec<ebtrace_format::events::OffCpuEvent>, (u64
         }
     }
     assert!(r.damage().is_empty(), "{:?}", r.damage());
-    (out, stats)
+    (out, stats, skipped)
 }
 
 /// The report rows of thread `tid` whose user stack has `func`.
@@ -117,26 +132,37 @@ fn check(mode: &str) {
             .map(|v| v.as_u64().unwrap())
             .sum()
     };
-    let (events, (hits, kept, filtered)) = offcpu_events(&rec.trace);
+    let (events, (hits, kept, filtered), skipped) = offcpu_events(&rec.trace);
+    if skipped > 0 {
+        eprintln!("offcpu {mode}: the kernel skipped {skipped} runs of the off-CPU programs");
+    }
 
     // The raw events: every sleeper_a nap and every reader_b read is one block of at least
     // 20 ms (21 ms naps; the writer waits 25 ms once the reader is about to read), no longer
     // than the program's own clock around the call says.
+    let mut seen_of = std::collections::HashMap::new();
     for (tid, n, name) in [(sleeper, naps, "sleeper"), (reader, rounds, "reader")] {
         let long: Vec<_> = events
             .iter()
             .filter(|e| u64::from(e.tid) == tid && e.duration_ns >= MIN_US * 1000)
             .collect();
-        assert_eq!(long.len() as u64, n, "{mode} {name}: {long:?}");
+        // Every block is there, but for those a skipped program run lost (the trace counts
+        // them; none is expected on a quiet machine).
+        let seen = long.len() as u64;
+        assert!(
+            seen <= n && n - seen <= skipped,
+            "{mode} {name}: {seen} of {n} blocks (hits {hits}, kept {kept}, filtered {filtered}, {skipped} program runs skipped by the kernel): {long:?}"
+        );
         assert!(
             long.iter()
                 .all(|e| e.duration_ns >= 20 * MS && e.stack != 0),
             "{mode} {name}: {long:?}"
         );
+        seen_of.insert(name, seen);
         let total: u64 = long.iter().map(|e| e.duration_ns).sum();
         let prog = measured(name);
         assert!(
-            total <= prog && total as f64 >= prog as f64 * 0.95,
+            total <= prog && total as f64 >= prog as f64 * 0.95 * seen as f64 / n as f64,
             "{mode} {name}: off-CPU {total} ns, the program measured {prog} ns"
         );
     }
@@ -186,7 +212,7 @@ fn check(mode: &str) {
     // kernel frames the syscall's path.
     let naps_rows = rows_with(t, sleeper, "offcpu::sleeper_a");
     let count: u64 = naps_rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    assert_eq!(count, naps, "{mode}: {naps_rows:#?}");
+    assert_eq!(count, seen_of["sleeper"], "{mode}: {naps_rows:#?}");
     for r in &naps_rows {
         let f = frames(r, "frames");
         let u = user(&f);
@@ -209,7 +235,7 @@ fn check(mode: &str) {
     }
     let read_rows = rows_with(t, reader, "offcpu::reader_b");
     let count: u64 = read_rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    assert_eq!(count, rounds, "{mode}: {read_rows:#?}");
+    assert_eq!(count, seen_of["reader"], "{mode}: {read_rows:#?}");
     for r in &read_rows {
         let f = frames(r, "frames");
         let u = user(&f);

@@ -48,10 +48,11 @@ impl Session<'_> {
             .probes
             .program_stats()
             .into_iter()
-            .map(|(name, run_time_ns, run_count)| ProgramStats {
-                name,
-                run_time_ns,
-                run_count,
+            .map(|p| ProgramStats {
+                name: p.name,
+                run_time_ns: p.run_time_ns,
+                run_count: p.runs,
+                recursion_misses: p.recursion_misses,
             })
             .collect();
         self.w.write_record(&Record {
