@@ -70,9 +70,20 @@ enum Command {
     /// exited, by stack, with count, bytes, age and whether the process was still alive.
     ///
     /// Example: `ebsym leaks trace.pb.zst`
+    ///
+    /// Blocks the C/C++ runtime keeps by design (libstdc++'s emergency exception pool, stdio
+    /// buffers, the dynamic loader's TLS and link maps, locale tables) are shown after the
+    /// leaks to act on, "held by the runtime", and out of the leak totals, as valgrind's
+    /// default suppressions and heaptrack's `__gnu_cxx::__freeres` leave them out.
     Leaks {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
+        /// A suppressions file (repeatable): one stack pattern a line, `PATTERN` or
+        /// `leak:PATTERN` (LeakSanitizer's form), a glob (`*`, `?`) matched against each
+        /// frame's function, source file and module; `#` comments. Matching blocks are
+        /// shown apart, held by the pattern's line.
+        #[arg(long = "suppress", value_name = "FILE")]
+        suppress: Vec<PathBuf>,
     },
     /// Contended locks: waits (and holds, where recorded) per mutex and stack, with p99,
     /// the kind (mutex, condvar, other) and the stack of the thread that released it.
@@ -443,7 +454,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Addr2line(a) => addr2line(a, &mut out)?,
         Command::Top { args, kind, by } => reports_cli::top(&args, &kind, by.as_deref(), &mut out)?,
-        Command::Leaks { args } => reports_cli::leaks(&args, &mut out)?,
+        Command::Leaks { args, suppress } => {
+            reports_cli::leaks(&args, &suppress, &mut out)?
+        }
         Command::Locks { args, by } => reports_cli::top(&args, "lock", by.as_deref(), &mut out)?,
         Command::Latency { args, kind } => reports_cli::latency(&args, &kind, &mut out)?,
         Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,

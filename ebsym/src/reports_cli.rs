@@ -229,9 +229,13 @@ pub fn heatmap(
     Ok(())
 }
 
-pub fn leaks(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+pub fn leaks(a: &ReportArgs, suppress: &[PathBuf], out: &mut dyn Write) -> Result<()> {
+    let mut rules = reports::suppress::Suppressions::runtime();
+    for f in suppress {
+        rules.add_file(f).map_err(anyhow::Error::msg)?;
+    }
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::leaks_from(input.reader()?, &a.filter(), a.n);
+    let r = reports::leaks_with(input.reader()?, &a.filter(), a.n, &rules);
     print(&r, a.json, out)
 }
 

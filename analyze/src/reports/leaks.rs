@@ -1,6 +1,7 @@
 //! `ebsym leaks`: allocations never freed, grouped by stack; and the store of live
 //! blocks it keeps while the trace streams by.
 use super::stacks::{frame_key, FrameKey};
+use super::suppress::Suppressions;
 use super::top::{LeakRow, Report, Row};
 use super::{empty_note, Measure};
 use crate::hash::FastMap;
@@ -217,8 +218,16 @@ pub fn leaks(path: &Path, filter: &Filter, n: usize) -> Result<Report, ebtrace_f
 }
 
 /// `ebsym leaks` of an open trace: allocations never freed before the end of the
-/// recording or the exit of their process, grouped by stack; the `n` with the most bytes.
+/// recording or the exit of their process, grouped by stack; the `n` with the most bytes,
+/// what the C/C++ runtime keeps by design set apart ([`Suppressions::runtime`]).
 pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
+    leaks_with(trace, filter, n, &Suppressions::runtime())
+}
+
+/// [`leaks_from`] with `rules` saying which blocks are held by design: the leaks to act on
+/// first (largest first), then the held ones; the totals `count` and `bytes` are the leaks',
+/// `held_count` and `held_bytes` the held blocks'.
+pub fn leaks_with(trace: impl Trace, filter: &Filter, n: usize, rules: &Suppressions) -> Report {
     let mut sink = LeakSink {
         live: Live::default(),
         last_ns: 0,
@@ -278,29 +287,45 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
         e.3 = e.3.min(oldest);
     }
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    let mut rows: Vec<(bool, Vec<Frame>, u64, u64, u64)> = merged
+    type Shown = (Option<String>, bool, Vec<Frame>, u64, u64, u64);
+    let mut rows: Vec<Shown> = merged
         .into_iter()
         .map(|((_, alive), (frames, count, bytes, oldest))| {
-            *totals.entry("count".to_string()).or_default() += count;
-            *totals.entry("bytes".to_string()).or_default() += bytes;
-            (alive, frames, count, bytes, oldest)
+            let held = rules.held_by(&frames);
+            let (c, b) = if held.is_some() {
+                ("held_count", "held_bytes")
+            } else {
+                ("count", "bytes")
+            };
+            *totals.entry(c.to_string()).or_default() += count;
+            *totals.entry(b.to_string()).or_default() += bytes;
+            (held, alive, frames, count, bytes, oldest)
         })
         .collect();
-    // Largest first; ties in a fixed order. Only the rows shown are rendered.
+    if !rows.is_empty() {
+        totals.entry("count".to_string()).or_default();
+        totals.entry("bytes".to_string()).or_default();
+    }
+    // The leaks to act on first, then the held blocks; largest first; ties in a fixed
+    // order. Only the rows shown are rendered.
     rows.sort_by(|a, b| {
-        b.3.cmp(&a.3)
+        a.0.is_some()
+            .cmp(&b.0.is_some())
+            .then_with(|| b.4.cmp(&a.4))
+            .then_with(|| a.2.cmp(&b.2))
             .then_with(|| a.1.cmp(&b.1))
             .then_with(|| a.0.cmp(&b.0))
     });
     let rows: Vec<Row> = rows
         .into_iter()
         .take(n)
-        .map(|(alive, frames, count, bytes, oldest)| {
+        .map(|(held_by, alive, frames, count, bytes, oldest)| {
             Row::Leak(LeakRow {
                 alive,
                 bytes,
                 count,
                 frames,
+                held_by,
                 oldest_ns: sink.last_ns.saturating_sub(oldest),
             })
         })

@@ -177,6 +177,11 @@ pub struct LeakRow {
     pub count: u64,
     #[serde(serialize_with = "sorted_frames")]
     pub frames: Vec<Frame>,
+    /// What keeps these blocks by design, when a rule says so (the C/C++ runtime's,
+    /// "runtime: …", or the user's --suppress file, "suppressed: FILE:LINE leak:PATTERN"):
+    /// shown after the leaks to act on, and out of the leak totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<String>,
     /// Age of the oldest block at the end of the recording.
     pub oldest_ns: u64,
 }
@@ -267,12 +272,18 @@ impl Row {
             ],
             Row::Cpu(r) => vec![("count", num(r.count))],
             Row::OffCpu(r) => vec![("count", num(r.count)), ("total_ns", num(r.total_ns))],
-            Row::Leak(r) => vec![
-                ("alive", r.alive.to_string()),
-                ("bytes", num(r.bytes)),
-                ("count", num(r.count)),
-                ("oldest_ns", num(r.oldest_ns)),
-            ],
+            Row::Leak(r) => {
+                let mut v = vec![
+                    ("alive", r.alive.to_string()),
+                    ("bytes", num(r.bytes)),
+                    ("count", num(r.count)),
+                ];
+                if let Some(h) = &r.held_by {
+                    v.push(("held_by", h.clone()));
+                }
+                v.push(("oldest_ns", num(r.oldest_ns)));
+                v
+            }
             Row::Syscall(r) => vec![
                 ("count", num(r.count)),
                 ("max_ns", num(r.max_ns)),

@@ -61,6 +61,55 @@ pub fn root() -> bool {
     false
 }
 
+/// The npm package `name` (`spec`: what `npm install` gets, e.g. `pprof-format@2`),
+/// installed once under the target directory (`node-NAME`); the directory its
+/// `node_modules` is in. None (after saying that `what` is skipped, and why) when node or
+/// npm are missing or the install fails; a failure instead when CI=true.
+pub fn npm_package(name: &str, spec: &str, what: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("node-{name}"));
+    let ready = |d: &Path| {
+        d.join("node_modules")
+            .join(name)
+            .join("package.json")
+            .exists()
+    };
+    let fail = |why: String| -> Option<PathBuf> {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{why}, and CI=true: failing instead of skipping");
+        }
+        eprintln!("\n*** SKIPPED {what}: {why} ***\n");
+        None
+    };
+    if Command::new("node").arg("--version").output().is_err() {
+        return fail("node is not installed (apt-get install nodejs npm)".into());
+    }
+    if !ready(&dir) {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+                "--prefix",
+            ])
+            .arg(&dir)
+            .arg(spec)
+            .output();
+        match out {
+            Ok(o) if o.status.success() && ready(&dir) => {}
+            Ok(o) => {
+                return fail(format!(
+                    "npm install {spec} failed: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ))
+            }
+            Err(e) => return fail(format!("npm is not installed ({e})")),
+        }
+    }
+    Some(dir)
+}
+
 /// Whether the running kernel is at least `major.minor`.
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();

@@ -1,0 +1,360 @@
+//! Leaks a user should not act on: blocks the C and C++ runtimes allocate once and keep by
+//! design (libstdc++'s emergency exception pool, the stdio buffers, the dynamic loader's
+//! TLS and link maps, locale and iconv tables), which valgrind sets apart with its default
+//! suppressions and heaptrack by calling `__gnu_cxx::__freeres` at exit; and the user's own
+//! suppressions (`ebsym leaks --suppress FILE`). A leak row whose stack matches is shown
+//! apart, "held by" the rule that matched, and left out of the leak totals.
+//!
+//! A suppressions file has one pattern a line (`#` starts a comment): `PATTERN`, or
+//! `leak:PATTERN` as LeakSanitizer writes them. A pattern is a glob (`*` any run of
+//! characters, `?` one) matched against each frame's function name (demangled, as the
+//! reports show it), its source file and its module path; a stack matches when any of its
+//! frames does. `leak:*Cache::Insert*` sets apart what was allocated under
+//! `Cache::Insert`; `leak:libfoo.so*` everything allocated inside libfoo.
+use crate::model::Frame;
+use std::path::Path;
+
+/// One rule: what it matches and what the report says of the blocks it holds.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// The glob, against a frame's function, file and module.
+    pattern: String,
+    /// Only frames whose file matches this too (the built-in rules pin a function name to
+    /// its source file).
+    file: Option<&'static str>,
+    /// "runtime: …" for the built-in rules, "suppressed: FILE:LINE leak:PATTERN" for the
+    /// user's.
+    pub held_by: String,
+}
+
+/// The rules a leak report applies: the runtime's, then the user's.
+#[derive(Debug, Clone)]
+pub struct Suppressions {
+    rules: Vec<Rule>,
+    /// Whether allocations by a runtime library's own initializer count as held.
+    runtime: bool,
+}
+
+/// Runtime libraries: their allocations under their own initializers are the runtime's.
+const RUNTIME_MODULES: &[&str] = &[
+    "ld-linux",
+    "ld-musl",
+    "libc.so",
+    "libc-",
+    "libstdc++.so",
+    "libgcc_s.so",
+    "libm.so",
+    "libpthread",
+    "libdl.so",
+];
+
+/// (function glob, file glob, what holds the block) of what the runtimes keep by design.
+/// glibc's functions start with `*`: its debug info names many by their internal aliases
+/// (`__GI__IO_doallocbuf`).
+const RUNTIME_RULES: &[(&str, Option<&str>, &str)] = &[
+    (
+        "*pool::pool*",
+        Some("*eh_alloc.cc"),
+        "libstdc++'s emergency exception-handling pool (freed only by __gnu_cxx::__freeres)",
+    ),
+    ("*_IO_file_doallocate", None, "a stdio buffer (glibc)"),
+    ("*_IO_doallocbuf", None, "a stdio buffer (glibc)"),
+    (
+        "*_dl_allocate_tls*",
+        None,
+        "thread-local storage of the dynamic loader",
+    ),
+    (
+        "*allocate_dtv*",
+        None,
+        "thread-local storage of the dynamic loader",
+    ),
+    (
+        "*_dl_resize_dtv",
+        None,
+        "thread-local storage of the dynamic loader",
+    ),
+    (
+        "*tls_get_addr_tail",
+        None,
+        "thread-local storage of the dynamic loader",
+    ),
+    (
+        "*_dl_update_slotinfo",
+        None,
+        "thread-local storage of the dynamic loader",
+    ),
+    (
+        "*_dl_new_object",
+        None,
+        "a loaded library's link map (dynamic loader)",
+    ),
+    (
+        "*_dl_map_object*",
+        None,
+        "a loaded library's link map (dynamic loader)",
+    ),
+    (
+        "*_dl_check_map_versions",
+        None,
+        "a loaded library's link map (dynamic loader)",
+    ),
+    ("*__new_exitfn", None, "atexit handlers (glibc)"),
+    ("*_nl_*locale*", None, "locale data (glibc)"),
+    ("*_nl_make_l10nflist", None, "locale data (glibc)"),
+    ("*__gconv_*", None, "iconv conversion tables (glibc)"),
+    ("*__tzfile_read", None, "the time zone cache (glibc)"),
+    ("*__tzstring*", None, "the time zone cache (glibc)"),
+    ("*__nss_*", None, "name-service modules (glibc)"),
+];
+
+/// A held-by description of allocations made by a runtime library's initializer.
+const RUNTIME_INIT: &str = "a runtime library's initializer (allocated at load, kept by design)";
+
+impl Default for Suppressions {
+    fn default() -> Self {
+        Suppressions::runtime()
+    }
+}
+
+impl Suppressions {
+    /// The runtime's rules only.
+    pub fn runtime() -> Suppressions {
+        Suppressions {
+            rules: RUNTIME_RULES
+                .iter()
+                .map(|&(pattern, file, what)| Rule {
+                    pattern: pattern.to_string(),
+                    file,
+                    held_by: format!("runtime: {what}"),
+                })
+                .collect(),
+            runtime: true,
+        }
+    }
+
+    /// No rule at all: every outstanding block is a leak.
+    pub fn none() -> Suppressions {
+        Suppressions {
+            rules: Vec::new(),
+            runtime: false,
+        }
+    }
+
+    /// Adds the rules of a suppressions file's text (`name` says where they came from).
+    pub fn add_text(&mut self, name: &str, text: &str) -> Result<(), String> {
+        for (i, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let pattern = match line.split_once(':') {
+                Some(("leak", p)) => p.trim(),
+                // A C++ name has "::" in it; any other `kind:` is not ours to guess.
+                Some((kind, p)) if !kind.is_empty() && !p.starts_with(':') && !kind.contains('*') => {
+                    return Err(format!(
+                        "{name}:{}: '{kind}:' is not a leak suppression (write PATTERN or leak:PATTERN)",
+                        i + 1
+                    ))
+                }
+                _ => line,
+            };
+            if pattern.is_empty() {
+                return Err(format!("{name}:{}: an empty pattern", i + 1));
+            }
+            self.rules.push(Rule {
+                pattern: pattern.to_string(),
+                file: None,
+                held_by: format!("suppressed: {name}:{} leak:{pattern}", i + 1),
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds the rules of the suppressions file at `path`.
+    pub fn add_file(&mut self, path: &Path) -> Result<(), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the suppressions file {}: {e}", path.display()))?;
+        self.add_text(&path.display().to_string(), &text)
+    }
+
+    /// What holds a block allocated under `frames` (leaf first), if a rule matches.
+    pub fn held_by(&self, frames: &[Frame]) -> Option<String> {
+        // The user's rules first: their words are the more specific.
+        for r in self.rules.iter().rev() {
+            let hit = frames.iter().any(|f| {
+                let file_ok = r
+                    .file
+                    .is_none_or(|g| f.file.as_deref().is_some_and(|file| glob(g, file)));
+                file_ok
+                    && (glob(&r.pattern, &f.function)
+                        || (r.file.is_none()
+                            && (f
+                                .file
+                                .as_deref()
+                                .is_some_and(|file| glob_path(&r.pattern, file))
+                                || glob_path(&r.pattern, &f.module))))
+            });
+            if hit {
+                return Some(r.held_by.clone());
+            }
+        }
+        if self.runtime && by_runtime_initializer(frames) {
+            return Some(format!("runtime: {RUNTIME_INIT}"));
+        }
+        None
+    }
+}
+
+/// Whether every frame from the allocation up to the dynamic loader's `_dl_init` (or
+/// `call_init`) is in a runtime library: a block a runtime library allocated for itself while
+/// it was loaded (libstdc++'s exception pool, when libstdc++ has no symbols to name it).
+fn by_runtime_initializer(frames: &[Frame]) -> bool {
+    let Some(init) = frames
+        .iter()
+        .position(|f| f.function == "_dl_init" || f.function == "call_init")
+    else {
+        return false;
+    };
+    init > 0
+        && frames[..init].iter().all(|f| {
+            let base = f.module.rsplit('/').next().unwrap_or(&f.module);
+            RUNTIME_MODULES.iter().any(|m| base.starts_with(m))
+        })
+}
+
+/// [`glob`] of a path or of its last component.
+fn glob_path(pattern: &str, path: &str) -> bool {
+    glob(pattern, path)
+        || path
+            .rsplit_once('/')
+            .is_some_and(|(_, base)| glob(pattern, base))
+}
+
+/// Whether `text` matches the glob `pattern` (`*` any run, `?` any one character).
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(function: &str, file: Option<&str>, module: &str) -> Frame {
+        Frame {
+            function: function.into(),
+            file: file.map(Into::into),
+            line: None,
+            inlined: false,
+            module: module.into(),
+            address: "0x1".into(),
+        }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("*pool::pool*", "(anonymous namespace)::pool::pool()"));
+        assert!(glob("_IO_doallocbuf", "_IO_doallocbuf"));
+        assert!(!glob("_IO_doallocbuf", "_IO_doallocbuf2"));
+        assert!(glob("a?c*", "abcdef"));
+        assert!(!glob("*x", "abc"));
+        assert!(glob("*", ""));
+    }
+
+    #[test]
+    fn the_exception_pool_and_stdio_are_the_runtimes_a_users_block_is_not() {
+        let s = Suppressions::runtime();
+        let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+        let cxx = "/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30";
+        let ld = "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+        let pool = [
+            frame("malloc", None, libc),
+            frame(
+                "(anonymous namespace)::pool::pool()",
+                Some("../../../../src/libstdc++-v3/libsupc++/eh_alloc.cc"),
+                cxx,
+            ),
+            frame("call_init", None, ld),
+        ];
+        assert!(s.held_by(&pool).unwrap().contains("emergency exception"));
+        // The same, with libstdc++ unnamed: its initializer's.
+        let unnamed = [
+            frame("malloc", None, libc),
+            frame("0x2a3f0", None, cxx),
+            frame("call_init", None, ld),
+            frame("_dl_init", None, ld),
+        ];
+        assert!(s.held_by(&unnamed).unwrap().contains("initializer"));
+        // A user's static constructor is the user's.
+        let user_static = [
+            frame("malloc", None, libc),
+            frame("Registry::Registry()", Some("reg.cc"), "/srv/app"),
+            frame("call_init", None, ld),
+        ];
+        assert_eq!(s.held_by(&user_static), None);
+        let stdio = [
+            frame("malloc", None, libc),
+            frame("__GI__IO_file_doallocate", None, libc),
+            frame("_IO_doallocbuf", None, libc),
+            frame("puts", None, libc),
+            frame("main", Some("m.cc"), "/srv/app"),
+        ];
+        assert!(s.held_by(&stdio).unwrap().contains("stdio"));
+        let leak = [
+            frame("malloc", None, libc),
+            frame("leak_some()", Some("m.cc"), "/srv/app"),
+        ];
+        assert_eq!(s.held_by(&leak), None);
+        assert_eq!(Suppressions::none().held_by(&stdio), None);
+    }
+
+    #[test]
+    fn a_users_file() {
+        let mut s = Suppressions::runtime();
+        s.add_text(
+            "supp.txt",
+            "# mine\nleak:*Cache::Insert*\n\nlibfoo.so*  # all of libfoo\n",
+        )
+        .unwrap();
+        let f = [
+            frame("malloc", None, "libc.so.6"),
+            frame("leveldb::Cache::Insert(int)", None, "/a"),
+        ];
+        assert_eq!(
+            s.held_by(&f).unwrap(),
+            "suppressed: supp.txt:2 leak:*Cache::Insert*"
+        );
+        let g = [
+            frame("malloc", None, "libc.so.6"),
+            frame("foo_init", None, "/opt/lib/libfoo.so.1"),
+        ];
+        assert_eq!(
+            s.held_by(&g).unwrap(),
+            "suppressed: supp.txt:4 leak:libfoo.so*"
+        );
+        let err = Suppressions::none()
+            .add_text("x", "race:foo\n")
+            .unwrap_err();
+        assert!(err.contains("x:1"), "{err}");
+        // A C++ name with a scope is a pattern, not a kind.
+        Suppressions::none().add_text("x", "ns::f\n").unwrap();
+    }
+}
