@@ -2,13 +2,16 @@
 //! `profile.proto` (Google's schema, `proto/profile.proto`), for `go tool pprof`, Pyroscope,
 //! Parca and Grafana.
 //!
-//! Sample types per kind: alloc `alloc_objects`/count, `alloc_space`/bytes; lock
+//! Sample types per kind: alloc `alloc_objects`/count, `alloc_space`/bytes and, as Go's heap
+//! profiles have them, `inuse_objects`/count, `inuse_space`/bytes (the blocks still
+//! outstanding at the end; left out when the recording tracked no frees); lock
 //! `contentions`/count, `delay`/nanoseconds (and `hold`/nanoseconds where holds were
 //! recorded); cpu `samples`/count; offcpu `time`/nanoseconds; func `calls`/count,
 //! `latency`/nanoseconds; memgrowth `growth_events`/count, `growth_space`/bytes. `--by`
 //! picks the default sample type. One Location per (mapping, address), its Lines the inline
 //! chain innermost first; Functions deduplicated by (name, file); Mappings with their
-//! build-ids and file names.
+//! build-ids and file names, the first (id 1) a traced process's main executable, as pprof
+//! and the backends that symbolize by mapping expect.
 use crate::model::{Frame, MappingInfo};
 use crate::reports::{EventKind, Measure, Stacks};
 use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
@@ -17,7 +20,12 @@ use std::collections::HashMap;
 /// Sample types (type, unit) of `kind`, in the order of each sample's values.
 pub fn sample_types(kind: EventKind, has_hold: bool) -> Vec<(&'static str, &'static str)> {
     match kind {
-        EventKind::Alloc => vec![("alloc_objects", "count"), ("alloc_space", "bytes")],
+        EventKind::Alloc => vec![
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ],
         EventKind::MemGrowth => vec![("growth_events", "count"), ("growth_space", "bytes")],
         EventKind::Lock if has_hold => vec![
             ("contentions", "count"),
@@ -196,7 +204,15 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
     let mut b = Builder::default();
     b.string("");
     let has_hold = st.kind == EventKind::Lock && st.stacks.iter().any(|s| s.hold > 0);
-    let types = sample_types(st.kind, has_hold);
+    let mut types = sample_types(st.kind, has_hold);
+    let no_free = st
+        .header
+        .options
+        .iter()
+        .any(|o| o.key == "no-free" && o.value == "true");
+    if no_free {
+        types.retain(|(t, _)| !t.starts_with("inuse_"));
+    }
     let sample_type: Vec<ValueType> = types
         .iter()
         .map(|(t, u)| ValueType {
@@ -205,6 +221,21 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
         })
         .collect();
     let mutex_key = b.string("mutex");
+    // Mapping 1: the main executable (of the process with the most stacks in it).
+    let mut exe_uses: HashMap<&MappingInfo, usize> = HashMap::new();
+    for s in &st.stacks {
+        for m in s.mappings.iter().flatten() {
+            if st.executables.contains(&m.path) {
+                *exe_uses.entry(m).or_default() += 1;
+            }
+        }
+    }
+    if let Some((m, _)) = exe_uses
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+    {
+        b.mapping(m);
+    }
     let mut samples = Vec::with_capacity(st.stacks.len());
     for s in &st.stacks {
         let location_id = chains(&s.frames)
@@ -219,6 +250,8 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
             .map(|(t, _)| match *t {
                 "alloc_objects" | "growth_events" | "contentions" | "samples" | "calls"
                 | "requests" | "waits" | "connections" => s.count,
+                "inuse_objects" => s.inuse_count,
+                "inuse_space" => s.inuse_bytes,
                 // bio: the bytes are the stack's second value (as a lock's hold time).
                 "hold" | "bytes" => s.hold,
                 _ => s.total,

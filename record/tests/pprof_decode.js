@@ -57,5 +57,6 @@ console.log(
     distinct_functions: new Set(p.function.map((f) => `${str(f.name)}@${str(f.filename)}`)).size,
     distinct_location_keys: keys.size,
     locations,
+    mappings: p.mapping.map((m) => ({ id: Number(m.id), filename: str(m.filename), build_id: str(m.buildId) })),
   }),
 );

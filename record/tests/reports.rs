@@ -399,11 +399,40 @@ fn pprof_decodes_with_an_independent_reader_and_matches_top() {
     };
     assert_eq!(
         p["sample_types"],
-        serde_json::json!([["alloc_objects", "count"], ["alloc_space", "bytes"]])
+        serde_json::json!([
+            ["alloc_objects", "count"],
+            ["alloc_space", "bytes"],
+            ["inuse_objects", "count"],
+            ["inuse_space", "bytes"]
+        ])
     );
     assert_eq!(p["default_sample_type"], "alloc_space");
     assert_eq!(p["totals"]["alloc_objects"], top["totals"]["count"]);
     assert_eq!(p["totals"]["alloc_space"], top["totals"]["bytes"]);
+    // In use: every block outstanding at the end, the leaks and what the runtime holds.
+    let leaks = json(&run(&ebsym, &["leaks", s, "-n", "1000", "--json"]));
+    let lt = |k: &str| leaks["totals"][k].as_u64().unwrap_or(0);
+    assert_eq!(
+        p["totals"]["inuse_space"].as_u64(),
+        Some(lt("bytes") + lt("held_bytes")),
+        "{leaks:#}"
+    );
+    assert_eq!(
+        p["totals"]["inuse_objects"].as_u64(),
+        Some(lt("count") + lt("held_count"))
+    );
+    assert!(lt("bytes") >= 7 * 5000 + 3 * 12000);
+    // Mapping 1 is the main executable, as in Go's profiles.
+    let first = &p["mappings"][0];
+    assert_eq!(first["id"], 1);
+    assert!(
+        first["filename"]
+            .as_str()
+            .unwrap()
+            .ends_with("alloc_workload-fp"),
+        "{:#}",
+        p["mappings"]
+    );
     assert_eq!(
         p["samples"].as_u64().unwrap() as usize,
         top["rows"].as_array().unwrap().len()
@@ -622,4 +651,164 @@ fn non_pie_executable_resolves_to_the_right_lines() {
             < 0x1000000,
         "non-PIE code is low: {f1}"
     );
+}
+
+/// `go tool pprof -raw` of `profile` (Go's own reader, Debian's golang-go): the sample
+/// types, the per-type totals and the mappings' file names in order. None (after saying so)
+/// when go is missing; a failure when CI=true.
+fn go_pprof_raw(profile: &Path) -> Option<(Vec<String>, Vec<i64>, Vec<String>)> {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = match Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(profile)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            let why = format!("go is not installed (apt-get install golang-go): {e}");
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{why}, and CI=true: failing instead of skipping");
+            }
+            eprintln!("\n*** SKIPPED go tool pprof: {why} ***\n");
+            return None;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "go tool pprof -raw {}: {}{text}",
+        profile.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    lines.by_ref().find(|l| *l == "Samples:").expect("Samples:");
+    let types: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.trim_end_matches("[dflt]").to_string())
+        .collect();
+    let mut totals = vec![0i64; types.len()];
+    for l in lines.by_ref() {
+        if l == "Locations" {
+            break;
+        }
+        // A sample line is its values, ':', its location ids; label lines (`mutex:[…]`)
+        // follow their sample.
+        let Some(values) = l.split_once(':').and_then(|(v, _)| {
+            v.split_whitespace()
+                .map(|x| x.parse::<i64>().ok())
+                .collect::<Option<Vec<i64>>>()
+        }) else {
+            continue;
+        };
+        assert_eq!(values.len(), totals.len(), "{l}");
+        for (t, v) in totals.iter_mut().zip(values) {
+            *t += v;
+        }
+    }
+    lines.by_ref().find(|l| *l == "Mappings").expect("Mappings");
+    let mappings = lines
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect();
+    Some((types, totals, mappings))
+}
+
+/// Every kind's pprof profile decodes with Go's reader and with pprof-format, the two agree
+/// on the sample types and totals, the totals are `top`'s, and mapping 1 is the program.
+#[test]
+fn every_pprof_decodes_with_go_tool_pprof_and_pprof_format() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ebsym = ebsym_path();
+    let recordings = [
+        (
+            "alloc_workload",
+            vec!["--alloc", "--cpu", "--syscalls=0"],
+            vec![],
+            vec!["alloc", "cpu", "syscall"],
+        ),
+        (
+            "offcpu_blocks",
+            vec!["--offcpu=5000", "--runq=0"],
+            vec!["--ms", "21"],
+            vec!["offcpu", "runq"],
+        ),
+        ("lock_workload", vec!["--lock"], vec![], vec!["lock"]),
+    ];
+    let mut checked = Vec::new();
+    for (program, flags, args, kinds) in recordings {
+        let (trace, _) = record(
+            dir.path(),
+            &format!("{program}.pb.zst"),
+            program,
+            &flags,
+            &args,
+        );
+        run(&ebsym, &[trace.to_str().unwrap()]);
+        let sym = dir.path().join(format!("{program}.sym.pb.zst"));
+        for kind in kinds {
+            let top = json(&run(
+                &ebsym,
+                &[
+                    "top",
+                    sym.to_str().unwrap(),
+                    "--kind",
+                    kind,
+                    "-n",
+                    "100000",
+                    "--json",
+                ],
+            ));
+            let out = dir.path().join(format!("{program}-{kind}.pb.gz"));
+            let Some(p) = pprof_decoded(&sym, kind, &out) else {
+                return;
+            };
+            let Some((types, totals, mappings)) = go_pprof_raw(&out) else {
+                return;
+            };
+            let js_types: Vec<String> = p["sample_types"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| format!("{}/{}", t[0].as_str().unwrap(), t[1].as_str().unwrap()))
+                .collect();
+            assert_eq!(types, js_types, "{program} {kind}");
+            for (t, total) in types.iter().zip(&totals) {
+                let name = t.split('/').next().unwrap();
+                assert_eq!(
+                    p["totals"][name].as_i64(),
+                    Some(*total),
+                    "{program} {kind} {t}"
+                );
+            }
+            // The first sample type is top's count of events, or (offcpu: time) its total.
+            let top_key = if types[0].ends_with("/count") {
+                "count"
+            } else {
+                "total_ns"
+            };
+            assert_eq!(
+                Some(totals[0] as u64),
+                top["totals"][top_key].as_u64(),
+                "{program} {kind} {}: {:#}",
+                types[0],
+                top["totals"]
+            );
+            assert!(totals[0] > 0, "{program} {kind}: no samples");
+            assert!(
+                mappings
+                    .first()
+                    .is_some_and(|m| m.ends_with(&format!("{program}-fp"))),
+                "{program} {kind}: mapping 1 is not the program: {mappings:?}"
+            );
+            checked.push(format!("{program}/{kind}"));
+        }
+    }
+    assert_eq!(checked.len(), 6, "{checked:?}");
 }

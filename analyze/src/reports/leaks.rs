@@ -160,6 +160,75 @@ impl Live {
     }
 }
 
+/// The blocks still outstanding at the end, per stack id: what pprof's `inuse_objects` and
+/// `inuse_space` count (the leak report's blocks, before merging and the held-by rules).
+#[derive(Debug, Default)]
+pub(crate) struct Outstanding {
+    live: Live,
+    /// --aggregate: the last live gauges per (stack, generation), and since when non-zero.
+    gauges: BTreeMap<(u64, u32), (u64, u64, u64)>,
+}
+
+impl Outstanding {
+    #[inline]
+    pub(crate) fn event(&mut self, ev: &Event<'_>) {
+        match ev {
+            Event::Alloc(e) => self.live.alloc(
+                e.generation,
+                e.address,
+                Block {
+                    time: e.time_ns,
+                    stack: e.stack,
+                    size: e.size,
+                    period: e.sample_period,
+                },
+            ),
+            Event::Free(e) => self.live.free(e.generation, e.address, e.time_ns),
+            Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r) => {
+                if let Some((count, bytes)) = r.live {
+                    let g = self
+                        .gauges
+                        .entry((r.stack, r.generation))
+                        .or_insert((0, 0, u64::MAX));
+                    (g.0, g.1) = (count, bytes);
+                    if count == 0 {
+                        g.2 = u64::MAX;
+                    } else if g.2 == u64::MAX {
+                        g.2 = r.since_ns;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Stack id -> (blocks, bytes) outstanding (estimates when sampled by bytes), leaving
+    /// out the blocks allocated before a pause of the allocator probes (their free may
+    /// have come while paused).
+    pub(crate) fn by_stack(&self, pauses: &[(u64, u64)]) -> FastMap<u64, (u64, u64)> {
+        let mut out: FastMap<u64, (u64, u64)> = FastMap::default();
+        let mut est = Estimator::default();
+        for (_, b) in self.live.blocks() {
+            if pauses.iter().any(|&(start, _)| b.time < start) {
+                continue;
+            }
+            let (c, bytes) = est.add(b.size, b.period);
+            let e = out.entry(b.stack).or_default();
+            e.0 += c;
+            e.1 += bytes;
+        }
+        for (&(stack, _), &(count, bytes, since)) in &self.gauges {
+            if count == 0 || pauses.iter().any(|&(start, _)| since < start) {
+                continue;
+            }
+            let e = out.entry(stack).or_default();
+            e.0 += count;
+            e.1 += bytes;
+        }
+        out
+    }
+}
+
 struct LeakSink {
     live: Live,
     last_ns: u64,

@@ -22,6 +22,8 @@ pub(crate) struct Agg {
     pub(crate) wakers: HashMap<u64, u64>,
     /// Counted in the kernel (--aggregate): no per-event values, so no percentiles.
     pub(crate) aggregated: bool,
+    /// alloc: blocks and bytes still outstanding at the end (pprof's inuse_*).
+    pub(crate) inuse: (u64, u64),
 }
 
 impl Agg {
@@ -38,10 +40,15 @@ struct TopSink {
     kind: EventKind,
     by_stack: FastMap<(u64, u64), Agg>,
     estimate: Estimator,
+    /// alloc: the blocks not freed yet.
+    outstanding: Option<super::leaks::Outstanding>,
 }
 
 impl Sink for TopSink {
     fn event(&mut self, ev: &Event<'_>) {
+        if let Some(o) = &mut self.outstanding {
+            o.event(ev);
+        }
         let mut n = 1;
         let (key, a, b, sample_b) = match (self.kind, ev) {
             (EventKind::Alloc, Event::Alloc(e)) => {
@@ -153,8 +160,24 @@ pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loa
         kind,
         by_stack: FastMap::default(),
         estimate: Estimator::default(),
+        outstanding: (kind == EventKind::Alloc).then(Default::default),
     };
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
+    if let Some(o) = sink.outstanding.take() {
+        let no_free = l
+            .header
+            .options
+            .iter()
+            .any(|o| o.key == "no-free" && o.value == "true");
+        if !no_free {
+            for (stack, inuse) in o.by_stack(&l.alloc_pauses) {
+                // Only stacks the filter let through have allocations here.
+                if let Some(g) = sink.by_stack.get_mut(&(stack, 0)) {
+                    g.inuse = inuse;
+                }
+            }
+        }
+    }
     if kind == EventKind::Alloc && !l.alloc_pauses.is_empty() {
         let open = l.alloc_pauses.iter().any(|p| p.1 == u64::MAX);
         l.losses.damage.push(format!(
@@ -202,6 +225,8 @@ pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loa
         m.mutex = agg.mutex;
         m.futex_op = agg.futex_op;
         m.aggregated |= agg.aggregated;
+        m.inuse.0 += agg.inuse.0;
+        m.inuse.1 += agg.inuse.1;
         for (w, c) in agg.wakers {
             *m.wakers.entry(w).or_default() += c;
         }
@@ -224,6 +249,10 @@ pub struct StackValues {
     pub total: u64,
     /// lock: hold ns (0 when not recorded).
     pub hold: u64,
+    /// alloc: blocks and bytes still outstanding at the end of the recording or of their
+    /// process (pprof's inuse_objects, inuse_space).
+    pub inuse_count: u64,
+    pub inuse_bytes: u64,
 }
 
 impl StackValues {
@@ -251,6 +280,8 @@ pub struct Stacks {
     pub last_event_ns: Option<u64>,
     /// Set when no event passed: the message to give instead of an empty report.
     pub note: Option<String>,
+    /// The traced processes' executables (paths), for pprof's first mapping.
+    pub executables: std::collections::BTreeSet<String>,
 }
 
 /// [`stacks_from`] of the trace at `path`.
@@ -269,8 +300,16 @@ pub fn stacks_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stack
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
+    let executables = l
+        .tables
+        .generations
+        .values()
+        .map(|g| l.tables.string(g.process.exe).to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
     Stacks {
         kind,
+        executables,
         stacks: merged
             .into_iter()
             .map(|m| StackValues {
@@ -280,6 +319,8 @@ pub fn stacks_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stack
                 count: m.agg.count,
                 total: m.agg.a,
                 hold: m.agg.b,
+                inuse_count: m.agg.inuse.0,
+                inuse_bytes: m.agg.inuse.1,
             })
             .collect(),
         losses: l.losses,
