@@ -189,6 +189,42 @@ enum Command {
         #[arg(short, long, default_value = "profile.pb.gz")]
         output: PathBuf,
     },
+    /// A timeline for other viewers. --format perfetto: Chrome's JSON trace-event format
+    /// (ui.perfetto.dev, chrome://tracing): a track per process and thread, slices for
+    /// off-CPU blocks, lock waits, --func calls, slow syscalls, block I/O and run-queue
+    /// waits (args: the stack as "function (file:line)" lines, the waker), instants for
+    /// allocations, CPU samples and memory growth, flows from each waker to the block it
+    /// ended. --format firefox: the Firefox Profiler's processed profile
+    /// (profiler.firefox.com): CPU samples with their stacks (kernel frames in their own
+    /// category), the same intervals as markers with their stacks, allocations as native
+    /// allocations. Times are since the trace's start. Caps, per kind: the longest
+    /// --max-slices intervals (default 200,000), a uniform sample of --max-instants
+    /// instants or allocations (default 200,000), and in Firefox of --max-samples CPU
+    /// samples (default 2,000,000); the counts dropped are printed and, in Perfetto,
+    /// in otherData. A name ending in .gz is gzip-compressed.
+    ///
+    /// Example: `ebsym export trace.pb.zst --format perfetto -o trace.json`
+    Export {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// perfetto (Chrome JSON trace events) or firefox (Firefox Profiler).
+        #[arg(long, value_enum)]
+        format: ExportFormat,
+        /// The file to write (gzip-compressed if it ends in .gz).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Instant events (allocations, CPU samples, memory growth) or allocation samples
+        /// kept per kind: a uniform sample of this many.
+        #[arg(long, value_name = "N", default_value_t = ebtrace_analyze::reports::export::DEFAULT_MAX_INSTANTS)]
+        max_instants: usize,
+        /// Slices or markers kept per kind (off-CPU, lock, func, syscall, bio, runq): the
+        /// longest this many.
+        #[arg(long, value_name = "N", default_value_t = ebtrace_analyze::reports::export::DEFAULT_MAX_SLICES)]
+        max_slices: usize,
+        /// CPU samples kept in a Firefox profile: a uniform sample of this many.
+        #[arg(long, value_name = "N", default_value_t = ebtrace_analyze::reports::export::DEFAULT_MAX_SAMPLES)]
+        max_samples: usize,
+    },
     /// What grew and what shrank between two traces: per stack, the value before and
     /// after and the delta, largest change first; with -o, a differential flame graph
     /// (red grew, blue shrank).
@@ -213,6 +249,27 @@ enum Command {
         /// Draw the before widths instead (what shrank or disappeared stands out).
         #[arg(long)]
         negate: bool,
+    },
+    /// One self-contained HTML page (opens from disk, asks no host): the summary, a flame
+    /// graph per event kind (zoom, search, stacks with file:line), one timeline of all
+    /// families per process and thread (wakers' arrows; select a range to filter the flame
+    /// graphs and tables), latency heat maps, and sortable tables (latency, locks, leaks,
+    /// top stacks); with --base, differential flame graphs. Caps: the timeline draws at
+    /// most 50,000 events per kind (the longest; alloc and memgrowth the largest; tcp the
+    /// latest; CPU samples as a density), the page says how many more; the flame graphs'
+    /// time filter sums per stack and time bucket (500 buckets, merged past 300,000
+    /// entries per kind); a diff keeps the 20,000 stacks that changed most.
+    ///
+    /// Example: `ebsym report trace.pb.zst -o report.html --base yesterday.pb.zst`
+    Report {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// The HTML file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// A trace to compare against: differential flame graphs (red grew, blue shrank).
+        #[arg(long, value_name = "OLD")]
+        base: Option<PathBuf>,
     },
     /// What is in a trace: host, time span, processes and binaries, events, losses, whether
     /// it ended cleanly and whether it is symbolized.
@@ -416,6 +473,69 @@ fn copies_text(s: ebtrace_symbolize::trace::Stripped) -> String {
     )
 }
 
+/// `ebsym export --format`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum ExportFormat {
+    /// Chrome's JSON trace-event format, for ui.perfetto.dev and chrome://tracing.
+    Perfetto,
+    /// The Firefox Profiler's processed profile, for profiler.firefox.com.
+    Firefox,
+}
+
+/// `ebsym export`: the trace as a Perfetto (Chrome JSON) trace or a Firefox profile.
+fn export(
+    a: &reports_cli::ReportArgs,
+    format: ExportFormat,
+    output: &std::path::Path,
+    caps: ebtrace_analyze::reports::export::Caps,
+) -> anyhow::Result<()> {
+    use ebtrace_analyze::reports::export::{export_to_path, Format};
+    let filter = ebtrace_analyze::model::Filter {
+        pids: a.pids.clone(),
+        tids: a.tids.clone(),
+        comms: a.comms.clone(),
+        from: a.from,
+        to: a.to,
+    };
+    let format = match format {
+        ExportFormat::Perfetto => Format::Perfetto,
+        ExportFormat::Firefox => Format::Firefox,
+    };
+    let input = reports_cli::symbolized_input(a, &a.trace)?;
+    let stats = export_to_path(input.reader()?, format, &filter, caps, output)
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    eprint!("{}", ebtrace_analyze::reports::losses_text(&stats.losses));
+    let capped = stats.capped();
+    let kinds: Vec<String> = stats
+        .kinds
+        .iter()
+        .map(|(k, (kept, _))| format!("{k} {kept}"))
+        .collect();
+    eprintln!(
+        "ebsym: wrote {} ({}; {} processes, {} threads; {}{}{})",
+        output.display(),
+        ebtrace_analyze::info::size_text(stats.bytes),
+        stats.processes,
+        stats.threads,
+        if kinds.is_empty() {
+            "no events".to_string()
+        } else {
+            kinds.join(", ")
+        },
+        if stats.flows > 0 {
+            format!("; {} wake-up flows", stats.flows)
+        } else {
+            String::new()
+        },
+        if capped.is_empty() {
+            String::new()
+        } else {
+            format!("; capped: {}", capped.join(", "))
+        },
+    );
+    Ok(())
+}
+
 /// `ebsym strip`: one line on stderr saying what was removed.
 fn strip(trace: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()> {
     let r = ebtrace_symbolize::strip::strip_stack_copies(trace, output)?;
@@ -440,6 +560,62 @@ fn strip(trace: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()
     Ok(())
 }
 
+/// `ebsym report`: the HTML page of a trace (and of its diff against `base`).
+fn html_report(
+    a: &reports_cli::ReportArgs,
+    output: &std::path::Path,
+    base: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let filter = ebtrace_analyze::model::Filter {
+        pids: a.pids.clone(),
+        tids: a.tids.clone(),
+        comms: a.comms.clone(),
+        from: a.from,
+        to: a.to,
+    };
+    let started = std::time::Instant::now();
+    let input = reports_cli::symbolized_input(a, &a.trace)?;
+    let base_input = base
+        .map(|b| reports_cli::symbolized_input(a, b))
+        .transpose()?;
+    let mut open = || input.reader().ok();
+    let mut open_base = || base_input.as_ref().and_then(|b| b.reader().ok());
+    let name = a.trace.display().to_string();
+    let base_name = base.map(|b| b.display().to_string());
+    let (html, stats) = ebtrace_analyze::reports::html::report(
+        &mut open,
+        base.is_some()
+            .then_some(&mut open_base as &mut dyn FnMut() -> Option<_>),
+        &filter,
+        &name,
+        base_name.as_deref(),
+        a.n.max(100),
+    );
+    std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
+    let capped: Vec<String> = stats
+        .timeline
+        .iter()
+        .filter(|(_, (kept, all))| (*kept as u64) < *all)
+        .map(|(k, (kept, all))| format!("{k} {kept} of {all}"))
+        .collect();
+    eprintln!(
+        "ebsym: wrote {} ({}; {} kinds: {}; {} stacks, {} frames{}) in {:.1} s",
+        output.display(),
+        ebtrace_analyze::info::size_text(stats.bytes as u64),
+        stats.kinds.len(),
+        stats.kinds.join(", "),
+        stats.stacks,
+        stats.frames,
+        if capped.is_empty() {
+            String::new()
+        } else {
+            format!("; timeline capped: {}", capped.join(", "))
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     let command = match cli.command {
@@ -454,9 +630,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Addr2line(a) => addr2line(a, &mut out)?,
         Command::Top { args, kind, by } => reports_cli::top(&args, &kind, by.as_deref(), &mut out)?,
-        Command::Leaks { args, suppress } => {
-            reports_cli::leaks(&args, &suppress, &mut out)?
-        }
+        Command::Leaks { args, suppress } => reports_cli::leaks(&args, &suppress, &mut out)?,
         Command::Locks { args, by } => reports_cli::top(&args, "lock", by.as_deref(), &mut out)?,
         Command::Latency { args, kind } => reports_cli::latency(&args, &kind, &mut out)?,
         Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,
@@ -484,6 +658,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             by,
             output,
         } => reports_cli::pprof(&args, &kind, by.as_deref(), &output)?,
+        Command::Export {
+            args,
+            format,
+            output,
+            max_instants,
+            max_slices,
+            max_samples,
+        } => export(
+            &args,
+            format,
+            &output,
+            ebtrace_analyze::reports::export::Caps {
+                instants: max_instants,
+                slices: max_slices,
+                samples: max_samples,
+            },
+        )?,
         Command::Diff {
             args,
             after,
@@ -502,6 +693,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             negate,
             &mut out,
         )?,
+        Command::Report { args, output, base } => html_report(&args, &output, base.as_deref())?,
         Command::Info { trace, json } => {
             let info = ebtrace_analyze::info::summarize(&trace)
                 .with_context(|| format!("cannot read {}", trace.display()))?;

@@ -26,9 +26,11 @@
 //! (and `--by` as a string) and are thin wrappers over them.
 mod budget;
 mod diff;
+pub mod export;
 mod flamegraph;
 mod folded;
 pub mod heatmap;
+pub mod html;
 mod kind;
 mod leaks;
 mod stacks;

@@ -1,0 +1,863 @@
+//! `ebsym report`: one self-contained HTML page of a trace (and, with a base trace, of
+//! what changed): the summary, a flame graph per event kind, one timeline of all families
+//! per process and thread, latency heat maps and sortable tables. Everything is inline
+//! (the data as one JSON blob, the viewer as plain JavaScript and CSS kept beside this file
+//! and pulled in with `include_str!`), so the file opens from disk with no network.
+//!
+//! The data is aggregated here, never embedded raw: stacks are interned once (a frame table
+//! of `[function, file, line, module, inlined]` and a stack table of frame indices, leaf
+//! first) and everything refers to stacks by index; per kind, the flame graph's input is
+//! per (stack, time bucket) sums, from which the page recomputes a flame graph for any time
+//! range; the timeline gets at most [`TIMELINE_CAP`] events per kind (the longest, largest
+//! or latest, see [`timeline_rule`]), the page says how many were left out. No memory of
+//! the target is embedded: stack copies are dropped when the trace is read, and only the
+//! symbolized frames are written.
+use super::heatmap::{build, HeatmapOptions};
+use super::system::{bio_key, bio_op_name, device_name, heat_points, syscall_name};
+use super::{
+    diff_from, leaks_from, summary::summary_from, system_latency_from, top_from, EventKind,
+    Measure, Row,
+};
+use crate::hash::FastMap;
+use crate::histogram::Histogram;
+use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink};
+use ebtrace_format::TraceReader;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+
+/// Timeline events embedded per kind, at most: the longest (off-CPU, lock, func, syscall,
+/// bio, runq), the largest (alloc, memgrowth) or the latest (tcp). CPU samples are drawn
+/// as a density per thread and time bucket instead.
+pub const TIMELINE_CAP: usize = 50_000;
+/// Time buckets over the trace's span for the per-(stack, bucket) sums.
+pub const TIME_BUCKETS: u64 = 500;
+/// (stack, bucket) entries per kind, at most: past it, buckets are merged two by two.
+pub const AGG_CAP: usize = 300_000;
+/// Rows of a base-versus-trace diff embedded per kind, at most (the largest changes).
+pub const DIFF_CAP: usize = 20_000;
+/// Columns of the latency heat maps.
+pub const HEAT_COLUMNS: usize = 200;
+
+const TEMPLATE: &str = include_str!("template.html");
+const CSS: &str = include_str!("report.css");
+const JS: &str = include_str!("report.js");
+
+/// What the page holds, for the command's closing line.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct HtmlStats {
+    pub bytes: usize,
+    pub kinds: Vec<String>,
+    pub stacks: usize,
+    pub frames: usize,
+    /// Per kind: (timeline events embedded, events in all).
+    pub timeline: BTreeMap<String, (usize, u64)>,
+}
+
+/// The rule by which a kind's timeline events are kept under [`TIMELINE_CAP`].
+pub fn timeline_rule(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Alloc | EventKind::MemGrowth => "largest",
+        EventKind::Tcp | EventKind::Cpu => "latest",
+        _ => "longest",
+    }
+}
+
+/// One timeline event: start (boottime ns), duration, thread, stack, the waker (thread and
+/// stack) and one more value of the kind (lock hold ns, syscall nr, bio bytes, alloc size).
+#[derive(Debug, Clone, Copy)]
+struct TlEv {
+    key: u64,
+    t: u64,
+    dur: u64,
+    tid: u32,
+    generation: u32,
+    stack: u64,
+    wtid: u32,
+    wstack: u64,
+    extra: u64,
+}
+
+#[derive(Default)]
+struct KindAcc {
+    /// (raw stack, bucket) -> (count, a, b): a and b as `Measure::pick` takes them.
+    agg: FastMap<(u64, u32), [u64; 3]>,
+    /// (raw stack, raw waker stack) -> count, for the waker column of the tables.
+    wakers: FastMap<(u64, u64), u64>,
+    tl: Vec<TlEv>,
+    events: u64,
+    /// Latency (wait, duration) of every event, per name (syscall nr, bio dev and op, probed
+    /// function; u64::MAX for the kind as a whole).
+    lat: BTreeMap<u64, Histogram>,
+}
+
+impl KindAcc {
+    fn keep(&mut self, e: TlEv) {
+        self.tl.push(e);
+        if self.tl.len() >= 2 * TIMELINE_CAP {
+            self.trim();
+        }
+    }
+    fn trim(&mut self) {
+        if self.tl.len() > TIMELINE_CAP {
+            self.tl
+                .select_nth_unstable_by(TIMELINE_CAP - 1, |a, b| (b.key, b.t).cmp(&(a.key, a.t)));
+            self.tl.truncate(TIMELINE_CAP);
+        }
+    }
+}
+
+struct ReportSink {
+    start_ns: u64,
+    bucket_ns: u64,
+    kinds: Vec<KindAcc>,
+    /// (tid, generation) -> events, all kinds.
+    threads: FastMap<(u32, u32), u64>,
+    /// (tid, generation, bucket) -> cpu samples.
+    cpu: FastMap<(u32, u32, u32), u64>,
+}
+
+fn kind_index(k: EventKind) -> usize {
+    EventKind::ALL.iter().position(|x| *x == k).unwrap()
+}
+
+impl ReportSink {
+    fn bucket(&self, t: u64) -> u32 {
+        (t.saturating_sub(self.start_ns) / self.bucket_ns).min(u32::MAX as u64) as u32
+    }
+}
+
+impl Sink for ReportSink {
+    fn event(&mut self, ev: &Event<'_>) {
+        use EventKind as K;
+        let (t, generation, tid) = ev.time_generation_tid();
+        let b = self.bucket(t);
+        let mut e = TlEv {
+            key: 0,
+            t,
+            dur: 0,
+            tid,
+            generation,
+            stack: 0,
+            wtid: 0,
+            wstack: 0,
+            extra: 0,
+        };
+        // (kind, count, a, b, latency name if any)
+        let (kind, n, a, bb, lat): (K, u64, u64, u64, Option<u64>) = match ev {
+            Event::Alloc(x) => {
+                e.stack = x.stack;
+                e.key = x.size;
+                e.extra = x.size;
+                (K::Alloc, 1, x.size, 0, None)
+            }
+            Event::Lock(x) => {
+                e.stack = x.stack;
+                e.dur = x.wait_ns;
+                e.key = x.wait_ns;
+                e.wtid = x.waker_tid;
+                e.wstack = x.waker_stack;
+                e.extra = x.hold_ns;
+                (K::Lock, 1, x.wait_ns, x.hold_ns, Some(0))
+            }
+            Event::Func(x) => {
+                e.stack = x.stack;
+                e.dur = x.duration_ns;
+                e.key = x.duration_ns;
+                e.extra = x.function;
+                (K::Func, 1, x.duration_ns, 0, Some(x.function))
+            }
+            Event::Cpu(x) => {
+                *self.cpu.entry((tid, generation, b)).or_default() += 1;
+                e.stack = x.stack;
+                (K::Cpu, 1, 1, 0, None)
+            }
+            Event::OffCpu(x) => {
+                e.stack = x.stack;
+                e.dur = x.duration_ns;
+                e.key = x.duration_ns;
+                e.wtid = x.waker_tid;
+                e.wstack = x.waker_stack;
+                e.extra = u64::from(x.state);
+                (K::OffCpu, 1, x.duration_ns, 0, Some(0))
+            }
+            Event::MemGrowth(x) => {
+                if x.kind == ebtrace_format::proto::MemGrowthKind::Munmap {
+                    return;
+                }
+                e.stack = x.stack;
+                e.key = x.size;
+                e.extra = x.size;
+                (K::MemGrowth, 1, x.size, 0, None)
+            }
+            Event::Syscall(x) => {
+                e.stack = x.stack;
+                e.dur = x.duration_ns;
+                e.key = x.duration_ns;
+                e.extra = u64::from(x.nr);
+                (K::Syscall, 1, x.duration_ns, 0, Some(u64::from(x.nr)))
+            }
+            Event::Bio(x) => {
+                e.stack = x.stack;
+                e.dur = x.duration_ns;
+                e.key = x.duration_ns;
+                e.extra = x.bytes;
+                let key = bio_key(x.dev, x.op);
+                (K::Bio, 1, x.duration_ns, x.bytes, Some(key))
+            }
+            Event::Runq(x) => {
+                e.stack = x.stack;
+                e.dur = x.duration_ns;
+                e.key = x.duration_ns;
+                (K::Runq, 1, x.duration_ns, 0, Some(0))
+            }
+            Event::Tcp(x) => {
+                e.stack = x.stack;
+                e.key = t;
+                e.extra = x.kind as u64;
+                (K::Tcp, 1, 1, 0, None)
+            }
+            Event::Aggregated(f, r) => {
+                let Some(kind) = K::ALL.into_iter().find(|k| k.family() == *f) else {
+                    return;
+                };
+                if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
+                    return;
+                }
+                let a = if kind == K::Cpu { r.count } else { r.sum };
+                let acc = &mut self.kinds[kind_index(kind)];
+                acc.events += r.count;
+                let g = acc.agg.entry((r.stack, b)).or_default();
+                g[0] += r.count;
+                g[1] += a;
+                g[2] += r.sum2;
+                return;
+            }
+            Event::Free(_) | Event::Histogram(..) => return,
+        };
+        *self.threads.entry((tid, generation)).or_default() += 1;
+        let acc = &mut self.kinds[kind_index(kind)];
+        acc.events += 1;
+        let g = acc.agg.entry((e.stack, b)).or_default();
+        g[0] += n;
+        g[1] += a;
+        g[2] += bb;
+        if e.wstack != 0 {
+            *acc.wakers.entry((e.stack, e.wstack)).or_default() += 1;
+        }
+        if let Some(name) = lat {
+            acc.lat.entry(u64::MAX).or_default().record(a);
+            if matches!(kind, K::Syscall | K::Bio | K::Func) {
+                acc.lat.entry(name).or_default().record(a);
+            }
+        }
+        if kind != K::Cpu {
+            acc.keep(e);
+        }
+    }
+}
+
+/// What makes two frames one: function, file, line, module, inlined.
+type FrameKey = (String, Option<String>, Option<u32>, String, bool);
+
+/// Frames and stacks, interned once for the whole page.
+#[derive(Default)]
+struct Interner {
+    frames: Vec<Value>,
+    frame_ids: HashMap<FrameKey, u32>,
+    stacks: Vec<Vec<u32>>,
+    stack_ids: HashMap<Vec<u32>, u32>,
+    /// Raw stack id of the main trace -> interned.
+    raw: FastMap<u64, u32>,
+}
+
+impl Interner {
+    fn stack(&mut self, frames: &[Frame]) -> u32 {
+        let ids: Vec<u32> = frames
+            .iter()
+            .map(|f| {
+                let key = (
+                    f.function.clone(),
+                    f.file.clone(),
+                    f.line,
+                    f.module.clone(),
+                    f.inlined,
+                );
+                if let Some(&id) = self.frame_ids.get(&key) {
+                    return id;
+                }
+                let id = self.frames.len() as u32;
+                self.frames.push(json!([
+                    f.function,
+                    f.file,
+                    f.line.unwrap_or(0),
+                    f.module,
+                    u8::from(f.inlined)
+                ]));
+                self.frame_ids.insert(key, id);
+                id
+            })
+            .collect();
+        if let Some(&id) = self.stack_ids.get(&ids) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(ids.clone());
+        self.stack_ids.insert(ids, id);
+        id
+    }
+
+    /// The interned id of raw stack `raw` of the main trace (0: no stack, the empty one).
+    fn raw(&mut self, l: &mut Loaded, raw: u64) -> u32 {
+        if let Some(&id) = self.raw.get(&raw) {
+            return id;
+        }
+        let frames = if raw == 0 { Vec::new() } else { l.frames(raw) };
+        let id = self.stack(&frames);
+        self.raw.insert(raw, id);
+        id
+    }
+}
+
+fn kind_unit(kind: EventKind) -> &'static str {
+    kind.default_measure().unit()
+}
+
+/// The measures of a kind as the page offers them: name, which of (count, a, b) it reads,
+/// unit.
+fn measures(kind: EventKind) -> Vec<Value> {
+    kind.valid_measures()
+        .iter()
+        .map(|m| {
+            let col = match m.pick(kind, 0, 1, 2) {
+                0 => 0,
+                1 => 1,
+                _ => 2,
+            };
+            json!({"name": m.name(), "col": col, "unit": m.unit()})
+        })
+        .collect()
+}
+
+/// The name of a latency sub key of `kind` (syscall nr, bio dev/op, probed function).
+fn lat_name(l: &Loaded, kind: EventKind, key: u64) -> String {
+    match (kind, key) {
+        (_, u64::MAX) => "(all)".to_string(),
+        (EventKind::Syscall, nr) => syscall_name(&l.header.arch, nr),
+        (EventKind::Bio, k) => format!(
+            "{} {}",
+            device_name(l, (k >> 8) as u32),
+            bio_op_name(k as u32)
+        ),
+        (EventKind::Func, f) => l
+            .probed
+            .get(&f)
+            .map(|&n| l.tables.string(n).into_owned())
+            .unwrap_or_else(|| format!("function {f}")),
+        _ => "(all)".to_string(),
+    }
+}
+
+fn losses_json(losses: &Losses) -> Value {
+    serde_json::to_value(losses).unwrap_or(Value::Null)
+}
+
+/// Builds the page. `open` opens the (symbolized) trace again for each report that reads
+/// it (each reads it once, front to back); `base`, when given, opens the trace to compare
+/// against (the differential flame graphs). `name` is what the page calls the trace.
+pub fn report<R: Read, B: Read>(
+    open: &mut dyn FnMut() -> Option<TraceReader<R>>,
+    base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
+    filter: &Filter,
+    name: &str,
+    base_name: Option<&str>,
+    n: usize,
+) -> (String, HtmlStats) {
+    let data = data(open, base, filter, name, base_name, n);
+    let (html, mut stats) = render(&data);
+    stats.bytes = html.len();
+    (html, stats)
+}
+
+fn data<R: Read, B: Read>(
+    open: &mut dyn FnMut() -> Option<TraceReader<R>>,
+    base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
+    filter: &Filter,
+    name: &str,
+    base_name: Option<&str>,
+    n: usize,
+) -> Value {
+    let info = open().map(|r| crate::info::summarize_from(r, name));
+    let summary = summary_from(&mut *open, filter);
+
+    // The main pass: every family at once.
+    let Some(trace) = open() else {
+        return json!({"error": format!("cannot read {name}")});
+    };
+    let (first, last) = info
+        .as_ref()
+        .and_then(|i| i.span.as_ref())
+        .map_or((0, 0), |s| (s.first_event_ns, s.last_event_ns));
+    // The header's start is what --from/--to count from; the span is known from info's pass.
+    let mut sink = ReportSink {
+        start_ns: 0,
+        bucket_ns: 1,
+        kinds: (0..EventKind::ALL.len())
+            .map(|_| KindAcc::default())
+            .collect(),
+        threads: FastMap::default(),
+        cpu: FastMap::default(),
+    };
+    // The start is the header's; the header comes first, but the sink needs it before the
+    // first event: take it from info's pass (the same trace).
+    let header_start = open()
+        .and_then(|mut r| {
+            r.by_ref().find_map(|rec| match rec.kind {
+                Some(ebtrace_format::proto::record::Kind::Header(h)) => Some(h.start_time_ns),
+                _ => None,
+            })
+        })
+        .unwrap_or(first);
+    let t0 = header_start.min(if first == 0 { header_start } else { first });
+    let span = last.saturating_sub(t0).max(1);
+    sink.start_ns = t0;
+    sink.bucket_ns = span.div_ceil(TIME_BUCKETS).max(1);
+    let mut l = Loaded::from_trace(trace, filter, &mut sink);
+    let end_rel = l.last_event_ns.unwrap_or(last).max(last).saturating_sub(t0);
+
+    let mut int = Interner::default();
+    let mut kinds = serde_json::Map::new();
+    let mut present = Vec::new();
+    for (i, acc) in sink.kinds.iter_mut().enumerate() {
+        let kind = EventKind::ALL[i];
+        if acc.events == 0 && acc.agg.is_empty() {
+            continue;
+        }
+        present.push(kind);
+        acc.trim();
+        // (stack, bucket) sums under interned stacks, merged, then coarsened to the cap.
+        let mut agg: BTreeMap<(u32, u32), [u64; 3]> = BTreeMap::new();
+        let mut keys: Vec<(u64, u32)> = acc.agg.keys().copied().collect();
+        keys.sort_unstable();
+        for k in keys {
+            let v = acc.agg[&k];
+            let s = int.raw(&mut l, k.0);
+            let e = agg.entry((s, k.1)).or_default();
+            for j in 0..3 {
+                e[j] += v[j];
+            }
+        }
+        let mut factor = 1u32;
+        while agg.len() > AGG_CAP {
+            factor *= 2;
+            let mut coarse: BTreeMap<(u32, u32), [u64; 3]> = BTreeMap::new();
+            for ((s, b), v) in agg {
+                let e = coarse.entry((s, b / 2)).or_default();
+                for j in 0..3 {
+                    e[j] += v[j];
+                }
+            }
+            agg = coarse;
+        }
+        let mut flat: Vec<u64> = Vec::with_capacity(agg.len() * 5);
+        let (mut tc, mut ta, mut tb) = (0u64, 0u64, 0u64);
+        for ((s, b), v) in &agg {
+            flat.extend([u64::from(*s), u64::from(*b), v[0], v[1], v[2]]);
+            tc += v[0];
+            ta += v[1];
+            tb += v[2];
+        }
+        // Timeline events, in time order: [t, dur, tid, pid-less thread key, stack, wtid,
+        // wstack, extra].
+        acc.tl.sort_by_key(|e| e.t);
+        let mut tl: Vec<u64> = Vec::with_capacity(acc.tl.len() * 7);
+        for e in &acc.tl {
+            let s = int.raw(&mut l, e.stack);
+            let w = if e.wstack != 0 {
+                u64::from(int.raw(&mut l, e.wstack)) + 1
+            } else {
+                0
+            };
+            let pid = l
+                .tables
+                .generations
+                .get(&e.generation)
+                .map_or(0, |g| g.process.pid);
+            tl.extend([
+                e.t.saturating_sub(t0),
+                e.dur,
+                u64::from(e.tid),
+                u64::from(pid),
+                u64::from(s),
+                u64::from(e.wtid),
+                w,
+                e.extra,
+            ]);
+        }
+        // The waker seen most often per stack (stack -> waker stack), interned.
+        let mut top_waker: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+        let mut wk: Vec<((u64, u64), u64)> = acc.wakers.iter().map(|(k, v)| (*k, *v)).collect();
+        wk.sort_unstable();
+        for ((s, w), c) in wk {
+            let s = int.raw(&mut l, s);
+            let w = int.raw(&mut l, w);
+            let e = top_waker.entry(s).or_insert((0, w));
+            if c > e.0 {
+                *e = (c, w);
+            }
+        }
+        let wakers: Vec<[u32; 2]> = top_waker.iter().map(|(s, (_, w))| [*s, *w]).collect();
+        let lat: Vec<Value> = acc
+            .lat
+            .iter()
+            .rev()
+            .map(|(k, h)| {
+                json!({
+                    "name": lat_name(&l, kind, *k),
+                    "count": h.count(), "p50_ns": h.quantile(0.5), "p90_ns": h.quantile(0.9),
+                    "p99_ns": h.quantile(0.99), "max_ns": h.max(), "total_ns": h.total(),
+                })
+            })
+            .collect();
+        kinds.insert(
+            kind.name().to_string(),
+            json!({
+                "unit": kind_unit(kind),
+                "measures": measures(kind),
+                "bucket_ns": sink.bucket_ns * u64::from(factor),
+                "agg": flat,
+                "totals": [tc, ta, tb],
+                "events": acc.events,
+                "timeline": tl,
+                "timeline_rule": timeline_rule(kind),
+                "timeline_kept": acc.tl.len(),
+                "wakers": wakers,
+                "latency": lat,
+            }),
+        );
+    }
+    let mut stats = HtmlStats {
+        kinds: present.iter().map(|k| k.name().to_string()).collect(),
+        ..Default::default()
+    };
+    for (i, acc) in sink.kinds.iter().enumerate() {
+        // CPU samples are a density on the timeline, not events.
+        if acc.events > 0 && EventKind::ALL[i] != EventKind::Cpu {
+            stats
+                .timeline
+                .insert(EventKind::ALL[i].name().into(), (acc.tl.len(), acc.events));
+        }
+    }
+
+    // Threads, grouped by process.
+    let mut threads: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
+    for (&(tid, generation), &c) in &sink.threads {
+        let (pid, comm) = l
+            .tables
+            .generations
+            .get(&generation)
+            .map_or((0, String::new()), |g| {
+                (g.process.pid, l.tables.string(g.process.comm).into_owned())
+            });
+        let e = threads.entry((pid, tid)).or_insert((comm, 0));
+        e.1 += c;
+    }
+    let threads: Vec<Value> = threads
+        .iter()
+        .map(|((pid, tid), (comm, c))| json!([pid, tid, comm, c]))
+        .collect();
+    let mut cpu: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    for (&(tid, _, b), &c) in &sink.cpu {
+        *cpu.entry((tid, b)).or_default() += c;
+    }
+    let cpu: Vec<u64> = cpu
+        .iter()
+        .flat_map(|((tid, b), c)| [u64::from(*tid), u64::from(*b), *c])
+        .collect();
+    let losses = l.losses.clone();
+
+    // Heat maps of every latency kind present.
+    let mut heat = serde_json::Map::new();
+    for &kind in present.iter().filter(|k| k.has_latency()) {
+        let Some(r) = open() else { continue };
+        let (hl, points) = heat_points(r, kind, filter);
+        let opts = HeatmapOptions {
+            title: format!("{} latency", kind.name()),
+            columns: HEAT_COLUMNS,
+            start_ns: t0,
+            end_ns: hl.last_event_ns.unwrap_or(0).max(t0 + end_rel).max(t0 + 1),
+            unit_label: "events".into(),
+        };
+        let from_histograms = points.iter().any(|p| p.span_ns > 0);
+        let h = build(&points, &opts);
+        let cells: Vec<u64> = h.cells.iter().flatten().copied().collect();
+        heat.insert(
+            kind.name().into(),
+            json!({
+                "start_ns": h.start_ns.saturating_sub(t0), "col_ns": h.col_ns,
+                "columns": h.columns, "min_exp": h.min_exp, "rows": h.rows.len(),
+                "cells": cells, "total": h.total,
+                "source": if from_histograms { "the kernel's histograms (every call)" } else { "events" },
+            }),
+        );
+    }
+
+    // Latency tables: the kernel's histograms for the system families, the probed
+    // functions' report, and the events' own percentiles (in the kinds' "latency").
+    let mut latency: Vec<Value> = Vec::new();
+    for &kind in present.iter() {
+        match kind {
+            EventKind::Syscall | EventKind::Bio | EventKind::Runq => {
+                let Some(r) = open() else { continue };
+                let rep = system_latency_from(r, kind, filter, usize::MAX);
+                for row in rep.rows {
+                    latency.push(json!({
+                        "kind": kind.name(), "name": row.name, "source": "kernel histograms",
+                        "count": row.count, "p50_ns": row.p50_ns, "p90_ns": row.p90_ns,
+                        "p99_ns": row.p99_ns, "max_ns": row.max_ns, "total_ns": row.total_ns,
+                    }));
+                }
+            }
+            EventKind::Func => {
+                let Some(r) = open() else { continue };
+                let rep = top_from(r, kind, Measure::Latency, filter, usize::MAX);
+                for row in rep.rows {
+                    if let Row::Func(f) = row {
+                        let stack = int.stack(&f.frames);
+                        latency.push(json!({
+                            "kind": "func", "name": f.function.unwrap_or_else(|| format!("function {}", f.function_id)),
+                            "source": "probed calls, per stack", "stack": stack,
+                            "count": f.count, "p50_ns": f.p50_ns, "p90_ns": f.p90_ns,
+                            "p99_ns": f.p99_ns, "max_ns": f.max_ns, "total_ns": f.total_ns,
+                        }));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // Locks: waiters' stacks with the stack of the thread that released the lock.
+    let mut locks: Vec<Value> = Vec::new();
+    if present.contains(&EventKind::Lock) {
+        if let Some(r) = open() {
+            let rep = top_from(r, EventKind::Lock, Measure::Wait, filter, n);
+            for row in rep.rows {
+                if let Row::Lock(x) = row {
+                    let s = int.stack(&x.frames);
+                    let w = (!x.waker_frames.is_empty()).then(|| int.stack(&x.waker_frames));
+                    locks.push(json!({
+                        "stack": s, "waker": w, "count": x.count, "wait_ns": x.wait_ns,
+                        "wait_p99_ns": x.wait_p99_ns, "hold_ns": x.hold_ns,
+                        "hold_p99_ns": x.hold_p99_ns, "kind": x.kind, "mutex": x.mutex,
+                    }));
+                }
+            }
+        }
+    }
+
+    // Leaks (the allocations outstanding at the end).
+    let mut leaks: Vec<Value> = Vec::new();
+    let mut leaks_note: Option<String> = None;
+    if present.contains(&EventKind::Alloc) {
+        if let Some(r) = open() {
+            let rep = leaks_from(r, filter, n);
+            leaks_note = rep.note.clone();
+            for row in rep.rows {
+                if let Row::Leak(x) = row {
+                    let s = int.stack(&x.frames);
+                    leaks.push(json!({
+                        "stack": s, "count": x.count, "bytes": x.bytes,
+                        "oldest_ns": x.oldest_ns, "alive": x.alive,
+                    }));
+                }
+            }
+        }
+    }
+
+    // The differential flame graphs: per kind of either trace, stacks before and after.
+    let mut diff = serde_json::Map::new();
+    if let Some(base) = base {
+        let base_kinds: Vec<EventKind> = match base() {
+            Some(r) => {
+                let bi = crate::info::summarize_from(r, base_name.unwrap_or("base"));
+                let e = &bi.events;
+                let counts = [
+                    e.alloc,
+                    e.lock,
+                    e.func,
+                    e.cpu,
+                    e.offcpu,
+                    e.mem_growth,
+                    e.syscall,
+                    e.bio,
+                    e.runq,
+                    e.tcp,
+                ];
+                EventKind::ALL
+                    .into_iter()
+                    .zip(counts)
+                    .filter(|(_, c)| *c > 0)
+                    .map(|(k, _)| k)
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        for kind in EventKind::ALL {
+            if !present.contains(&kind) && !base_kinds.contains(&kind) {
+                continue;
+            }
+            let (Some(b), Some(a)) = (base(), open()) else {
+                continue;
+            };
+            let by = kind.default_measure();
+            let d = diff_from(b, a, kind, by, filter, DIFF_CAP);
+            let rows: Vec<[i64; 3]> = d
+                .rows
+                .iter()
+                .map(|r| {
+                    let s = int.stack(r.frames.as_deref().unwrap_or(&[]));
+                    [i64::from(s), r.before as i64, r.after as i64]
+                })
+                .collect();
+            diff.insert(
+                kind.name().into(),
+                json!({
+                    "by": by.name(), "unit": by.unit(), "rows": rows,
+                    "totals": [d.totals.before, d.totals.after],
+                    "notes": d.notes, "losses_before": losses_json(&d.losses_before),
+                }),
+            );
+        }
+    }
+
+    let stack_mode = info
+        .as_ref()
+        .and_then(|i| i.header.options.get("stack-mode").cloned());
+    stats.stacks = int.stacks.len();
+    stats.frames = int.frames.len();
+    json!({
+        "format": 1,
+        "name": name,
+        "base": base_name,
+        "filter": {
+            "pids": filter.pids, "tids": filter.tids, "comms": filter.comms,
+            "from": filter.from, "to": filter.to,
+        },
+        "start_ns": t0,
+        "end_ns": end_rel,
+        "caps": {"timeline": TIMELINE_CAP, "agg": AGG_CAP, "diff": DIFF_CAP, "buckets": TIME_BUCKETS},
+        "info": info.as_ref().map(|i| serde_json::to_value(i).unwrap_or(Value::Null)),
+        "stack_memory": info.as_ref().map(|i| i.stack_memory_line()),
+        "stack_mode": stack_mode,
+        "summary": summary.findings,
+        "losses": losses_json(&losses),
+        "frames": int.frames,
+        "stacks": int.stacks,
+        "kinds": kinds,
+        "threads": threads,
+        "cpu": cpu,
+        "heatmaps": heat,
+        "latency": latency,
+        "locks": locks,
+        "leaks": leaks,
+        "leaks_note": leaks_note,
+        "diff": diff,
+        "stats": stats,
+    })
+}
+
+/// JSON that is safe inside a `<script type="application/json">`: every `<` (which JSON
+/// has only inside strings) written as `\u003c`, so no `</script>` or `<!--` can end or
+/// change the element; U+2028/2029 escaped too.
+pub fn script_json(v: &Value) -> String {
+    let s = serde_json::to_string(v).unwrap_or_else(|_| "null".into());
+    s.replace('<', "\\u003c")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
+
+fn escape_html(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn render(data: &Value) -> (String, HtmlStats) {
+    let stats: HtmlStats = data
+        .get("stats")
+        .and_then(|s| {
+            let mut h = HtmlStats {
+                kinds: s["kinds"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|k| k.as_str().map(String::from))
+                    .collect(),
+                stacks: s["stacks"].as_u64()? as usize,
+                frames: s["frames"].as_u64()? as usize,
+                ..Default::default()
+            };
+            for (k, v) in s["timeline"].as_object()? {
+                h.timeline.insert(
+                    k.clone(),
+                    (v[0].as_u64()? as usize, v[1].as_u64().unwrap_or(0)),
+                );
+            }
+            Some(h)
+        })
+        .unwrap_or_default();
+    let title = format!(
+        "ebtrace report: {}",
+        data["name"].as_str().unwrap_or("trace")
+    );
+    // The pieces go in with `replace` of placeholders that the pieces themselves do not
+    // contain, last the data (which might).
+    let html = TEMPLATE
+        .replacen("{{TITLE}}", &escape_html(&title), 1)
+        .replacen("{{CSS}}", CSS, 1)
+        .replacen("{{JS}}", JS, 1)
+        .replacen("{{DATA}}", &script_json(data), 1);
+    (html, stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_cannot_end_its_script_element() {
+        let v = json!({"f": "</script><script>alert(1)</script><!--", "g": "a\u{2028}b"});
+        let s = script_json(&v);
+        assert!(!s.contains('<'), "{s}");
+        assert!(!s.contains('\u{2028}'));
+        let back: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, v);
+    }
+
+    #[test]
+    fn the_viewer_is_inline_and_asks_no_host() {
+        for (name, text) in [("report.js", JS), ("report.css", CSS)] {
+            let lower = text.to_ascii_lowercase();
+            for bad in [
+                "</script", "</style", "http://", "https://", "@import", "url(",
+            ] {
+                assert!(!lower.contains(bad), "{name} contains {bad}");
+            }
+        }
+        for p in ["{{TITLE}}", "{{CSS}}", "{{JS}}", "{{DATA}}"] {
+            assert_eq!(TEMPLATE.matches(p).count(), 1, "{p}");
+            assert!(!JS.contains(p) && !CSS.contains(p), "{p}");
+        }
+        let lower = TEMPLATE.to_ascii_lowercase();
+        assert!(!lower.contains(" src=") && !lower.contains(" href=\"http"));
+    }
+
+    #[test]
+    fn an_empty_trace_still_renders() {
+        let (html, stats) = render(&json!({"name": "x</title>", "stats": {}}));
+        assert!(html.contains("ebtrace report: x&lt;/title&gt;"));
+        assert!(stats.kinds.is_empty());
+    }
+}
