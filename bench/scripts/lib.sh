@@ -233,3 +233,64 @@ bcc_headers() {
   fi
   export BCC_KERNEL_SOURCE=$merged
 }
+
+# leveldb's db_bench, built once from Debian source into $LEVELDB_CACHE (leveldb.sh, leaks.sh).
+LEVELDB_CACHE=$BENCH_CACHE/leveldb
+DB_BENCH=$LEVELDB_CACHE/build/db_bench
+
+# enable_deb_src: adds "deb-src" to the Types: line of the main archive's stanza (not -security)
+# in /etc/apt/sources.list.d/debian.sources (backup: debian.sources.ebtrace-bak), then apt-get
+# update. Nothing to do when there is a deb-src entry already.
+enable_deb_src() {
+  local f=/etc/apt/sources.list.d/debian.sources tmp
+  if [ -f "$f" ]; then
+    if awk 'BEGIN{RS=""} $0 !~ /-security/ && $0 ~ /Types:[^\n]*deb-src/ {found=1} END{exit !found}' "$f"; then
+      return 0
+    fi
+    log "enabling deb-src in $f (backup: $f.ebtrace-bak)"
+    [ -e "$f.ebtrace-bak" ] || cp "$f" "$f.ebtrace-bak"
+    tmp=$(mktemp)
+    awk 'BEGIN{RS=""; ORS="\n\n"}
+         { if ($0 !~ /-security/ && $0 !~ /Types:[^\n]*deb-src/) sub(/Types: deb/, "Types: deb deb-src"); print }' \
+      "$f" >"$tmp"
+    cat "$tmp" >"$f"
+    rm -f "$tmp"
+  elif ! grep -rqs '^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    die "no deb-src entry and no $f to add one to; add a deb-src line for the main archive"
+  else
+    return 0
+  fi
+  APT_UPDATED=0
+  apt_update_once
+}
+
+# build_db_bench: $DB_BENCH, once (later calls return at once): deb-src, apt-get build-dep
+# leveldb, apt-get source leveldb (1.23) into $LEVELDB_CACHE/src, then db_bench alone with
+# cmake, RelWithDebInfo and -fno-omit-frame-pointer (log: $LEVELDB_CACHE/build.log).
+build_db_bench() {
+  if [ -x "$DB_BENCH" ]; then
+    return 0
+  fi
+  log "building db_bench into $LEVELDB_CACHE (once)"
+  mkdir -p "$LEVELDB_CACHE"
+  enable_deb_src
+  apt_install dpkg-dev cmake g++ libsnappy-dev
+  if ! ls -d "$LEVELDB_CACHE"/src/leveldb-*/ >/dev/null 2>&1; then
+    apt_update_once
+    run_apt build-dep -y leveldb
+    rm -rf "$LEVELDB_CACHE/src"
+    mkdir -p "$LEVELDB_CACHE/src"
+    (cd "$LEVELDB_CACHE/src" && run_apt source leveldb)
+  fi
+  local src
+  src=$(ls -d "$LEVELDB_CACHE"/src/leveldb-*/ | head -n1)
+  rm -rf "$LEVELDB_CACHE/build"
+  mkdir -p "$LEVELDB_CACHE/build"
+  (cd "$LEVELDB_CACHE/build" &&
+    cmake -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS=-fno-omit-frame-pointer \
+      -DCMAKE_C_FLAGS=-fno-omit-frame-pointer -DLEVELDB_BUILD_TESTS=OFF \
+      -DLEVELDB_BUILD_BENCHMARKS=ON "$src" >"$LEVELDB_CACHE/build.log" 2>&1 &&
+    cmake --build . --target db_bench -j "$(nproc)" >>"$LEVELDB_CACHE/build.log" 2>&1) ||
+    { tail -n 30 "$LEVELDB_CACHE/build.log" >&2; die "db_bench build failed (log: $LEVELDB_CACHE/build.log)"; }
+  [ -x "$DB_BENCH" ] || die "db_bench was not built"
+}

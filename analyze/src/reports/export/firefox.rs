@@ -355,7 +355,9 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
                     } else if waker_tid != 0 {
                         ("thread", waker_tid)
                     } else {
-                        ("unknown", 0)
+                        // The recorder keeps no waker for a wake from the idle task: an
+                        // interrupt on an idle CPU.
+                        ("interrupt", 0)
                     };
                     (
                         place.clone(),

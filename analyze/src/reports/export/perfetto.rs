@@ -193,6 +193,10 @@ pub(super) fn write(
                         args.insert("woken_by".into(), json!("thread"));
                         args.insert("waker_tid".into(), json!(waker_tid));
                         woken_by_thread = true;
+                    } else {
+                        // No waker: the recorder keeps none for a wake from the idle task,
+                        // an interrupt on an idle CPU.
+                        args.insert("woken_by".into(), json!("interrupt"));
                     }
                     if waker_stack != 0 {
                         args.insert("waker_stack".into(), json!(&*w));
