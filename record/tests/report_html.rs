@@ -24,21 +24,6 @@ fn artifacts() -> PathBuf {
     dir
 }
 
-/// playwright-core and a Chromium to drive: the modules' directory, or None (said loudly;
-/// a failure when CI=true).
-fn browser() -> Option<PathBuf> {
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    if !Path::new(&chromium).exists() {
-        let why = format!("{chromium} is missing (apt-get install chromium; scripts/setup test)");
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{why}, and CI=true: failing instead of skipping");
-        }
-        eprintln!("\n*** SKIPPED the browser checks: {why} ***\n");
-        return None;
-    }
-    common::npm_package("playwright-core", "playwright-core@1", "the browser checks")
-}
-
 /// Opens `html` in the browser; what the page showed (see report_html.js). `env`: FRAME
 /// (the flame-graph frame to click), SEARCH (a regexp to search), RANGE_TID (the thread
 /// whose first blocks the range selection covers).
@@ -129,7 +114,9 @@ fn offcpu_report_renders_and_answers_clicks_in_a_browser() {
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("report.html");
     report(&rec.trace, &html, &[]);
-    let Some(modules) = browser() else { return };
+    let Some(modules) = common::playwright() else {
+        return;
+    };
     let v = browse(
         &modules,
         &html,
@@ -311,7 +298,9 @@ fn alloc_and_lock_reports_with_a_base_render_the_diff() {
     );
     let html = dir.path().join("diff.html");
     report(&t10, &html, &["--base", t5.to_str().unwrap()]);
-    let Some(modules) = browser() else { return };
+    let Some(modules) = common::playwright() else {
+        return;
+    };
     let v = browse(
         &modules,
         &html,

@@ -450,6 +450,41 @@ fn pprof_decodes_with_an_independent_reader_and_matches_top() {
         .iter()
         .find(|l| l["lines"][0]["function"] == "Warehouse::restock()")
         .expect("a location in Warehouse::restock");
+    // speedscope (npm) opens it in headless Chromium, offline: its sandwich view lists the
+    // program's allocating functions.
+    if let (Some(pw), Some(ss)) = (
+        common::playwright(),
+        common::npm_package("speedscope", "speedscope@1", "the speedscope check"),
+    ) {
+        let shot = dir.path().join("speedscope.png");
+        let out = Command::new("node")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/speedscope.js"))
+            .arg(dir.path().join("alloc.pb.gz"))
+            .args([&pw, &ss, &shot])
+            .output()
+            .expect("node");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "speedscope.js: {e}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(v["errors"], serde_json::json!([]), "{v:#}");
+        assert_eq!(
+            v["requests"],
+            serde_json::json!([]),
+            "no request leaves the page"
+        );
+        assert_eq!(v["title"], "alloc.pb.gz - speedscope");
+        let text = v["text"].as_str().unwrap();
+        for f in ["Warehouse::restock()", "make_table(Round&)", "leak_some()"] {
+            assert!(
+                text.contains(f),
+                "speedscope's sandwich view lacks {f}: {text}"
+            );
+        }
+    }
     assert!(restock["mapping"]["filename"]
         .as_str()
         .unwrap()

@@ -110,6 +110,22 @@ pub fn npm_package(name: &str, spec: &str, what: &str) -> Option<PathBuf> {
     Some(dir)
 }
 
+/// playwright-core and a Chromium for it to drive (the system's /usr/bin/chromium, or
+/// $CHROMIUM): the modules' directory, or None (said loudly; a failure when CI=true).
+#[allow(dead_code)] // not every test binary uses it
+pub fn playwright() -> Option<PathBuf> {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !Path::new(&chromium).exists() {
+        let why = format!("{chromium} is missing (apt-get install chromium; scripts/setup test)");
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{why}, and CI=true: failing instead of skipping");
+        }
+        eprintln!("\n*** SKIPPED the browser checks: {why} ***\n");
+        return None;
+    }
+    npm_package("playwright-core", "playwright-core@1", "the browser checks")
+}
+
 /// Whether the running kernel is at least `major.minor`.
 pub fn kernel_at_least(major: u32, minor: u32) -> bool {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
