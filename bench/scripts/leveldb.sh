@@ -23,7 +23,8 @@
 #
 # First run: enables deb-src for the main Debian archive in /etc/apt/sources.list.d/debian.sources,
 # apt-get update, apt-get build-dep leveldb, apt-get source leveldb, builds db_bench
-# (RelWithDebInfo, -fno-omit-frame-pointer) into $EBTRACE_BENCH_CACHE/leveldb. Later runs reuse it.
+# (RelWithDebInfo, -fno-omit-frame-pointer) into $EBTRACE_BENCH_CACHE/leveldb (build_db_bench in
+# lib.sh, shared with leaks.sh). Later runs reuse it.
 #
 # Measured here on 2026-11-30 (Debian 12, kernel 6.18, 2 vCPUs KVM, glibc 2.36, leveldb 1.23,
 # bpftrace 0.17), --num=1000000 --reads=1000000, a run with others <= 3% on every row; ebrec is a

@@ -104,6 +104,7 @@ const RUNTIME_RULES: &[(&str, Option<&str>, &str)] = &[
     ("*_nl_make_l10nflist", None, "locale data (glibc)"),
     ("*__gconv_*", None, "iconv conversion tables (glibc)"),
     ("*__tzfile_read", None, "the time zone cache (glibc)"),
+    ("*tzset_internal", None, "the time zone cache (glibc)"),
     ("*__tzstring*", None, "the time zone cache (glibc)"),
     ("*__nss_*", None, "name-service modules (glibc)"),
 ];
