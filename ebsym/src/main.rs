@@ -490,13 +490,7 @@ fn export(
     caps: ebtrace_analyze::reports::export::Caps,
 ) -> anyhow::Result<()> {
     use ebtrace_analyze::reports::export::{export_to_path, Format};
-    let filter = ebtrace_analyze::model::Filter {
-        pids: a.pids.clone(),
-        tids: a.tids.clone(),
-        comms: a.comms.clone(),
-        from: a.from,
-        to: a.to,
-    };
+    let filter = a.filter();
     let format = match format {
         ExportFormat::Perfetto => Format::Perfetto,
         ExportFormat::Firefox => Format::Firefox,
@@ -566,13 +560,7 @@ fn html_report(
     output: &std::path::Path,
     base: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
-    let filter = ebtrace_analyze::model::Filter {
-        pids: a.pids.clone(),
-        tids: a.tids.clone(),
-        comms: a.comms.clone(),
-        from: a.from,
-        to: a.to,
-    };
+    let filter = a.filter();
     let started = std::time::Instant::now();
     let input = reports_cli::symbolized_input(a, &a.trace)?;
     let base_input = base

@@ -44,7 +44,8 @@ pub struct ReportArgs {
 }
 
 impl ReportArgs {
-    fn filter(&self) -> Filter {
+    /// The filter the options say.
+    pub fn filter(&self) -> Filter {
         Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),

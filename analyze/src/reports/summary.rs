@@ -34,7 +34,7 @@ pub struct Finding {
 
 /// Whether a frame's module is the system's C and C++ runtime (libc, the loader,
 /// libstdc++, libm, libgcc, the vDSO): code a service calls, not its own.
-fn runtime(module: &str) -> bool {
+pub(crate) fn runtime(module: &str) -> bool {
     const RUNTIME: &[&str] = &[
         "libc.so",
         "libc-",

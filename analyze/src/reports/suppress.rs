@@ -35,19 +35,6 @@ pub struct Suppressions {
     runtime: bool,
 }
 
-/// Runtime libraries: their allocations under their own initializers are the runtime's.
-const RUNTIME_MODULES: &[&str] = &[
-    "ld-linux",
-    "ld-musl",
-    "libc.so",
-    "libc-",
-    "libstdc++.so",
-    "libgcc_s.so",
-    "libm.so",
-    "libpthread",
-    "libdl.so",
-];
-
 /// (function glob, file glob, what holds the block) of what the runtimes keep by design.
 /// glibc's functions start with `*`: its debug info names many by their internal aliases
 /// (`__GI__IO_doallocbuf`).
@@ -218,10 +205,9 @@ fn by_runtime_initializer(frames: &[Frame]) -> bool {
         return false;
     };
     init > 0
-        && frames[..init].iter().all(|f| {
-            let base = f.module.rsplit('/').next().unwrap_or(&f.module);
-            RUNTIME_MODULES.iter().any(|m| base.starts_with(m))
-        })
+        && frames[..init]
+            .iter()
+            .all(|f| super::summary::runtime(&f.module))
 }
 
 /// [`glob`] of a path or of its last component.

@@ -25,6 +25,8 @@ use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
+use super::summary::runtime;
+
 /// The file format of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -474,26 +476,6 @@ impl Collected {
             None => format!("function {id}"),
         }
     }
-}
-
-/// Whether a frame's module is the system's C and C++ runtime (as `ebsym summary` tells).
-fn runtime(module: &str) -> bool {
-    const RUNTIME: &[&str] = &[
-        "libc.so",
-        "libc-",
-        "ld-linux",
-        "ld64.so",
-        "libstdc++",
-        "libm.so",
-        "libpthread",
-        "libgcc_s",
-        "libdl",
-        "librt",
-        "[vdso]",
-        "[uprobes]",
-    ];
-    let file = module.rsplit('/').next().unwrap_or(module);
-    RUNTIME.iter().any(|r| file.starts_with(r))
 }
 
 pub(crate) fn is_kernel(f: &Frame) -> bool {
