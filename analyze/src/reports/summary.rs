@@ -55,8 +55,8 @@ pub(crate) fn runtime(module: &str) -> bool {
 
 /// The user function a stack is "in": its first user frame outside the C and C++ runtime
 /// (the service's own code), else its first user frame, else its first frame.
-fn user_place(frames: &[Frame]) -> String {
-    let user = || frames.iter().filter(|f| f.module != "[kernel]");
+pub(crate) fn user_place(frames: &[Frame]) -> String {
+    let user = || frames.iter().filter(|f| !f.module.starts_with("[kernel"));
     // (An inlined frame of a system header, std::mutex's __gthread_mutex_lock, is the
     // runtime's too.)
     let system_header = |f: &Frame| {
@@ -68,7 +68,10 @@ fn user_place(frames: &[Frame]) -> String {
         .find(|f| !runtime(&f.module) && !system_header(f))
         .or_else(|| user().next())
         .or_else(|| frames.first())
-        .map_or_else(|| "(no stack)".to_string(), |f| short(&f.function))
+        .map_or_else(
+            || "(no stack)".to_string(),
+            |f| short(&f.function).to_string(),
+        )
 }
 
 /// "LEAF in PLACE" for a sample's stack: the function on the CPU, and the service's
@@ -95,8 +98,8 @@ fn kernel_place(frames: &[Frame]) -> Option<String> {
 }
 
 /// A demangled name without its parameters.
-fn short(name: &str) -> String {
-    name.split('(').next().unwrap_or(name).to_string()
+pub(crate) fn short(name: &str) -> &str {
+    name.split('(').next().unwrap_or(name)
 }
 
 /// Bytes for people: 512 B, 12.5 KiB, 506.0 MiB.

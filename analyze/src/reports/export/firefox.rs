@@ -339,7 +339,7 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
                 _ => {}
             }
             let frames = b.names.frames(&mut c.loaded, r.stack);
-            let place = user_place(&frames).unwrap_or_else(|| "(no stack)".into());
+            let place = user_place(&frames);
             let strings = |b: &mut Builder, s: &str| V::S(b.profile.intern_string(s));
             let (name, fields) = match r.extra {
                 Extra::OffCpu {

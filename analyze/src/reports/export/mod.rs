@@ -25,7 +25,7 @@ use std::io::Write;
 use std::path::Path;
 use std::rc::Rc;
 
-use super::summary::runtime;
+pub(crate) use super::summary::{short, user_place};
 
 /// The file format of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -480,27 +480,6 @@ impl Collected {
 
 pub(crate) fn is_kernel(f: &Frame) -> bool {
     f.module.starts_with("[kernel")
-}
-
-/// A demangled name without its parameters.
-pub(crate) fn short(name: &str) -> &str {
-    name.split('(').next().unwrap_or(name)
-}
-
-/// The user function a stack is "in": its first user frame outside the C and C++ runtime
-/// and the system headers, else its first user frame, else its first frame.
-pub(crate) fn user_place(frames: &[Frame]) -> Option<String> {
-    let user = || frames.iter().filter(|f| !is_kernel(f));
-    let system_header = |f: &Frame| {
-        f.file
-            .as_deref()
-            .is_some_and(|p| p.starts_with("/usr/include/"))
-    };
-    user()
-        .find(|f| !runtime(&f.module) && !system_header(f))
-        .or_else(|| user().next())
-        .or_else(|| frames.first())
-        .map(|f| short(&f.function).to_string())
 }
 
 /// The kernel function a blocked stack waits in: the first kernel frame that is not the

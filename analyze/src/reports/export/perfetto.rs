@@ -167,7 +167,7 @@ pub(super) fn write(
             let pid = c.process(r.generation).0;
             let ts = c.rel(r.time);
             let (frames, stack) = lines.get(&mut c, r.stack);
-            let place = user_place(&frames).unwrap_or_else(|| "(no stack)".into());
+            let place = user_place(&frames);
             let mut args = Map::new();
             args.insert("stack".into(), json!(&*stack));
             let name: String;
