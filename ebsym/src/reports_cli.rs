@@ -283,7 +283,7 @@ pub fn flamegraph(
 pub fn pprof(a: &ReportArgs, kind: &str, by: Option<&str>, output: &Path) -> Result<()> {
     let (k, by) = kind_and_by(kind, by)?;
     let input = symbolized_input(a, &a.trace)?;
-    let st = reports::stacks_from(input.reader()?, k, &a.filter());
+    let st = reports::stacks_with_inuse_from(input.reader()?, k, &a.filter());
     if let Some(note) = &st.note {
         eprintln!("ebsym: {note} (writing an empty profile)");
     }

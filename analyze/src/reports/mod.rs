@@ -46,7 +46,7 @@ pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
 pub use folded::{folded, folded_from, folded_key, Folded};
 pub use kind::{EventKind, Measure};
 pub use leaks::{leaks, leaks_from, leaks_with};
-pub use stacks::{stacks, stacks_from, StackValues, Stacks};
+pub use stacks::{stacks, stacks_from, stacks_with_inuse_from, StackValues, Stacks};
 pub use system::{system_latency_from, tcp_from, SystemLatencyReport, TcpReport};
 pub use text::losses_text;
 pub use top::{

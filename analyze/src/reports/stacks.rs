@@ -154,13 +154,20 @@ pub(crate) struct Merged {
     pub(crate) agg: Agg,
 }
 
-/// Reads the trace and folds events of `kind` into merged stacks, in a fixed order.
-pub(crate) fn merge(trace: impl Trace, kind: EventKind, filter: &Filter) -> (Loaded, Vec<Merged>) {
+/// Reads the trace and folds events of `kind` into merged stacks, in a fixed order; with
+/// `inuse` (alloc), also the blocks each stack still has outstanding at the end (pprof's
+/// inuse_*: a live-block store the other reports need not pay for).
+pub(crate) fn merge(
+    trace: impl Trace,
+    kind: EventKind,
+    filter: &Filter,
+    inuse: bool,
+) -> (Loaded, Vec<Merged>) {
     let mut sink = TopSink {
         kind,
         by_stack: FastMap::default(),
         estimate: Estimator::default(),
-        outstanding: (kind == EventKind::Alloc).then(Default::default),
+        outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
     };
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
     if let Some(o) = sink.outstanding.take() {
@@ -250,7 +257,8 @@ pub struct StackValues {
     /// lock: hold ns (0 when not recorded).
     pub hold: u64,
     /// alloc: blocks and bytes still outstanding at the end of the recording or of their
-    /// process (pprof's inuse_objects, inuse_space).
+    /// process (pprof's inuse_objects, inuse_space); 0 unless read by
+    /// [`stacks_with_inuse_from`].
     pub inuse_count: u64,
     pub inuse_bytes: u64,
 }
@@ -296,7 +304,17 @@ pub fn stacks(
 /// The merged stacks of `kind` in an open trace, with their values (the aggregation of
 /// `top`, with the mapping of every frame), in a fixed order.
 pub fn stacks_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stacks {
-    let (l, merged) = merge(trace, kind, filter);
+    stacks_with(trace, kind, filter, false)
+}
+
+/// [`stacks_from`] with, for alloc, the blocks still outstanding per stack
+/// ([`StackValues::inuse_count`], `inuse_bytes`): what a pprof heap profile needs.
+pub fn stacks_with_inuse_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stacks {
+    stacks_with(trace, kind, filter, true)
+}
+
+fn stacks_with(trace: impl Trace, kind: EventKind, filter: &Filter, inuse: bool) -> Stacks {
+    let (l, merged) = merge(trace, kind, filter, inuse);
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));

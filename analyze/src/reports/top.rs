@@ -390,7 +390,7 @@ pub fn top_from(
     filter: &Filter,
     n: usize,
 ) -> Report {
-    let (mut l, merged) = merge(trace, kind, filter);
+    let (mut l, merged) = merge(trace, kind, filter, false);
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
