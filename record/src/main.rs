@@ -1,5 +1,6 @@
 //! `ebrec`: records allocations, frees and lock contention of C++ processes with eBPF into
 //! an ebtrace trace file. It never reads DWARF and never symbolizes.
+mod agent;
 mod budget;
 mod cfi;
 mod cli;
@@ -29,6 +30,7 @@ fn main() {
         Command::Probes(a) => cli::probes::probes(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Diagnose(a) => diagnose::run(a),
+        Command::Agent(a) => agent::run(*a),
     };
     if let Err(e) = r {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

@@ -44,6 +44,14 @@ pub enum Command {
   ebrec diagnose --all --duration 10 -o diag/
   ebrec diagnose -o diag/ -- ./server --port 8080")]
     Diagnose(crate::diagnose::DiagnoseArgs),
+    /// Run continuously (for systemd): record the targets in windows of --window seconds,
+    /// keep the newest --keep window files, push one profile per window and kind to the
+    /// profiling backends (--push), serve Prometheus metrics (--metrics).
+    #[command(after_help = "Examples:
+  ebrec agent --cpu --offcpu --lock --comm '^db_bench$' --push pyroscope+http://127.0.0.1:4040 --service db
+  ebrec agent --cpu --all --window 10 --keep 6 --max-size 512M -o /var/lib/ebrec/agent.pb.zst
+  ebrec agent --cpu --cgroup system.slice/nginx.service --push parca+http://parca:7070 --metrics 127.0.0.1:9464")]
+    Agent(Box<crate::agent::AgentArgs>),
 }
 
 #[derive(clap::Args, Debug)]
