@@ -929,7 +929,7 @@ impl<'obj> Probes<'obj> {
 
     /// Marks `pid` as a target of the in-kernel filters (futex mode, and the tracepoint and
     /// sampling families).
-    pub fn add_target(&mut self, pid: u32) -> Result<()> {
+    pub fn add_target(&self, pid: u32) -> Result<()> {
         if let Some(l) = &self.lock {
             l.maps
                 .targets

@@ -162,9 +162,19 @@ fn check_sampler(a: &RecordArgs) -> Result<()> {
 }
 
 pub fn record(a: RecordArgs) -> Result<()> {
+    record_hooked(a, None)
+}
+
+/// `ebrec record`, or with `hooks` the recording loop of `ebrec agent` (its windows, its
+/// targets found while it runs, its metrics).
+pub(crate) fn record_hooked(
+    a: RecordArgs,
+    mut hooks: Option<&mut crate::agent::Hooks>,
+) -> Result<()> {
     let targets =
         usize::from(!a.pid.is_empty()) + usize::from(a.all) + usize::from(!a.command.is_empty());
-    if targets != 1 {
+    let found_later = hooks.as_ref().is_some_and(|h| h.selects());
+    if !(targets == 1 || (found_later && targets == 0 && a.pid.is_empty())) {
         bail!("say what to trace: -p PID (repeatable), --all, or -- CMD ARGS...");
     }
     if a.alloc.is_none()
@@ -315,6 +325,7 @@ pub fn record(a: RecordArgs) -> Result<()> {
         &func_specs,
         &mut launched,
         shim.as_ref().map(|s| s.path.as_path()),
+        hooks.as_deref_mut(),
     );
     if let Some(l) = &mut launched {
         // Never leave the command blocked: release it even when setting up failed.
@@ -335,6 +346,7 @@ fn record_with(
     func_specs: &[funcs::FuncSpec],
     launched: &mut Option<Launched>,
     shim: Option<&Path>,
+    mut hooks: Option<&mut crate::agent::Hooks>,
 ) -> Result<()> {
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
     let mut sampler_obj = std::mem::MaybeUninit::uninit();
@@ -358,7 +370,13 @@ fn record_with(
         cfi.as_ref().map(|t| t.fds()),
     )?;
 
-    let pids = targets::pids(a, launched.as_ref());
+    let mut pids = targets::pids(a, launched.as_ref());
+    let mut first_found = Vec::new();
+    if let Some(h) = hooks.as_deref_mut() {
+        // The processes that match --comm or --cgroup now: targets from the start.
+        first_found = h.scan();
+        pids.extend(first_found.iter().map(|&p| p as i32));
+    }
     let probed = targets::attach(
         a,
         cfg,
@@ -413,7 +431,7 @@ fn record_with(
         s.probed_function(i as u64 + 1, m, bid)?;
     }
     let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
-    for &pid in &a.pid {
+    for &pid in a.pid.iter().chain(&first_found) {
         s.snapshot(pid, now)?;
         s.live.insert(pid);
     }
@@ -508,6 +526,9 @@ fn record_with(
     };
     let mut budget_changes = 0u32;
     let mut pace = Pace::new(cfg.ringbuf_bytes);
+    if let Some(h) = hooks.as_deref_mut() {
+        h.started(&mut s)?;
+    }
     loop {
         if holds {
             // A child held at its fork wakes the loop at once (alloc_fork): it waits
@@ -539,6 +560,9 @@ fn record_with(
             }
         }
         s.w.flush_if_due()?;
+        if let Some(h) = hooks.as_deref_mut() {
+            h.tick(&mut s, &mut side)?;
+        }
         if let Some(max) = a.max_size {
             if s.w.stats().bytes_written >= max {
                 let Some(keep) = a.rotate else {
@@ -570,7 +594,7 @@ fn record_with(
             stop_reason = "duration".to_string();
             break;
         }
-        if !a.all && s.live.is_empty() {
+        if !a.all && s.live.is_empty() && !hooks.as_ref().is_some_and(|h| h.selects()) {
             stop_reason = "targets exited".to_string();
             break;
         }
@@ -653,6 +677,9 @@ fn record_with(
     }))?;
     drop(out);
     let bytes = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
+    if let Some(h) = hooks.as_deref_mut() {
+        h.finished()?;
+    }
 
     summary::Summary {
         output: &a.output,

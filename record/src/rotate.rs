@@ -4,7 +4,7 @@ use crate::cli::RecordArgs;
 use crate::procfs;
 use crate::session::Session;
 use anyhow::{Context, Result};
-use ebtrace_format::proto::Trailer;
+use ebtrace_format::proto::{Header, Trailer};
 use ebtrace_format::{TraceWriter, WriterOptions};
 use std::path::{Path, PathBuf};
 
@@ -37,22 +37,44 @@ fn shift_rotated(output: &Path, keep: u32) -> Result<()> {
 
 /// Ends the current file and goes on in a new OUTPUT, keeping `keep` older files.
 pub fn rotate(s: &mut Session<'_>, a: &RecordArgs, keep: u32) -> Result<()> {
-    // A new file: the old one ends with its trailer and is shifted to .1.
+    let header = crate::record::header(a);
+    end_and_restart(s, header, &a.output, "rotated", |output| {
+        shift_rotated(output, keep)
+    })
+}
+
+/// `ebrec agent`'s window: the current file (OUTPUT) ends with its trailer and becomes
+/// `closed`; recording goes on in a new OUTPUT.
+pub fn rotate_to(s: &mut Session<'_>, header: Header, output: &Path, closed: &Path) -> Result<()> {
+    end_and_restart(s, header, output, "window", |output| {
+        std::fs::rename(output, closed)
+            .with_context(|| format!("cannot rename {} to {}", output.display(), closed.display()))
+    })
+}
+
+fn end_and_restart(
+    s: &mut Session<'_>,
+    header: Header,
+    output: &Path,
+    reason: &str,
+    move_old: impl FnOnce(&Path) -> Result<()>,
+) -> Result<()> {
+    // A new file: the old one ends with its trailer and is moved away.
     let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
     let families = s.stats(now)?;
     let trailer = Trailer {
         end_time_ns: now,
         end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
-        stop_reason: "rotated".into(),
+        stop_reason: reason.into(),
         families,
         ..Default::default()
     };
-    let tmp = a.output.with_extension("next");
-    let next = TraceWriter::create(&tmp, crate::record::header(a), WriterOptions::default())
+    let tmp = output.with_extension("next");
+    let next = TraceWriter::create(&tmp, header, WriterOptions::default())
         .with_context(|| format!("cannot create {}", tmp.display()))?;
     s.rotate(next, trailer, now)?;
     s.w.flush()?;
-    shift_rotated(&a.output, keep)?;
-    std::fs::rename(&tmp, &a.output)?;
+    move_old(output)?;
+    std::fs::rename(&tmp, output)?;
     Ok(())
 }

@@ -63,6 +63,7 @@ impl Session<'_> {
                 programs,
             })),
         })?;
+        self.last_families = families.clone();
         Ok(families)
     }
     pub fn sideband_lost(&self) -> u64 {

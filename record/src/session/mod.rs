@@ -140,6 +140,8 @@ pub struct Session<'a> {
     /// Block devices and TCP connections described in the current file.
     devices_written: HashSet<u32>,
     tcp_written: HashSet<u64>,
+    /// The families' stats of the last `stats` call (for the agent's metrics).
+    pub last_families: Vec<FamilyStats>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -193,6 +195,7 @@ impl<'a> Session<'a> {
             start_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
             devices_written: HashSet::new(),
             tcp_written: HashSet::new(),
+            last_families: Vec::new(),
         }
     }
 
@@ -266,6 +269,11 @@ impl<'a> Session<'a> {
 
     pub fn processes(&self) -> usize {
         self.by_pid.len()
+    }
+
+    /// Whether `pid` is described in the trace already (a target, or a child followed).
+    pub fn knows(&self, pid: u32) -> bool {
+        self.by_pid.contains_key(&pid)
     }
 }
 

@@ -1,0 +1,269 @@
+//! `ebrec agent` end to end: targets found by command name or cgroup while it runs (a
+//! process started after the agent is followed), one self-contained trace file per window
+//! with every event in exactly one of them, the newest --keep kept, and one-line refusals.
+//! Needs root (skips loudly without it; fails when CI=true).
+
+mod common;
+use common::{ebsym_json, root};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The testdata program `program` copied under `name` (a command name no other process has).
+fn renamed(program: &str, name: &str, dir: &Path) -> PathBuf {
+    let prog =
+        ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
+    let to = dir.join(name);
+    std::fs::copy(&prog, &to).unwrap();
+    to
+}
+
+/// Starts `ebrec agent ARGS` and waits until it records; its stderr lines go to the channel.
+fn agent(args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .arg("agent")
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.contains("recording to") => break,
+            Ok(l) => seen.push(l),
+            Err(_) => panic!("ebrec agent never started recording: {seen:?}"),
+        }
+    }
+    (child, rx)
+}
+
+/// The window files of OUTPUT (`STEM.<UTC stamp>.pb.zst`), oldest first.
+fn windows(dir: &Path, stem: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().to_string();
+            n.starts_with(&format!("{stem}.")) && n.ends_with(".pb.zst") && n.contains('T')
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Off-CPU blocks of `pid` over 90 ms whose stack has `func`, in one window's trace.
+fn long_blocks(trace: &Path, pid: u32, func: &str) -> u64 {
+    let top = ebsym_json(&[
+        "top",
+        trace.to_str().unwrap(),
+        "--kind",
+        "offcpu",
+        "--pid",
+        &pid.to_string(),
+        "-n",
+        "1000",
+    ]);
+    top["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["function"].as_str().unwrap_or("").contains(func))
+        })
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum()
+}
+
+fn finish(child: Child, rx: mpsc::Receiver<String>) -> Vec<String> {
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<String> = rx.try_iter().collect();
+    assert!(out.status.success(), "ebrec agent failed: {lines:#?}");
+    lines
+}
+
+#[test]
+fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog = renamed("offcpu_blocks", "ebt_agent_ob", dir.path());
+    let out = dir.path().join("a.pb.zst");
+    let (child, rx) = agent(&[
+        "--offcpu=5000",
+        "--comm",
+        "^ebt_agent_ob$",
+        "--window",
+        "1",
+        "--keep",
+        "100",
+        "--duration",
+        "7",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    // Started after the agent: found by its name (within the agent's 100 ms scan), then
+    // let go. 10 naps of 150 ms span several windows.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut run = Command::new(&prog)
+        .args(["--naps", "10", "--ms", "150", "--pingpong", "100", "--wait"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(run.stdout.take().unwrap());
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).unwrap();
+    assert!(ready.starts_with("READY"), "{ready}");
+    let pid = run.id();
+    let mut early = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(l) if l.contains(&format!("following pid {pid} ")) => break,
+            Ok(l) => early.push(l),
+            Err(_) => panic!("the agent did not follow pid {pid}: {early:?}"),
+        }
+    }
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(run.wait().unwrap().success());
+    assert!(rest.contains("EXPECT"), "{rest}");
+    let lines = finish(child, rx);
+    let files = windows(dir.path(), "a");
+    assert!(!out.exists(), "the last window was not closed");
+    assert!(
+        (6..=9).contains(&files.len()),
+        "7 s in 1 s windows: {files:?}"
+    );
+    // Each window reads on its own, and the program is described in those it ran in.
+    let mut naps = 0;
+    let mut with_program = 0;
+    for f in &files {
+        let info = ebsym_json(&["info", f.to_str().unwrap()]);
+        assert_eq!(info["damage"].as_array().map_or(0, |d| d.len()), 0, "{f:?}: {info}");
+        let procs = info["processes"].as_array().unwrap();
+        if let Some(p) = procs
+            .iter()
+            .find(|p| p["comm"].as_str() == Some("ebt_agent_ob"))
+        {
+            with_program += 1;
+            assert_eq!(p["pid"].as_u64(), Some(pid as u64));
+            naps += long_blocks(f, pid, "sleeper_a");
+        }
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("processes followed after the start")),
+        "{lines:#?}"
+    );
+    assert!(with_program >= 2, "the program's 1.5 s span one window only?");
+    assert_eq!(naps, 10, "every nap in exactly one window");
+}
+
+#[test]
+fn cgroup_selects_its_processes_only_and_keep_bounds_the_files() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog = renamed("offcpu_blocks", "ebt_agent_cg", dir.path());
+    let cg = format!("ebtrace-agent-test-{}", std::process::id());
+    // The v2 hierarchy: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host.
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let root = mi
+        .lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.starts_with("cgroup2 ")).then(|| pre.split(' ').nth(4).map(PathBuf::from))
+                .flatten()
+        })
+        .expect("no cgroup2 hierarchy mounted");
+    let cg_dir = root.join(&cg);
+    std::fs::create_dir(&cg_dir).unwrap();
+    let out = dir.path().join("c.pb.zst");
+    let (child, rx) = agent(&[
+        "--offcpu=5000",
+        "--cgroup",
+        &cg,
+        "--window",
+        "1",
+        "--keep",
+        "3",
+        "--duration",
+        "6",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    // Both run 5 s, into the last three windows of the agent's 6 s.
+    let args = "--naps 50 --ms 100 --pingpong 100";
+    // One copy inside the cgroup (it moves itself in before exec), one outside.
+    let inside = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {} {args}",
+            cg_dir.display(),
+            prog.display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let outside = Command::new(&prog)
+        .args(args.split(' '))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (inside, outside) = (inside.wait_with_output().unwrap(), outside.wait_with_output().unwrap());
+    let in_pid = common::expect_line(&inside, "offcpu_blocks")["pid"].as_u64();
+    let out_pid = common::expect_line(&outside, "offcpu_blocks")["pid"].as_u64();
+    finish(child, rx);
+    let _ = std::fs::remove_dir(&cg_dir);
+    let files = windows(dir.path(), "c");
+    assert_eq!(files.len(), 3, "--keep 3: {files:?}");
+    let mut pids = std::collections::BTreeSet::new();
+    for f in &files {
+        let info = ebsym_json(&["info", f.to_str().unwrap()]);
+        for p in info["processes"].as_array().unwrap() {
+            pids.insert(p["pid"].as_u64().unwrap());
+        }
+    }
+    if let Some(p) = out_pid {
+        assert!(!pids.contains(&p), "the copy outside the cgroup was recorded: {pids:?}");
+    }
+    let in_pid = in_pid.expect("the copy in the cgroup printed no pid");
+    assert!(pids.contains(&in_pid), "the copy in the cgroup is in no window: {pids:?}");
+}
+
+#[test]
+fn refusals_are_one_line() {
+    let ebrec = env!("CARGO_BIN_EXE_ebrec");
+    for (args, want) in [
+        (vec!["agent", "--cpu"], "say what to trace"),
+        (vec!["agent", "--cpu", "--all", "--comm", "x"], "--all traces every process"),
+        (vec!["agent", "--cpu", "--cgroup", "no/such/cgroup.scope"], "no such cgroup"),
+        (vec!["agent", "--cpu", "--comm", "(", ], "--comm ("),
+        (vec!["agent", "--cpu", "--all", "--window", "0"], "--window SECS"),
+        (vec!["agent", "--cpu", "--all", "--", "true"], "does not start a command"),
+    ] {
+        let out = Command::new(ebrec).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
