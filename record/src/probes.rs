@@ -546,6 +546,13 @@ impl<'obj> Probes<'obj> {
         } else {
             -1
         };
+        if cfg.bpf_stats && stats_fd < 0 {
+            // Say why BPF time will not be measured (BPF_ENABLE_STATS needs CAP_SYS_ADMIN).
+            eprintln!(
+                "ebrec: warning: BPF run time is not measured: the kernel refused to turn its BPF stats on ({}; it needs CAP_SYS_ADMIN)",
+                std::io::Error::from_raw_os_error(-stats_fd)
+            );
+        }
         let stats_fd = (stats_fd >= 0).then(|| {
             // SAFETY: a fresh fd we own.
             unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(stats_fd) }
