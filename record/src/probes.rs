@@ -499,6 +499,12 @@ fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
             "loading the {what} BPF programs was refused: run ebrec as root or with CAP_BPF and CAP_PERFMON ({e})"
         );
     }
+    if let Some(v) = verifier_rejection(&log) {
+        return anyhow::anyhow!(
+            "loading the {what} BPF programs failed: the BPF verifier of this kernel (Linux {}) refused {v} (EBREC_DEBUG=1 prints the whole log)",
+            procfs::uname().1
+        );
+    }
     let tail: Vec<&String> = log
         .iter()
         .rev()
@@ -521,6 +527,51 @@ fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
             )
         }
     )
+}
+
+/// A verifier rejection in libbpf's log (its last program load log, `-- BEGIN PROG LOAD
+/// LOG --` .. `-- END PROG LOAD LOG --`): "program 'P' (function F): REASON | last lines
+/// of the verifier's log: ...", or None when the log holds no program load log.
+fn verifier_rejection(log: &[String]) -> Option<String> {
+    let end = log
+        .iter()
+        .rposition(|l| l.contains("-- END PROG LOAD LOG --"))?;
+    let begin = log[..end]
+        .iter()
+        .rposition(|l| l.contains("-- BEGIN PROG LOAD LOG --"));
+    let body: Vec<&str> = log[begin.map_or(0, |b| b + 1)..end]
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    // The program: "prog 'NAME': -- BEGIN PROG LOAD LOG --", or libbpf's "prog 'NAME':
+    // failed to load" after the log.
+    let quoted = |l: &str| {
+        l.split_once("prog '")
+            .and_then(|(_, r)| r.split_once('\''))
+            .map(|(n, _)| n.to_string())
+    };
+    let prog = begin
+        .and_then(|b| quoted(&log[b]))
+        .or_else(|| log[end..].iter().find_map(|l| quoted(l)))
+        .unwrap_or_else(|| "a program".into());
+    // The global function being checked when it failed ("Validating F() func#N...").
+    let func = body
+        .iter()
+        .rev()
+        .find_map(|l| l.strip_prefix("Validating "))
+        .and_then(|l| l.split_once("()"))
+        .map(|(f, _)| format!(" (in {f})"))
+        .unwrap_or_default();
+    // The reason: the last line before the counters ("processed N insns ...").
+    let last = body
+        .iter()
+        .rposition(|l| !l.starts_with("processed ") && !l.starts_with("verification time"))?;
+    let tail = body[last.saturating_sub(4)..last].join(" | ");
+    Some(format!(
+        "program '{prog}'{func}: {} | last lines of the verifier's log: {tail}",
+        body[last]
+    ))
 }
 
 impl<'obj> Probes<'obj> {
@@ -2006,9 +2057,21 @@ pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Resu
     }
     let mut libc = Vec::new();
     let mut others = Vec::new();
+    let mut refused = None;
     for c in candidates {
-        let Ok(syms) = Symbols::read(&c) else {
-            continue;
+        let syms = match Symbols::read(&c) {
+            Ok(s) => s,
+            Err(e) => {
+                // Symbols::read's error is the io error's text.
+                let denied = e.contains("Permission denied")
+                    || std::fs::File::open(&c).is_err_and(|io| {
+                        io.kind() == std::io::ErrorKind::PermissionDenied
+                    });
+                if denied && refused.is_none() {
+                    refused = Some(c.clone());
+                }
+                continue;
+            }
         };
         if syms.function(needed).is_none() {
             continue;
@@ -2030,6 +2093,12 @@ pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Resu
     }
     libc.extend(others);
     if libc.is_empty() {
+        if let Some(c) = refused {
+            bail!(
+                "cannot read the target's libraries ({}: permission denied): run ebrec as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH beside CAP_BPF and CAP_PERFMON",
+                c.display()
+            );
+        }
         bail!(
             "no {needed} found in {}",
             match pid {
