@@ -9,6 +9,12 @@
 //!   "span": {"first_event_ns", "last_event_ns", "duration_ns"},   // boottime ns; null if no event
 //!   "processes": [{"generation", "pid", "ppid", "comm", "exe", "cmdline", "event",
 //!                  "start_time_ns", "exit_time_ns", "exit_code", "parent_generation",
+//!                  "pid_ns",      // inode of its pid namespace, 0 if unknown
+//!                  "ns_pids",     // its pid in each pid namespace: the host's ("pid")
+//!                                 // first, innermost last; [] if unknown
+//!                  "ns_pid",      // the innermost of ns_pids (= pid when not nested), null if unknown
+//!                  "cgroup",      // cgroup v2 path, "" if unknown
+//!                  "container_id",   // 64 hex from the cgroup path, "" if none
 //!                  "binaries": [{"path", "build_id"}]}],
 //!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth", "syscall",
 //!              "bio", "runq", "tcp", "histogram_rows"},
@@ -135,6 +141,11 @@ pub struct ProcessInfo {
     pub exit_time_ns: Option<u64>,
     pub exit_code: Option<i32>,
     pub parent_generation: u32,
+    pub pid_ns: u64,
+    pub ns_pids: Vec<u32>,
+    pub ns_pid: Option<u32>,
+    pub cgroup: String,
+    pub container_id: String,
     pub binaries: Vec<BinaryInfo>,
 }
 
@@ -399,6 +410,16 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
                 exit_time_ns: g.exit.map(|e| e.0),
                 exit_code: g.exit.map(|e| e.1),
                 parent_generation: p.parent_generation,
+                pid_ns: p.pid_ns,
+                ns_pids: p.ns_pids.clone(),
+                // older traces have only ns_pid (0: unknown or not nested)
+                ns_pid: p
+                    .ns_pids
+                    .last()
+                    .copied()
+                    .or((p.ns_pid != 0).then_some(p.ns_pid)),
+                cgroup: tables.string(p.cgroup).into_owned(),
+                container_id: p.container_id.clone(),
                 binaries: binaries.into_iter().collect(),
             }
         })
@@ -662,9 +683,14 @@ impl Info {
                 (Some(_), Some(c)) => format!(", exited {c}"),
                 _ => String::new(),
             };
+            // the pid inside its namespace, when it is another
+            let ns = match p.ns_pid {
+                Some(n) if n != p.pid => format!(" (ns pid {n})"),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "  pid {} gen {} ({}{}) {} [{}]",
+                "  pid {}{ns} gen {} ({}{}) {} [{}]",
                 p.pid,
                 p.generation,
                 p.event,
@@ -676,6 +702,14 @@ impl Info {
                     p.cmdline.join(" ")
                 }
             );
+            if !p.cgroup.is_empty() || !p.container_id.is_empty() {
+                let container = if p.container_id.is_empty() {
+                    String::new()
+                } else {
+                    format!("  container {}", p.container_id)
+                };
+                let _ = writeln!(s, "    cgroup {}{container}", p.cgroup);
+            }
             for b in &p.binaries {
                 let id = if b.build_id.is_empty() {
                     "(no build-id)"

@@ -110,6 +110,9 @@ fn lost(time_ns: u64, family: pb::EventFamily, reason: pb::LossReason, count: u6
 /// their mappings, 3 allocs, 2 frees, 1 lock, and alloc/ringbuf_full losses (3 + 4).
 /// Chunk 1: 2 allocs, 1 free, 1 lock, lock/map_full losses (2), the EXIT of generation 1
 /// (code 7) and the trailer ("duration").
+/// The container id of generation 2 (in a docker scope).
+const CONTAINER: &str = "4f3c2b1a00112233445566778899aabbccddeeff00112233445566778899aabb";
+
 fn write_trace() -> Vec<u8> {
     let opts = WriterOptions {
         chunk_bytes: 1 << 20,
@@ -122,6 +125,9 @@ fn write_trace() -> Vec<u8> {
     let comm = w.intern_string(b"shop").unwrap();
     let exe = w.intern_string(b"/usr/bin/shop").unwrap();
     let arg = w.intern_string(b"--port=8080").unwrap();
+    let cgroup = w
+        .intern_string(format!("/system.slice/docker-{CONTAINER}.scope").as_bytes())
+        .unwrap();
     let libc = w
         .intern_string(b"/usr/lib/x86_64-linux-gnu/libc.so.6")
         .unwrap();
@@ -139,6 +145,7 @@ fn write_trace() -> Vec<u8> {
         pid_ns: 4026531836,
         event: pb::ProcessEvent::Existing as i32,
         time_ns: 1_000,
+        ns_pids: vec![100],
         ..Default::default()
     })))
     .unwrap();
@@ -150,10 +157,15 @@ fn write_trace() -> Vec<u8> {
         comm,
         exe,
         cmdline: vec![exe, arg],
-        pid_ns: 4026531836,
+        pid_ns: 4026532999,
         event: pb::ProcessEvent::Fork as i32,
         time_ns: 2_000,
         parent_generation: 1,
+        // in a container: its own pid namespace and a docker scope
+        ns_pid: 1,
+        ns_pids: vec![101, 1],
+        cgroup,
+        container_id: CONTAINER.into(),
         ..Default::default()
     })))
     .unwrap();
@@ -313,13 +325,16 @@ fn expected_processes(exit: bool) -> Value {
             "start_time_ns": 500,
             "exit_time_ns": if exit { json!(25_000) } else { Value::Null },
             "exit_code": if exit { json!(7) } else { Value::Null },
-            "parent_generation": 0, "binaries": binaries,
+            "parent_generation": 0, "pid_ns": 4026531836_u64, "ns_pids": [100], "ns_pid": 100,
+            "cgroup": "", "container_id": "", "binaries": binaries,
         },
         {
             "generation": 2, "pid": 101, "ppid": 100, "comm": "shop", "exe": "/usr/bin/shop",
             "cmdline": ["/usr/bin/shop", "--port=8080"], "event": "fork",
             "start_time_ns": 2_000, "exit_time_ns": null, "exit_code": null,
-            "parent_generation": 1, "binaries": binaries,
+            "parent_generation": 1, "pid_ns": 4026532999_u64, "ns_pids": [101, 1], "ns_pid": 1,
+            "cgroup": format!("/system.slice/docker-{CONTAINER}.scope"),
+            "container_id": CONTAINER, "binaries": binaries,
         },
     ])
 }
@@ -450,7 +465,14 @@ fn info_reports_a_clean_trace_exactly() {
         &t,
         "pid 100 gen 1 (existing, exited 7) shop [/usr/bin/shop --port=8080]",
     );
-    has_line(&t, "pid 101 gen 2 (fork) shop [/usr/bin/shop --port=8080]");
+    has_line(
+        &t,
+        "pid 101 (ns pid 1) gen 2 (fork) shop [/usr/bin/shop --port=8080]",
+    );
+    has_line(
+        &t,
+        &format!("cgroup /system.slice/docker-{CONTAINER}.scope container {CONTAINER}"),
+    );
     has_line(&t, &format!("{BUILD_ID_SHOP_HEX} /usr/bin/shop"));
     has_line(
         &t,

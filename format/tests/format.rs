@@ -58,6 +58,9 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
         parent_generation: 0,
         exit_code: 0,
         ns_pid: 0,
+        cgroup: exe,
+        container_id: "4f3c2b1a00112233445566778899aabbccddeeff00112233445566778899aabb".into(),
+        ns_pids: vec![42, 1],
     })))
     .unwrap();
     w.write_record(&rec(Kind::Mapping(pb::Mapping {

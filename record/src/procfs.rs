@@ -83,9 +83,21 @@ pub struct ProcInfo {
     pub exe: Vec<u8>,
     pub cmdline: Vec<Vec<u8>>,
     pub pid_ns: u64,
+    /// The innermost pid (`NSpid:`'s last), 0 when the process is in the recorder's pid
+    /// namespace or not known.
     pub ns_pid: u32,
+    /// `NSpid:` of /proc/PID/status: the pid in the recorder's namespace first, innermost
+    /// last; empty if unknown.
+    pub ns_pids: Vec<u32>,
+    /// The cgroup v2 path (`0::` of /proc/PID/cgroup), empty if unknown.
+    pub cgroup: Vec<u8>,
+    /// The container id found in the cgroup paths ([`container_id`]), empty if none.
+    pub container_id: String,
 }
 
+/// Reads /proc/PID/{stat,exe,cmdline,ns/pid,status,cgroup}. The start time is read again
+/// at the end: an error if `pid` is another process by then (it exited and its pid was
+/// given to a new one while the files were read), so the facts are one process's.
 pub fn proc_info(pid: u32) -> io::Result<ProcInfo> {
     let stat = std::fs::read(format!("/proc/{pid}/stat"))?;
     // comm may contain spaces and parentheses: split at the last ')'.
@@ -114,14 +126,19 @@ pub fn proc_info(pid: u32) -> io::Result<ProcInfo> {
     let pid_ns = std::fs::metadata(format!("/proc/{pid}/ns/pid"))
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap_or(0);
-    let ns_pid = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("NSpid:"))
-                .and_then(|l| l.split_whitespace().last().and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0);
+    let ns_pids = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| parse_ns_pids(&s))
+        .unwrap_or_default();
+    let ns_pid = match ns_pids[..] {
+        [_, .., last] => last,
+        _ => 0,
+    };
+    let (cgroup, container_id) = std::fs::read(format!("/proc/{pid}/cgroup"))
+        .map(|c| parse_cgroup(&c))
+        .unwrap_or_default();
+    if self::start_ticks(pid) != Some(start_ticks) {
+        return Err(io::Error::other("the process changed while it was read"));
+    }
     Ok(ProcInfo {
         ppid,
         start_ticks,
@@ -130,7 +147,86 @@ pub fn proc_info(pid: u32) -> io::Result<ProcInfo> {
         cmdline,
         pid_ns,
         ns_pid,
+        ns_pids,
+        cgroup,
+        container_id,
     })
+}
+
+/// [`proc_info`] of the process that started at `start_ns` (boottime ns: a fork's time),
+/// or None when `pid` has exited or is another process by now.
+pub fn proc_info_started(pid: u32, start_ns: u64) -> Option<ProcInfo> {
+    let info = proc_info(pid).ok()?;
+    started_at(info.start_ticks, start_ns).then_some(info)
+}
+
+/// Whether a /proc start time (`ticks`, clock ticks since boot) is that of a process that
+/// started at `start_ns` (boottime ns; the kernel truncates it to a tick): within a tick
+/// either way.
+pub fn started_at(ticks: u64, start_ns: u64) -> bool {
+    let expected = (u128::from(start_ns) * u128::from(clock_ticks().max(1)) / 1_000_000_000) as u64;
+    ticks.abs_diff(expected) <= 1
+}
+
+/// The `NSpid:` line of a /proc/PID/status text: outermost (the reader's namespace) first.
+pub fn parse_ns_pids(status: &str) -> Vec<u32> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .map(|v| {
+            v.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The cgroup v2 path (the `0::` line) of a /proc/PID/cgroup text, and the container id of
+/// the v2 path, else of the first v1 line that has one.
+pub fn parse_cgroup(text: &[u8]) -> (Vec<u8>, String) {
+    let mut v2 = Vec::new();
+    let mut v1_id = String::new();
+    for line in text.split(|&c| c == b'\n') {
+        // hierarchy-ID:controllers:path (the path may contain ':')
+        let mut it = line.splitn(3, |&c| c == b':');
+        let (Some(id), Some(controllers), Some(path)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if id == b"0" && controllers.is_empty() {
+            v2 = path.to_vec();
+        } else if v1_id.is_empty() {
+            v1_id = container_id(path);
+        }
+    }
+    let id = container_id(&v2);
+    (v2, if id.is_empty() { v1_id } else { id })
+}
+
+/// The container id in a cgroup path: the innermost component that is 64 hex digits, or
+/// ends in `-` and 64 hex digits, less a `.scope`/`.slice` suffix (`docker-ID.scope`,
+/// `libpod-ID`, `cri-containerd-ID.scope`, `crio-ID.scope`, kubepods' `…/pod<uid>/ID`,
+/// cgroupfs drivers' `/docker/ID`); a `*-conmon-ID` component (podman's and CRI-O's
+/// monitor, outside the container) is none. Lowercase; empty when there is none.
+pub fn container_id(path: &[u8]) -> String {
+    let is_id = |s: &[u8]| s.len() == 64 && s.iter().all(u8::is_ascii_hexdigit);
+    for comp in path.rsplit(|&c| c == b'/') {
+        let c = comp
+            .strip_suffix(b".scope")
+            .or_else(|| comp.strip_suffix(b".slice"))
+            .unwrap_or(comp);
+        let (prefix, id) = match c.iter().rposition(|&b| b == b'-') {
+            Some(i) => (&c[..=i], &c[i + 1..]),
+            None => (&c[..0], c),
+        };
+        if !is_id(id) {
+            continue;
+        }
+        if prefix.ends_with(b"conmon-") {
+            return String::new();
+        }
+        return String::from_utf8_lossy(id).to_ascii_lowercase();
+    }
+    String::new()
 }
 
 /// The path under which the recorder can open a file that `pid` sees at `path` (its root
@@ -259,5 +355,76 @@ mod tests {
         assert_eq!(m[0].path, b"/usr/bin/a b");
         assert_eq!(m[1].path, b"[stack]");
         assert_eq!(m[1].perms, 3);
+    }
+
+    const ID: &str = "4f3c2b1a00112233445566778899aabbccddeeff00112233445566778899aabb";
+
+    #[test]
+    fn finds_container_ids_in_cgroup_paths() {
+        use super::container_id;
+        let id = |p: String| container_id(p.as_bytes());
+        assert_eq!(id(format!("/system.slice/docker-{ID}.scope")), ID);
+        assert_eq!(id(format!("/docker/{ID}")), ID);
+        assert_eq!(
+            id(format!("/machine.slice/libpod-{ID}.scope/container")),
+            ID
+        );
+        assert_eq!(
+            id(format!(
+                "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}"
+            )),
+            ID
+        );
+        assert_eq!(
+            id(format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6789_abcd_ef0123456789.slice/cri-containerd-{ID}.scope")),
+            ID
+        );
+        assert_eq!(
+            id(format!(
+                "/kubepods/besteffort/pod0a1b2c3d-4e5f-6789-abcd-ef0123456789/{ID}"
+            )),
+            ID
+        );
+        assert_eq!(id(format!("/kubepods.slice/crio-{ID}.scope")), ID);
+        assert_eq!(id(format!("/docker-{}.scope", ID.to_uppercase())), ID);
+        assert_eq!(id(format!("/machine.slice/libpod-conmon-{ID}.scope")), "");
+        assert_eq!(id("/".into()), "");
+        assert_eq!(id("/user.slice/user-1000.slice/session-2.scope".into()), "");
+        assert_eq!(id(format!("/docker-{}.scope", &ID[1..])), "");
+        assert_eq!(id(format!("/x/docker-{ID}x.scope")), "");
+    }
+
+    #[test]
+    fn reads_the_v2_path_and_falls_back_to_v1_for_the_id() {
+        let text = format!("12:pids:/docker/{ID}\n1:name=systemd:/docker/{ID}\n0::/\n");
+        assert_eq!(
+            super::parse_cgroup(text.as_bytes()),
+            (b"/".to_vec(), ID.to_string())
+        );
+        let text = format!("0::/system.slice/docker-{ID}.scope\n");
+        let (path, id) = super::parse_cgroup(text.as_bytes());
+        assert_eq!(
+            path,
+            format!("/system.slice/docker-{ID}.scope").into_bytes()
+        );
+        assert_eq!(id, ID);
+        assert_eq!(super::parse_cgroup(b"0::/a:b\n").0, b"/a:b");
+        assert_eq!(super::parse_cgroup(b""), (Vec::new(), String::new()));
+    }
+
+    #[test]
+    fn reads_nested_pids() {
+        let s = "Name:\tx\nNSpid:\t4242\t17\t1\nNSpgid:\t1\n";
+        assert_eq!(super::parse_ns_pids(s), vec![4242, 17, 1]);
+        assert_eq!(super::parse_ns_pids("Name:\tx\n"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn start_times_within_a_tick() {
+        let hz = super::clock_ticks();
+        let ns = 123_456 * (1_000_000_000 / hz) + 5;
+        assert!(super::started_at(123_456, ns));
+        assert!(super::started_at(123_455, ns));
+        assert!(!super::started_at(123_450, ns));
     }
 }

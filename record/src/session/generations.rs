@@ -2,6 +2,22 @@
 //! running processes, build-ids and unwind tables of the mapped files, exits.
 use super::*;
 
+/// Who a generation's process is and where it runs, as its Process record says: kept to
+/// write the record again in a rotation's new file.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Ident {
+    /// The process's start (its fork, not its exec; boottime ns), 0 if unknown: tells
+    /// whether a pid is still this process when /proc is read again (at an exec).
+    pub started_ns: u64,
+    pub ppid: u32,
+    pub pid_ns: u64,
+    pub ns_pid: u32,
+    pub ns_pids: Vec<u32>,
+    /// String id of the cgroup v2 path.
+    pub cgroup: u64,
+    pub container_id: String,
+}
+
 impl Session<'_> {
     pub(super) fn new_gen(
         &mut self,
@@ -10,18 +26,94 @@ impl Session<'_> {
         comm: u64,
         exe: u64,
         cmdline: Vec<u64>,
+        ident: Ident,
     ) -> u32 {
         self.gens.push(Gen {
             start_ns,
             comm,
             exe,
             cmdline,
+            ident,
             maps: Vec::new(),
             exec: Vec::new(),
         });
         let id = self.gens.len() as u32;
         self.by_pid.entry(pid).or_default().push(id);
         id
+    }
+    /// The [`Ident`] of a process from what /proc said of it (`info`: empty when it was
+    /// gone, or another process), with the process's start `started_ns` and parent `ppid`
+    /// when known (the fork's: /proc's may be a reaper's by now; else 0, /proc's).
+    pub(super) fn ident_of(
+        &mut self,
+        info: Option<&procfs::ProcInfo>,
+        ppid: u32,
+        started_ns: u64,
+    ) -> Result<Ident> {
+        let Some(info) = info else {
+            return Ok(Ident {
+                started_ns,
+                ppid,
+                ..Default::default()
+            });
+        };
+        Ok(Ident {
+            started_ns,
+            ppid: if ppid != 0 { ppid } else { info.ppid },
+            pid_ns: info.pid_ns,
+            ns_pid: info.ns_pid,
+            ns_pids: info.ns_pids.clone(),
+            cgroup: match &info.cgroup[..] {
+                [] => 0,
+                c => self.w.intern_string(c)?,
+            },
+            container_id: info.container_id.clone(),
+        })
+    }
+    /// The Process record that describes generation `g` of `pid` (`event` at `time`).
+    pub(super) fn process_record(
+        &self,
+        g: u32,
+        pid: u32,
+        event: ProcessEvent,
+        time: u64,
+        parent_generation: u32,
+    ) -> Process {
+        let gen = &self.gens[g as usize - 1];
+        let i = &gen.ident;
+        Process {
+            generation: g,
+            pid,
+            start_time_ns: gen.start_ns,
+            ppid: i.ppid,
+            comm: gen.comm,
+            exe: gen.exe,
+            cmdline: gen.cmdline.clone(),
+            pid_ns: i.pid_ns,
+            event: event as i32,
+            time_ns: time,
+            parent_generation,
+            exit_code: 0,
+            ns_pid: i.ns_pid,
+            cgroup: i.cgroup,
+            container_id: i.container_id.clone(),
+            ns_pids: i.ns_pids.clone(),
+        }
+    }
+    /// Writes the Process record of generation `g` (see [`Self::process_record`]).
+    pub(super) fn write_process(
+        &mut self,
+        g: u32,
+        pid: u32,
+        event: ProcessEvent,
+        time: u64,
+        parent_generation: u32,
+    ) -> Result<()> {
+        let p = self.process_record(g, pid, event, time, parent_generation);
+        self.w.write_record(&Record {
+            kind: Some(Kind::Process(p)),
+        })?;
+        Ok(())
     }
     /// The generation of `pid` at `time`.
     pub(super) fn gen_at(&self, pid: u32, time: u64) -> Option<u32> {
@@ -44,33 +136,19 @@ impl Session<'_> {
     }
     /// Records a running process as an EXISTING generation with its current maps.
     pub fn snapshot(&mut self, pid: u32, now: u64) -> Result<u32> {
-        let info = procfs::proc_info(pid).unwrap_or_default();
-        let comm = self.w.intern_string(&info.comm)?;
-        let exe = self.w.intern_string(&info.exe)?;
-        let cmdline = info
+        let info = procfs::proc_info(pid).ok();
+        let i = info.clone().unwrap_or_default();
+        let comm = self.w.intern_string(&i.comm)?;
+        let exe = self.w.intern_string(&i.exe)?;
+        let cmdline = i
             .cmdline
             .iter()
             .map(|a| self.w.intern_string(a))
             .collect::<Result<Vec<_>, _>>()?;
-        let start_ns = boot_of_ticks(info.start_ticks);
-        let g = self.new_gen(pid, start_ns, comm, exe, cmdline.clone());
-        self.w.write_record(&Record {
-            kind: Some(Kind::Process(Process {
-                generation: g,
-                pid,
-                start_time_ns: start_ns,
-                ppid: info.ppid,
-                comm,
-                exe,
-                cmdline,
-                pid_ns: info.pid_ns,
-                event: ProcessEvent::Existing as i32,
-                time_ns: now,
-                parent_generation: 0,
-                exit_code: 0,
-                ns_pid: info.ns_pid,
-            })),
-        })?;
+        let start_ns = boot_of_ticks(i.start_ticks);
+        let ident = self.ident_of(info.as_ref(), 0, start_ns)?;
+        let g = self.new_gen(pid, start_ns, comm, exe, cmdline, ident);
+        self.write_process(g, pid, ProcessEvent::Existing, now, 0)?;
         for m in procfs::maps(pid).unwrap_or_default() {
             if m.perms & 4 == 0 || m.path.is_empty() {
                 continue;

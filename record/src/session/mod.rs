@@ -72,6 +72,8 @@ struct Gen {
     comm: u64,
     exe: u64,
     cmdline: Vec<u64>,
+    /// Its process's pids, namespaces and cgroup (written again at a rotation).
+    ident: generations::Ident,
     maps: Vec<MapRec>,
     /// The executable mappings' ranges, sorted by start: what `left_code` checks every
     /// frame of every event against, by binary search.

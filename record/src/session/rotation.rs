@@ -44,6 +44,7 @@ impl Session<'_> {
             let pid = pid_of.get(&id).copied().unwrap_or(0);
             g.comm = s(g.comm)?;
             g.exe = s(g.exe)?;
+            g.ident.cgroup = s(g.ident.cgroup)?;
             for a in g.cmdline.iter_mut() {
                 *a = s(*a)?;
             }
@@ -77,20 +78,8 @@ impl Session<'_> {
         self.kernel.forget_written();
         self.clock_sync()?;
         for (id, pid, ended) in keep {
+            self.write_process(id, pid, ProcessEvent::Existing, now, 0)?;
             let g = &self.gens[id as usize - 1];
-            self.w.write_record(&Record {
-                kind: Some(Kind::Process(Process {
-                    generation: id,
-                    pid,
-                    start_time_ns: g.start_ns,
-                    comm: g.comm,
-                    exe: g.exe,
-                    cmdline: g.cmdline.clone(),
-                    event: ProcessEvent::Existing as i32,
-                    time_ns: now,
-                    ..Default::default()
-                })),
-            })?;
             for m in g.maps.clone() {
                 self.write_mapping(id, &m, now, MappingSource::Snapshot)?;
             }

@@ -30,22 +30,12 @@ impl Session<'_> {
                         }
                         None => (0, 0, Vec::new(), Vec::new()),
                     };
-                    let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
-                    self.w.write_record(&Record {
-                        kind: Some(Kind::Process(Process {
-                            generation: g,
-                            pid,
-                            start_time_ns: time,
-                            ppid,
-                            comm,
-                            exe,
-                            cmdline,
-                            event: ProcessEvent::Fork as i32,
-                            time_ns: time,
-                            parent_generation: parent.unwrap_or(0),
-                            ..Default::default()
-                        })),
-                    })?;
+                    // Its pids, namespaces and cgroup, read now: nothing when it has
+                    // exited already (or its pid is another process's by now).
+                    let info = procfs::proc_info_started(pid, time);
+                    let ident = self.ident_of(info.as_ref(), ppid, time)?;
+                    let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
+                    self.write_process(g, pid, ProcessEvent::Fork, time, parent.unwrap_or(0))?;
                     for m in maps {
                         self.add_mapping(g, m, time, MappingSource::Fork)?;
                     }
@@ -76,10 +66,20 @@ impl Session<'_> {
                     pid, time, comm, ..
                 } => {
                     let parent = self.gen_at(pid, time);
-                    let info = procfs::proc_info(pid).unwrap_or_default();
+                    // The process that exec'd, if /proc still shows it: the one that
+                    // started when its earlier generation says (when it is known).
+                    let started = parent
+                        .map(|p| self.gens[p as usize - 1].ident.started_ns)
+                        .unwrap_or(0);
+                    let info = if started != 0 {
+                        procfs::proc_info_started(pid, started)
+                    } else {
+                        procfs::proc_info(pid).ok()
+                    };
+                    let i = info.clone().unwrap_or_default();
                     let comm = self.w.intern_string(&comm)?;
-                    let exe = self.w.intern_string(&info.exe)?;
-                    let cmdline = info
+                    let exe = self.w.intern_string(&i.exe)?;
+                    let cmdline = i
                         .cmdline
                         .iter()
                         .map(|a| self.w.intern_string(a))
@@ -87,24 +87,16 @@ impl Session<'_> {
                     if let Some(t) = self.cfi.as_mut() {
                         t.forget(pid);
                     }
-                    let g = self.new_gen(pid, time, comm, exe, cmdline.clone());
-                    self.w.write_record(&Record {
-                        kind: Some(Kind::Process(Process {
-                            generation: g,
-                            pid,
-                            start_time_ns: time,
-                            ppid: info.ppid,
-                            comm,
-                            exe,
-                            cmdline,
-                            pid_ns: info.pid_ns,
-                            event: ProcessEvent::Exec as i32,
-                            time_ns: time,
-                            parent_generation: parent.unwrap_or(0),
-                            ns_pid: info.ns_pid,
-                            ..Default::default()
-                        })),
-                    })?;
+                    let ppid = parent
+                        .map(|p| self.gens[p as usize - 1].ident.ppid)
+                        .unwrap_or(0);
+                    let started = match (started, &info) {
+                        (0, Some(i)) => boot_of_ticks(i.start_ticks),
+                        _ => started,
+                    };
+                    let ident = self.ident_of(info.as_ref(), ppid, started)?;
+                    let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
+                    self.write_process(g, pid, ProcessEvent::Exec, time, parent.unwrap_or(0))?;
                 }
                 SideBand::Mmap {
                     pid,
