@@ -12,6 +12,10 @@
 //! chain innermost first; Functions deduplicated by (name, file); Mappings with their
 //! build-ids and file names, the first (id 1) a traced process's main executable, as pprof
 //! and the backends that symbolize by mapping expect.
+//!
+//! [`profile_of_parts`] is the same profile made of several parts (say one per process,
+//! their samples labelled `pid`, `comm`), with [`Options`] for a backend that symbolizes
+//! by build-id (user frames as addresses in their mappings): what `ebrec push` sends.
 use crate::model::{Frame, MappingInfo};
 use crate::reports::{EventKind, Measure, Stacks};
 use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
@@ -138,17 +142,30 @@ impl Builder {
     }
 
     /// The location of one inline chain (innermost first, the containing function last).
-    fn location(&mut self, chain: &[Frame], mapping: Option<&MappingInfo>) -> u64 {
+    /// With [`Options::addresses_only`] (or an unresolved frame and
+    /// [`Options::unresolved_as_addresses`]), a chain in a mapping is its address alone.
+    fn location(
+        &mut self,
+        chain: &[Frame],
+        mapping: Option<&MappingInfo>,
+        options: &Options,
+    ) -> u64 {
         let mapping_id = mapping.map_or(0, |m| self.mapping(m));
         let address = chain
             .first()
             .and_then(|f| u64::from_str_radix(f.address.trim_start_matches("0x"), 16).ok())
             .unwrap_or(0);
-        let lines: Vec<(u64, i64)> = chain
-            .iter()
-            .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
-            .collect();
-        let symbolized = chain.iter().any(|f| f.file.is_some());
+        let addresses_only = options.addresses_only
+            || (options.unresolved_as_addresses && chain.len() == 1 && unresolved(&chain[0]));
+        let lines: Vec<(u64, i64)> = if addresses_only && mapping_id != 0 {
+            Vec::new()
+        } else {
+            chain
+                .iter()
+                .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
+                .collect()
+        };
+        let symbolized = !lines.is_empty() && chain.iter().any(|f| f.file.is_some());
         if symbolized && mapping_id != 0 {
             let m = &mut self.mappings[mapping_id as usize - 1];
             m.has_functions = true;
@@ -201,9 +218,62 @@ pub fn profile(st: &Stacks, by: &str) -> Profile {
 
 /// The pprof profile of `st`, with `by` as the default sample type.
 pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
+    profile_of_parts(
+        &[Part {
+            stacks: st,
+            labels: Vec::new(),
+        }],
+        by,
+        &Options::default(),
+    )
+}
+
+/// How [`profile_of_parts`] writes locations.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// User frames (those in a recorded mapping) as their address and mapping alone: a
+    /// Location without Lines or Functions, for a backend that symbolizes by the mapping's
+    /// build-id (Parca, Pyroscope, OTLP receivers). Kernel frames keep their names.
+    pub addresses_only: bool,
+    /// User frames the symbolizer could not name (`libfoo.so+0x1234`, a binary without
+    /// debug info or symbols here) as addresses too, for the backend to try by build-id.
+    pub unresolved_as_addresses: bool,
+}
+
+/// Whether `f` is a user frame analyze could not name: `FILE_NAME+0xOFFSET` of its module.
+fn unresolved(f: &Frame) -> bool {
+    let short = f.module.rsplit('/').next().unwrap_or(&f.module);
+    f.file.is_none()
+        && !short.is_empty()
+        && f.function
+            .strip_prefix(short)
+            .and_then(|r| r.strip_prefix("+0x"))
+            .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// One part of a profile: stacks of one kind (say of one process) and the labels their
+/// samples carry (`pid`, `comm`, …).
+#[derive(Debug)]
+pub struct Part<'a> {
+    pub stacks: &'a Stacks,
+    pub labels: Vec<(String, String)>,
+}
+
+/// One profile of the stacks of several parts of one kind (the header, times and losses
+/// are the first part's, widened to all parts' events), each part's samples carrying its
+/// labels. Without parts, an empty profile of no kind's sample types.
+pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> Profile {
+    let Some(first) = parts.first() else {
+        return Profile {
+            string_table: vec![String::new()],
+            ..Default::default()
+        };
+    };
+    let st = first.stacks;
+    let all = || parts.iter().flat_map(|p| p.stacks.stacks.iter());
     let mut b = Builder::default();
     b.string("");
-    let has_hold = st.kind == EventKind::Lock && st.stacks.iter().any(|s| s.hold > 0);
+    let has_hold = st.kind == EventKind::Lock && all().any(|s| s.hold > 0);
     let mut types = sample_types(st.kind, has_hold);
     let no_free = st
         .header
@@ -223,10 +293,12 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
     let mutex_key = b.string("mutex");
     // Mapping 1: the main executable (of the process with the most stacks in it).
     let mut exe_uses: HashMap<&MappingInfo, usize> = HashMap::new();
-    for s in &st.stacks {
-        for m in s.mappings.iter().flatten() {
-            if st.executables.contains(&m.path) {
-                *exe_uses.entry(m).or_default() += 1;
+    for p in parts {
+        for s in &p.stacks.stacks {
+            for m in s.mappings.iter().flatten() {
+                if p.stacks.executables.contains(&m.path) {
+                    *exe_uses.entry(m).or_default() += 1;
+                }
             }
         }
     }
@@ -236,13 +308,16 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
     {
         b.mapping(m);
     }
-    let mut samples = Vec::with_capacity(st.stacks.len());
-    for s in &st.stacks {
+    let mut samples = Vec::with_capacity(all().count());
+    for (s, part_labels) in parts
+        .iter()
+        .flat_map(|p| p.stacks.stacks.iter().map(move |s| (s, &p.labels)))
+    {
         let location_id = chains(&s.frames)
             .into_iter()
             .map(|r| {
                 let mapping = s.mappings.get(r.start).and_then(|m| m.as_ref());
-                b.location(&s.frames[r], mapping)
+                b.location(&s.frames[r], mapping, options)
             })
             .collect();
         let value = types
@@ -257,7 +332,7 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
                 _ => s.total,
             } as i64)
             .collect();
-        let label = if st.kind == EventKind::Lock {
+        let mut label = if st.kind == EventKind::Lock {
             vec![Label {
                 key: mutex_key,
                 str: b.string(&format!("{:#x}", s.sub)),
@@ -266,6 +341,13 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
         } else {
             Vec::new()
         };
+        for (k, v) in part_labels {
+            label.push(Label {
+                key: b.string(k),
+                str: b.string(v),
+                ..Default::default()
+            });
+        }
         samples.push(Sample {
             location_id,
             value,
@@ -301,8 +383,11 @@ pub fn profile_by(st: &Stacks, by: Measure) -> Profile {
         function: b.functions,
         string_table: b.strings,
         time_nanos: st.header.start_realtime_ns as i64,
-        duration_nanos: match (st.first_event_ns, st.last_event_ns) {
-            (Some(a), Some(z)) => (z - a) as i64,
+        duration_nanos: match (
+            parts.iter().filter_map(|p| p.stacks.first_event_ns).min(),
+            parts.iter().filter_map(|p| p.stacks.last_event_ns).max(),
+        ) {
+            (Some(a), Some(z)) => z.saturating_sub(a) as i64,
             _ => 0,
         },
         period_type,

@@ -22,5 +22,49 @@ pub mod pprof {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
 
+/// Parca's `ProfileStoreService.WriteRaw` messages (package `parca.profilestore.v1alpha1`,
+/// vendored in `proto/parca/`), what `ebrec push parca+…` sends.
+#[allow(missing_debug_implementations, clippy::all)]
+pub mod parca {
+    include!(concat!(env!("OUT_DIR"), "/parca.profilestore.v1alpha1.rs"));
+}
+
+/// OpenTelemetry's protos (release v1.11.0, vendored in `proto/opentelemetry/`): the
+/// development profiles signal and what it needs, what `ebrec push otlp+…` sends. The
+/// modules follow the packages, as prost's cross-package paths expect.
+#[allow(missing_debug_implementations, clippy::all)]
+pub mod opentelemetry {
+    pub mod proto {
+        pub mod common {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.common.v1.rs"));
+            }
+        }
+        pub mod resource {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.resource.v1.rs"));
+            }
+        }
+        pub mod profiles {
+            pub mod v1development {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.profiles.v1development.rs"
+                ));
+            }
+        }
+        pub mod collector {
+            pub mod profiles {
+                pub mod v1development {
+                    include!(concat!(
+                        env!("OUT_DIR"),
+                        "/opentelemetry.proto.collector.profiles.v1development.rs"
+                    ));
+                }
+            }
+        }
+    }
+}
+
 /// The format version this crate reads and writes.
 pub const FORMAT_VERSION: u32 = 1;

@@ -31,6 +31,7 @@ fn main() {
         Command::Doctor(a) => doctor::run(a),
         Command::Diagnose(a) => diagnose::run(a),
         Command::Agent(a) => agent::run(*a),
+        Command::Push(a) => agent::push::run(*a),
     };
     if let Err(e) = r {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

@@ -539,6 +539,13 @@ fn record_with(
         }
         let bytes = session::drain_once(&mut s, &rb, &pending, &mut side)?;
         pace.drained(bytes);
+        if let Some(h) = hooks.as_deref_mut() {
+            // What one pass found unread, against one ring buffer's size (the largest of
+            // the second, for the metrics).
+            h.ring_fill = h
+                .ring_fill
+                .max(bytes as f64 / f64::from(cfg.ringbuf_bytes.max(1)));
+        }
         if let Some(l) = launched.as_ref() {
             let mut st = 0;
             // SAFETY: st is a valid out pointer.

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 /// The testdata program `program` copied under `name` (a command name no other process has).
 fn renamed(program: &str, name: &str, dir: &Path) -> PathBuf {
-    let prog =
-        ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
+    let prog = ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
     let to = dir.join(name);
     std::fs::copy(&prog, &to).unwrap();
     to
@@ -157,7 +156,11 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
     let mut with_program = 0;
     for f in &files {
         let info = ebsym_json(&["info", f.to_str().unwrap()]);
-        assert_eq!(info["damage"].as_array().map_or(0, |d| d.len()), 0, "{f:?}: {info}");
+        assert_eq!(
+            info["damage"].as_array().map_or(0, |d| d.len()),
+            0,
+            "{f:?}: {info}"
+        );
         let procs = info["processes"].as_array().unwrap();
         if let Some(p) = procs
             .iter()
@@ -169,10 +172,15 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
         }
     }
     assert!(
-        lines.iter().any(|l| l.contains("processes followed after the start")),
+        lines
+            .iter()
+            .any(|l| l.contains("processes followed after the start")),
         "{lines:#?}"
     );
-    assert!(with_program >= 2, "the program's 1.5 s span one window only?");
+    assert!(
+        with_program >= 2,
+        "the program's 1.5 s span one window only?"
+    );
     assert_eq!(naps, 10, "every nap in exactly one window");
 }
 
@@ -190,7 +198,8 @@ fn cgroup_selects_its_processes_only_and_keep_bounds_the_files() {
         .lines()
         .find_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
-            (post.starts_with("cgroup2 ")).then(|| pre.split(' ').nth(4).map(PathBuf::from))
+            (post.starts_with("cgroup2 "))
+                .then(|| pre.split(' ').nth(4).map(PathBuf::from))
                 .flatten()
         })
         .expect("no cgroup2 hierarchy mounted");
@@ -228,7 +237,10 @@ fn cgroup_selects_its_processes_only_and_keep_bounds_the_files() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let (inside, outside) = (inside.wait_with_output().unwrap(), outside.wait_with_output().unwrap());
+    let (inside, outside) = (
+        inside.wait_with_output().unwrap(),
+        outside.wait_with_output().unwrap(),
+    );
     let in_pid = common::expect_line(&inside, "offcpu_blocks")["pid"].as_u64();
     let out_pid = common::expect_line(&outside, "offcpu_blocks")["pid"].as_u64();
     finish(child, rx);
@@ -243,10 +255,16 @@ fn cgroup_selects_its_processes_only_and_keep_bounds_the_files() {
         }
     }
     if let Some(p) = out_pid {
-        assert!(!pids.contains(&p), "the copy outside the cgroup was recorded: {pids:?}");
+        assert!(
+            !pids.contains(&p),
+            "the copy outside the cgroup was recorded: {pids:?}"
+        );
     }
     let in_pid = in_pid.expect("the copy in the cgroup printed no pid");
-    assert!(pids.contains(&in_pid), "the copy in the cgroup is in no window: {pids:?}");
+    assert!(
+        pids.contains(&in_pid),
+        "the copy in the cgroup is in no window: {pids:?}"
+    );
 }
 
 #[test]
@@ -254,11 +272,23 @@ fn refusals_are_one_line() {
     let ebrec = env!("CARGO_BIN_EXE_ebrec");
     for (args, want) in [
         (vec!["agent", "--cpu"], "say what to trace"),
-        (vec!["agent", "--cpu", "--all", "--comm", "x"], "--all traces every process"),
-        (vec!["agent", "--cpu", "--cgroup", "no/such/cgroup.scope"], "no such cgroup"),
-        (vec!["agent", "--cpu", "--comm", "(", ], "--comm ("),
-        (vec!["agent", "--cpu", "--all", "--window", "0"], "--window SECS"),
-        (vec!["agent", "--cpu", "--all", "--", "true"], "does not start a command"),
+        (
+            vec!["agent", "--cpu", "--all", "--comm", "x"],
+            "--all traces every process",
+        ),
+        (
+            vec!["agent", "--cpu", "--cgroup", "no/such/cgroup.scope"],
+            "no such cgroup",
+        ),
+        (vec!["agent", "--cpu", "--comm", "("], "--comm ("),
+        (
+            vec!["agent", "--cpu", "--all", "--window", "0"],
+            "--window SECS",
+        ),
+        (
+            vec!["agent", "--cpu", "--all", "--", "true"],
+            "does not start a command",
+        ),
     ] {
         let out = Command::new(ebrec).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -266,4 +296,140 @@ fn refusals_are_one_line() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
+}
+
+/// A conformance server of record/tests/conformance/ (Pyroscope's ingest API here), on
+/// 127.0.0.1, misbehaving as `faults` says for its first requests.
+struct Backend {
+    child: Child,
+    port: u16,
+    out: tempfile::TempDir,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn backend(name: &str, faults: &str) -> Backend {
+    let out = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/conformance/{name}.py"));
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .arg("--out")
+        .arg(out.path())
+        .args(["--faults", faults])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .strip_prefix("LISTENING ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name}.py did not start: {line:?}"));
+    Backend { child, port, out }
+}
+
+/// A port nothing listens on.
+fn dead_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prog =
+        ebtrace_testdata::build("offcpu_blocks", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let mut target = Command::new(&prog)
+        .args(["--naps", "10", "--ms", "150", "--pingpong", "100", "--wait"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(target.stdout.take().unwrap());
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).unwrap();
+    let pid = target.id();
+    let pyro = backend("pyroscope", "503,503,reset");
+    let dead = dead_port();
+    let out = dir.path().join("p.pb.zst");
+    let started = std::time::Instant::now();
+    let (child, rx) = agent(&[
+        "--offcpu=5000",
+        "-p",
+        &pid.to_string(),
+        "--window",
+        "1",
+        "--duration",
+        "6",
+        "--keep",
+        "0",
+        "--service",
+        "ob",
+        "--push",
+        &format!("pyroscope+http://127.0.0.1:{}", pyro.port),
+        "--push",
+        &format!("parca+http://127.0.0.1:{dead}"),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(target.wait().unwrap().success());
+    let lines = finish(child, rx);
+    // 6 s of recording, then at most the pusher's 10 s to flush: the dead backend costs no
+    // more.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    // --keep 0: every window deleted once the pushers were through with it.
+    assert!(
+        windows(dir.path(), "p").is_empty(),
+        "{:?}",
+        windows(dir.path(), "p")
+    );
+    let line = |what: &str| {
+        lines
+            .iter()
+            .find(|l| l.contains(what) && l.contains("pushed"))
+            .unwrap_or_else(|| panic!("no push summary for {what}: {lines:#?}"))
+            .clone()
+    };
+    let (py, pa) = (line("pyroscope+http"), line("parca+http"));
+    assert!(
+        py.contains("3 failed attempts") && py.contains(" 0 dropped"),
+        "{lines:#?}"
+    );
+    assert!(pa.contains("0 pushed"), "{pa}");
+    // Every window's off-CPU profile arrived once: the program's naps are all there.
+    let mut nap_ns = 0u64;
+    let mut offcpu_pushes = 0;
+    for e in std::fs::read_dir(pyro.out.path()).unwrap().flatten() {
+        let p = e.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            let name = v["query"]["name"].as_str().unwrap_or("");
+            assert!(name.starts_with("ob."), "{name}");
+            if name.starts_with("ob.offcpu") {
+                offcpu_pushes += 1;
+                nap_ns += v["summary"]["totals"][0].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    assert!(offcpu_pushes >= 2, "{offcpu_pushes} off-CPU pushes");
+    assert!(
+        nap_ns >= 10 * 150_000_000 * 9 / 10,
+        "pushed off-CPU time {nap_ns} ns < the program's 10 naps of 150 ms"
+    );
 }

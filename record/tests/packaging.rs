@@ -27,8 +27,13 @@ fn systemd_accepts_the_unit() {
     let u = unit();
     let ambient = values(&u, "AmbientCapabilities");
     assert_eq!(ambient, values(&u, "CapabilityBoundingSet"));
-    assert!(ambient.contains(&"CAP_BPF".to_string()) && ambient.contains(&"CAP_PERFMON".to_string()));
-    assert!(!ambient.contains(&"CAP_SYS_ADMIN".to_string()), "the unit grants CAP_SYS_ADMIN");
+    assert!(
+        ambient.contains(&"CAP_BPF".to_string()) && ambient.contains(&"CAP_PERFMON".to_string())
+    );
+    assert!(
+        !ambient.contains(&"CAP_SYS_ADMIN".to_string()),
+        "the unit grants CAP_SYS_ADMIN"
+    );
     assert_eq!(values(&u, "DynamicUser"), ["yes"]);
     let Ok(sa) = which("systemd-analyze") else {
         if std::env::var("CI").as_deref() == Ok("true") {
@@ -40,7 +45,11 @@ fn systemd_accepts_the_unit() {
     // The unit as installed, with ExecStart on this build's ebrec.
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("ebrec-agent.service");
-    std::fs::write(&copy, u.replace("/usr/local/bin/ebrec", env!("CARGO_BIN_EXE_ebrec"))).unwrap();
+    std::fs::write(
+        &copy,
+        u.replace("/usr/local/bin/ebrec", env!("CARGO_BIN_EXE_ebrec")),
+    )
+    .unwrap();
     let out = Command::new(sa).arg("verify").arg(&copy).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let complaints: Vec<&str> = err
@@ -52,7 +61,11 @@ fn systemd_accepts_the_unit() {
 
 fn which(cmd: &str) -> Result<std::path::PathBuf, ()> {
     std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(cmd)).find(|c| c.is_file()))
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(cmd))
+                .find(|c| c.is_file())
+        })
         .ok_or(())
 }
 
@@ -69,8 +82,8 @@ fn the_units_capabilities_are_enough_as_nobody() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     // A root-owned target: nobody needs the capabilities to see into it.
-    let prog = ebtrace_testdata::build("offcpu_blocks", ebtrace_testdata::Variant::FramePointer)
-        .unwrap();
+    let prog =
+        ebtrace_testdata::build("offcpu_blocks", ebtrace_testdata::Variant::FramePointer).unwrap();
     let mut target = Command::new(&prog)
         .args(["--naps", "4", "--ms", "100", "--pingpong", "100", "--wait"])
         .stdout(Stdio::piped())
@@ -88,7 +101,15 @@ fn the_units_capabilities_are_enough_as_nobody() {
         .arg(format!("--inh-caps=-all,{caps}"))
         .arg(format!("--ambient-caps=-all,{caps}"))
         .arg(env!("CARGO_BIN_EXE_ebrec"))
-        .args(["agent", "--offcpu=5000", "--cpu", "--window", "1", "--duration", "4"])
+        .args([
+            "agent",
+            "--offcpu=5000",
+            "--cpu",
+            "--window",
+            "1",
+            "--duration",
+            "4",
+        ])
         .args(["-p", &pid.to_string(), "-o", out.to_str().unwrap()])
         .stderr(Stdio::piped())
         .spawn()
@@ -117,13 +138,18 @@ fn the_units_capabilities_are_enough_as_nobody() {
         let p = e.path();
         let top = ebsym_json(&["top", p.to_str().unwrap(), "--kind", "offcpu", "-n", "1000"]);
         for r in top["rows"].as_array().unwrap() {
-            let named = r["frames"].as_array().unwrap().iter().any(|f| {
-                f["function"].as_str().unwrap_or("").contains("sleeper_a")
-            });
+            let named = r["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["function"].as_str().unwrap_or("").contains("sleeper_a"));
             if named {
                 naps += r["count"].as_u64().unwrap();
             }
         }
     }
-    assert_eq!(naps, 4, "the program's 4 naps, named, as nobody with the unit's capabilities");
+    assert_eq!(
+        naps, 4,
+        "the program's 4 naps, named, as nobody with the unit's capabilities"
+    );
 }

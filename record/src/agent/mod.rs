@@ -3,6 +3,9 @@
 //! windows: each window is a trace file of its own, kept on bounded disk, and/or pushed to
 //! the profiling backends (Pyroscope, Parca, OTLP) as one profile per window and kind;
 //! `--metrics ADDR` serves ebrec's health and per-target latency histograms to Prometheus.
+pub mod latency;
+pub mod metrics;
+pub mod push;
 
 use crate::cli::RecordArgs;
 use crate::perf::SideBandReader;
@@ -70,8 +73,14 @@ pub struct Job {
     pub done: Box<dyn FnOnce() + Send>,
 }
 
-/// What the worker thread does with each closed window.
-pub type Process = Box<dyn FnMut(Job) + Send>;
+/// What the worker thread does with each closed window (and, with `None`, at the end).
+pub type Process = Box<dyn FnMut(WorkerJob) + Send>;
+
+/// A window, or the end of the recording (`None`).
+pub struct WorkerJob(Option<Job>);
+
+/// A process's metric series stay this long after it is gone (then they are dropped).
+const SERIES_GRACE: Duration = Duration::from_secs(300);
 
 /// Closed windows waiting for the worker beyond this many are not pushed (counted): a slow
 /// or dead backend never holds the recording.
@@ -107,6 +116,8 @@ pub struct Hooks {
     pub windows: u64,
     pub windows_dropped: u64,
     pub followed: u64,
+    /// The largest share of a ring buffer one drain found unread since the last second.
+    pub ring_fill: f64,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -124,7 +135,8 @@ pub fn cgroup2_root() -> PathBuf {
     mi.lines()
         .find_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
-            (post.split(' ').next()? == "cgroup2").then(|| pre.split(' ').nth(4).map(PathBuf::from))
+            (post.split(' ').next()? == "cgroup2")
+                .then(|| pre.split(' ').nth(4).map(PathBuf::from))
                 .flatten()
         })
         .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"))
@@ -167,10 +179,18 @@ impl Hooks {
         if !self.comm.is_empty() {
             let name = exe
                 .file_name()
-                .map(|n| n.to_string_lossy().trim_end_matches(" (deleted)").to_string())
+                .map(|n| {
+                    n.to_string_lossy()
+                        .trim_end_matches(" (deleted)")
+                        .to_string()
+                })
                 .unwrap_or_default();
             let comm = comm_of(pid).unwrap_or_default();
-            if !self.comm.iter().any(|r| r.is_match(&comm) || r.is_match(&name)) {
+            if !self
+                .comm
+                .iter()
+                .any(|r| r.is_match(&comm) || r.is_match(&name))
+            {
                 return false;
             }
         }
@@ -179,7 +199,11 @@ impl Hooks {
                 return false;
             };
             if !self.cgroups.iter().any(|c| {
-                c == "/" || cg == *c || cg.strip_prefix(c.as_str()).is_some_and(|r| r.starts_with('/'))
+                c == "/"
+                    || cg == *c
+                    || cg
+                        .strip_prefix(c.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
             }) {
                 return false;
             }
@@ -224,7 +248,8 @@ impl Hooks {
             // A process that did not match may yet: it may exec (a shell's fork becomes
             // the service) or move into the cgroup. Those younger than 2 s are looked at
             // again on every pass, the others on full passes.
-            let young = || procfs::start_ticks(pid).is_some_and(|t| now_ticks.saturating_sub(t) < 2 * hz);
+            let young =
+                || procfs::start_ticks(pid).is_some_and(|t| now_ticks.saturating_sub(t) < 2 * hz);
             let hit = match known {
                 Some((t, true)) if t == start => true,
                 Some((t, false)) if t == start && !full && !young() => false,
@@ -303,6 +328,7 @@ impl Hooks {
                 f(s, self);
                 self.each_second = Some(f);
             }
+            self.ring_fill = 0.0;
         }
         Ok(())
     }
@@ -313,7 +339,11 @@ impl Hooks {
         let closed = self.closed_name();
         if self.output.exists() {
             std::fs::rename(&self.output, &closed).with_context(|| {
-                format!("cannot rename {} to {}", self.output.display(), closed.display())
+                format!(
+                    "cannot rename {} to {}",
+                    self.output.display(),
+                    closed.display()
+                )
             })?;
             self.window_closed(closed);
         }
@@ -390,7 +420,11 @@ impl Hooks {
         let Some(dir) = self.output.parent() else {
             return;
         };
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         let base = Path::new(&stem)
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
@@ -466,7 +500,9 @@ fn check(a: &AgentArgs) -> Result<()> {
         bail!("--window SECS must be at least 1");
     }
     if r.rotate.is_some() {
-        bail!("--rotate is for ebrec record; the agent rotates every --window and keeps --keep files");
+        bail!(
+            "--rotate is for ebrec record; the agent rotates every --window and keeps --keep files"
+        );
     }
     if a.keep == 0 && a.push.is_empty() && a.metrics.is_none() {
         bail!("--keep 0 deletes every window once pushed: add --push URL (or keep some windows)");
@@ -488,7 +524,11 @@ fn check(a: &AgentArgs) -> Result<()> {
     for c in &a.cgroup {
         let dir = cgroup2_root().join(cgroup_key(c).trim_start_matches('/'));
         if !dir.is_dir() {
-            bail!("--cgroup {}: no such cgroup ({} is not a directory)", c.display(), dir.display());
+            bail!(
+                "--cgroup {}: no such cgroup ({} is not a directory)",
+                c.display(),
+                dir.display()
+            );
         }
     }
     Ok(())
@@ -508,6 +548,14 @@ pub fn run(a: AgentArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    let process_args = (
+        a.push.clone(),
+        a.service.clone(),
+        a.auth_file.clone(),
+        a.symbolize,
+        a.debug_dir.clone(),
+        a.metrics.clone(),
+    );
     let mut record = a.record;
     // --max-size bounds the windows kept, not one file.
     let max_size = record.max_size.take();
@@ -520,15 +568,27 @@ pub fn run(a: AgentArgs) -> Result<()> {
     let alloc_sessions = record.alloc.is_some()
         && record.alloc_sampler == crate::cli::AllocSampler::Uprobe
         && crate::probes::use_sessions(record.alloc_probes);
-    let process = worker_process(&a.push, a.metrics.is_some())?;
+    let metrics = match &a.metrics {
+        Some(addr) => {
+            let m = metrics::Metrics::new();
+            let at = m.serve(addr)?;
+            if !record.quiet {
+                eprintln!("ebrec agent: metrics on http://{at}/metrics");
+            }
+            Some(m)
+        }
+        None => None,
+    };
+    let process = worker_process(process_args, metrics.clone(), record.quiet)?;
     let worker = process.map(|mut p| {
         let (tx, rx) = sync_channel::<Job>(WORKER_QUEUE);
         let h = std::thread::Builder::new()
             .name("ebrec-agent-worker".into())
             .spawn(move || {
                 for job in rx {
-                    p(job);
+                    p(WorkerJob(Some(job)));
                 }
+                p(WorkerJob(None));
             })
             .expect("spawning the agent's worker thread");
         (tx, h)
@@ -555,12 +615,194 @@ pub fn run(a: AgentArgs) -> Result<()> {
         windows: 0,
         windows_dropped: 0,
         followed: 0,
+        ring_fill: 0.0,
     };
+    if let Some(m) = metrics {
+        hooks.each_second = Some(Box::new(move |s: &mut Session<'_>, h: &Hooks| {
+            let programs: Vec<ebtrace_format::proto::ProgramStats> = s
+                .probes
+                .program_stats()
+                .into_iter()
+                .map(|p| ebtrace_format::proto::ProgramStats {
+                    name: p.name,
+                    run_time_ns: p.run_time_ns,
+                    run_count: p.runs,
+                    recursion_misses: p.recursion_misses,
+                })
+                .collect();
+            metrics::health(&m, &s.last_families, &programs);
+            metrics::targets(&m, s.live.len());
+            // The ring buffers are drained together: their unread bytes over one's size.
+            metrics::ringbuf_fill(&m, "all", h.ring_fill.min(1.0));
+            m.set_counter(
+                "ebrec_windows_total",
+                "Windows closed (trace files written).",
+                &[],
+                h.windows as f64,
+            );
+            m.set_counter(
+                "ebrec_windows_dropped_total",
+                "Windows not handed to the worker (metrics, pushes) because it was behind.",
+                &[],
+                h.windows_dropped as f64,
+            );
+        }));
+    }
     crate::record::record_hooked(record, Some(&mut hooks))
 }
 
-/// What the worker does with a closed window: nothing yet beyond handing it back (pushes
-/// and metrics come with their modules).
-fn worker_process(_push: &[String], _metrics: bool) -> Result<Option<Process>> {
-    Ok(None)
+/// What the worker does with a closed window: its latencies into the metrics, then to the
+/// pusher (which converts and pushes on threads of its own and calls `done` when every
+/// backend is through with it). None: nothing to do (windows are only kept on disk).
+/// The push flags: (--push, --service, --auth-file, --symbolize, --debug-dir, --metrics).
+type PushArgs = (
+    Vec<String>,
+    Option<String>,
+    Option<PathBuf>,
+    bool,
+    Vec<PathBuf>,
+    Option<String>,
+);
+
+fn worker_process(
+    (urls, service, auth_file, symbolize, debug_dirs, _): PushArgs,
+    metrics: Option<Arc<metrics::Metrics>>,
+    quiet: bool,
+) -> Result<Option<Process>> {
+    if urls.is_empty() && metrics.is_none() {
+        return Ok(None);
+    }
+    let mut pusher = if urls.is_empty() {
+        None
+    } else {
+        Some(push::Pusher::new(
+            push::PushConfig {
+                urls,
+                service,
+                auth_file,
+                symbolize,
+                debug_dirs,
+                labels: Vec::new(),
+            },
+            metrics.clone(),
+        )?)
+    };
+    let mut failed_once = false;
+    let mut gone_at: HashMap<u32, Instant> = HashMap::new();
+    let mut last_pushed: HashMap<String, u64> = HashMap::new();
+    Ok(Some(Box::new(move |job: WorkerJob| {
+        let Some(job) = job.0 else {
+            // The end: flush what the backends will still take.
+            if let Some(p) = pusher.take() {
+                let (st, why) = p.finish(Duration::from_secs(10));
+                if let Some(m) = &metrics {
+                    push_metrics(m, &st, &mut last_pushed);
+                }
+                if !quiet {
+                    for b in &st.backends {
+                        eprintln!(
+                            "ebrec agent: {}: {} pushed, {} failed attempts, {} dropped{}",
+                            b.url,
+                            b.pushed,
+                            b.failed,
+                            b.dropped,
+                            b.last_error
+                                .as_deref()
+                                .map(|w| format!(" (last error: {w})"))
+                                .unwrap_or_default()
+                        );
+                    }
+                    if let Some(w) = why {
+                        eprintln!("ebrec agent: the first push dropped: {w}");
+                    }
+                }
+            }
+            return;
+        };
+        if let Some(m) = &metrics {
+            // Series of processes gone for SERIES_GRACE are dropped: the number of series
+            // stays that of the processes alive or recently gone.
+            let now = Instant::now();
+            let newly_gone = std::cell::RefCell::new(Vec::new());
+            m.retain(|labels| {
+                labels.iter().all(|(k, v)| {
+                    if k != "pid" {
+                        return true;
+                    }
+                    let Ok(pid) = v.parse::<u32>() else {
+                        return true;
+                    };
+                    match gone_at.get(&pid) {
+                        Some(t) => now.duration_since(*t) < SERIES_GRACE,
+                        None => {
+                            if !Path::new(&format!("/proc/{pid}")).exists() {
+                                newly_gone.borrow_mut().push(pid);
+                            }
+                            true
+                        }
+                    }
+                })
+            });
+            gone_at.retain(|_, t| now.duration_since(*t) < SERIES_GRACE * 2);
+            for p in newly_gone.into_inner() {
+                gone_at.entry(p).or_insert(now);
+            }
+            if let Err(e) = latency::observe_window(m, &job.path) {
+                if !failed_once {
+                    eprintln!(
+                        "ebrec agent: the metrics could not read {}: {e:#}",
+                        job.path.display()
+                    );
+                    failed_once = true;
+                }
+            }
+        }
+        match &pusher {
+            Some(p) => {
+                p.window(job.path, job.from_ns, job.until_ns, job.done);
+                if let Some(m) = &metrics {
+                    push_metrics(m, &p.stats(), &mut last_pushed);
+                }
+            }
+            None => (job.done)(),
+        }
+    })))
+}
+
+/// The pushers' counts as metrics: pushes by result, drops, queue lengths; the latest push's
+/// duration observed once per window in which a push succeeded.
+fn push_metrics(m: &metrics::Metrics, st: &push::PushStats, last: &mut HashMap<String, u64>) {
+    for b in &st.backends {
+        let l = [("backend", b.backend), ("url", b.url.as_str())];
+        let help = "Pushes of window profiles to a backend, by result (ok; error: a failed attempt, retried or not).";
+        m.set_counter(
+            "ebrec_pushes_total",
+            help,
+            &[l[0], l[1], ("result", "ok")],
+            b.pushed as f64,
+        );
+        m.set_counter(
+            "ebrec_pushes_total",
+            help,
+            &[l[0], l[1], ("result", "error")],
+            b.failed as f64,
+        );
+        metrics::push_queue(m, b.backend, b.queued as usize, b.dropped);
+        let before = last.insert(b.url.clone(), b.pushed).unwrap_or(0);
+        if b.pushed > before {
+            m.observe(
+                "ebrec_push_duration_seconds",
+                "Time one push to a backend took (the latest of each window, request and response).",
+                &[("backend", b.backend)],
+                &metrics::PUSH_BOUNDS,
+                b.last_latency_ms as f64 / 1e3,
+            );
+        }
+    }
+    m.set_counter(
+        "ebrec_windows_unpushed_total",
+        "Windows the pusher could not convert (unreadable) or dropped because it was behind.",
+        &[],
+        (st.windows_dropped + st.windows_failed) as f64,
+    );
 }

@@ -52,6 +52,14 @@ pub enum Command {
   ebrec agent --cpu --all --window 10 --keep 6 --max-size 512M -o /var/lib/ebrec/agent.pb.zst
   ebrec agent --cpu --cgroup system.slice/nginx.service --push parca+http://parca:7070 --metrics 127.0.0.1:9464")]
     Agent(Box<crate::agent::AgentArgs>),
+    /// Push a trace's profiles (one per kind) to profiling backends, as `ebrec agent
+    /// --push` pushes each window: Pyroscope, Parca (gRPC-Web), OTLP/HTTP. Exits 1 with
+    /// the reason when a backend did not take them.
+    #[command(after_help = "Examples:
+  ebrec push trace.pb.zst --push pyroscope+http://127.0.0.1:4040 --service db
+  ebrec push trace.pb.zst --push parca+http://parca:7070 --label env=prod
+  ebrec push trace.pb.zst --push otlp+https://otel:4318 --auth-file /etc/ebrec/auth --symbolize")]
+    Push(Box<crate::agent::push::PushArgs>),
 }
 
 #[derive(clap::Args, Debug)]
