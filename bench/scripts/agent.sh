@@ -4,8 +4,9 @@
 # 127.0.0.1 (record/tests/conformance/pyroscope.py: it validates and stores every push as
 # Pyroscope's /ingest would take it), the backend down for OUTAGE seconds in the middle.
 #
-# Workload: db_bench readwhilewriting (--threads=2) back to back on a DB filled once, each run a
-# new db_bench process, so the agent (--comm '^db_bench$') follows a new target every run.
+# Workload: db_bench readwhilewriting (--threads=2) back to back in one process on a DB filled
+# once, the process restarted every RESTART_S (300 s), so the agent (--comm '^db_bench$')
+# follows a new target now and then (record/tests/agent.rs covers fast churn).
 # Families: --cpu --offcpu --lock (the continuous-profiling kinds).
 #
 # Printed every SAMPLE_S (default 60 s) and summed at the end, phase by phase (before, during and
@@ -18,7 +19,7 @@
 # Usage: bench/scripts/agent.sh         (as root)
 #   EBREC=/path/to/ebrec   (default target/release/ebrec)
 #   DURATION=3600 OUTAGE=300 OUTAGE_AT=   (default OUTAGE_AT = (DURATION - OUTAGE) / 2)
-#   SAMPLE_S=60 NUM=200000 READS=5000 KEEP=DIR (keep the windows, logs and pushes)
+#   SAMPLE_S=60 NUM=200000 READS=5000 RESTART_S=300 KEEP=DIR (keep the windows, logs, pushes)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -31,6 +32,7 @@ DURATION=${DURATION:-3600}
 OUTAGE=${OUTAGE:-300}
 OUTAGE_AT=${OUTAGE_AT:-$(((DURATION - OUTAGE) / 2))}
 SAMPLE_S=${SAMPLE_S:-60}
+RESTART_S=${RESTART_S:-300}
 NUM=${NUM:-200000}
 READS=${READS:-5000}
 LEVELDB_CACHE=$BENCH_CACHE/leveldb
@@ -69,11 +71,13 @@ trap cleanup EXIT
 start_server
 sleep 1
 
-# db_bench back to back: a new process each run.
+# A long-running db_bench (readwhilewriting back to back in one process), restarted every
+# RESTART_S: a service with the odd restart, each new process found by --comm.
+benches=$(printf 'readwhilewriting,%.0s' $(seq 1 20000))
 (
   while :; do
-    "$DB_BENCH" --db="$db" --use_existing_db=1 --benchmarks=readwhilewriting --threads=2 \
-      --num="$NUM" --reads="$READS" >/dev/null 2>&1 || true
+    timeout "$RESTART_S" "$DB_BENCH" --db="$db" --use_existing_db=1 --benchmarks="${benches%,}" \
+      --threads=2 --num="$NUM" --reads="$READS" >/dev/null 2>&1 || true
   done
 ) &
 loop_pid=$!

@@ -121,16 +121,9 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
     // Started after the agent: found by its name (within the agent's 100 ms scan), then
     // let go. 10 naps of 150 ms span several windows.
     std::thread::sleep(Duration::from_millis(1500));
-    let mut run = Command::new(&prog)
-        .args(["--naps", "10", "--ms", "150", "--pingpong", "100", "--wait"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(run.stdout.take().unwrap());
-    let mut ready = String::new();
-    stdout.read_line(&mut ready).unwrap();
-    assert!(ready.starts_with("READY"), "{ready}");
-    let pid = run.id();
+    let run =
+        common::start_waiting_exe(&prog, &["--naps", "10", "--ms", "150", "--pingpong", "100"]);
+    let pid = run.pid;
     let mut early = Vec::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(5)) {
@@ -139,10 +132,7 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
             Err(_) => panic!("the agent did not follow pid {pid}: {early:?}"),
         }
     }
-    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert!(run.wait().unwrap().success());
+    let rest = run.go();
     assert!(rest.contains("EXPECT"), "{rest}");
     let lines = finish(child, rx);
     let files = windows(dir.path(), "a");
@@ -298,43 +288,6 @@ fn refusals_are_one_line() {
     }
 }
 
-/// A conformance server of record/tests/conformance/ (Pyroscope's ingest API here), on
-/// 127.0.0.1, misbehaving as `faults` says for its first requests.
-struct Backend {
-    child: Child,
-    port: u16,
-    out: tempfile::TempDir,
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn backend(name: &str, faults: &str) -> Backend {
-    let out = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/conformance/{name}.py"));
-    let mut child = Command::new("python3")
-        .arg(&script)
-        .arg("--out")
-        .arg(out.path())
-        .args(["--faults", faults])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .strip_prefix("LISTENING ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name}.py did not start: {line:?}"));
-    Backend { child, port, out }
-}
-
 /// A port nothing listens on.
 fn dead_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -347,18 +300,12 @@ fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let prog =
-        ebtrace_testdata::build("offcpu_blocks", ebtrace_testdata::Variant::FramePointer).unwrap();
-    let mut target = Command::new(&prog)
-        .args(["--naps", "10", "--ms", "150", "--pingpong", "100", "--wait"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(target.stdout.take().unwrap());
-    let mut ready = String::new();
-    stdout.read_line(&mut ready).unwrap();
-    let pid = target.id();
-    let pyro = backend("pyroscope", "503,503,reset");
+    let target = common::start_waiting(
+        "offcpu_blocks",
+        &["--naps", "10", "--ms", "150", "--pingpong", "100"],
+    );
+    let pid = target.pid;
+    let pyro = common::conformance("pyroscope", "503,503,reset", 60);
     let dead = dead_port();
     let out = dir.path().join("p.pb.zst");
     let started = std::time::Instant::now();
@@ -381,10 +328,7 @@ fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
         "-o",
         out.to_str().unwrap(),
     ]);
-    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert!(target.wait().unwrap().success());
+    target.go();
     let lines = finish(child, rx);
     // 6 s of recording, then at most the pusher's 10 s to flush: the dead backend costs no
     // more.

@@ -82,18 +82,11 @@ fn the_units_capabilities_are_enough_as_nobody() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     // A root-owned target: nobody needs the capabilities to see into it.
-    let prog =
-        ebtrace_testdata::build("offcpu_blocks", ebtrace_testdata::Variant::FramePointer).unwrap();
-    let mut target = Command::new(&prog)
-        .args(["--naps", "4", "--ms", "100", "--pingpong", "100", "--wait"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(target.stdout.take().unwrap());
-    let mut ready = String::new();
-    stdout.read_line(&mut ready).unwrap();
-    assert!(ready.starts_with("READY"), "{ready}");
-    let pid = target.id();
+    let target = common::start_waiting(
+        "offcpu_blocks",
+        &["--naps", "4", "--ms", "100", "--pingpong", "100"],
+    );
+    let pid = target.pid;
     let out = dir.path().join("a.pb.zst");
     let mut agent = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -126,10 +119,7 @@ fn the_units_capabilities_are_enough_as_nobody() {
         }
         lines.push(l);
     }
-    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert!(target.wait().unwrap().success());
+    target.go();
     let mut tail = String::new();
     std::io::Read::read_to_string(&mut err, &mut tail).unwrap();
     assert!(agent.wait().unwrap().success(), "{lines:#?}\n{tail}");

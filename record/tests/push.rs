@@ -14,7 +14,7 @@ use common::{ebsym_path, expect_line, root, run};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -42,19 +42,8 @@ fn recording() -> &'static Rec {
     })
 }
 
-/// A conformance server, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-    out: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// A conformance server (common::conformance), killed when dropped.
+type Server = common::Conformance;
 
 fn python() -> PathBuf {
     let p = PathBuf::from("/usr/bin/python3");
@@ -66,56 +55,7 @@ fn python() -> PathBuf {
 }
 
 fn server(backend: &str, faults: &str, hang_secs: u32) -> Server {
-    let out = tempfile::tempdir().unwrap();
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/conformance/{backend}.py"));
-    let mut child = Command::new(python())
-        .arg(&script)
-        .arg("--out")
-        .arg(out.path())
-        .args(["--faults", faults, "--hang-secs", &hang_secs.to_string()])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .strip_prefix("LISTENING ")
-        .and_then(|p| p.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{backend}.py did not start: {line:?}"));
-    Server { child, port, out }
-}
-
-impl Server {
-    fn url(&self, backend: &str) -> String {
-        format!("{backend}+http://127.0.0.1:{}", self.port)
-    }
-
-    /// The requests it saw (log.jsonl).
-    fn log(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.out.path().join("log.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    /// The accepted payloads: (N.json parsed, N.pb.gz path when there is one).
-    fn accepted(&self) -> Vec<(Value, Option<PathBuf>)> {
-        (1..)
-            .map_while(|n| {
-                let j = self.out.path().join(format!("{n}.json"));
-                let text = std::fs::read_to_string(&j).ok()?;
-                let pb = self.out.path().join(format!("{n}.pb.gz"));
-                Some((
-                    serde_json::from_str(&text).unwrap(),
-                    pb.exists().then_some(pb),
-                ))
-            })
-            .collect()
-    }
+    common::conformance(backend, faults, hang_secs)
 }
 
 fn push(args: &[&str]) -> (Output, Duration) {

@@ -363,8 +363,7 @@ impl Hooks {
 
     /// OUTPUT's stem with the window's start (UTC) and `.pb.zst`: names sort by time.
     fn closed_name(&self) -> PathBuf {
-        let secs = self.window_start_real / 1_000_000_000;
-        let stamp = utc_stamp(secs);
+        let stamp = ebtrace_analyze::time::compact_utc(self.window_start_real);
         let s = self.output.to_string_lossy();
         let stem = s.strip_suffix(".pb.zst").unwrap_or(&s);
         let mut p = PathBuf::from(format!("{stem}.{stamp}.pb.zst"));
@@ -459,28 +458,6 @@ impl Hooks {
             }
         }
     }
-}
-
-/// `YYYYMMDDTHHMMSSZ` of a Unix time.
-fn utc_stamp(secs: u64) -> String {
-    let days = (secs / 86400) as i64;
-    let rem = secs % 86400;
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
 }
 
 /// The checks of the agent's flags, before anything is loaded.

@@ -42,6 +42,20 @@ impl Session<'_> {
         for (i, g) in self.gens.iter_mut().enumerate() {
             let id = i as u32 + 1;
             let pid = pid_of.get(&id).copied().unwrap_or(0);
+            let ended = self.exited.get(&pid).copied();
+            let latest = self.by_pid.get(&pid).and_then(|v| v.last()) == Some(&id);
+            if !latest || ended.is_some_and(|t| now.saturating_sub(t) > 10_000_000_000) {
+                // Not in the new file: nothing of it is kept but its slot (generation ids
+                // stay the same), so that a long recording of short-lived processes (the
+                // agent's windows) does not grow with every process it has seen.
+                g.comm = 0;
+                g.exe = 0;
+                g.cmdline = Vec::new();
+                g.maps = Vec::new();
+                g.exec = Vec::new();
+                g.ident = Default::default();
+                continue;
+            }
             g.comm = s(g.comm)?;
             g.exe = s(g.exe)?;
             g.ident.cgroup = s(g.ident.cgroup)?;
@@ -51,13 +65,13 @@ impl Session<'_> {
             for m in g.maps.iter_mut() {
                 m.path = s(m.path)?;
             }
-            let ended = self.exited.get(&pid).copied();
-            let latest = self.by_pid.get(&pid).and_then(|v| v.last()) == Some(&id);
-            if !latest || ended.is_some_and(|t| now.saturating_sub(t) > 10_000_000_000) {
-                continue;
-            }
             keep.push((id, pid, ended));
         }
+        // Processes gone for good: forgotten (a pid used again is a new process).
+        let kept: HashSet<u32> = keep.iter().map(|k| k.1).collect();
+        self.by_pid.retain(|pid, _| kept.contains(pid));
+        self.exited.retain(|pid, _| kept.contains(pid));
+        self.children_attached.retain(|pid, _| kept.contains(pid));
         for m in self.gens.iter_mut().flat_map(|g| g.maps.iter_mut()) {
             m.build_id = match bids.get(&m.build_id) {
                 Some(b) if m.build_id != 0 => self.w.intern_build_id(b)?,

@@ -298,3 +298,114 @@ pub fn events_of<B: ebtrace_format::events::Family>(
     assert!(r.damage().is_empty(), "{:?}", r.damage());
     out
 }
+
+/// A testdata program started with `--wait`, stopped before its work until [`Waiting::go`].
+pub struct Waiting {
+    pub child: std::process::Child,
+    pub stdout: std::io::BufReader<std::process::ChildStdout>,
+    pub pid: u32,
+}
+
+/// Starts testdata's `program ARGS --wait` (frame-pointer build) and reads its READY line.
+pub fn start_waiting(program: &str, args: &[&str]) -> Waiting {
+    let exe = ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
+    start_waiting_exe(&exe, args)
+}
+
+/// [`start_waiting`] of the program at `exe`.
+pub fn start_waiting_exe(exe: &Path, args: &[&str]) -> Waiting {
+    use std::io::BufRead;
+    let mut child = Command::new(exe)
+        .args(args)
+        .arg("--wait")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).unwrap();
+    assert!(ready.starts_with("READY"), "{}: {ready}", exe.display());
+    let pid = child.id();
+    Waiting { child, stdout, pid }
+}
+
+impl Waiting {
+    /// Lets the program run (SIGUSR1) to its end; its stdout after READY.
+    pub fn go(mut self) -> String {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(self.pid as i32, libc::SIGUSR1) };
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        assert!(self.child.wait().unwrap().success());
+        rest
+    }
+}
+
+/// A conformance server of record/tests/conformance/ (`name`.py: pyroscope, parca, otlp) on
+/// 127.0.0.1, misbehaving as `faults` says for its first requests; killed when dropped.
+pub struct Conformance {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub out: tempfile::TempDir,
+}
+
+impl Drop for Conformance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn conformance(name: &str, faults: &str, hang_secs: u32) -> Conformance {
+    use std::io::BufRead;
+    let out = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/conformance/{name}.py"));
+    let mut child = Command::new("/usr/bin/python3")
+        .arg(&script)
+        .arg("--out")
+        .arg(out.path())
+        .args(["--faults", faults, "--hang-secs", &hang_secs.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .strip_prefix("LISTENING ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name}.py did not start: {line:?}"));
+    Conformance { child, port, out }
+}
+
+impl Conformance {
+    /// The URL of `--push` for this server.
+    pub fn url(&self, backend: &str) -> String {
+        format!("{backend}+http://127.0.0.1:{}", self.port)
+    }
+
+    /// The requests it saw (log.jsonl).
+    pub fn log(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.out.path().join("log.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The accepted payloads: (N.json parsed, N.pb.gz path when there is one).
+    pub fn accepted(&self) -> Vec<(Value, Option<PathBuf>)> {
+        (1..)
+            .map_while(|n| {
+                let j = self.out.path().join(format!("{n}.json"));
+                let text = std::fs::read_to_string(&j).ok()?;
+                let pb = self.out.path().join(format!("{n}.pb.gz"));
+                Some((
+                    serde_json::from_str(&text).unwrap(),
+                    pb.exists().then_some(pb),
+                ))
+            })
+            .collect()
+    }
+}
