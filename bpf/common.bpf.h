@@ -197,8 +197,13 @@ static __always_inline __u32 fill_copy(struct copy_event *c)
 		__u32 chunk = 4096 - (a & 4095);
 		if (chunk > want - len)
 			chunk = want - len;
-		if (chunk > 4096)
-			chunk = 4096;
+		/* chunk is in [1, 4096], but where chunk = want - len Linux 6.1's verifier has
+		 * no bound for it (it learns none from comparing two registers): "R2 unbounded
+		 * memory access". clang drops a plain `chunk > 4096` test (it knows better), so
+		 * the bound goes past a barrier, and without a branch (a branch per page
+		 * multiplies the states the verifier walks): exact for 1..4096. */
+		asm volatile("" : "+r"(chunk));
+		chunk = ((chunk - 1) & 4095) + 1;
 		if (bpf_probe_read_user(&c->data[len & (MAX_COPY - 1)], chunk, (void *)a))
 			break;
 		len += chunk;

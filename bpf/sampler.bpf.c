@@ -51,8 +51,9 @@ static __always_inline __u64 caller_copy(__u64 ra, __u64 sp, __u64 bp)
 		__u32 chunk = 4096 - (a & 4095);
 		if (chunk > want - len)
 			chunk = want - len;
-		if (chunk > 4096)
-			chunk = 4096;
+		/* the bound Linux 6.1's verifier needs (see fill_copy) */
+		asm volatile("" : "+r"(chunk));
+		chunk = ((chunk - 1) & 4095) + 1;
 		if (bpf_probe_read_user(&c->data[len & (MAX_COPY - 1)], chunk, (void *)a))
 			break;
 		len += chunk;

@@ -315,11 +315,13 @@ static __always_inline bool uw_find_vma(struct uw_state *s, __u64 pc)
  * the entry is whole. */
 static __always_inline void uw_early_add(struct uw_state *s, __u32 slot)
 {
-	struct cfi_early *e = bpf_map_lookup_elem(&cfi_early, &s->pid);
+	/* map keys from the stack: s is a global function's argument (see uw_find_map) */
+	__u32 pid = s->pid;
+	struct cfi_early *e = bpf_map_lookup_elem(&cfi_early, &pid);
 	if (!e) {
 		/* a global zero: 264 bytes would not fit on the BPF stack */
-		bpf_map_update_elem(&cfi_early, &s->pid, &_cfi_early_zero, BPF_NOEXIST);
-		e = bpf_map_lookup_elem(&cfi_early, &s->pid);
+		bpf_map_update_elem(&cfi_early, &pid, &_cfi_early_zero, BPF_NOEXIST);
+		e = bpf_map_lookup_elem(&cfi_early, &pid);
 		if (!e)
 			return;
 	}
@@ -336,7 +338,8 @@ static __always_inline void uw_early_add(struct uw_state *s, __u32 slot)
 /* pc's mapping among those bpf_find_vma found earlier in this process; false: none. */
 static __always_inline bool uw_find_early(struct uw_state *s, __u64 pc)
 {
-	struct cfi_early *e = bpf_map_lookup_elem(&cfi_early, &s->pid);
+	__u32 pid = s->pid;
+	struct cfi_early *e = bpf_map_lookup_elem(&cfi_early, &pid);
 	if (!e)
 		return false;
 #pragma unroll
@@ -371,7 +374,11 @@ static __always_inline __u64 le(__u64 a, __u64 b)
 /* Finds pc's mapping in the process's table; false: none known. */
 static __always_inline bool uw_find_map(struct uw_state *s, __u64 pc)
 {
-	struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &s->pid);
+	/* The key on the stack: in the global functions (uw_frame) s is PTR_TO_MEM, which
+	 * Linux 6.1's verifier refuses as a map key ("R2 type=mem expected=fp, ..."; 6.18's
+	 * takes it). */
+	__u32 pid = s->pid;
+	struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &pid);
 	if (!p)
 		return uw_find_unknown(s, pc);
 	__u64 len = p->n;

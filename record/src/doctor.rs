@@ -536,9 +536,25 @@ fn check_kallsyms(p: &Privileges) -> Check {
     let restrict = read_sysctl("/proc/sys/kernel/kptr_restrict")
         .map(|v| v.to_string())
         .unwrap_or_else(|_| "?".into());
+    // The first non-zero address among the first lines: on some kernels the file starts
+    // with per-CPU symbols at 0 ("0000000000000000 A fixed_percpu_data" on 6.1) even when
+    // addresses are shown.
     let first = std::fs::File::open("/proc/kallsyms").and_then(|f| {
+        let mut r = io::BufReader::new(f);
         let mut line = String::new();
-        io::BufReader::new(f).read_line(&mut line)?;
+        for _ in 0..1000 {
+            line.clear();
+            if r.read_line(&mut line)? == 0 {
+                break;
+            }
+            let a = line
+                .split_whitespace()
+                .next()
+                .and_then(|a| u64::from_str_radix(a, 16).ok());
+            if a.is_some_and(|a| a != 0) {
+                break;
+            }
+        }
         Ok(line)
     });
     let addr = match first {

@@ -494,7 +494,11 @@ fn load_error(what: &str, e: libbpf_rs::Error) -> anyhow::Error {
     // the message (as root, EACCES is never a missing privilege).
     // SAFETY: plain syscall.
     let root = unsafe { libc::geteuid() } == 0;
-    if perm && !root && log.is_empty() {
+    // EPERM with no verifier log (libbpf's own lines may be there): a missing capability,
+    // also for root in a reduced capability set (a container, a systemd unit).
+    let eperm = e.to_string().contains("Operation not permitted");
+    let verified = log.iter().any(|l| l.contains("BEGIN PROG LOAD LOG"));
+    if perm && ((!root && log.is_empty()) || (eperm && !verified)) {
         return anyhow::anyhow!(
             "loading the {what} BPF programs was refused: run ebrec as root or with CAP_BPF and CAP_PERFMON ({e})"
         );
@@ -2064,9 +2068,8 @@ pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Resu
             Err(e) => {
                 // Symbols::read's error is the io error's text.
                 let denied = e.contains("Permission denied")
-                    || std::fs::File::open(&c).is_err_and(|io| {
-                        io.kind() == std::io::ErrorKind::PermissionDenied
-                    });
+                    || std::fs::File::open(&c)
+                        .is_err_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied);
                 if denied && refused.is_none() {
                     refused = Some(c.clone());
                 }
@@ -2125,5 +2128,38 @@ mod hist_tests {
                 "{n} CPUs: {bytes}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod load_error_tests {
+    /// Linux 6.1's log of a map key in a global function's argument (PTR_TO_MEM), as libbpf
+    /// prints it: the rejection is named with its program, function and reason.
+    #[test]
+    fn a_verifier_rejection_is_named_as_one() {
+        let log: Vec<String> = [
+            "libbpf: prog 'cpu_sample': BPF program load failed: -EACCES",
+            "libbpf: prog 'cpu_sample': -- BEGIN PROG LOAD LOG --",
+            "Validating uw_frame() func#3...",
+            "790: R1=mem_or_null(id=2,off=0,imm=0) R10=fp0",
+            "827: (07) r7 += 72                    ; R7_w=mem(off=72,imm=0)",
+            "831: (85) call bpf_map_lookup_elem#1",
+            "R2 type=mem expected=fp, pkt, pkt_meta, map_key, map_value",
+            "processed 40 insns (limit 1000000) max_states_per_insn 0 total_states 4",
+            "-- END PROG LOAD LOG --",
+            "libbpf: prog 'cpu_sample': failed to load: -EACCES",
+            "libbpf: failed to load object 'profile_bpf'",
+        ]
+        .map(String::from)
+        .to_vec();
+        let v = super::verifier_rejection(&log).unwrap();
+        assert!(
+            v.starts_with(
+                "program 'cpu_sample' (in uw_frame): R2 type=mem expected=fp, pkt, pkt_meta, map_key, map_value | last lines of the verifier's log: "
+            ),
+            "{v}"
+        );
+        assert!(v.contains("831: (85) call bpf_map_lookup_elem#1"), "{v}");
+        assert!(super::verifier_rejection(&log[..2]).is_none());
     }
 }

@@ -138,7 +138,7 @@ struct Loaded {
     pages_at: usize,
     npages: usize,
     /// the kernel's name of the file (s_dev, i_ino), for a mapping found in BPF
-    inode: Option<cfi_inode>,
+    inodes: Vec<cfi_inode>,
     last_use: u64,
 }
 
@@ -489,15 +489,8 @@ impl Tables {
             self.free_slots.push(slot);
             return 0;
         }
-        let inode = std::fs::metadata(file).ok().map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            let dev = m.dev();
-            cfi_inode {
-                dev: (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)),
-                ino: m.ino(),
-            }
-        });
-        if let Some(k) = &inode {
+        let inodes = kernel_inodes(file);
+        for k in &inodes {
             let _ = self
                 .inodes_map
                 .update(plain_bytes(k), &slot.to_ne_bytes(), MapFlags::ANY);
@@ -512,7 +505,7 @@ impl Tables {
                 nrows: rows.len(),
                 pages_at,
                 npages: index.len(),
-                inode,
+                inodes,
                 last_use: self.clock,
             },
         );
@@ -531,7 +524,7 @@ impl Tables {
             return false;
         };
         let l = self.files.remove(&key).expect("present");
-        if let Some(k) = &l.inode {
+        for k in &l.inodes {
             let _ = self.inodes_map.delete(plain_bytes(k));
         }
         let zero = cfi_file::default();
@@ -641,6 +634,65 @@ impl Tables {
 fn plain_bytes<T: plain::Plain>(t: &T) -> &[u8] {
     // SAFETY: T is a plain C struct; viewing it as bytes is sound.
     unsafe { plain::as_bytes(t) }
+}
+
+/// The names (s_dev, i_ino) the kernel side may find `file`'s mappings under (the
+/// vm_file of a mapping bpf_find_vma found): stat's, and a mapping's when it differs. On
+/// overlayfs (containers; virtme-ng's guests) stat shows the overlay's device, while a
+/// mapping's vm_file is the file of the layer below, as /proc/PID/maps shows: without it,
+/// a process's first events (before user space wrote its table) found no rows there.
+fn kernel_inodes(file: &Path) -> Vec<cfi_inode> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    if let Ok(m) = std::fs::metadata(file) {
+        let dev = m.dev();
+        out.push(cfi_inode {
+            dev: (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev)),
+            ino: m.ino(),
+        });
+    }
+    if let Some(k) = mapped_inode(file) {
+        if !out.iter().any(|o| o.dev == k.dev && o.ino == k.ino) {
+            out.push(k);
+        }
+    }
+    out
+}
+
+/// The (s_dev, i_ino) of a one-page mapping of `file` in ebrec itself, from
+/// /proc/self/maps ("START-END PERMS OFFSET MAJ:MIN INODE", the device in hex).
+fn mapped_inode(file: &Path) -> Option<cfi_inode> {
+    let f = std::fs::File::open(file).ok()?;
+    // SAFETY: a private read-only mapping of the file's first page, never read, unmapped
+    // below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps");
+    // SAFETY: p is the mapping made above, of 4096 bytes.
+    unsafe { libc::munmap(p, 4096) };
+    let start = format!("{:x}-", p as usize);
+    let maps = maps.ok()?;
+    let line = maps.lines().find(|l| l.starts_with(&start))?;
+    let mut it = line.split_whitespace().skip(3);
+    let (major, minor) = it.next()?.split_once(':')?;
+    let ino = it.next()?.parse::<u64>().ok()?;
+    let major = u64::from_str_radix(major, 16).ok()?;
+    let minor = u64::from_str_radix(minor, 16).ok()?;
+    Some(cfi_inode {
+        dev: (major << 20) | minor,
+        ino,
+    })
 }
 
 /// The key a file's table is cached under: its build-id, else its path.
