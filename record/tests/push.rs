@@ -231,10 +231,66 @@ fn kernel() -> String {
         .to_string()
 }
 
+/// A pushed profile through npm's pprof-format (record/tests/pprof_decode.js): a second
+/// reader, independent of Go's and of ebtrace's.
+fn pprof_format_decoded(pb: &Path) -> Option<Value> {
+    let modules = common::npm_package("pprof-format", "pprof-format@2", "the pprof decoding")?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pprof_decode.js");
+    let o = Command::new("node")
+        .arg(&script)
+        .arg(pb)
+        .arg(&modules)
+        .output()
+        .expect("node");
+    assert!(
+        o.status.success(),
+        "pprof-format could not read {}: {}",
+        pb.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(serde_json::from_slice(&o.stdout).unwrap())
+}
+
 /// The checks of a pushed pprof of `kind` (cpu or offcpu) that every backend shares.
 fn check_pprof(pb: &Path, kind: &str, symbolized: bool) {
     let rec = recording();
     let Some(raw) = go_pprof_raw(pb) else { return };
+    if let Some(v) = pprof_format_decoded(pb) {
+        let t = &v["sample_types"][0];
+        let (name, unit) = (t[0].as_str().unwrap(), t[1].as_str().unwrap());
+        assert_eq!(
+            raw.types,
+            vec![format!("{name}/{unit}")],
+            "{kind}: pprof-format's types"
+        );
+        assert_eq!(
+            v["totals"][name].as_i64(),
+            Some(raw.totals[0]),
+            "{kind}: pprof-format's total is Go's"
+        );
+        let bin = rec.binary.to_str().unwrap();
+        let want = build_id(&rec.binary);
+        assert!(
+            v["mappings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["filename"] == bin && m["build_id"] == want.as_str()),
+            "{kind}: pprof-format sees no mapping of {bin} with its build-id"
+        );
+        if !symbolized {
+            // The program's own frames go as addresses: no lines for the backend to trust.
+            for l in v["locations"].as_array().unwrap() {
+                if l["mapping"]["filename"] == bin {
+                    assert_eq!(
+                        l["lines"].as_array().map_or(0, |x| x.len()),
+                        0,
+                        "{kind}: {l}"
+                    );
+                }
+            }
+        }
+    }
     let top = top_totals(kind);
     let (ty, total) = match kind {
         "cpu" => ("samples/count", top["count"].as_i64()),
