@@ -286,6 +286,14 @@ fn refusals_are_one_line() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
+    // a label Prometheus and the backends would refuse is refused here (clap's usage error)
+    let out = Command::new(ebrec)
+        .args(["agent", "--cpu", "--all", "--label", "1x=y"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("label name \"1x\" is not"), "{err}");
 }
 
 /// A port nothing listens on.
@@ -321,6 +329,8 @@ fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
         "0",
         "--service",
         "ob",
+        "--label",
+        "env=ci",
         "--push",
         &format!("pyroscope+http://127.0.0.1:{}", pyro.port),
         "--push",
@@ -365,6 +375,11 @@ fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
             let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
             let name = v["query"]["name"].as_str().unwrap_or("");
             assert!(name.starts_with("ob."), "{name}");
+            // --label: on every series, beside the service, host and kernel
+            assert!(
+                name.contains("env=ci") && name.contains("service_name=ob"),
+                "{name}"
+            );
             if name.starts_with("ob.offcpu") {
                 offcpu_pushes += 1;
                 nap_ns += v["summary"]["totals"][0].as_u64().unwrap_or(0);

@@ -15,7 +15,7 @@ mod latency;
 #[path = "../src/agent/metrics.rs"]
 mod metrics;
 
-use common::{ebsym_json, expect_line, root};
+use common::{ebsym_json, root, start_waiting};
 use ebtrace_format::events::{FuncEvent, LockEvent, OffCpuEvent, SyscallEvent};
 use ebtrace_format::proto::{FamilyStats, ProgramStats};
 use ebtrace_format::{TraceWriter, WriterOptions};
@@ -876,44 +876,6 @@ fn wait_for<T>(secs: u64, what: impl Fn() -> String, mut f: impl FnMut() -> Opti
     }
 }
 
-/// A testdata program started with --wait: (child, pid).
-fn start_waiting(
-    program: &str,
-    args: &[&str],
-) -> (Reaped, BufReader<std::process::ChildStdout>, u32, String) {
-    let exe = ebtrace_testdata::build(program, ebtrace_testdata::Variant::FramePointer).unwrap();
-    let mut c = Command::new(exe)
-        .args(args)
-        .arg("--wait")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(c.stdout.take().unwrap());
-    let mut ready = String::new();
-    out.read_line(&mut ready).unwrap();
-    assert!(ready.starts_with("READY"), "{program}: {ready}");
-    let pid = c.id();
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
-    (Reaped(c), out, pid, comm.trim().to_string())
-}
-
-/// The program's EXPECT line, after it ran to its end.
-fn finish(mut c: Reaped, mut out: BufReader<std::process::ChildStdout>, program: &str) -> Value {
-    // SAFETY: plain kill(2).
-    unsafe { libc::kill(c.0.id() as i32, libc::SIGUSR1) };
-    let mut rest = Vec::new();
-    out.read_to_end(&mut rest).unwrap();
-    let status = c.0.wait().unwrap();
-    assert!(status.success(), "{program}: {status}");
-    let o = std::process::Output {
-        status,
-        stdout: rest,
-        stderr: Vec::new(),
-    };
-    expect_line(&o, program)
-}
-
 /// The window files the agent closed in `dir` (not OUTPUT, the open one).
 fn closed_windows(dir: &Path, output: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -961,14 +923,16 @@ fn end_to_end(served: Served) {
     let metrics_addr = format!("127.0.0.1:{agent_port}");
     let prom_addr = format!("127.0.0.1:{prom_port}");
 
-    let (lock_c, lock_out, lock_pid, lock_comm) = start_waiting(
+    let lock = start_waiting(
         "lock_workload",
         &["--threads", "4", "--iters", "25", "--hold-us", "1000"],
     );
-    let (sys_c, sys_out, sys_pid, sys_comm) = start_waiting(
+    let sys = start_waiting(
         "syscalls",
         &["--fast", "3000", "--sleeps", "8", "--sleep-ms", "5"],
     );
+    let (lock_pid, lock_comm) = (lock.pid, lock.comm());
+    let (sys_pid, sys_comm) = (sys.pid, sys.comm());
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebrec"));
     cmd.args(["agent", "--window", "1", "--keep", "1000"]);
     match served {
@@ -1080,8 +1044,8 @@ fn end_to_end(served: Served) {
         std::thread::sleep(Duration::from_millis(250));
     }
 
-    let _ = finish(lock_c, lock_out, "lock_workload");
-    let sys_expect = finish(sys_c, sys_out, "syscalls");
+    let _ = lock.finish("lock_workload");
+    let sys_expect = sys.finish("syscalls");
     let sleeps = sys_expect["sleeps"].as_u64().unwrap();
     assert_eq!(sleeps, 8);
 

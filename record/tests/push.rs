@@ -10,7 +10,7 @@
 //! down. Needs root (skips loudly without it; fails when CI=true).
 
 mod common;
-use common::{ebsym_path, expect_line, root, run};
+use common::{ebsym_path, expect_line, go_pprof_raw, root, run};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -96,117 +96,6 @@ fn top_totals(kind: &str) -> Value {
         ],
     );
     serde_json::from_slice::<Value>(&out.stdout).unwrap()["totals"].clone()
-}
-
-/// What a user checks of a pprof with Go's reader, not symbolizing it locally: sample
-/// types, per-type totals, the mappings (file, build-id), the names of the locations, the
-/// sample labels.
-struct Raw {
-    types: Vec<String>,
-    totals: Vec<i64>,
-    mappings: Vec<(String, String)>,
-    names: Vec<String>,
-    unnamed_user_locations: usize,
-    labels: Vec<String>,
-}
-
-fn go_pprof_raw(profile: &Path) -> Option<Raw> {
-    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = match Command::new("go")
-        .args(["tool", "pprof", "-raw", "-symbolize=none"])
-        .arg(profile)
-        .env("HOME", &home)
-        .env("GOCACHE", home.join("cache"))
-        .env("PPROF_BINARY_PATH", "/nonexistent")
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            let why = format!("go is not installed (apt-get install golang-go): {e}");
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{why}, and CI=true: failing instead of skipping");
-            }
-            eprintln!("\n*** SKIPPED go tool pprof: {why} ***\n");
-            return None;
-        }
-    };
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "go tool pprof -raw {}: {}{text}",
-        profile.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut lines = text.lines();
-    lines.by_ref().find(|l| *l == "Samples:").expect("Samples:");
-    let types: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .map(|t| t.trim_end_matches("[dflt]").to_string())
-        .collect();
-    let mut totals = vec![0i64; types.len()];
-    let mut labels = Vec::new();
-    for l in lines.by_ref() {
-        if l == "Locations" {
-            break;
-        }
-        let values = l.split_once(':').and_then(|(v, _)| {
-            v.split_whitespace()
-                .map(|x| x.parse::<i64>().ok())
-                .collect::<Option<Vec<i64>>>()
-        });
-        match values {
-            Some(values) if !values.is_empty() => {
-                for (t, v) in totals.iter_mut().zip(values) {
-                    *t += v;
-                }
-            }
-            _ => labels.extend(l.split_whitespace().map(str::to_string)),
-        }
-    }
-    let mut names = Vec::new();
-    let mut unnamed_user_locations = 0;
-    for l in lines.by_ref() {
-        if l == "Mappings" {
-            break;
-        }
-        // `   6: 0x56390e536d0d M=1 name file:line s=0` (several lines per inline chain).
-        let rest = l.trim_start();
-        let rest = rest.split_once(": ").map_or(rest, |(_, r)| r);
-        let mut w = rest.split_whitespace();
-        let first = w.next().unwrap_or("");
-        let rest: Vec<&str> = if first.starts_with("0x") {
-            let m = w.clone().next().unwrap_or("");
-            if m.starts_with("M=") {
-                w.next();
-            }
-            w.collect()
-        } else {
-            std::iter::once(first).chain(w).collect()
-        };
-        if rest.is_empty() {
-            unnamed_user_locations += 1;
-        } else if !rest[0].starts_with(':') {
-            names.push(rest[0].to_string());
-        }
-    }
-    // `1: 0xSTART/0xLIMIT/0xOFFSET FILE BUILDID [FN]…`
-    let mappings = lines
-        .filter_map(|l| {
-            let mut w = l.split_whitespace().skip(2);
-            Some((w.next()?.to_string(), w.next().unwrap_or("").to_string()))
-        })
-        .collect();
-    Some(Raw {
-        types,
-        totals,
-        mappings,
-        names,
-        unnamed_user_locations,
-        labels,
-    })
 }
 
 fn build_id(binary: &Path) -> String {

@@ -3,7 +3,7 @@
 //! fails when CI=true).
 
 mod common;
-use common::{ebsym_path, expect_line, root, run};
+use common::{ebsym_path, expect_line, go_pprof_raw, root, run};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -688,70 +688,6 @@ fn non_pie_executable_resolves_to_the_right_lines() {
     );
 }
 
-/// `go tool pprof -raw` of `profile` (Go's own reader, Debian's golang-go): the sample
-/// types, the per-type totals and the mappings' file names in order. None (after saying so)
-/// when go is missing; a failure when CI=true.
-fn go_pprof_raw(profile: &Path) -> Option<(Vec<String>, Vec<i64>, Vec<String>)> {
-    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = match Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(profile)
-        .env("HOME", &home)
-        .env("GOCACHE", home.join("cache"))
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            let why = format!("go is not installed (apt-get install golang-go): {e}");
-            if std::env::var("CI").as_deref() == Ok("true") {
-                panic!("{why}, and CI=true: failing instead of skipping");
-            }
-            eprintln!("\n*** SKIPPED go tool pprof: {why} ***\n");
-            return None;
-        }
-    };
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "go tool pprof -raw {}: {}{text}",
-        profile.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut lines = text.lines();
-    lines.by_ref().find(|l| *l == "Samples:").expect("Samples:");
-    let types: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .map(|t| t.trim_end_matches("[dflt]").to_string())
-        .collect();
-    let mut totals = vec![0i64; types.len()];
-    for l in lines.by_ref() {
-        if l == "Locations" {
-            break;
-        }
-        // A sample line is its values, ':', its location ids; label lines (`mutex:[…]`)
-        // follow their sample.
-        let Some(values) = l.split_once(':').and_then(|(v, _)| {
-            v.split_whitespace()
-                .map(|x| x.parse::<i64>().ok())
-                .collect::<Option<Vec<i64>>>()
-        }) else {
-            continue;
-        };
-        assert_eq!(values.len(), totals.len(), "{l}");
-        for (t, v) in totals.iter_mut().zip(values) {
-            *t += v;
-        }
-    }
-    lines.by_ref().find(|l| *l == "Mappings").expect("Mappings");
-    let mappings = lines
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
-        .collect();
-    Some((types, totals, mappings))
-}
-
 /// Every kind's pprof profile decodes with Go's reader and with pprof-format, the two agree
 /// on the sample types and totals, the totals are `top`'s, and mapping 1 is the program.
 #[test]
@@ -804,17 +740,18 @@ fn every_pprof_decodes_with_go_tool_pprof_and_pprof_format() {
             let Some(p) = pprof_decoded(&sym, kind, &out) else {
                 return;
             };
-            let Some((types, totals, mappings)) = go_pprof_raw(&out) else {
+            let Some(raw) = go_pprof_raw(&out) else {
                 return;
             };
+            let (types, totals) = (&raw.types, &raw.totals);
             let js_types: Vec<String> = p["sample_types"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|t| format!("{}/{}", t[0].as_str().unwrap(), t[1].as_str().unwrap()))
                 .collect();
-            assert_eq!(types, js_types, "{program} {kind}");
-            for (t, total) in types.iter().zip(&totals) {
+            assert_eq!(types, &js_types, "{program} {kind}");
+            for (t, total) in types.iter().zip(totals) {
                 let name = t.split('/').next().unwrap();
                 assert_eq!(
                     p["totals"][name].as_i64(),
@@ -837,10 +774,11 @@ fn every_pprof_decodes_with_go_tool_pprof_and_pprof_format() {
             );
             assert!(totals[0] > 0, "{program} {kind}: no samples");
             assert!(
-                mappings
+                raw.mappings
                     .first()
-                    .is_some_and(|m| m.ends_with(&format!("{program}-fp"))),
-                "{program} {kind}: mapping 1 is not the program: {mappings:?}"
+                    .is_some_and(|(m, _)| m.ends_with(&format!("{program}-fp"))),
+                "{program} {kind}: mapping 1 is not the program: {:?}",
+                raw.mappings
             );
             checked.push(format!("{program}/{kind}"));
         }

@@ -43,6 +43,10 @@ pub struct AgentArgs {
     /// The service name of the pushed profiles (default: the first target's comm).
     #[arg(long, value_name = "NAME")]
     pub service: Option<String>,
+    /// A label of every pushed profile, beside service_name, host and kernel (e.g.
+    /// env=prod, region=eu-west-1). Repeatable.
+    #[arg(long = "label", value_name = "K=V", value_parser = push::parse_label)]
+    pub labels: Vec<(String, String)>,
     /// A file with the push credentials and headers (never on the command line: it shows in
     /// ps). Lines `basic USER:PASSWORD`, `bearer TOKEN`, `tenant ID` (X-Scope-OrgID),
     /// `header NAME: VALUE`.
@@ -525,14 +529,14 @@ pub fn run(a: AgentArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let process_args = (
-        a.push.clone(),
-        a.service.clone(),
-        a.auth_file.clone(),
-        a.symbolize,
-        a.debug_dir.clone(),
-        a.metrics.clone(),
-    );
+    let push_config = push::PushConfig {
+        urls: a.push.clone(),
+        service: a.service.clone(),
+        auth_file: a.auth_file.clone(),
+        symbolize: a.symbolize,
+        debug_dirs: a.debug_dir.clone(),
+        labels: a.labels.clone(),
+    };
     let mut record = a.record;
     // --max-size bounds the windows kept, not one file.
     let max_size = record.max_size.take();
@@ -556,7 +560,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
         }
         None => None,
     };
-    let process = worker_process(process_args, metrics.clone(), record.quiet)?;
+    let process = worker_process(push_config, metrics.clone(), record.quiet)?;
     let worker = process.map(|mut p| {
         let (tx, rx) = sync_channel::<Job>(WORKER_QUEUE);
         let h = std::thread::Builder::new()
@@ -631,38 +635,18 @@ pub fn run(a: AgentArgs) -> Result<()> {
 /// What the worker does with a closed window: its latencies into the metrics, then to the
 /// pusher (which converts and pushes on threads of its own and calls `done` when every
 /// backend is through with it). None: nothing to do (windows are only kept on disk).
-/// The push flags: (--push, --service, --auth-file, --symbolize, --debug-dir, --metrics).
-type PushArgs = (
-    Vec<String>,
-    Option<String>,
-    Option<PathBuf>,
-    bool,
-    Vec<PathBuf>,
-    Option<String>,
-);
-
 fn worker_process(
-    (urls, service, auth_file, symbolize, debug_dirs, _): PushArgs,
+    config: push::PushConfig,
     metrics: Option<Arc<metrics::Metrics>>,
     quiet: bool,
 ) -> Result<Option<Process>> {
-    if urls.is_empty() && metrics.is_none() {
+    if config.urls.is_empty() && metrics.is_none() {
         return Ok(None);
     }
-    let mut pusher = if urls.is_empty() {
+    let mut pusher = if config.urls.is_empty() {
         None
     } else {
-        Some(push::Pusher::new(
-            push::PushConfig {
-                urls,
-                service,
-                auth_file,
-                symbolize,
-                debug_dirs,
-                labels: Vec::new(),
-            },
-            metrics.clone(),
-        )?)
+        Some(push::Pusher::new(config, metrics.clone())?)
     };
     let mut failed_once = false;
     let mut gone_at: HashMap<u32, Instant> = HashMap::new();

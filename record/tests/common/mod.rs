@@ -329,7 +329,26 @@ pub fn start_waiting_exe(exe: &Path, args: &[&str]) -> Waiting {
     Waiting { child, stdout, pid }
 }
 
+/// A program left waiting (a test that failed before [`Waiting::go`]) is killed, not left
+/// blocked for good.
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Waiting {
+    /// The program's comm (what `--comm` matches).
+    pub fn comm(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/comm", self.pid))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
     /// Lets the program run (SIGUSR1) to its end; its stdout after READY.
     pub fn go(mut self) -> String {
         // SAFETY: kill has no memory preconditions.
@@ -338,6 +357,17 @@ impl Waiting {
         std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
         assert!(self.child.wait().unwrap().success());
         rest
+    }
+
+    /// [`Waiting::go`], then the program's EXPECT line.
+    pub fn finish(self, program: &str) -> Value {
+        let rest = self.go();
+        let out = Output {
+            status: std::process::ExitStatus::default(),
+            stdout: rest.into_bytes(),
+            stderr: Vec::new(),
+        };
+        expect_line(&out, program)
     }
 }
 
@@ -408,4 +438,118 @@ impl Conformance {
             })
             .collect()
     }
+}
+
+/// What a user checks of a pprof with Go's reader, not symbolizing it locally: sample
+/// types, per-type totals, the mappings (file, build-id), the names of the locations, the
+/// sample labels.
+pub struct Raw {
+    pub types: Vec<String>,
+    pub totals: Vec<i64>,
+    pub mappings: Vec<(String, String)>,
+    pub names: Vec<String>,
+    pub unnamed_user_locations: usize,
+    pub labels: Vec<String>,
+}
+
+/// `go tool pprof -raw -symbolize=none` of `profile` (Go's own reader, Debian's golang-go).
+/// None (after saying so) when go is missing; a failure when CI=true.
+pub fn go_pprof_raw(profile: &Path) -> Option<Raw> {
+    let home = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go-home");
+    std::fs::create_dir_all(&home).unwrap();
+    let out = match Command::new("go")
+        .args(["tool", "pprof", "-raw", "-symbolize=none"])
+        .arg(profile)
+        .env("HOME", &home)
+        .env("GOCACHE", home.join("cache"))
+        .env("PPROF_BINARY_PATH", "/nonexistent")
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            let why = format!("go is not installed (apt-get install golang-go): {e}");
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{why}, and CI=true: failing instead of skipping");
+            }
+            eprintln!("\n*** SKIPPED go tool pprof: {why} ***\n");
+            return None;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "go tool pprof -raw {}: {}{text}",
+        profile.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    lines.by_ref().find(|l| *l == "Samples:").expect("Samples:");
+    let types: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.trim_end_matches("[dflt]").to_string())
+        .collect();
+    let mut totals = vec![0i64; types.len()];
+    let mut labels = Vec::new();
+    for l in lines.by_ref() {
+        if l == "Locations" {
+            break;
+        }
+        let values = l.split_once(':').and_then(|(v, _)| {
+            v.split_whitespace()
+                .map(|x| x.parse::<i64>().ok())
+                .collect::<Option<Vec<i64>>>()
+        });
+        match values {
+            Some(values) if !values.is_empty() => {
+                assert_eq!(values.len(), totals.len(), "{l}");
+                for (t, v) in totals.iter_mut().zip(values) {
+                    *t += v;
+                }
+            }
+            _ => labels.extend(l.split_whitespace().map(str::to_string)),
+        }
+    }
+    let mut names = Vec::new();
+    let mut unnamed_user_locations = 0;
+    for l in lines.by_ref() {
+        if l == "Mappings" {
+            break;
+        }
+        // `   6: 0x56390e536d0d M=1 name file:line s=0` (several lines per inline chain).
+        let rest = l.trim_start();
+        let rest = rest.split_once(": ").map_or(rest, |(_, r)| r);
+        let mut w = rest.split_whitespace();
+        let first = w.next().unwrap_or("");
+        let rest: Vec<&str> = if first.starts_with("0x") {
+            let m = w.clone().next().unwrap_or("");
+            if m.starts_with("M=") {
+                w.next();
+            }
+            w.collect()
+        } else {
+            std::iter::once(first).chain(w).collect()
+        };
+        if rest.is_empty() {
+            unnamed_user_locations += 1;
+        } else if !rest[0].starts_with(':') {
+            names.push(rest[0].to_string());
+        }
+    }
+    // `1: 0xSTART/0xLIMIT/0xOFFSET FILE BUILDID [FN]…`
+    let mappings = lines
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().skip(2);
+            Some((w.next()?.to_string(), w.next().unwrap_or("").to_string()))
+        })
+        .collect();
+    Some(Raw {
+        types,
+        totals,
+        mappings,
+        names,
+        unnamed_user_locations,
+        labels,
+    })
 }
