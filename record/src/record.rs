@@ -442,8 +442,16 @@ fn record_with(
 
     let pending = std::rc::Rc::new(std::cell::RefCell::new(Vec::<u8>::with_capacity(1 << 20)));
     let mut rbb = libbpf_rs::RingBufferBuilder::new();
-    let push = |p: std::rc::Rc<std::cell::RefCell<Vec<u8>>>| {
+    // Each ring's bytes of one drain (for the agent's ebrec_ringbuf_fill_ratio{ringbuf}):
+    // one ring per BPF object, named as the object.
+    let mut ring_bytes: Vec<(&'static str, std::rc::Rc<std::cell::Cell<usize>>)> = Vec::new();
+    let mut push = |name: &'static str| {
+        let p = pending.clone();
+        let c = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        ring_bytes.push((name, c.clone()));
         move |data: &[u8]| -> i32 {
+            // a record's room in the ring: its 8-byte header and the data, 8-aligned
+            c.set(c.get() + 8 + data.len().next_multiple_of(8));
             let mut b = p.borrow_mut();
             b.extend_from_slice(&(data.len() as u32).to_ne_bytes());
             b.extend_from_slice(data);
@@ -451,19 +459,19 @@ fn record_with(
         }
     };
     if let Some(al) = &probes_ref.alloc {
-        rbb.add(&al.maps.events, push(pending.clone()))?;
+        rbb.add(&al.maps.events, push("alloc"))?;
     }
     if let Some(lk) = &probes_ref.lock {
-        rbb.add(&lk.maps.events, push(pending.clone()))?;
+        rbb.add(&lk.maps.events, push("lock"))?;
     }
     if let Some(pr) = &probes_ref.profile {
-        rbb.add(&pr.maps.events, push(pending.clone()))?;
+        rbb.add(&pr.maps.events, push("profile"))?;
     }
     if let Some(sm) = &probes_ref.sampler {
-        rbb.add(&sm.maps.events, push(pending.clone()))?;
+        rbb.add(&sm.maps.events, push("sampler"))?;
     }
     if let Some(sy) = &probes_ref.system {
-        rbb.add(&sy.maps.events, push(pending.clone()))?;
+        rbb.add(&sy.maps.events, push("system"))?;
     }
     let rb = rbb.build()?;
 
@@ -540,11 +548,13 @@ fn record_with(
         let bytes = session::drain_once(&mut s, &rb, &pending, &mut side)?;
         pace.drained(bytes);
         if let Some(h) = hooks.as_deref_mut() {
-            // What one pass found unread, against one ring buffer's size (the largest of
+            // What one pass found unread in each ring, against its size (the largest of
             // the second, for the metrics).
-            h.ring_fill = h
-                .ring_fill
-                .max(bytes as f64 / f64::from(cfg.ringbuf_bytes.max(1)));
+            for (name, c) in &ring_bytes {
+                let fill = c.take() as f64 / f64::from(cfg.ringbuf_bytes.max(1));
+                let f = h.ring_fill.entry(name).or_insert(0.0);
+                *f = f.max(fill);
+            }
         }
         if let Some(l) = launched.as_ref() {
             let mut st = 0;

@@ -120,8 +120,9 @@ pub struct Hooks {
     pub windows: u64,
     pub windows_dropped: u64,
     pub followed: u64,
-    /// The largest share of a ring buffer one drain found unread since the last second.
-    pub ring_fill: f64,
+    /// Per ring buffer (named as its BPF object: alloc, lock, profile, sampler, system), the
+    /// largest share of it one drain found unread since the last second.
+    pub ring_fill: std::collections::BTreeMap<&'static str, f64>,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -332,7 +333,7 @@ impl Hooks {
                 f(s, self);
                 self.each_second = Some(f);
             }
-            self.ring_fill = 0.0;
+            self.ring_fill.values_mut().for_each(|f| *f = 0.0);
         }
         Ok(())
     }
@@ -596,7 +597,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
         windows: 0,
         windows_dropped: 0,
         followed: 0,
-        ring_fill: 0.0,
+        ring_fill: Default::default(),
     };
     if let Some(m) = metrics {
         hooks.each_second = Some(Box::new(move |s: &mut Session<'_>, h: &Hooks| {
@@ -613,8 +614,9 @@ pub fn run(a: AgentArgs) -> Result<()> {
                 .collect();
             metrics::health(&m, &s.last_families, &programs);
             metrics::targets(&m, s.live.len());
-            // The ring buffers are drained together: their unread bytes over one's size.
-            metrics::ringbuf_fill(&m, "all", h.ring_fill.min(1.0));
+            for (ring, fill) in &h.ring_fill {
+                metrics::ringbuf_fill(&m, ring, fill.min(1.0));
+            }
             m.set_counter(
                 "ebrec_windows_total",
                 "Windows closed (trace files written).",
