@@ -90,6 +90,32 @@ fn long_blocks(trace: &Path, pid: u32, func: &str) -> u64 {
         .sum()
 }
 
+/// The v2 hierarchy: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host.
+fn cgroup2_root() -> PathBuf {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mi.lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            (post.starts_with("cgroup2 "))
+                .then(|| pre.split(' ').nth(4).map(PathBuf::from))
+                .flatten()
+        })
+        .expect("no cgroup2 hierarchy mounted")
+}
+
+/// Waits for the agent's "following pid PID" line; how long it took.
+fn followed_within(rx: &mpsc::Receiver<String>, pid: u32, limit: Duration) -> Duration {
+    let t = std::time::Instant::now();
+    let mut early = Vec::new();
+    loop {
+        match rx.recv_timeout(limit.saturating_sub(t.elapsed())) {
+            Ok(l) if l.contains(&format!("following pid {pid} ")) => return t.elapsed(),
+            Ok(l) => early.push(l),
+            Err(_) => panic!("the agent did not follow pid {pid} within {limit:?}: {early:?}"),
+        }
+    }
+}
+
 fn finish(child: Child, rx: mpsc::Receiver<String>) -> Vec<String> {
     let out = child.wait_with_output().unwrap();
     let lines: Vec<String> = rx.try_iter().collect();
@@ -174,6 +200,114 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
     assert_eq!(naps, 10, "every nap in exactly one window");
 }
 
+/// A process older than the agent's 2 s of close looks that execs into the name, and one
+/// moved into the cgroup, are followed at the next once-a-second check, and their naps after
+/// that are all recorded.
+#[test]
+fn a_process_that_execs_or_moves_in_later_is_followed_within_a_second() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let naps = |f: &Path, pid: u32| -> u64 {
+        windows(
+            dir.path(),
+            f.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .split('.')
+                .next()
+                .unwrap(),
+        )
+        .iter()
+        .map(|w| long_blocks(w, pid, "sleeper_a"))
+        .sum()
+    };
+    let args = ["--naps", "5", "--ms", "150", "--pingpong", "10"];
+
+    // --comm: sh waits 3 s, then execs into the program (same pid, a new comm).
+    let prog = renamed("offcpu_blocks", "ebt_agent_late", dir.path());
+    let out = dir.path().join("e.pb.zst");
+    let (child, rx) = agent(&[
+        "--offcpu=5000",
+        "--comm",
+        "^ebt_agent_late$",
+        "--window",
+        "2",
+        "--keep",
+        "100",
+        "--duration",
+        "9",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "sleep 3; exec {} {} --wait",
+            prog.display(),
+            args.join(" ")
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = sh.id();
+    let mut stdout = BufReader::new(sh.stdout.take().unwrap());
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).unwrap();
+    assert!(ready.starts_with("READY"), "{ready}");
+    // (killed when dropped: a failure leaves no program waiting)
+    let run = common::Waiting {
+        child: sh,
+        stdout,
+        pid,
+    };
+    let took = followed_within(&rx, pid, Duration::from_millis(2500));
+    let rest = run.go();
+    assert!(rest.contains("EXPECT"), "{rest}");
+    finish(child, rx);
+    assert_eq!(
+        naps(&out, pid),
+        5,
+        "exec'd after 3 s, followed after {took:?}"
+    );
+
+    // --cgroup: the program runs outside for 3 s, then is moved in.
+    let prog = renamed("offcpu_blocks", "ebt_agent_mv", dir.path());
+    let cg = format!("ebtrace-agent-move-{}", std::process::id());
+    let cg_dir = cgroup2_root().join(&cg);
+    std::fs::create_dir(&cg_dir).unwrap();
+    let out = dir.path().join("m.pb.zst");
+    let (child, rx) = agent(&[
+        "--offcpu=5000",
+        "--cgroup",
+        &cg,
+        "--window",
+        "2",
+        "--keep",
+        "100",
+        "--duration",
+        "9",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let run = common::start_waiting_exe(&prog, &args);
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::write(cg_dir.join("cgroup.procs"), run.pid.to_string()).unwrap();
+    let pid = run.pid;
+    let took = followed_within(&rx, pid, Duration::from_millis(2500));
+    let rest = run.go();
+    assert!(rest.contains("EXPECT"), "{rest}");
+    finish(child, rx);
+    let _ = std::fs::remove_dir(&cg_dir);
+    assert_eq!(
+        naps(&out, pid),
+        5,
+        "moved in after 3 s, followed after {took:?}"
+    );
+}
+
 #[test]
 fn cgroup_selects_its_processes_only_and_keep_bounds_the_files() {
     if !root() {
@@ -182,18 +316,7 @@ fn cgroup_selects_its_processes_only_and_keep_bounds_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let prog = renamed("offcpu_blocks", "ebt_agent_cg", dir.path());
     let cg = format!("ebtrace-agent-test-{}", std::process::id());
-    // The v2 hierarchy: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host.
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let root = mi
-        .lines()
-        .find_map(|l| {
-            let (pre, post) = l.split_once(" - ")?;
-            (post.starts_with("cgroup2 "))
-                .then(|| pre.split(' ').nth(4).map(PathBuf::from))
-                .flatten()
-        })
-        .expect("no cgroup2 hierarchy mounted");
-    let cg_dir = root.join(&cg);
+    let cg_dir = cgroup2_root().join(&cg);
     std::fs::create_dir(&cg_dir).unwrap();
     let out = dir.path().join("c.pb.zst");
     let (child, rx) = agent(&[
