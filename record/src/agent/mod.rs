@@ -40,25 +40,8 @@ pub struct AgentArgs {
     /// otlp+http(s)://HOST:PORT. Repeatable.
     #[arg(long, value_name = "URL")]
     pub push: Vec<String>,
-    /// The service name of the pushed profiles (default: the first target's comm).
-    #[arg(long, value_name = "NAME")]
-    pub service: Option<String>,
-    /// A label of every pushed profile, beside service_name, host and kernel (e.g.
-    /// env=prod, region=eu-west-1). Repeatable.
-    #[arg(long = "label", value_name = "K=V", value_parser = push::parse_label)]
-    pub labels: Vec<(String, String)>,
-    /// A file with the push credentials and headers (never on the command line: it shows in
-    /// ps). Lines `basic USER:PASSWORD`, `bearer TOKEN`, `tenant ID` (X-Scope-OrgID),
-    /// `header NAME: VALUE`.
-    #[arg(long, value_name = "FILE")]
-    pub auth_file: Option<PathBuf>,
-    /// Symbolize on this host before pushing (default: profiles go with build-ids and
-    /// mappings, and the backend symbolizes).
-    #[arg(long)]
-    pub symbolize: bool,
-    /// Debug files for --symbolize (as ebsym's --debug-dir). Repeatable.
-    #[arg(long, value_name = "DIR", requires = "symbolize")]
-    pub debug_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    pub profile: push::ProfileFlags,
     /// Serve Prometheus metrics on ADDR (e.g. 127.0.0.1:9464): ebrec's health, pushes and
     /// drops, per-target latency histograms.
     #[arg(long, value_name = "ADDR")]
@@ -583,14 +566,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let push_config = push::PushConfig {
-        urls: a.push.clone(),
-        service: a.service.clone(),
-        auth_file: a.auth_file.clone(),
-        symbolize: a.symbolize,
-        debug_dirs: a.debug_dir.clone(),
-        labels: a.labels.clone(),
-    };
+    let push_config = a.profile.config(&a.push);
     let mut record = a.record;
     // --max-size bounds the windows kept, not one file.
     let max_size = record.max_size.take();

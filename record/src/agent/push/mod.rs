@@ -1069,6 +1069,46 @@ fn send_loop(s: &Shared, b: &Backend) {
     b.wake.notify_all();
 }
 
+/// What the pushed profiles carry and how they are sent: the flags `ebrec agent` and `ebrec
+/// push` share (besides --push, which only `ebrec push` requires).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProfileFlags {
+    /// The service name of the pushed profiles (default: the comm of the window's busiest
+    /// process).
+    #[arg(long, value_name = "NAME")]
+    pub service: Option<String>,
+    /// A file with the push credentials and headers (never on the command line: it shows in
+    /// ps). Lines `basic USER:PASSWORD`, `bearer TOKEN`, `tenant ID` (X-Scope-OrgID),
+    /// `header NAME: VALUE`.
+    #[arg(long, value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// A label of every pushed profile, beside service_name, host and kernel (e.g.
+    /// env=prod, region=eu-west-1). Repeatable.
+    #[arg(long = "label", value_name = "K=V", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Symbolize on this host before pushing (default: profiles go with build-ids and
+    /// mappings, and the backend symbolizes).
+    #[arg(long)]
+    pub symbolize: bool,
+    /// Debug files for --symbolize (as ebsym's --debug-dir). Repeatable.
+    #[arg(long, value_name = "DIR", requires = "symbolize")]
+    pub debug_dir: Vec<PathBuf>,
+}
+
+impl ProfileFlags {
+    /// The pusher's configuration for `urls`.
+    pub fn config(&self, urls: &[String]) -> PushConfig {
+        PushConfig {
+            urls: urls.to_vec(),
+            service: self.service.clone(),
+            auth_file: self.auth_file.clone(),
+            symbolize: self.symbolize,
+            debug_dirs: self.debug_dir.clone(),
+            labels: self.labels.clone(),
+        }
+    }
+}
+
 /// `ebrec push`: one trace pushed as the agent pushes a window.
 #[derive(clap::Args, Debug)]
 pub struct PushArgs {
@@ -1078,22 +1118,8 @@ pub struct PushArgs {
     /// otlp+http(s)://HOST:PORT. Repeatable.
     #[arg(long = "push", value_name = "URL", required = true)]
     pub push: Vec<String>,
-    /// The service name (default: the comm of the busiest process).
-    #[arg(long, value_name = "NAME")]
-    pub service: Option<String>,
-    /// Credentials and headers, one per line: `basic USER:PASSWORD`, `bearer TOKEN`,
-    /// `tenant ID` (X-Scope-OrgID), `header NAME: VALUE` (never on the command line).
-    #[arg(long, value_name = "FILE")]
-    pub auth_file: Option<PathBuf>,
-    /// A label of every profile (repeatable).
-    #[arg(long = "label", value_name = "K=V", value_parser = parse_label)]
-    pub labels: Vec<(String, String)>,
-    /// Symbolize here before pushing (default: addresses and build-ids).
-    #[arg(long)]
-    pub symbolize: bool,
-    /// Debug files for --symbolize (repeatable).
-    #[arg(long, value_name = "DIR", requires = "symbolize")]
-    pub debug_dir: Vec<PathBuf>,
+    #[command(flatten)]
+    pub profile: ProfileFlags,
     /// Seconds one request may take (connecting: 5 at most).
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub timeout: f64,
@@ -1145,14 +1171,7 @@ pub fn run(a: PushArgs) -> Result<()> {
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
         bail!("--timeout must be positive");
     }
-    let cfg = PushConfig {
-        urls: a.push.clone(),
-        service: a.service.clone(),
-        auth_file: a.auth_file.clone(),
-        symbolize: a.symbolize,
-        debug_dirs: a.debug_dir.clone(),
-        labels: a.labels.clone(),
-    };
+    let cfg = a.profile.config(&a.push);
     let request_timeout = Duration::from_secs_f64(a.timeout);
     let options = PushOptions {
         max_attempts: Some(a.attempts.max(1)),
