@@ -201,8 +201,9 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
 }
 
 /// A process older than the agent's 2 s of close looks that execs into the name, and one
-/// moved into the cgroup, are followed at the next once-a-second check, and their naps after
-/// that are all recorded.
+/// moved into the cgroup, are followed at the next once-a-second check (within 4 s here, on a
+/// loaded machine; the every-10-s look would come at 10 s), and their naps after that are all
+/// recorded.
 #[test]
 fn a_process_that_execs_or_moves_in_later_is_followed_within_a_second() {
     if !root() {
@@ -238,7 +239,7 @@ fn a_process_that_execs_or_moves_in_later_is_followed_within_a_second() {
         "--keep",
         "100",
         "--duration",
-        "9",
+        "12",
         "-o",
         out.to_str().unwrap(),
     ]);
@@ -263,7 +264,7 @@ fn a_process_that_execs_or_moves_in_later_is_followed_within_a_second() {
         stdout,
         pid,
     };
-    let took = followed_within(&rx, pid, Duration::from_millis(2500));
+    let took = followed_within(&rx, pid, Duration::from_secs(4));
     let rest = run.go();
     assert!(rest.contains("EXPECT"), "{rest}");
     finish(child, rx);
@@ -288,7 +289,7 @@ fn a_process_that_execs_or_moves_in_later_is_followed_within_a_second() {
         "--keep",
         "100",
         "--duration",
-        "9",
+        "12",
         "-o",
         out.to_str().unwrap(),
     ]);
@@ -296,7 +297,7 @@ fn a_process_that_execs_or_moves_in_later_is_followed_within_a_second() {
     std::thread::sleep(Duration::from_secs(3));
     std::fs::write(cg_dir.join("cgroup.procs"), run.pid.to_string()).unwrap();
     let pid = run.pid;
-    let took = followed_within(&rx, pid, Duration::from_millis(2500));
+    let took = followed_within(&rx, pid, Duration::from_secs(4));
     let rest = run.go();
     assert!(rest.contains("EXPECT"), "{rest}");
     finish(child, rx);
