@@ -97,6 +97,11 @@ pub struct Hooks {
     seen: HashMap<u32, Seen>,
     last_scan: Instant,
     scans: u64,
+    /// The host's last pid created (/proc/loadavg) when the last pass began, and whether that
+    /// pass left a young process that did not match: a pass between checks with neither a
+    /// new pid nor one of those has nothing to look at and reads nothing else.
+    last_pid: Option<u64>,
+    young_left: bool,
     window: Duration,
     window_started: Instant,
     window_start_real: u64,
@@ -159,6 +164,13 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
         .map(|p| p.trim().to_string())
 }
 
+/// The last pid the kernel handed out (in this pid namespace), from /proc/loadavg's fifth
+/// field: unchanged, no process or thread was created since.
+fn last_pid_created() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    s.split_whitespace().nth(4)?.parse().ok()
+}
+
 fn comm_of(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
@@ -213,7 +225,8 @@ impl Hooks {
 
     /// The processes that match --comm and --cgroup and were not seen before. Every pass
     /// (100 ms) reads /proc's directory and looks at each new pid, and again at those younger
-    /// than 2 s that did not match (a shell's fork that execs into the service). Every tenth
+    /// than 2 s that did not match (a shell's fork that execs into the service); a pass
+    /// that has neither (the last pid created is the same) reads only /proc/loadavg. Every tenth
     /// pass (1 s) reads each seen pid's stat (one read: its start time, so a reused pid is
     /// a new process, and its comm, which an exec changes), and with --cgroup its cgroup:
     /// a pid that did not match is looked at again when either changed. Every hundredth pass
@@ -227,6 +240,12 @@ impl Hooks {
         self.scans += 1;
         let check = self.scans % 10 == 1;
         let full = self.scans % 100 == 1;
+        let last_pid = last_pid_created();
+        if !check && !self.young_left && last_pid.is_some() && last_pid == self.last_pid {
+            return Vec::new();
+        }
+        self.last_pid = last_pid;
+        self.young_left = false;
         let me = std::process::id();
         let hz = procfs::clock_ticks().max(1);
         let now_ticks = procfs::clock_ns(libc::CLOCK_BOOTTIME) / (1_000_000_000 / hz);
@@ -274,6 +293,7 @@ impl Hooks {
                     m
                 }
             };
+            self.young_left |= !hit && young(now.start);
             now_seen.insert(pid, Seen { hit, ..now });
         }
         self.seen = now_seen;
@@ -610,6 +630,8 @@ pub fn run(a: AgentArgs) -> Result<()> {
         seen: HashMap::new(),
         last_scan: Instant::now(),
         scans: 0,
+        last_pid: None,
+        young_left: false,
         window: Duration::from_secs(a.window),
         window_started: Instant::now(),
         window_start_real: procfs::clock_ns(libc::CLOCK_REALTIME),
