@@ -242,9 +242,18 @@ pub fn path_in(pid: u32, path: &[u8]) -> PathBuf {
 
 /// The start time of `pid` in clock ticks since boot (with the pid, names one process).
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    comm_and_start(pid).map(|(_, t)| t)
+}
+
+/// `pid`'s comm (as bytes: it may hold any) and start time, from one read of its stat.
+pub fn comm_and_start(pid: u32) -> Option<(Vec<u8>, u64)> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parentheses: it ends at the last ')'.
+    let open = stat.iter().position(|&c| c == b'(')?;
+    let close = stat.iter().rposition(|&c| c == b')')?;
+    let after = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+    let start = after.split_whitespace().nth(19)?.parse().ok()?;
+    Some((stat.get(open + 1..close)?.to_vec(), start))
 }
 
 /// Whether `pid` is stopped, or has a SIGSTOP pending (sent, not yet acted on): a child

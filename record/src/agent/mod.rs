@@ -93,7 +93,7 @@ struct Seen {
 pub struct Hooks {
     comm: Vec<regex::Regex>,
     cgroups: Vec<String>,
-    /// Processes looked at already: pid -> start time (clock ticks), whether they matched.
+    /// Processes looked at already, as the last pass saw them.
     seen: HashMap<u32, Seen>,
     last_scan: Instant,
     scans: u64,
@@ -305,17 +305,13 @@ impl Hooks {
     /// and, with --cgroup, its cgroup. None: gone.
     fn identity(&self, pid: u32) -> Option<Seen> {
         use std::hash::{Hash, Hasher};
-        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-        let open = stat.iter().position(|&c| c == b'(')?;
-        let close = stat.iter().rposition(|&c| c == b')')?;
-        let after = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-        let start = after.split_whitespace().nth(19)?.parse().ok()?;
+        let (comm, start) = procfs::comm_and_start(pid)?;
         let hash = |b: &[u8]| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             b.hash(&mut h);
             h.finish()
         };
-        let comm = hash(stat.get(open + 1..close)?);
+        let comm = hash(&comm);
         let cgroup = if self.cgroups.is_empty() {
             0
         } else {

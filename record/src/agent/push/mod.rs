@@ -1131,7 +1131,7 @@ pub struct PushArgs {
     pub json: bool,
 }
 
-pub fn parse_label(s: &str) -> Result<(String, String), String> {
+fn parse_label(s: &str) -> Result<(String, String), String> {
     let (k, v) = s.split_once('=').ok_or("--label wants K=V")?;
     if !valid_label_name(k) {
         return Err(format!("label name {k:?} is not [A-Za-z_][A-Za-z0-9_]*"));
