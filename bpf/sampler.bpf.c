@@ -1,5 +1,5 @@
 /* Allocations sampled by bytes inside the process (`--alloc-sampler preload`): ebrec's
- * preloaded shim (record/shim/preload.c) decides which allocations are sampled and calls its
+ * preloaded shim (bpf/preload.c) decides which allocations are sampled and calls its
  * probe sites only for those, and for the frees of the blocks it sampled. These programs turn
  * the calls into the same alloc_event / free_event as alloc.bpf.c, with `sample_period` set,
  * so that the reports scale them back (tcmalloc's estimate).

@@ -5,7 +5,7 @@
 //! It also writes `families.h` for the BPF programs: the C constants of the enums that both
 //! sides use (`EventFamily` → `FAM_*` and `FAM_COUNT`, `AllocKind` → `AK_*`, `MemGrowthKind`
 //! → `MK_*`, `LockSource` → `LS_*`, `StackFlag` → `SF_*`, `BioFlag` → `BIO_*`, `TcpEventKind` → `TCPE_*`), so each value is numbered once,
-//! in `trace.proto`. `record/build.rs` finds it through `DEP_EBTRACE_PROTO_INCLUDE`.
+//! in `trace.proto`. `crates/bpf/build.rs` finds it through `DEP_EBTRACE_PROTO_INCLUDE`.
 use std::fmt::Write as _;
 
 /// proto enum → (its values' prefix in trace.proto, the C prefix).

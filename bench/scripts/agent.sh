@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # agent.sh: ebrec agent soak (issue 19, "Benchmark and soak"): the agent on a busy leveldb
 # db_bench for DURATION with a push every window (--window 10) to a Pyroscope-API server on
-# 127.0.0.1 (record/tests/conformance/pyroscope.py: it validates and stores every push as
+# 127.0.0.1 (ebrec/tests/e2e/conformance/pyroscope.py: it validates and stores every push as
 # Pyroscope's /ingest would take it), the backend down for OUTAGE seconds in the middle.
 #
 # Workload: db_bench readwhilewriting (--threads=2) back to back in one process on a DB filled
 # once, the process restarted every RESTART_S (300 s), so the agent (--comm '^db_bench$')
-# follows a new target now and then (record/tests/agent.rs covers fast churn).
+# follows a new target now and then (ebrec/tests/e2e/agent.rs covers fast churn).
 # Families: --cpu --offcpu --lock (the continuous-profiling kinds).
 #
 # Printed every SAMPLE_S (default 60 s) and summed at the end, phase by phase (before, during and
@@ -27,7 +27,7 @@ root=$(cd "$here/../.." && pwd)
 . "$here/lib.sh"
 need_root
 EBREC=${EBREC:-$root/target/release/ebrec}
-[ -x "$EBREC" ] || die "no ebrec at $EBREC (cargo build --release -p ebtrace-record)"
+[ -x "$EBREC" ] || die "no ebrec at $EBREC (cargo build --release -p ebrec)"
 DURATION=${DURATION:-3600}
 OUTAGE=${OUTAGE:-300}
 OUTAGE_AT=${OUTAGE_AT:-$(((DURATION - OUTAGE) / 2))}
@@ -53,7 +53,7 @@ start_server() {
   # Each start stores into its own directory (the server numbers its requests from 1).
   starts=$((starts + 1))
   mkdir -p "$work/pushes/$starts"
-  python3 "$root/record/tests/conformance/pyroscope.py" --port "$port" --out "$work/pushes/$starts" \
+  python3 "$root/ebrec/tests/e2e/conformance/pyroscope.py" --port "$port" --out "$work/pushes/$starts" \
     >>"$work/server.log" 2>&1 &
   server=$!
 }

@@ -38,7 +38,7 @@
 #
 # Usage: bench/scripts/dwarf.sh            (as root)
 #   EBREC=/path/to/ebrec EBSYM=/path/to/ebsym   use these; otherwise the script runs
-#                           `cargo build --release -p ebtrace-record -p ebtrace-ebsym` (BUILD=0:
+#                           `cargo build --release -p ebrec -p ebtrace-ebsym` (BUILD=0:
 #                           take target/release as is); either way it runs copies of the two
 #                           binaries, so a concurrent rebuild does not change them mid-run
 #   OPS=20000000            operations (hot + cold) of the program, ~2.5 s of CPU here
@@ -53,7 +53,7 @@
 #
 # Measured here on 2026-11-30 (Debian 12, kernel 6.18, 2 vCPUs KVM, perf 6.1, gcc 12), 20,000,000
 # ops (~2.5 s of CPU), 999 Hz, REPEAT=3, WAIT_IDLE_S=20; ebrec and ebsym built from the working tree
-# at 09:41 and 09:43 that day (`cargo build --release -p ebtrace-record -p ebtrace-symbolize`).
+# at 09:41 and 09:43 that day (`cargo build --release -p ebrec -p ebtrace-symbolize`).
 # Others' builds and a db_bench kept the machine 51-100% busy before every row ("still busy after
 # 20s" each time; others 68-74% during the rows), and the untraced CPU time alone moved 2393 / 2689
 # / 2479 ms between rounds (+-6%), so the overhead column cannot rank the three tools:
@@ -115,8 +115,8 @@ apt_install g++ linux-perf jq time
 if [[ " $MODES " == *" ebrec "* ]]; then
   if [ -z "${EBREC:-}" ] || [ -z "${EBSYM:-}" ]; then
     if [ "$BUILD" = 1 ]; then
-      log "cargo build --release -p ebtrace-record -p ebtrace-ebsym (may wait on the target dir's lock)"
-      (cd "$root" && cargo build --release -p ebtrace-record -p ebtrace-ebsym) >"$TMP/build.log" 2>&1 ||
+      log "cargo build --release -p ebrec -p ebtrace-ebsym (may wait on the target dir's lock)"
+      (cd "$root" && cargo build --release -p ebrec -p ebtrace-ebsym) >"$TMP/build.log" 2>&1 ||
         { tail -n 20 "$TMP/build.log" >&2; die "cargo build failed"; }
     fi
     EBREC=${EBREC:-$root/target/release/ebrec}

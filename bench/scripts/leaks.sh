@@ -15,7 +15,7 @@
 # Usage: bench/scripts/leaks.sh            (as root)
 #   NUM=100000                db_bench --num (keys written by fillrandom)
 #   EBREC=target/release/ebrec, EBSYM=target/release/ebsym (of this checkout by default; build
-#                             them with cargo build --release -p ebtrace-record -p ebtrace-ebsym)
+#                             them with cargo build --release -p ebrec -p ebtrace-ebsym)
 #   EBTRACE_BENCH_CACHE=DIR   where db_bench is built once (default /var/tmp/ebtrace-bench)
 #   REPEAT=3                  rounds (heaptrack then ebrec each): db_bench's allocations vary a
 #                             little between runs; the table is the last round's, a line per
@@ -101,7 +101,7 @@ REPEAT=${REPEAT:-3}
 
 need_root
 for b in "$EBREC" "$EBSYM"; do
-  [ -x "$b" ] || die "$b is missing: cargo build --release -p ebtrace-record -p ebtrace-ebsym (or set EBREC/EBSYM)"
+  [ -x "$b" ] || die "$b is missing: cargo build --release -p ebrec -p ebtrace-ebsym (or set EBREC/EBSYM)"
 done
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ebtrace-leaks.XXXXXX")

@@ -57,7 +57,7 @@
 # summary). others: CPU of unrelated processes during the row.
 #
 # Usage: bench/scripts/system.sh            (as root)
-#   EBREC=/path/to/ebrec    add the ebrec rows (cargo build --release -p ebtrace-record)
+#   EBREC=/path/to/ebrec    add the ebrec rows (cargo build --release -p ebrec)
 #   WORKLOADS="syscall pipe db tcp"
 #   MODES="untraced floor ..."  run only these rows (names as above, in every workload they exist in)
 #   ITERS=2000000           getppid calls per row

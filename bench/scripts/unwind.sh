@@ -162,8 +162,8 @@ if [ "$uses_ebrec" = 1 ]; then
   EBREC=${EBREC:-$root/target/release/ebrec}
   EBSYM=${EBSYM:-$root/target/release/ebsym}
   if [ ! -x "$EBREC" ] || [ ! -x "$EBSYM" ]; then
-    log "cargo build --release -p ebtrace-record -p ebtrace-ebsym (slow: ~8 min on 2 cores)"
-    (cd "$root" && cargo build --release -p ebtrace-record -p ebtrace-ebsym) >"$TMP/build.log" 2>&1 ||
+    log "cargo build --release -p ebrec -p ebtrace-ebsym (slow: ~8 min on 2 cores)"
+    (cd "$root" && cargo build --release -p ebrec -p ebtrace-ebsym) >"$TMP/build.log" 2>&1 ||
       { tail -n 20 "$TMP/build.log" >&2; die "cargo build failed"; }
   fi
   [ -x "$EBREC" ] || die "EBREC=$EBREC is not an executable file"

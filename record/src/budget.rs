@@ -144,6 +144,12 @@ pub struct Budget {
     can_pause: Vec<EventFamily>,
 }
 
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget").finish_non_exhaustive()
+    }
+}
+
 /// This process's user + system CPU time, ns.
 fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -574,7 +580,7 @@ pub fn calibrate_trap() -> anyhow::Result<f64> {
 
 #[cfg(test)]
 mod tests {
-    //! The decisions on made-up measures (the recording tests in `record/tests/budget.rs`
+    //! The decisions on made-up measures (the recording tests in `ebrec/tests/e2e/budget.rs`
     //! check them on real probes).
     use super::*;
 

@@ -1,5 +1,5 @@
 //! `--alloc-sampler preload`: the allocation sampler that runs inside the target
-//! (record/shim/preload.c, built by build.rs and embedded here). ebrec writes it to a private
+//! (bpf/preload.c, built and embedded by ebtrace-bpf). ebrec writes it to a private
 //! temporary directory, removed when ebrec exits, and starts the command with it first in
 //! LD_PRELOAD and the period in its environment; `probes::Probes::attach_sampler` puts the
 //! uprobes on its probe sites.
@@ -9,7 +9,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 /// The shim, compiled by build.rs.
-static SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libebtrace_preload.so"));
+use ebtrace_bpf::PRELOAD_SHIM as SHIM;
 
 /// The default `--sample-bytes`: tcmalloc's default sampling period, 512 KiB.
 pub const DEFAULT_PERIOD: u64 = 512 << 10;

@@ -11,75 +11,17 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-pub mod alloc_skel {
-    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
-    include!(concat!(env!("OUT_DIR"), "/alloc.skel.rs"));
-}
-pub mod lock_skel {
-    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
-    include!(concat!(env!("OUT_DIR"), "/lock.skel.rs"));
-}
-pub mod profile_skel {
-    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
-    include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
-}
-pub mod sampler_skel {
-    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
-    include!(concat!(env!("OUT_DIR"), "/sampler.skel.rs"));
-}
-pub mod system_skel {
-    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
-    include!(concat!(env!("OUT_DIR"), "/system.skel.rs"));
-}
 use alloc_skel::{AllocSkel, AllocSkelBuilder};
+/// Event types and constants of `bpf/events.h`.
+pub use ebtrace_bpf::*;
+pub use ebtrace_bpf::{alloc_skel, lock_skel, profile_skel, sampler_skel, system_skel};
+/// Families' numbers (the `type` of an event header, the counters' family dimension) come from
+/// the one registry, trace.proto's EventFamily (`ebtrace_format::family`).
+pub use ebtrace_format::family::COUNT as FAM_COUNT;
 use lock_skel::{LockSkel, LockSkelBuilder};
 use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 use sampler_skel::{SamplerSkel, SamplerSkelBuilder};
 use system_skel::{SystemSkel, SystemSkelBuilder};
-
-/// Event types of `bpf/events.h`.
-pub use alloc_skel::types::{
-    agg_key, agg_stack, agg_val, alloc_event, event_header, fork_hold_event, free_event,
-};
-pub use lock_skel::types::lock_event;
-pub use profile_skel::types::{
-    cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
-    offcpu_event, sample_event,
-};
-pub use system_skel::types::{bio_event, hist_key, hist_val, runq_event, syscall_event, tcp_event};
-
-// SAFETY: plain C structs of integers; any bytes are a valid value.
-unsafe impl plain::Plain for alloc_event {}
-unsafe impl plain::Plain for free_event {}
-unsafe impl plain::Plain for fork_hold_event {}
-unsafe impl plain::Plain for lock_event {}
-unsafe impl plain::Plain for event_header {}
-unsafe impl plain::Plain for agg_key {}
-unsafe impl plain::Plain for agg_val {}
-unsafe impl plain::Plain for agg_stack {}
-unsafe impl plain::Plain for sample_event {}
-unsafe impl plain::Plain for offcpu_event {}
-unsafe impl plain::Plain for func_event {}
-unsafe impl plain::Plain for mem_event {}
-unsafe impl plain::Plain for cfi_file {}
-unsafe impl plain::Plain for cfi_proc {}
-unsafe impl plain::Plain for cfi_inode {}
-unsafe impl plain::Plain for syscall_event {}
-unsafe impl plain::Plain for bio_event {}
-unsafe impl plain::Plain for runq_event {}
-unsafe impl plain::Plain for tcp_event {}
-unsafe impl plain::Plain for hist_key {}
-unsafe impl plain::Plain for hist_val {}
-
-/// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
-#[allow(dead_code)]
-mod bpf_consts {
-    include!(concat!(env!("OUT_DIR"), "/bpf_consts.rs"));
-}
-pub use bpf_consts::*;
-/// Families' numbers (the `type` of an event header, the counters' family dimension) come from
-/// the one registry, trace.proto's EventFamily (`ebtrace_format::family`).
-pub use ebtrace_format::family::COUNT as FAM_COUNT;
 
 /// Reads a possibly short event into a zeroed full-size struct (events are sent only up to
 /// their last used stack slot).
@@ -361,15 +303,15 @@ type SessionPlan = (PathBuf, Vec<u64>, Vec<u64>);
 
 /// Whether the kernel has uprobe sessions (BPF_TRACE_UPROBE_SESSION, Linux 6.13).
 pub fn kernel_has_sessions() -> bool {
-    crate::doctor::kernel_version(&procfs::uname().1).is_some_and(|v| v >= (6, 13))
+    procfs::kernel_version(&procfs::uname().1).is_some_and(|v| v >= (6, 13))
 }
 
 /// Whether the allocator probes run as uprobe sessions for `arg`.
-pub fn use_sessions(arg: crate::cli::AllocProbesArg) -> bool {
+pub fn use_sessions(arg: crate::config::AllocProbesArg) -> bool {
     match arg {
-        crate::cli::AllocProbesArg::Classic => false,
-        crate::cli::AllocProbesArg::Session => true,
-        crate::cli::AllocProbesArg::Auto => kernel_has_sessions(),
+        crate::config::AllocProbesArg::Classic => false,
+        crate::config::AllocProbesArg::Session => true,
+        crate::config::AllocProbesArg::Auto => kernel_has_sessions(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! `--max-size SIZE --rotate N`: the full file ends with its trailer and is renamed
 //! `OUTPUT.1` (older ones shift, at most N kept); recording goes on in a new OUTPUT.
-use crate::cli::RecordArgs;
+use crate::config::RecordConfig;
 use crate::procfs;
 use crate::session::Session;
 use anyhow::{Context, Result};
@@ -36,8 +36,8 @@ fn shift_rotated(output: &Path, keep: u32) -> Result<()> {
 }
 
 /// Ends the current file and goes on in a new OUTPUT, keeping `keep` older files.
-pub fn rotate(s: &mut Session<'_>, a: &RecordArgs, keep: u32) -> Result<()> {
-    let header = crate::record::header(a);
+pub fn rotate(s: &mut Session<'_>, a: &RecordConfig, keep: u32) -> Result<()> {
+    let header = crate::header::header(a);
     end_and_restart(s, header, &a.output, "rotated", |output| {
         shift_rotated(output, keep)
     })

@@ -1,7 +1,7 @@
 //! The targets: the command ebrec starts (held on a pipe until the probes are attached),
 //! the pids the probes are for, and what is attached in each (allocator, lock and `--func`
 //! uprobes, stack copies for `--stack-mode auto`).
-use crate::cli::{FuncExitMode, RecordArgs};
+use crate::config::{FuncExitMode, RecordConfig};
 use crate::probes::{self, LockMode, ProbeConfig, Probes};
 use crate::{funcs, placement};
 use anyhow::{bail, Context, Result};
@@ -13,6 +13,12 @@ pub struct Launched {
     pub pid: u32,
     pub release: Option<std::os::fd::OwnedFd>,
     pub exe: PathBuf,
+}
+
+impl std::fmt::Debug for Launched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launched").finish_non_exhaustive()
+    }
 }
 
 pub fn find_in_path(cmd: &OsString) -> Option<PathBuf> {
@@ -86,7 +92,7 @@ pub fn launch(cmd: &[OsString], env: &[(OsString, OsString)]) -> Result<Launched
 }
 
 /// The pids the probes are for: the `-p` ones and the launched command, or -1 for `--all`.
-pub fn pids(a: &RecordArgs, launched: Option<&Launched>) -> Vec<i32> {
+pub fn pids(a: &RecordConfig, launched: Option<&Launched>) -> Vec<i32> {
     let mut pids: Vec<i32> = a.pid.iter().map(|&p| p as i32).collect();
     if let Some(l) = launched {
         pids.push(l.pid as i32);
@@ -100,7 +106,7 @@ pub fn pids(a: &RecordArgs, launched: Option<&Launched>) -> Vec<i32> {
 /// Attaches the uprobes of every target (allocator, locks, `--func`) and makes each a
 /// target. Returns the `--func` functions: (match, build-id), the id being the index + 1.
 pub fn attach(
-    a: &RecordArgs,
+    a: &RecordConfig,
     cfg: &ProbeConfig,
     func_specs: &[funcs::FuncSpec],
     launched: Option<&Launched>,

@@ -15,10 +15,10 @@
 pub mod rows;
 
 use crate::elf::Elf;
-use crate::probes::{
+use anyhow::{bail, Result};
+use ebtrace_bpf::{
     cfi_file, cfi_inode, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT,
 };
-use anyhow::{bail, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -268,7 +268,7 @@ impl Tables {
             MapType::Hash,
             "cfi_early",
             4,
-            std::mem::size_of::<crate::probes::cfi_early>() as u32,
+            std::mem::size_of::<ebtrace_bpf::cfi_early>() as u32,
             4096,
             0,
         )?;

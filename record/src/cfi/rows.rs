@@ -6,7 +6,7 @@
 //!
 //! This is CFI, not debug information: ebrec reads no `.debug_*` section.
 use crate::elf::{Elf, Segment};
-use crate::probes::{CFI_INVALID, CFI_PLT, CFI_RBP, CFI_RBP_LOST, CFI_RSP, CFI_SIGNAL, CFI_STOP};
+use ebtrace_bpf::{CFI_INVALID, CFI_PLT, CFI_RBP, CFI_RBP_LOST, CFI_RSP, CFI_SIGNAL, CFI_STOP};
 use gimli::{
     BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, RegisterRule,
     UnwindContext, UnwindSection,

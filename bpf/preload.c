@@ -1,0 +1,491 @@
+/* ebtrace's in-process allocation sampler (`ebrec record --alloc --alloc-sampler preload`).
+ *
+ * ebrec writes this library to a private temporary file and starts the command with it in
+ * LD_PRELOAD. It interposes the malloc family and forwards every call to glibc's own entry
+ * points (__libc_malloc, ...: no dlsym, so nothing allocates while the shim resolves its
+ * targets). A per-thread byte counter drawn from an exponential distribution of mean
+ * EBTRACE_SAMPLE_BYTES decides which allocations are sampled, as tcmalloc's heap profiler
+ * does: an allocation of s bytes is sampled with probability 1 - exp(-s / period), and the
+ * reports scale it back by the inverse. An unsampled call costs a TLS load, a compare and a
+ * store. A sampled one calls ebtrace_sampled_alloc(), where ebrec's uprobe sits; the shim
+ * remembers the sampled blocks (a filter of counters every free reads, an exact set behind a
+ * lock for the few frees the filter lets through), so only the free of a sampled block calls
+ * ebtrace_sampled_free(): no trap for the others.
+ *
+ * C, not Rust: the library must not bring a runtime, TLS destructors, a panic machinery or an
+ * allocator of its own into the target, and its fast path must be the few instructions above;
+ * plain C compiled by the system cc (crates/bpf/build.rs) is the shortest way to that.
+ *
+ * The probe sites are hand-written: each starts with a 5-byte nop, the instruction the
+ * kernel's optimized uprobes (x86-64, 6.18 on) turn into a call to a trampoline instead of an
+ * int3 trap. The allocation probe is reached by a tail call (jmp) from the interposed
+ * function, whose frame is gone by then: at the probe, [sp] is the return address into the
+ * allocator's caller, so the BPF side takes the stack from there and no frame of the shim is
+ * on it (bpf/sampler.bpf.c drops the probe's own pc). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "families.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+
+/* The probe sites (ebrec attaches to these symbols). Protected: calls from the shim bind
+ * here directly (no PLT), and the symbols are in .dynsym for ebrec to find. */
+__attribute__((visibility("protected"))) void *ebtrace_sampled_alloc(void *p, size_t size,
+								     unsigned kind);
+__attribute__((visibility("protected"))) int ebtrace_sampled_alloc_rc(void *p, size_t size,
+								    unsigned kind);
+__attribute__((visibility("protected"))) void ebtrace_sampled_free(void *p);
+/* The same sites for forked children, starting with a 1-byte nop (a plain uprobe, one trap).
+ * An optimized site is a call into the kernel's trampoline page, and 6.18 does not copy that
+ * page into a forked child: a child calling a site its parent had optimized jumped into
+ * nothing (SIGSEGV, seen here). A child after fork (without exec) calls these instead; an
+ * exec'd program loads the shim afresh and uses the optimizable ones. */
+__attribute__((visibility("protected"))) void *ebtrace_sampled_alloc_forked(void *p, size_t size,
+									    unsigned kind);
+__attribute__((visibility("protected"))) int ebtrace_sampled_alloc_rc_forked(void *p, size_t size,
+									   unsigned kind);
+__attribute__((visibility("protected"))) void ebtrace_sampled_free_forked(void *p);
+
+#define SITE(name, nop, body)                                                              \
+	".globl " #name "\n"                                                               \
+	".protected " #name "\n"                                                           \
+	".type " #name ",@function\n"                                                      \
+	".p2align 4\n" #name ":\n"                                                         \
+	".cfi_startproc\n"                                                                 \
+	nop body ".cfi_endproc\n"                                                          \
+	".size " #name ", .-" #name "\n"
+/* nop5: what the kernel optimizes; nop: a plain uprobe (the kernel emulates the nop) */
+#define PROBE(name, body)                                                                  \
+	SITE(name, ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00\n", body)                           \
+	SITE(name##_forked, "nop\n", body)
+
+__asm__(".text\n"
+	/* returns the block (malloc and the like end in `return ebtrace_sampled_alloc(...)`) */
+	PROBE(ebtrace_sampled_alloc, "movq %rdi, %rax\nret\n")
+	/* returns 0 (posix_memalign) */
+	PROBE(ebtrace_sampled_alloc_rc, "xorl %eax, %eax\nret\n")
+	PROBE(ebtrace_sampled_free, "ret\n"));
+
+/* --- configuration, read once from the environment ebrec set --- */
+
+static uint64_t period;	    /* EBTRACE_SAMPLE_BYTES: mean bytes between samples (0: off) */
+static uint64_t min_bytes;  /* EBTRACE_MIN_BYTES: --alloc=MIN, smaller samples are dropped */
+static int track_frees = 1; /* EBTRACE_NO_FREE=1: --no-free */
+static int configured;	    /* 1 once the above are read */
+static int forked;	    /* a child after fork: the *_forked probe sites */
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return dflt;
+	uint64_t n = 0;
+	for (; *v >= '0' && *v <= '9'; v++)
+		n = n * 10 + (uint64_t)(*v - '0');
+	return n;
+}
+
+/* getenv does not allocate. Before libc's own initialization `environ` is not set yet (ld.so
+ * allocates after relocating, before any constructor): those calls are not sampled. */
+static int configure(void)
+{
+	extern char **environ;
+	if (__atomic_load_n(&configured, __ATOMIC_ACQUIRE))
+		return 1;
+	if (!environ)
+		return 0;
+	period = env_u64("EBTRACE_SAMPLE_BYTES", 0);
+	min_bytes = env_u64("EBTRACE_MIN_BYTES", 0);
+	track_frees = env_u64("EBTRACE_NO_FREE", 0) == 0;
+	/* for measuring: the plain-nop sites (one trap each) instead of the optimizable ones */
+	if (env_u64("EBTRACE_TRAP_SITES", 0))
+		forked = 1;
+	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
+	return 1;
+}
+
+/* --- the per-thread sampler --- */
+
+struct sampler {
+	uint64_t left; /* bytes until the next sample; 0: not started (the first call starts it) */
+	uint64_t rng;  /* xorshift state; 0: not seeded */
+	int busy;      /* inside the shim's slow path (nothing there allocates; a guard anyway) */
+};
+
+/* initial-exec: a %fs-relative access, no __tls_get_addr (the shim is always loaded at
+ * start-up, where static TLS is set up for every thread before it runs). Zero at thread
+ * start, so a new thread's first call takes the slow path and seeds its own state. */
+static __thread struct sampler ts __attribute__((tls_model("initial-exec")));
+
+static uint64_t seeds;
+
+static uint64_t splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+
+/* The bytes until the next sample: exponential of mean `period`, at least 1. */
+static uint64_t draw(void)
+{
+	uint64_t x = ts.rng;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	ts.rng = x;
+	double u = (double)((x >> 11) + 1) * (1.0 / 9007199254740992.0); /* (0, 1] */
+	double b = -log(u) * (double)period;
+	if (b >= 1.8e19)
+		return UINT64_MAX;
+	return (uint64_t)b + 1;
+}
+
+static void seed(void)
+{
+	uint64_t s = __builtin_ia32_rdtsc() ^ (uintptr_t)&ts ^
+		     ((uint64_t)__atomic_fetch_add(&seeds, 1, __ATOMIC_RELAXED) << 32);
+	s = splitmix(s);
+	ts.rng = s ? s : 1;
+}
+
+/* The counter crossed 0 within this allocation of `size` bytes: is it sampled? */
+static __attribute__((noinline)) int sample_slow(size_t size)
+{
+	if (ts.busy || !configure())
+		return 0; /* left stays 0: the next call comes back here */
+	if (period == 0) {
+		ts.left = UINT64_MAX; /* sampling off: never here again in practice */
+		return 0;
+	}
+	if (ts.rng == 0) {
+		/* first call of the thread: start the counter; this call is sampled if it
+		 * crosses the first draw (memoryless: as if the counter had always run) */
+		seed();
+		uint64_t first = draw();
+		if (size < first) {
+			ts.left = first - size;
+			return 0;
+		}
+	}
+	ts.left = draw();
+	return size >= min_bytes;
+}
+
+static inline int sampled(size_t size)
+{
+	uint64_t left = ts.left;
+	if (LIKELY(size < left)) {
+		ts.left = left - size;
+		return 0;
+	}
+	return sample_slow(size);
+}
+
+/* --- the sampled blocks --- */
+
+/* Every free reads one counter of `filter`, indexed by a hash of the address: 0 means "not
+ * sampled" for certain. The counters count the sampled live blocks that hash there (255
+ * sticks: only a cost, never a miss). Pages of the filter no sampled block touched read as
+ * the kernel's zero page. The exact set (open addressing, linear probing, deletion by
+ * backward shift) is read only when the counter is not 0, under `lock`. Both are mmap'd:
+ * nothing here calls malloc. */
+#define FILTER_BITS 20
+static uint8_t *filter;
+static uint64_t *set;	   /* addresses; 0: empty */
+static size_t set_cap;	   /* a power of two; 0 until the first sample */
+static size_t set_len;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static inline size_t fhash(const void *p)
+{
+	return (size_t)(((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ULL >> (64 - FILTER_BITS));
+}
+
+static inline size_t shash(uint64_t a, size_t cap)
+{
+	return (size_t)(splitmix(a) & (cap - 1));
+}
+
+static void *map_zeroed(size_t bytes)
+{
+	void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+/* Under `lock`. */
+static int set_grow(void)
+{
+	size_t cap = set_cap ? set_cap * 2 : 4096;
+	uint64_t *n = map_zeroed(cap * sizeof(uint64_t));
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < set_cap; i++) {
+		uint64_t a = set[i];
+		if (!a)
+			continue;
+		size_t j = shash(a, cap);
+		while (n[j])
+			j = (j + 1) & (cap - 1);
+		n[j] = a;
+	}
+	if (set)
+		munmap(set, set_cap * sizeof(uint64_t));
+	set = n;
+	set_cap = cap;
+	return 1;
+}
+
+/* Remembers a sampled block; 0 when it cannot (no memory for the set): then it is not
+ * reported either, so that no free goes missing. */
+static int remember(void *p)
+{
+	if (!track_frees)
+		return 1;
+	int ok = 1;
+	pthread_mutex_lock(&lock);
+	if (!filter) {
+		uint8_t *f = map_zeroed((size_t)1 << FILTER_BITS);
+		if (f)
+			__atomic_store_n(&filter, f, __ATOMIC_RELEASE);
+	}
+	if (!filter || ((set_len + 1) * 2 > set_cap && !set_grow())) {
+		ok = 0;
+	} else {
+		uint64_t a = (uintptr_t)p;
+		size_t j = shash(a, set_cap);
+		while (set[j] && set[j] != a)
+			j = (j + 1) & (set_cap - 1);
+		if (!set[j]) {
+			set[j] = a;
+			set_len++;
+			uint8_t *c = &filter[fhash(p)];
+			if (*c != 255)
+				__atomic_store_n(c, (uint8_t)(*c + 1), __ATOMIC_RELAXED);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return ok;
+}
+
+/* Whether `p` was a sampled block, forgetting it. */
+static __attribute__((noinline)) int forget_slow(void *p)
+{
+	int found = 0;
+	pthread_mutex_lock(&lock);
+	if (set_cap) {
+		uint64_t a = (uintptr_t)p;
+		size_t mask = set_cap - 1;
+		size_t j = shash(a, set_cap);
+		while (set[j] && set[j] != a)
+			j = (j + 1) & mask;
+		if (set[j] == a) {
+			found = 1;
+			set_len--;
+			/* backward-shift deletion: no tombstones */
+			size_t hole = j;
+			for (size_t k = (j + 1) & mask; set[k]; k = (k + 1) & mask) {
+				size_t home = shash(set[k], set_cap);
+				/* move set[k] into the hole if its home is not in (hole, k] */
+				if (((k - home) & mask) >= ((k - hole) & mask)) {
+					set[hole] = set[k];
+					hole = k;
+				}
+			}
+			set[hole] = 0;
+			uint8_t *c = &filter[fhash(p)];
+			if (*c != 255 && *c != 0)
+				__atomic_store_n(c, (uint8_t)(*c - 1), __ATOMIC_RELAXED);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+/* The free path's check: one byte load for a block that was not sampled. */
+static inline int forget(void *p)
+{
+	if (!p || !track_frees)
+		return 0;
+	uint8_t *f = __atomic_load_n(&filter, __ATOMIC_ACQUIRE);
+	if (LIKELY(!f) || LIKELY(!__atomic_load_n(&f[fhash(p)], __ATOMIC_RELAXED)))
+		return 0;
+	return forget_slow(p);
+}
+
+/* fork: no thread holds `lock` across fork (prepare takes it). The child forgets the
+ * parent's sampled blocks (fresh zero pages, no copy): their frees in the child would name
+ * blocks the child never allocated (the uprobe path does not send them either), and gets a
+ * new random state so that it does not sample in step with its parent. */
+static void before_fork(void)
+{
+	pthread_mutex_lock(&lock);
+}
+
+static void after_fork_parent(void)
+{
+	pthread_mutex_unlock(&lock);
+}
+
+static void after_fork_child(void)
+{
+	if (set_cap) {
+		mmap(set, set_cap * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		set_len = 0;
+	}
+	if (filter)
+		mmap(filter, (size_t)1 << FILTER_BITS, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	ts.rng = 0;
+	ts.left = 0;
+	forked = 1;
+	pthread_mutex_unlock(&lock);
+}
+
+/* pthread_atfork allocates its list entry: from a constructor, never from inside malloc. */
+__attribute__((constructor)) static void shim_init(void)
+{
+	configure();
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* --- the interposed functions --- */
+
+static __attribute__((noinline)) void *report(void *p, size_t size, unsigned kind)
+{
+	if (!p || !remember(p))
+		return p;
+	if (UNLIKELY(forked))
+		return ebtrace_sampled_alloc_forked(p, size, kind);
+	return ebtrace_sampled_alloc(p, size, kind);
+}
+
+static __attribute__((noinline)) void sampled_free(void *p)
+{
+	if (forked)
+		ebtrace_sampled_free_forked(p);
+	else
+		ebtrace_sampled_free(p);
+}
+
+/* The shape of every allocating function: decide (a few instructions), allocate, and for
+ * a sampled block jump to the probe. `report` is a tail call and so is its call of the
+ * probe: at the probe the stack is the caller's. */
+EXPORT void *malloc(size_t size)
+{
+	if (LIKELY(!sampled(size)))
+		return __libc_malloc(size);
+	return report(__libc_malloc(size), size, AK_MALLOC);
+}
+
+EXPORT void free(void *p)
+{
+	/* the free event goes before the block can be handed out again */
+	if (UNLIKELY(forget(p)))
+		sampled_free(p);
+	__libc_free(p);
+}
+
+EXPORT void *calloc(size_t n, size_t size)
+{
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total))
+		return __libc_calloc(n, size); /* fails, as glibc's does */
+	if (LIKELY(!sampled(total)))
+		return __libc_calloc(n, size);
+	return report(__libc_calloc(n, size), total, AK_CALLOC);
+}
+
+static inline void *do_realloc(void *old, size_t size, unsigned kind)
+{
+	int was = forget(old);
+	if (UNLIKELY(was))
+		sampled_free(old); /* before the old address can be reused */
+	int s = sampled(size);
+	void *p = __libc_realloc(old, size);
+	if (UNLIKELY(was) && !p && size)
+		remember(old); /* failed: the old block lives on (its free event was sent) */
+	if (LIKELY(!s))
+		return p;
+	return report(p, size, kind);
+}
+
+EXPORT void *realloc(void *old, size_t size)
+{
+	return do_realloc(old, size, AK_REALLOC);
+}
+
+EXPORT void *reallocarray(void *old, size_t n, size_t size)
+{
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return do_realloc(old, total, AK_REALLOCARRAY);
+}
+
+EXPORT void *memalign(size_t align, size_t size)
+{
+	if (LIKELY(!sampled(size)))
+		return __libc_memalign(align, size);
+	return report(__libc_memalign(align, size), size, AK_MEMALIGN);
+}
+
+EXPORT void *aligned_alloc(size_t align, size_t size)
+{
+	if (LIKELY(!sampled(size)))
+		return __libc_memalign(align, size);
+	return report(__libc_memalign(align, size), size, AK_ALIGNED_ALLOC);
+}
+
+EXPORT void *valloc(size_t size)
+{
+	if (LIKELY(!sampled(size)))
+		return __libc_valloc(size);
+	return report(__libc_valloc(size), size, AK_VALLOC);
+}
+
+EXPORT void *pvalloc(size_t size)
+{
+	if (LIKELY(!sampled(size)))
+		return __libc_pvalloc(size);
+	return report(__libc_pvalloc(size), size, AK_PVALLOC);
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t size)
+{
+	if (align % sizeof(void *) != 0 || (align & (align - 1)) != 0 || align == 0)
+		return EINVAL;
+	int s = sampled(size);
+	void *p = __libc_memalign(align, size);
+	if (!p)
+		return ENOMEM;
+	*out = p;
+	if (LIKELY(!s) || !remember(p))
+		return 0;
+	if (UNLIKELY(forked))
+		return ebtrace_sampled_alloc_rc_forked(p, size, AK_POSIX_MEMALIGN);
+	return ebtrace_sampled_alloc_rc(p, size, AK_POSIX_MEMALIGN);
+}

@@ -1,0 +1,145 @@
+//! Every clap type of ebrec: the commands and their arguments. The command modules
+//! (probes, doctor, diagnose) take their arguments from here; this module imports none of
+//! them. `ebrec record`'s flags are the recorder's `RecordConfig` (its `cli` feature).
+
+use clap::{Parser, Subcommand};
+use ebtrace_record::funcs::FuncSpec;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ebrec",
+    version,
+    about = "Record allocations, leaks and lock contention of C++ processes with eBPF"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Record events of running processes (-p), of a command it starts (-- CMD), or of all.
+    #[command(after_help = "Examples:
+  ebrec record -o trace.pb.zst --alloc=4096 -p 1234
+  ebrec record -o trace.pb.zst --alloc --lock=100 -- ./server --port 8080
+  ebrec record -o trace.pb.zst --alloc=1024 --sample 10 --all --duration 30
+  ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
+    Record(Box<RecordArgs>),
+    /// List the functions `--func` would attach to, from the target's symbol tables.
+    Probes(ProbesArgs),
+    /// Check that this machine (and with -p, that process) can be recorded: each check one
+    /// line, `ok`, `warn` or `FAIL`, with the fix. Exits 1 when a check FAILs.
+    #[command(after_help = "Examples:
+  ebrec doctor
+  ebrec doctor -p 1234            # also its binaries: frame pointers, symbols, --stack-mode
+  ebrec doctor -p 1234 --json")]
+    Doctor(DoctorArgs),
+    /// The one command to run when paged: cpu, offcpu, lock, memgrowth, syscalls, bio, runq
+    /// and tcp at once for DURATION under a CPU budget, then (with ebsym) the symbolized
+    /// trace, a flame graph and a top report per kind, the latency reports and heat maps,
+    /// and summary.txt/summary.json with the top finding of each family.
+    #[command(after_help = "Examples:
+  ebrec diagnose -p 1234 --duration 30 -o diag/
+  ebrec diagnose --all --duration 10 -o diag/
+  ebrec diagnose -o diag/ -- ./server --port 8080")]
+    Diagnose(DiagnoseArgs),
+    /// Run continuously (for systemd): record the targets in windows of --window seconds,
+    /// keep the newest --keep window files, push one profile per window and kind to the
+    /// profiling backends (--push), serve Prometheus metrics (--metrics).
+    #[command(after_help = "Examples:
+  ebrec agent --cpu --offcpu --lock --comm '^db_bench$' --push pyroscope+http://127.0.0.1:4040 --service db
+  ebrec agent --cpu --all --window 10 --keep 6 --max-size 512M -o /var/lib/ebrec/agent.pb.zst
+  ebrec agent --cpu --cgroup system.slice/nginx.service --push parca+http://parca:7070 --metrics 127.0.0.1:9464")]
+    Agent(Box<ebtrace_agent::AgentArgs>),
+    /// Push a trace's profiles (one per kind) to profiling backends, as `ebrec agent
+    /// --push` pushes each window: Pyroscope, Parca (gRPC-Web), OTLP/HTTP. Exits 1 with
+    /// the reason when a backend did not take them.
+    #[command(after_help = "Examples:
+  ebrec push trace.pb.zst --push pyroscope+http://127.0.0.1:4040 --service db
+  ebrec push trace.pb.zst --push parca+http://parca:7070 --label env=prod
+  ebrec push trace.pb.zst --push otlp+https://otel:4318 --auth-file /etc/ebrec/auth --symbolize")]
+    Push(Box<ebtrace_agent::push::PushArgs>),
+    /// Write ebrec's man pages (ebrec.1 and one per command, from these definitions).
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+/// `ebrec man`.
+#[derive(clap::Args, Debug)]
+pub struct ManArgs {
+    /// The directory to write the pages into (created).
+    #[arg(short, long, default_value = "docs/man")]
+    pub output: PathBuf,
+}
+
+/// `ebrec record`'s flags: the recorder's own configuration (its clap derive is the `cli`
+/// feature of ebtrace-record).
+pub use ebtrace_record::config::RecordConfig as RecordArgs;
+
+/// `ebrec probes`: what `--func` would attach to, one function a line.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Each line: demangled name, binary, ELF address, size (tab-separated).
+
+Examples:
+  ebrec probes -p 1234 'shop::*lookup*'
+  ebrec probes -p 1234 shop::Catalog::slow_lookup libc.so.6:malloc
+  ebrec probes 'operator new(unsigned long)' -- ./server --port 8080
+  ebrec probes ./server:0x4011d6 _ZN4shop7Catalog6lookupEm -- ./server"
+)]
+pub struct ProbesArgs {
+    /// Search the binaries this running process maps.
+    #[arg(short, long = "pid")]
+    pub pid: Option<u32>,
+    /// What `--func` takes: NAME, GLOB, MANGLED, LIB:SYMBOL or BINARY:0xADDR, each with an
+    /// optional :MIN_US.
+    #[arg(value_name = "PATTERN", required = true)]
+    pub patterns: Vec<FuncSpec>,
+    /// Search this command's executable and the libraries it needs, without starting it.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// Arguments of `ebrec doctor`.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Also check this process: that it is readable and, for each binary it maps, frame
+    /// pointers, symbols, debug info, and the --stack-mode it needs.
+    #[arg(short, long = "pid")]
+    pub pid: Option<u32>,
+    /// One JSON object on stdout: {"checks":[{"check","status","finding","fix"}],
+    /// "binaries":[…], "stack_mode"}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ebrec diagnose`.
+#[derive(clap::Args, Debug)]
+pub struct DiagnoseArgs {
+    /// The folder to write (created; files of an earlier diagnose in it are replaced).
+    #[arg(short, long, default_value = "diag")]
+    pub output: PathBuf,
+    /// Diagnose this running process (repeatable).
+    #[arg(short, long = "pid")]
+    pub pid: Vec<u32>,
+    /// Diagnose every process.
+    #[arg(long)]
+    pub all: bool,
+    /// Seconds to record.
+    #[arg(long, default_value_t = 30.0)]
+    pub duration: f64,
+    /// The budget for the recording, percent of one CPU (ebrec record --max-cpu).
+    #[arg(long, value_name = "PCT", default_value_t = 5.0)]
+    pub max_cpu: f64,
+    /// The ebsym to make the reports with (default: next to ebrec, else on PATH).
+    #[arg(long)]
+    pub ebsym: Option<PathBuf>,
+    /// Debug files for ebsym (as `ebsym --debug-dir`; repeatable).
+    #[arg(long)]
+    pub debug_dir: Vec<PathBuf>,
+    /// The command to start and diagnose.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}

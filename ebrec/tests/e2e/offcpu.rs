@@ -1,0 +1,296 @@
+//! Off-CPU time end to end (--offcpu): ebrec records testdata's offcpu_blocks, whose threads
+//! block in known functions for known times (a nanosleep in sleeper_a, a pipe read in
+//! reader_b ended by writer_c's write) after a ping-pong of short blocks; ebsym reports. The
+//! kernel side keeps only a timestamp per block and takes the stacks of the long ones: the
+//! kernel stack at the switch-in, the user stack at the syscall exit, the waker's at the
+//! wake. Checked in every --stack-mode. Needs root (skips loudly without it; fails when
+//! CI=true).
+
+use crate::common;
+use common::{ebsym_json, expect_line, root};
+use ebtrace_format::events::Family;
+use ebtrace_format::proto::{record::Kind, EventFamily};
+use ebtrace_format::{Tables, TraceReader};
+use serde_json::Value;
+use std::path::Path;
+
+/// The threshold the test records with: 5 ms, far under the 20 ms blocks and far over the
+/// ping-pong's microseconds.
+const MIN_US: u64 = 5000;
+const MS: u64 = 1_000_000;
+
+/// (function, is a kernel frame) of a report row's frames (`key`: "frames" or
+/// "waker_frames"), leaf first.
+fn frames(row: &Value, key: &str) -> Vec<(String, bool)> {
+    row[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["function"].as_str().unwrap_or("").to_string(),
+                f["module"].as_str() == Some("[kernel]"),
+            )
+        })
+        .collect()
+}
+
+fn user(f: &[(String, bool)]) -> Vec<&str> {
+    f.iter().filter(|x| !x.1).map(|x| x.0.as_str()).collect()
+}
+
+fn kernel(f: &[(String, bool)]) -> Vec<&str> {
+    f.iter().filter(|x| x.1).map(|x| x.0.as_str()).collect()
+}
+
+/// Whether a demangled name is `want` (with or without its parameters).
+fn is_fn(name: &str, want: &str) -> bool {
+    name == want || name.strip_prefix(want).is_some_and(|r| r.starts_with('('))
+}
+
+/// The off-CPU events of the trace, its off-CPU stats (hits, kept, filtered), and the runs
+/// of the off-CPU programs the kernel skipped (a BPF program already running on that CPU:
+/// counted losses, which the trace states).
+fn offcpu_events(
+    path: &Path,
+) -> (
+    Vec<ebtrace_format::events::OffCpuEvent>,
+    (u64, u64, u64),
+    u64,
+) {
+    let mut r = TraceReader::open(path).unwrap();
+    let mut tables = Tables::default();
+    let mut out = Vec::new();
+    let mut stats = (0, 0, 0);
+    let mut skipped = 0;
+    for rec in r.by_ref() {
+        if let Some(Kind::Stats(s)) = &rec.kind {
+            for f in &s.families {
+                if f.family == EventFamily::Offcpu as i32 {
+                    stats = (f.hits, f.kept, f.filtered);
+                }
+            }
+            skipped = s
+                .programs
+                .iter()
+                .filter(|p| p.name.starts_with("offcpu_"))
+                .map(|p| p.recursion_misses)
+                .sum();
+        }
+        if tables.observe(&rec) {
+            continue;
+        }
+        if let Some(Kind::Offcpu(b)) = rec.kind {
+            out.extend(b.decode().unwrap());
+        }
+    }
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    (out, stats, skipped)
+}
+
+/// The report rows of thread `tid` whose user stack has `func`.
+fn rows_with(t: &str, tid: u64, func: &str) -> Vec<Value> {
+    let top = ebsym_json(&[
+        "top",
+        t,
+        "--kind",
+        "offcpu",
+        "--tid",
+        &tid.to_string(),
+        "-n",
+        "1000",
+    ]);
+    top["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| user(&frames(r, "frames")).iter().any(|f| is_fn(f, func)))
+        .cloned()
+        .collect()
+}
+
+fn check(mode: &str) {
+    let flags = ["--offcpu=5000", "--stack-mode", mode];
+    assert_eq!(flags[0], format!("--offcpu={MIN_US}"));
+    let rec = common::record(
+        "offcpu_blocks",
+        &flags,
+        &["--ms", "21", "--writer-ms", "25"],
+    );
+    let expect = expect_line(&rec.out, "offcpu_blocks");
+    let t = rec.trace.to_str().unwrap();
+    let sleeper = expect["sleeper"]["tid"].as_u64().unwrap();
+    let reader = expect["reader"]["tid"].as_u64().unwrap();
+    let writer = expect["writer"]["tid"].as_u64().unwrap();
+    let naps = expect["sleeper"]["naps"].as_u64().unwrap();
+    let rounds = expect["reader"]["rounds"].as_u64().unwrap();
+    let measured = |k: &str| -> u64 {
+        expect[k]["durations_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum()
+    };
+    let (events, (hits, kept, filtered), skipped) = offcpu_events(&rec.trace);
+    if skipped > 0 {
+        eprintln!("offcpu {mode}: the kernel skipped {skipped} runs of the off-CPU programs");
+    }
+
+    // The raw events: every sleeper_a nap and every reader_b read is one block of at least
+    // 20 ms (21 ms naps; the writer waits 25 ms once the reader is about to read), no longer
+    // than the program's own clock around the call says.
+    let mut seen_of = std::collections::HashMap::new();
+    for (tid, n, name) in [(sleeper, naps, "sleeper"), (reader, rounds, "reader")] {
+        let long: Vec<_> = events
+            .iter()
+            .filter(|e| u64::from(e.tid) == tid && e.duration_ns >= MIN_US * 1000)
+            .collect();
+        // Every block is there, but for those a skipped program run lost (the trace counts
+        // them; none is expected on a quiet machine).
+        let seen = long.len() as u64;
+        assert!(
+            seen <= n && n - seen <= skipped,
+            "{mode} {name}: {seen} of {n} blocks (hits {hits}, kept {kept}, filtered {filtered}, {skipped} program runs skipped by the kernel): {long:?}"
+        );
+        assert!(
+            long.iter()
+                .all(|e| e.duration_ns >= 20 * MS && e.stack != 0),
+            "{mode} {name}: {long:?}"
+        );
+        seen_of.insert(name, seen);
+        let total: u64 = long.iter().map(|e| e.duration_ns).sum();
+        let prog = measured(name);
+        assert!(
+            total <= prog && total as f64 >= prog as f64 * 0.95 * seen as f64 / n as f64,
+            "{mode} {name}: off-CPU {total} ns, the program measured {prog} ns"
+        );
+    }
+    // reader_b's blocks were ended by writer_c's thread, with a stack.
+    assert!(
+        events
+            .iter()
+            .filter(|e| u64::from(e.tid) == reader && e.duration_ns >= 20 * MS)
+            .all(|e| u64::from(e.waker_tid) == writer && e.waker_stack != 0),
+        "{mode}: {events:?}"
+    );
+
+    // The short blocks of the ping-pong are counted and dropped in the kernel: none kept
+    // but the rare one that a busy machine stretched past the threshold. (A round trip
+    // blocks each side at most once; less when the byte is there before the read.)
+    let pp: Vec<u64> = expect["pingpong"]["tids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    let trips = expect["pingpong"]["round_trips"].as_u64().unwrap();
+    let pp_kept: Vec<_> = events
+        .iter()
+        .filter(|e| pp.contains(&u64::from(e.tid)))
+        .collect();
+    assert!(
+        filtered >= trips / 2 && filtered <= hits,
+        "{mode}: filtered {filtered} of {hits} hits, {trips} ping-pong round trips"
+    );
+    assert!(
+        (pp_kept.len() as u64) * 100 <= filtered * 2,
+        "{mode}: {} ping-pong blocks kept, {filtered} dropped",
+        pp_kept.len(),
+    );
+    assert!(
+        pp_kept.iter().all(|e| e.duration_ns >= MIN_US * 1000),
+        "{mode}: {pp_kept:?}"
+    );
+    assert_eq!(kept, events.len() as u64, "{mode}");
+    assert!(
+        hits >= kept + filtered,
+        "{mode}: hits {hits} kept {kept} filtered {filtered}"
+    );
+
+    // The stacks, symbolized: user frames name the function that blocked and its caller, the
+    // kernel frames the syscall's path.
+    let naps_rows = rows_with(t, sleeper, "offcpu::sleeper_a");
+    let count: u64 = naps_rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(count, seen_of["sleeper"], "{mode}: {naps_rows:#?}");
+    for r in &naps_rows {
+        let f = frames(r, "frames");
+        let u = user(&f);
+        let k = kernel(&f);
+        let at = u
+            .iter()
+            .position(|x| is_fn(x, "offcpu::sleeper_a"))
+            .unwrap();
+        assert!(
+            u[at + 1..].iter().any(|x| is_fn(x, "offcpu::sleeper_loop")),
+            "{mode}: {u:?}"
+        );
+        assert!(
+            k.contains(&"entry_SYSCALL_64_after_hwframe"),
+            "{mode}: {k:?}"
+        );
+        assert!(k.iter().any(|x| x.contains("nanosleep")), "{mode}: {k:?}");
+        // kernel frames first (leaf first), then user frames
+        assert!(f[0].1 && !f[f.len() - 1].1, "{mode}: {f:?}");
+    }
+    let read_rows = rows_with(t, reader, "offcpu::reader_b");
+    let count: u64 = read_rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(count, seen_of["reader"], "{mode}: {read_rows:#?}");
+    for r in &read_rows {
+        let f = frames(r, "frames");
+        let u = user(&f);
+        let k = kernel(&f);
+        assert!(
+            u.iter().any(|x| is_fn(x, "offcpu::reader_loop")),
+            "{mode}: {u:?}"
+        );
+        assert!(k.iter().any(|x| x.contains("pipe_read")), "{mode}: {k:?}");
+        assert!(k.contains(&"ksys_read"), "{mode}: {k:?}");
+        assert!(
+            k.contains(&"entry_SYSCALL_64_after_hwframe"),
+            "{mode}: {k:?}"
+        );
+        // the waker: writer_c writing to the pipe
+        let w = frames(r, "waker_frames");
+        assert!(
+            user(&w).iter().any(|x| is_fn(x, "offcpu::writer_c")),
+            "{mode}: {w:?}"
+        );
+        assert!(
+            kernel(&w).iter().any(|x| x.contains("pipe_write")),
+            "{mode}: {w:?}"
+        );
+    }
+}
+
+#[test]
+fn offcpu_blocks_fp() {
+    if !root() {
+        return;
+    }
+    check("fp");
+}
+
+#[test]
+fn offcpu_blocks_cfi() {
+    if !root() {
+        return;
+    }
+    check("cfi");
+}
+
+#[test]
+fn offcpu_blocks_auto() {
+    if !root() {
+        return;
+    }
+    check("auto");
+}
+
+#[test]
+fn offcpu_blocks_dwarf() {
+    if !root() {
+        return;
+    }
+    check("dwarf");
+}

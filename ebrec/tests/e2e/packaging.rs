@@ -1,0 +1,145 @@
+//! packaging/ebrec-agent.service: systemd accepts the unit, and its capability set is enough:
+//! the agent run as an unprivileged user (nobody) with exactly the unit's capabilities records
+//! a root-owned testdata program's off-CPU blocks, named. Needs root to set that up (skips
+//! loudly without it; fails when CI=true).
+
+use crate::common;
+use common::{ebsym_json, root};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn unit() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/ebrec-agent.service");
+    std::fs::read_to_string(p).unwrap()
+}
+
+fn values(unit: &str, key: &str) -> Vec<String> {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+        .flat_map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .collect()
+}
+
+#[test]
+fn systemd_accepts_the_unit() {
+    let u = unit();
+    let ambient = values(&u, "AmbientCapabilities");
+    assert_eq!(ambient, values(&u, "CapabilityBoundingSet"));
+    assert!(
+        ambient.contains(&"CAP_BPF".to_string()) && ambient.contains(&"CAP_PERFMON".to_string())
+    );
+    assert!(
+        !ambient.contains(&"CAP_SYS_ADMIN".to_string()),
+        "the unit grants CAP_SYS_ADMIN"
+    );
+    assert_eq!(values(&u, "DynamicUser"), ["yes"]);
+    let Ok(sa) = which("systemd-analyze") else {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("systemd-analyze is missing and CI=true");
+        }
+        eprintln!("\n*** SKIPPED: no systemd-analyze to verify the unit ***\n");
+        return;
+    };
+    // The unit as installed, with ExecStart on this build's ebrec.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("ebrec-agent.service");
+    std::fs::write(
+        &copy,
+        u.replace("/usr/local/bin/ebrec", env!("CARGO_BIN_EXE_ebrec")),
+    )
+    .unwrap();
+    let out = Command::new(sa).arg("verify").arg(&copy).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let complaints: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("ebrec-agent.service"))
+        .collect();
+    assert!(out.status.success() && complaints.is_empty(), "{err}");
+}
+
+fn which(cmd: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(cmd))
+                .find(|c| c.is_file())
+        })
+        .ok_or(())
+}
+
+#[test]
+fn the_units_capabilities_are_enough_as_nobody() {
+    if !root() {
+        return;
+    }
+    let caps: Vec<String> = values(&unit(), "AmbientCapabilities")
+        .iter()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let caps = caps.join(",");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // A root-owned target: nobody needs the capabilities to see into it.
+    let target = common::start_waiting(
+        "offcpu_blocks",
+        &["--naps", "4", "--ms", "100", "--pingpong", "100"],
+    );
+    let pid = target.pid;
+    let out = dir.path().join("a.pb.zst");
+    let mut agent = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--bounding-set=-all,{caps}"))
+        .arg(format!("--inh-caps=-all,{caps}"))
+        .arg(format!("--ambient-caps=-all,{caps}"))
+        .arg(env!("CARGO_BIN_EXE_ebrec"))
+        .args([
+            "agent",
+            "--offcpu=5000",
+            "--cpu",
+            "--window",
+            "1",
+            "--duration",
+            "4",
+        ])
+        .args(["-p", &pid.to_string(), "-o", out.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(agent.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        if err.read_line(&mut l).unwrap() == 0 {
+            panic!("the agent as nobody never recorded: {lines:#?}");
+        }
+        if l.contains("recording to") {
+            break;
+        }
+        lines.push(l);
+    }
+    target.go();
+    let mut tail = String::new();
+    std::io::Read::read_to_string(&mut err, &mut tail).unwrap();
+    assert!(agent.wait().unwrap().success(), "{lines:#?}\n{tail}");
+    let mut naps = 0;
+    for e in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        let p = e.path();
+        let top = ebsym_json(&["top", p.to_str().unwrap(), "--kind", "offcpu", "-n", "1000"]);
+        for r in top["rows"].as_array().unwrap() {
+            let named = r["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["function"].as_str().unwrap_or("").contains("sleeper_a"));
+            if named {
+                naps += r["count"].as_u64().unwrap();
+            }
+        }
+    }
+    assert_eq!(
+        naps, 4,
+        "the program's 4 naps, named, as nobody with the unit's capabilities"
+    );
+}

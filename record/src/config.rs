@@ -1,0 +1,313 @@
+//! What `ebrec record` (and each window of `ebrec agent`) records: every option of a
+//! recording. With the `cli` feature (ebrec's) the same structs are clap's arguments, so
+//! each flag and its help are written once; the library itself links no clap.
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
+pub struct RecordConfig {
+    /// Trace file to write (created 0600).
+    #[cfg_attr(feature = "cli", arg(short, long, default_value = "trace.pb.zst"))]
+    pub output: PathBuf,
+    /// Trace this running process (repeatable).
+    #[cfg_attr(feature = "cli", arg(short, long = "pid"))]
+    pub pid: Vec<u32>,
+    /// Trace every process (uprobes then cost every process a trap per call).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub all: bool,
+    /// Allocations of at least MIN_BYTES (default 0: all), with frees of traced blocks.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_BYTES", num_args = 0..=1, require_equals = true, default_missing_value = "0"))]
+    pub alloc: Option<u64>,
+    /// The allocator library to probe instead of the one found in the target (jemalloc,
+    /// tcmalloc); repeatable.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "PATH"))]
+    pub alloc_lib: Vec<PathBuf>,
+    /// Do not probe free: no leak report, but one uprobe trap less per allocation and free.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_free: bool,
+    /// Keep one allocation in N, at random.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 1))]
+    pub sample: u32,
+    /// How --alloc sees allocations. uprobe: a uprobe on the allocator's functions in the
+    /// targets (any process, -p too; every call pays the trap). preload: start the command
+    /// (-- CMD only) with a small preloaded shim that samples allocations by bytes inside
+    /// the process (--sample-bytes) and traps only for the sampled ones and their frees:
+    /// a few ns per call, estimates in the reports.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_enum,
+            value_name = "uprobe|preload",
+            default_value = "uprobe"
+        )
+    )]
+    pub alloc_sampler: AllocSampler,
+    /// Sample allocations by bytes: on average one event per N bytes allocated (an
+    /// allocation of S bytes is kept with probability 1 - exp(-S/N)); reports scale the
+    /// events back and say they are estimates. Default with --alloc-sampler preload: 524288.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
+    pub sample_bytes: Option<u64>,
+    /// Count in the kernel instead of sending an event per call, per process and stack, in
+    /// BPF maps written to the trace every SECS seconds (default 10) and at the end: --alloc
+    /// calls and bytes (and with frees tracked, the live blocks and bytes for the leak
+    /// report), --cpu samples, --offcpu blocks and time (no waker stacks), --lock waits and
+    /// time waited and held (per lock; no waker stacks, no percentiles). The same reports
+    /// work; there is no per-event timeline. --func and --memgrowth still send events.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SECS", num_args = 0..=1, require_equals = true, default_missing_value = "10"))]
+    pub aggregate: Option<u64>,
+    /// --aggregate: the most distinct (process, stack) keys counted at once; calls under a
+    /// new stack past it are counted as lost (map full).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 65536))]
+    pub aggregate_stacks: u32,
+    /// How the allocator's uprobes run: `session` (kernel >= 6.13: one uprobe_multi link per
+    /// library; the return probe runs only for calls kept at entry, so an allocation that is
+    /// not kept costs one trap), `classic` (entry and return probes on every call), or
+    /// `auto` (session where the kernel has it).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value = "auto"))]
+    pub alloc_probes: AllocProbesArg,
+    /// Lock waits of at least MIN_US microseconds (default 0: all contended waits).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0"))]
+    pub lock: Option<u64>,
+    /// futex: contended waits only, at no cost for uncontended locks; uprobe: exact wait and
+    /// hold of every pthread_mutex lock (a trap per lock call).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value = "futex"))]
+    pub lock_mode: LockModeArg,
+    /// On-CPU samples at HZ per CPU (default 99), with user and kernel stacks.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "HZ", num_args = 0..=1, require_equals = true, default_missing_value = "99"))]
+    pub cpu: Option<u64>,
+    /// Off-CPU blocks of at least MIN_US microseconds (default 100), with the blocking stack
+    /// and the waker.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "100"))]
+    pub offcpu: Option<u64>,
+    /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub memgrowth: bool,
+    /// Every system call counted in a latency histogram per (process, syscall) in the
+    /// kernel; calls of at least MIN_US microseconds (default 1000) kept with the caller's
+    /// stack.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "1000"))]
+    pub syscalls: Option<u64>,
+    /// Block I/O requests issued by the targets: device, sector, bytes, op, start to
+    /// completion, the issuing stack; requests of at least MIN_US (default 0: all) kept as
+    /// events, all counted in histograms per (process, device, op).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "0"))]
+    pub bio: Option<u64>,
+    /// Run-queue latency (runnable to running) of every thread of the targets in histograms;
+    /// waits of at least MIN_US (default 1000) kept with the waiting thread's stack.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "1000"))]
+    pub runq: Option<u64>,
+    /// The targets' TCP connections: connects and accepts with their stacks, state changes,
+    /// lifetimes, bytes, retransmits and resets.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub tcp: bool,
+    /// Calls of a function, with their duration and the stack at entry (repeatable). SPEC:
+    /// a demangled C++ name or glob (`ns::Class::method`, `ns::*::get*`), a mangled name,
+    /// `LIB:SYMBOL` or `BINARY:0xADDR`; `:MIN_US` keeps only calls that long. `ebrec probes`
+    /// lists what a SPEC attaches to.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SPEC[:MIN_US]"))]
+    pub func: Vec<String>,
+    /// With --func: also keep the first N integer arguments of each call (0-6). This copies
+    /// data of the target (pointers, sizes, ids) into the trace.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6)))]
+    pub args: u32,
+    /// With --func: how the end of a call is caught. auto: a uprobe on each `ret` and tail
+    /// jump of the function (a C++ exception through the call just leaves it unfinished), or
+    /// a uretprobe for a function that calls nothing; a function whose exits cannot all be
+    /// found (an indirect jump) is refused. exits: the exit uprobes even for a function that
+    /// calls nothing. uretprobe: always a uretprobe, cheaper per call (a probed `ret` is
+    /// single-stepped), but an exception unwinding through a probed call terminates the target.
+    #[cfg_attr(feature = "cli", arg(long, value_enum, default_value = "auto"))]
+    pub func_exit: FuncExitMode,
+    /// How user stacks are taken. auto (the default): unwound in the kernel with each
+    /// binary's unwind rows (from .eh_frame, loaded once per file), and with the frame
+    /// pointer in code that has no rows loaded: whole stacks with or without frame pointers,
+    /// return addresses only. cfi: the rows only (a frame without rows ends the stack,
+    /// marked). fp: the kernel's frame-pointer walk, the cheapest. dwarf[:BYTES]: also copy
+    /// the top BYTES of the stack (default 16384, at most 32768) for ebsym to unwind offline:
+    /// for code no CFI rows describe; the trace then holds the target's stack memory.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_stack_mode))]
+    pub stack_mode: StackMode,
+    /// With --stack-mode cfi|auto: most memory for the unwind rows in the kernel (suffixes
+    /// k, M, G). A binary whose rows do not fit is counted and walked with the frame
+    /// pointer (auto), or ends its stacks (cfi); tables no process maps any more are
+    /// evicted first.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size))]
+    pub cfi_memory: u64,
+    /// With --stack-mode dwarf|auto: do not store the binaries' unwind tables (.eh_frame) in
+    /// the trace; ebsym then needs the binaries to unwind.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub no_unwind_info: bool,
+    /// Cap the events kept per second (all families, split evenly over the CPUs, a token
+    /// bucket per CPU in BPF with a 100 ms burst); events over the cap are counted as lost
+    /// (rate limit). It bounds the BPF work per event, not the uprobe trap itself.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
+    pub max_events_per_sec: Option<u64>,
+    /// Keep ebrec's cost under PCT percent of one CPU (its BPF run time, the uprobe traps at
+    /// a cost calibrated at start, and its own CPU, measured each second): above it, the
+    /// family that costs most is sampled less (coarser --sample-bytes, lower --cpu Hz, higher
+    /// --offcpu threshold), and uprobe families whose traps cost too much (the allocator's,
+    /// --func's) pause; they come back when the cost allows. Every change is in the trace,
+    /// and the reports show the effective rates and the paused periods.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "PCT"))]
+    pub max_cpu: Option<f64>,
+    /// Stop cleanly when the trace reaches SIZE bytes (suffixes k, M, G: powers of 1024),
+    /// before a disk fills; with --rotate, go on in a new file instead.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SIZE", value_parser = parse_size))]
+    pub max_size: Option<u64>,
+    /// With --max-size: when the trace is full, rename it OUTPUT.1 (older ones shift to .2,
+    /// …), keep at most N of them, and go on in a new OUTPUT; each file reads on its own.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", requires = "max_size"))]
+    pub rotate: Option<u32>,
+    /// Stop after SECONDS.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "SECONDS"))]
+    pub duration: Option<f64>,
+    /// Size of each BPF ring buffer in bytes (a power of two, at least one page; default
+    /// 8 MiB, 64 MiB with --stack-mode dwarf).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub ringbuf_size: Option<u32>,
+    /// Most user frames per stack (at most 127).
+    #[cfg_attr(feature = "cli", arg(long, default_value_t = 127, value_parser = clap::value_parser!(u32).range(1..=127)))]
+    pub stack_depth: u32,
+    /// No live status line.
+    #[cfg_attr(feature = "cli", arg(short, long))]
+    pub quiet: bool,
+    /// Measure each BPF program's run time (kernel BPF stats) for the exit summary and the
+    /// trace's Stats. They cost every BPF program run on the machine two clock reads (about
+    /// 30 ns here), so they are off unless asked for; --max-cpu turns them on (it measures
+    /// with them).
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub bpf_stats: bool,
+    /// The command to start and trace from its first instruction.
+    #[cfg_attr(feature = "cli", arg(last = true, value_name = "CMD"))]
+    pub command: Vec<OsString>,
+}
+
+impl RecordConfig {
+    /// `--alloc --alloc-sampler preload`: the shim's mean bytes between samples.
+    pub fn preload_period(&self) -> Option<u64> {
+        (self.alloc.is_some() && self.alloc_sampler == AllocSampler::Preload)
+            .then(|| self.sample_bytes.unwrap_or(crate::preload::DEFAULT_PERIOD))
+    }
+}
+
+/// --ringbuf-size, else 8 MiB, or 64 MiB when events carry stack copies (up to 32 KiB each).
+pub fn ringbuf_bytes(a: &RecordConfig) -> u32 {
+    a.ringbuf_size.unwrap_or(match a.stack_mode {
+        StackMode::Fp | StackMode::Cfi | StackMode::Auto => 8 << 20,
+        StackMode::Dwarf(_) => 64 << 20,
+    })
+}
+
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => {
+            let m = match t[i..].to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "" => 1,
+                _ => return Err(format!("'{s}': a size is a number with k, M or G")),
+            };
+            (&t[..i], m)
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}': a size is a number with k, M or G"))?;
+    let v = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))?;
+    if v < 64 << 10 {
+        return Err(format!("'{s}': at least 64k"));
+    }
+    Ok(v)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackMode {
+    Fp,
+    Dwarf(u32),
+    Cfi,
+    Auto,
+}
+
+impl StackMode {
+    /// The walk in the kernel with unwind rows (cfi, auto).
+    pub fn in_kernel_cfi(self) -> bool {
+        matches!(self, StackMode::Cfi | StackMode::Auto)
+    }
+}
+
+impl std::fmt::Display for StackMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StackMode::Fp => write!(f, "fp"),
+            StackMode::Dwarf(b) => write!(f, "dwarf:{b}"),
+            StackMode::Cfi => write!(f, "cfi"),
+            StackMode::Auto => write!(f, "auto"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum FuncExitMode {
+    Auto,
+    Exits,
+    Uretprobe,
+}
+
+pub fn parse_stack_mode(s: &str) -> std::result::Result<StackMode, String> {
+    let (mode, bytes) = match s.split_once(':') {
+        Some((m, b)) => (m, Some(b)),
+        None => (s, None),
+    };
+    let bytes = match bytes {
+        None => 16384,
+        Some(b) => {
+            let n: u32 = b
+                .parse()
+                .map_err(|_| format!("'{b}' is not a number of bytes"))?;
+            if !(512..=32768).contains(&n) {
+                return Err(format!(
+                    "the stack copy must be 512 to 32768 bytes (got {n})"
+                ));
+            }
+            n & !7
+        }
+    };
+    match mode {
+        "fp" if bytes == 16384 => Ok(StackMode::Fp),
+        "cfi" if bytes == 16384 => Ok(StackMode::Cfi),
+        "auto" if bytes == 16384 => Ok(StackMode::Auto),
+        "dwarf" => Ok(StackMode::Dwarf(bytes)),
+        _ => Err(format!("'{s}': use auto, cfi, fp or dwarf[:BYTES]")),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum AllocProbesArg {
+    Auto,
+    Session,
+    Classic,
+}
+
+/// `--alloc-sampler`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum AllocSampler {
+    Uprobe,
+    Preload,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum LockModeArg {
+    Futex,
+    Uprobe,
+}
