@@ -584,7 +584,7 @@ fn check(a: &AgentArgs) -> Result<()> {
         }
         if r.alloc.is_some()
             && (r.alloc_probes == ebtrace_record::config::AllocProbesArg::Classic
-                || !ebtrace_record::probes::kernel_has_sessions())
+                || !ebtrace_record::features::uprobe_sessions())
         {
             bail!("--alloc with --comm or --cgroup attaches the allocator probes to each process found, which needs uprobe sessions (kernel 6.13; this is {}): use -p PID", procfs::uname().1);
         }

@@ -10,6 +10,7 @@ pub mod budget;
 pub mod cfi;
 pub mod config;
 pub mod elf;
+pub mod features;
 pub mod funcs;
 pub mod header;
 pub mod kallsyms;

@@ -2,7 +2,7 @@
 use crate::elf::Symbols;
 use crate::perf;
 use crate::placement::{self, Placement};
-use crate::procfs;
+use crate::{features, procfs};
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
@@ -301,17 +301,12 @@ struct PausableLink {
 /// A library's allocator functions for one session link: (path, file offsets, cookies).
 type SessionPlan = (PathBuf, Vec<u64>, Vec<u64>);
 
-/// Whether the kernel has uprobe sessions (BPF_TRACE_UPROBE_SESSION, Linux 6.13).
-pub fn kernel_has_sessions() -> bool {
-    procfs::kernel_version(&procfs::uname().1).is_some_and(|v| v >= (6, 13))
-}
-
 /// Whether the allocator probes run as uprobe sessions for `arg`.
 pub fn use_sessions(arg: crate::config::AllocProbesArg) -> bool {
     match arg {
         crate::config::AllocProbesArg::Classic => false,
         crate::config::AllocProbesArg::Session => true,
-        crate::config::AllocProbesArg::Auto => kernel_has_sessions(),
+        crate::config::AllocProbesArg::Auto => features::uprobe_sessions(),
     }
 }
 
@@ -673,7 +668,7 @@ impl<'obj> Probes<'obj> {
             // The histograms are per CPU: at most 64 MiB of them whatever the CPU count
             // (16,384 keys on up to 11 CPUs; a full map is a counted loss).
             open.maps.hists.set_max_entries(hist_keys(ncpu))?;
-            let new_bio = kernel_has_btf_type("btf_trace_block_io_start");
+            let new_bio = features::has_btf_type("btf_trace_block_io_start");
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("sys_") {
@@ -695,7 +690,7 @@ impl<'obj> Probes<'obj> {
                     .strip_prefix("tp_btf/")
                     .unwrap_or(&section)
                     .to_string();
-                let missing = on && !kernel_has_btf_type(&format!("btf_trace_{tp}"));
+                let missing = on && !features::has_btf_type(&format!("btf_trace_{tp}"));
                 if missing && !(name.starts_with("bio_io_") || name.starts_with("bio_rq_")) {
                     eprintln!("ebrec: note: this kernel has no tracepoint {tp}: {name} is not attached, and what it records is missing from the trace");
                     missing_tps.push(name.clone());
@@ -884,7 +879,7 @@ impl<'obj> Probes<'obj> {
                 what.push("sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)");
             }
             if cfg.bio_min_ns.is_some() {
-                if kernel_has_btf_type("btf_trace_block_io_start") {
+                if features::has_btf_type("btf_trace_block_io_start") {
                     attach_present(
                         &missing_tps,
                         p.tp_pausable.get_mut(),
@@ -1781,15 +1776,6 @@ fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {
 fn hist_keys(ncpu: u32) -> u32 {
     let per_key = std::mem::size_of::<hist_val>() as u64 * u64::from(ncpu.max(1));
     ((64u64 << 20) / per_key).clamp(1024, 16384) as u32
-}
-
-/// Whether the running kernel's BTF has a type of this name (a tracepoint `T` exists for
-/// tp_btf when `btf_trace_T` does).
-pub fn kernel_has_btf_type(name: &str) -> bool {
-    static BTF: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    let b = BTF.get_or_init(|| std::fs::read("/sys/kernel/btf/vmlinux").unwrap_or_default());
-    let needle = format!("{name}\0");
-    memchr::memmem::find(b, needle.as_bytes()).is_some()
 }
 
 /// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.

@@ -350,14 +350,6 @@ pub fn uname() -> (String, String, String) {
     (f(&u.nodename), f(&u.release), f(&u.machine))
 }
 
-/// Major and minor of a kernel release such as `6.18.44-fc-v657`.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut it = release.split(|c: char| !c.is_ascii_digit());
-    let major = it.next()?.parse().ok()?;
-    let minor = it.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

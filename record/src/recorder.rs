@@ -147,7 +147,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         }
     }
     if a.alloc_probes == crate::config::AllocProbesArg::Session
-        && !crate::probes::kernel_has_sessions()
+        && !crate::features::uprobe_sessions()
     {
         bail!(
             "--alloc-probes session needs uprobe sessions (kernel 6.13 or later; this is {})",
@@ -293,7 +293,7 @@ fn record_with(
         } else if cfg.alloc_min.is_some() && probes.alloc_sessions() {
             eprintln!("ebrec: note: allocator probes run as uprobe sessions: every allocator call of the targets pays one uprobe trap, and only the calls kept pay the return probe; child processes are probed when their fork is seen");
         } else if cfg.alloc_min.is_some() {
-            eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold, and its return probe a second one (--alloc-probes classic{})", if crate::probes::kernel_has_sessions() { "" } else { ": the kernel has no uprobe sessions (6.13)" });
+            eprintln!("ebrec: note: every allocator call of the targets now pays a uprobe trap, whatever --alloc's threshold, and its return probe a second one (--alloc-probes classic{})", if crate::features::uprobe_sessions() { "" } else { ": the kernel has no uprobe sessions (6.13)" });
         }
         if cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Uprobe {
             eprintln!("ebrec: note: --lock-mode uprobe costs a trap at every pthread_mutex lock and unlock, contended or not");
