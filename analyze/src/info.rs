@@ -1,8 +1,11 @@
 //! `ebsym info`: what a user asks first about a trace from a bug ticket.
 //!
-//! JSON schema (`ebsym info --json`), stable: every field below is always present.
+//! JSON schema (`ebsym info --json`), stable: every field below is always present, and
+//! `schema_version` is [`crate::JSON_SCHEMA_VERSION`] (what keeps it and what bumps it is
+//! said there). Families are spelled by their registry name (`ebtrace_format::family`).
 //! ```text
-//! { "file": {"path", "bytes", "format_version", "chunks", "records"},
+//! { "schema_version",
+//!   "file": {"path", "bytes", "format_version", "chunks", "records"},
 //!   "header": {"recorder_version", "hostname", "kernel_release", "arch", "cpu_count",
 //!              "page_size", "boot_id", "clock", "options": {k: v}, "argv": [..],
 //!              "start_time": RFC 3339 or null},
@@ -16,7 +19,7 @@
 //!                  "cgroup",      // cgroup v2 path, "" if unknown
 //!                  "container_id",   // 64 hex from the cgroup path, "" if none
 //!                  "binaries": [{"path", "build_id"}]}],
-//!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "mem_growth", "syscall",
+//!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "memgrowth", "syscall",
 //!              "bio", "runq", "tcp", "histogram_rows"},
 //!   "stacks", "stack_copies", "stack_copy_bytes",   // copies of the target's stack memory
 //!   "uprobes_frames",   // stack frames in the kernel's uprobes page ([uprobes])
@@ -163,7 +166,7 @@ pub struct EventCounts {
     pub func: u64,
     pub cpu: u64,
     pub offcpu: u64,
-    pub mem_growth: u64,
+    pub memgrowth: u64,
     pub syscall: u64,
     pub bio: u64,
     pub runq: u64,
@@ -184,6 +187,8 @@ pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut s = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
+        // `is_multiple_of` is Rust 1.87; the workspace says 1.85.
+        #[allow(clippy::manual_is_multiple_of)]
         if i > 0 && (digits.len() - i) % 3 == 0 {
             s.push(',');
         }
@@ -216,7 +221,7 @@ pub fn enum_name(full: &str, prefix: &str) -> String {
 
 fn family_name(v: i32) -> String {
     ebtrace_format::family::by_number(v)
-        .map(|f| f.wire_name())
+        .map(|f| f.name.to_string())
         .unwrap_or_else(|| format!("family {v}"))
 }
 
@@ -286,7 +291,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             Kind::Funcs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.func)),
             Kind::CpuSamples(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.cpu)),
             Kind::Offcpu(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.offcpu)),
-            Kind::MemGrowth(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.mem_growth)),
+            Kind::MemGrowth(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.memgrowth)),
             Kind::Syscalls(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.syscall)),
             Kind::Bios(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.bio)),
             Kind::Runq(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.runq)),
@@ -657,7 +662,7 @@ impl Info {
             ("func", e.func),
             ("cpu", e.cpu),
             ("offcpu", e.offcpu),
-            ("mem_growth", e.mem_growth),
+            ("memgrowth", e.memgrowth),
             ("syscall", e.syscall),
             ("bio", e.bio),
             ("runq", e.runq),

@@ -19,6 +19,9 @@
 //! let top = reports::top_from(trace, EventKind::Alloc, Measure::Bytes, &filter, 20);
 //! println!("{}", top.to_text());
 //! ```
+//!
+//! `ebsym … --json` prints a report wrapped in [`Versioned`]: its fields after
+//! `"schema_version": JSON_SCHEMA_VERSION`.
 
 pub mod hash;
 pub mod histogram;
@@ -27,3 +30,43 @@ pub mod model;
 pub mod pprof;
 pub mod reports;
 pub mod time;
+
+use serde::Serialize;
+
+/// The version of the JSON that `ebsym … --json` prints (`ebsym info`'s and every report's),
+/// its first field `"schema_version"` (see [`Versioned`]). A field added keeps the version;
+/// a field renamed or removed, or one whose meaning, unit or type changes, bumps it, so that
+/// a script can check the one number it was written for. A bump adds a line to the table of
+/// versions in docs/json.md.
+///
+/// 1: the first version (before it, `ebsym info --json` and the reports' loss keys spelled
+/// the memgrowth family `mem_growth`).
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
+/// A report as `--json` prints it: `{"schema_version": JSON_SCHEMA_VERSION, …the report's
+/// own fields…}`. Only for what serializes as a JSON object (a struct or a map): anything
+/// else fails to serialize.
+///
+/// ```
+/// # use serde::Serialize;
+/// #[derive(Serialize)]
+/// struct Report { kind: &'static str }
+/// let json = serde_json::to_string(&ebtrace_analyze::Versioned::new(&Report { kind: "cpu" })).unwrap();
+/// assert_eq!(json, r#"{"schema_version":1,"kind":"cpu"}"#);
+/// ```
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Versioned<'a, T: ?Sized> {
+    schema_version: u32,
+    #[serde(flatten)]
+    report: &'a T,
+}
+
+impl<'a, T: ?Sized + Serialize> Versioned<'a, T> {
+    /// `report` with [`JSON_SCHEMA_VERSION`] first.
+    pub fn new(report: &'a T) -> Self {
+        Versioned {
+            schema_version: JSON_SCHEMA_VERSION,
+            report,
+        }
+    }
+}

@@ -284,7 +284,7 @@ impl Event<'_> {
 
 fn family_name(v: i32) -> String {
     ebtrace_format::family::by_number(v)
-        .map(|f| f.wire_name())
+        .map(|f| f.name.to_string())
         .unwrap_or_else(|| v.to_string())
 }
 

@@ -1,7 +1,7 @@
 //! Golden-file tests of the reports: a synthetic trace, written with `TraceWriter` together
 //! with the symbolizer's records (so no binary is needed), rendered by top, leaks, locks,
-//! folded and diff in text and JSON and compared with `tests/golden/`. `EBTRACE_BLESS=1`
-//! rewrites the files. Also: empty traces and traces with only losses say so; kernel
+//! folded and diff in text and JSON (a report's as `ebsym … --json` prints it, with its
+//! `schema_version`) and compared with `tests/golden/`. `EBTRACE_BLESS=1` rewrites the files. Also: empty traces and traces with only losses say so; kernel
 //! frames named from the trace's `KernelSymbols`; latency percentiles and histograms.
 use ebtrace_analyze::model::Filter;
 use ebtrace_analyze::reports::{self, EventKind};
@@ -309,6 +309,11 @@ fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap() + "\n"
 }
 
+/// A report's JSON as `ebsym … --json` prints it: its `schema_version` first.
+fn cli_json<T: serde::Serialize>(v: &T) -> String {
+    json(&ebtrace_analyze::Versioned::new(v))
+}
+
 /// A report's rows as their JSON.
 fn rows(r: &reports::Report) -> Vec<serde_json::Value> {
     r.rows
@@ -326,15 +331,15 @@ fn reports_match_the_golden_files() {
 
     let top = reports::top(&trace, EventKind::Alloc, "bytes", &all, 20).unwrap();
     check("top_alloc.txt", &top.to_text());
-    check("top_alloc.json", &json(&top));
+    check("top_alloc.json", &cli_json(&top));
 
     let leaks = reports::leaks(&trace, &all, 20).unwrap();
     check("leaks.txt", &leaks.to_text());
-    check("leaks.json", &json(&leaks));
+    check("leaks.json", &cli_json(&leaks));
 
     let locks = reports::top(&trace, EventKind::Lock, "wait", &all, 20).unwrap();
     check("locks.txt", &locks.to_text());
-    check("locks.json", &json(&locks));
+    check("locks.json", &cli_json(&locks));
 
     let folded = reports::folded(&trace, EventKind::Alloc, "bytes", &all).unwrap();
     check("folded_alloc.txt", &(folded.lines.join("\n") + "\n"));
@@ -344,7 +349,7 @@ fn reports_match_the_golden_files() {
     write_shop(&after, 5);
     let diff = reports::diff(&trace, &after, EventKind::Alloc, "bytes", &all, 20).unwrap();
     check("diff_alloc.txt", &diff.to_text());
-    check("diff_alloc.json", &json(&diff));
+    check("diff_alloc.json", &cli_json(&diff));
 }
 
 #[test]
@@ -691,7 +696,7 @@ fn kernel_frames_are_named_from_the_traces_kernel_symbols() {
     let all = Filter::default();
     let top = reports::top(&trace, EventKind::Cpu, "samples", &all, 20).unwrap();
     check("top_cpu.txt", &top.to_text());
-    check("top_cpu.json", &json(&top));
+    check("top_cpu.json", &cli_json(&top));
 
     let rows = rows(&top);
     let frames = |row: usize| -> Vec<(String, String, String)> {
@@ -819,7 +824,7 @@ fn latency_has_percentiles_within_the_bound_and_a_log2_histogram() {
     write_func(&trace);
     let r = reports::top(&trace, EventKind::Func, "latency", &Filter::default(), 20).unwrap();
     check("latency.txt", &r.to_text());
-    check("latency.json", &json(&r));
+    check("latency.json", &cli_json(&r));
     // Site a: exact nearest-rank percentiles of i² are (500², 900², 990²); the report's
     // are within 1/64 of them, max and total exact.
     let rows = rows(&r);
@@ -983,7 +988,7 @@ fn offcpu_memgrowth_and_futex_locks_match_the_golden_files() {
     ] {
         let r = reports::top(&trace, kind, by, &all, 20).unwrap();
         check(&format!("{name}.txt"), &r.to_text());
-        check(&format!("{name}.json"), &json(&r));
+        check(&format!("{name}.json"), &cli_json(&r));
     }
 }
 

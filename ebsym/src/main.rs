@@ -2,12 +2,15 @@
 //! the work is done by `ebtrace-symbolize` (finding files, resolving, unwinding, writing
 //! the symbolized trace) and `ebtrace-analyze` (the reports).
 mod find_args;
+mod kind_arg;
 mod progress;
 mod reports_cli;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use ebtrace_analyze::reports::EventKind;
 use find_args::FindArgs;
+use kind_arg::{Kind, KindParser};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -57,12 +60,11 @@ enum Command {
     Top {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        /// alloc, lock, func, cpu, offcpu, memgrowth, syscall, bio, runq, tcp.
-        #[arg(long, default_value = "alloc")]
-        kind: String,
-        /// alloc: bytes, count; lock: wait, hold, count; func: latency, count; cpu:
-        /// samples; offcpu: time, count; syscall: latency, count; bio: latency, bytes,
-        /// count; runq: time, count; tcp: count.
+        /// The event family to report on.
+        #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
+        kind: Kind,
+        /// What to sort by: a measure of the kind (each kind's are listed under --kind, the
+        /// first being the default).
         #[arg(long)]
         by: Option<String>,
     },
@@ -104,9 +106,14 @@ enum Command {
     Latency {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        /// func, syscall, bio or runq.
-        #[arg(long, default_value = "func")]
-        kind: String,
+        /// The event family to report on: func (probed calls, with stacks), or one whose
+        /// latency the kernel counts.
+        #[arg(
+            long,
+            default_value = "func",
+            value_parser = KindParser::showing(reports_cli::latency_kind)
+        )]
+        kind: Kind,
     },
     /// The targets' TCP connections per remote address: count, failed and open ones,
     /// lifetime percentiles, bytes, retransmits and resets (--tcp).
@@ -131,8 +138,13 @@ enum Command {
     Heatmap {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        #[arg(long, default_value = "syscall")]
-        kind: String,
+        /// The event family to draw: one whose events have a latency.
+        #[arg(
+            long,
+            default_value = "syscall",
+            value_parser = KindParser::showing(EventKind::has_latency)
+        )]
+        kind: Kind,
         /// The SVG to write.
         #[arg(short, long, default_value = "heatmap.svg")]
         output: PathBuf,
@@ -149,8 +161,11 @@ enum Command {
     Folded {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        #[arg(long, default_value = "alloc")]
-        kind: String,
+        /// The event family to report on.
+        #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
+        kind: Kind,
+        /// The value of each stack: a measure of the kind (each kind's are listed under
+        /// --kind, the first being the default).
         #[arg(long)]
         by: Option<String>,
     },
@@ -160,8 +175,11 @@ enum Command {
     Flamegraph {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        #[arg(long, default_value = "alloc")]
-        kind: String,
+        /// The event family to report on.
+        #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
+        kind: Kind,
+        /// The widths: a measure of the kind (each kind's are listed under --kind, the
+        /// first being the default).
         #[arg(long)]
         by: Option<String>,
         /// The SVG to write.
@@ -179,10 +197,11 @@ enum Command {
     Pprof {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        /// alloc, lock, func, cpu, offcpu, memgrowth, syscall, bio, runq, tcp.
-        #[arg(long, default_value = "alloc")]
-        kind: String,
-        /// The default sample type (as for `top`).
+        /// The event family to report on.
+        #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
+        kind: Kind,
+        /// The default sample type: a measure of the kind (each kind's are listed under
+        /// --kind, the first being the default).
         #[arg(long)]
         by: Option<String>,
         /// The profile to write.
@@ -236,8 +255,11 @@ enum Command {
         args: reports_cli::ReportArgs,
         /// The after trace.
         after: PathBuf,
-        #[arg(long, default_value = "alloc")]
-        kind: String,
+        /// The event family to report on.
+        #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
+        kind: Kind,
+        /// What to compare: a measure of the kind (each kind's are listed under --kind, the
+        /// first being the default).
         #[arg(long)]
         by: Option<String>,
         /// Also write a differential flame graph SVG here.
@@ -278,7 +300,7 @@ enum Command {
     Info {
         /// The trace file.
         trace: PathBuf,
-        /// Print JSON (schema in the README) instead of text.
+        /// Print JSON (schema: docs/json.md) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -441,7 +463,7 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     }
     eprintln!("ebsym: wrote {}", output.display());
     // What a user looks at next: the top stacks of each kind the trace holds.
-    use ebtrace_analyze::reports::{top_from, EventKind};
+    use ebtrace_analyze::reports::top_from;
     let mut out = std::io::stdout().lock();
     for kind in EventKind::ALL {
         let trace = ebtrace_format::TraceReader::open(&output)
@@ -617,10 +639,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match command {
         Command::Addr2line(a) => addr2line(a, &mut out)?,
-        Command::Top { args, kind, by } => reports_cli::top(&args, &kind, by.as_deref(), &mut out)?,
+        Command::Top { args, kind, by } => {
+            reports_cli::top(&args, kind.0, by.as_deref(), &mut out)?
+        }
         Command::Leaks { args, suppress } => reports_cli::leaks(&args, &suppress, &mut out)?,
-        Command::Locks { args, by } => reports_cli::top(&args, "lock", by.as_deref(), &mut out)?,
-        Command::Latency { args, kind } => reports_cli::latency(&args, &kind, &mut out)?,
+        Command::Locks { args, by } => {
+            reports_cli::top(&args, EventKind::Lock, by.as_deref(), &mut out)?
+        }
+        Command::Latency { args, kind } => reports_cli::latency(&args, kind.0, &mut out)?,
         Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,
         Command::Summary { args } => reports_cli::summary(&args, &mut out)?,
         Command::Heatmap {
@@ -629,9 +655,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             output,
             columns,
             title,
-        } => reports_cli::heatmap(&args, &kind, &output, columns, title.as_deref())?,
+        } => reports_cli::heatmap(&args, kind.0, &output, columns, title.as_deref())?,
         Command::Folded { args, kind, by } => {
-            reports_cli::folded(&args, &kind, by.as_deref(), &mut out)?
+            reports_cli::folded(&args, kind.0, by.as_deref(), &mut out)?
         }
         Command::Flamegraph {
             args,
@@ -639,13 +665,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             by,
             output,
             title,
-        } => reports_cli::flamegraph(&args, &kind, by.as_deref(), title.as_deref(), &output)?,
+        } => reports_cli::flamegraph(&args, kind.0, by.as_deref(), title.as_deref(), &output)?,
         Command::Pprof {
             args,
             kind,
             by,
             output,
-        } => reports_cli::pprof(&args, &kind, by.as_deref(), &output)?,
+        } => reports_cli::pprof(&args, kind.0, by.as_deref(), &output)?,
         Command::Export {
             args,
             format,
@@ -674,7 +700,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => reports_cli::diff(
             &args,
             &after,
-            &kind,
+            kind.0,
             by.as_deref(),
             output.as_deref(),
             title.as_deref(),
@@ -686,7 +712,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let info = ebtrace_analyze::info::summarize(&trace)
                 .with_context(|| format!("cannot read {}", trace.display()))?;
             if json {
-                serde_json::to_writer_pretty(&mut out, &info)?;
+                serde_json::to_writer_pretty(&mut out, &ebtrace_analyze::Versioned::new(&info))?;
                 writeln!(out)?;
             } else {
                 out.write_all(info.to_text().as_bytes())?;
@@ -752,5 +778,113 @@ fn main() {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();
         eprintln!("ebsym: {}", chain.join(": "));
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The subcommands that take `--kind`, with their default.
+    const WITH_KIND: [(&str, EventKind); 7] = [
+        ("top", EventKind::Alloc),
+        ("latency", EventKind::Func),
+        ("heatmap", EventKind::Syscall),
+        ("folded", EventKind::Alloc),
+        ("flamegraph", EventKind::Alloc),
+        ("pprof", EventKind::Alloc),
+        ("diff", EventKind::Alloc),
+    ];
+
+    fn parse(cmd: &str, kind: Option<&str>) -> Result<EventKind, clap::Error> {
+        let mut args = vec!["ebsym", cmd, "t.pb.zst"];
+        if cmd == "diff" {
+            args.push("after.pb.zst");
+        }
+        if let Some(k) = kind {
+            args.extend(["--kind", k]);
+        }
+        let kind = match Cli::try_parse_from(args)?.command {
+            Some(
+                Command::Top { kind, .. }
+                | Command::Latency { kind, .. }
+                | Command::Heatmap { kind, .. }
+                | Command::Folded { kind, .. }
+                | Command::Flamegraph { kind, .. }
+                | Command::Pprof { kind, .. }
+                | Command::Diff { kind, .. },
+            ) => kind,
+            c => panic!("{cmd}: {c:?}"),
+        };
+        Ok(kind.0)
+    }
+
+    #[test]
+    fn every_kind_subcommand_accepts_every_name_and_alias_and_keeps_its_default() {
+        let kinds = Cli::command()
+            .get_subcommands()
+            .filter(|c| c.get_arguments().any(|a| a.get_id() == "kind"))
+            .count();
+        assert_eq!(kinds, WITH_KIND.len(), "a --kind missing from WITH_KIND");
+        for (cmd, default) in WITH_KIND {
+            assert_eq!(parse(cmd, None).unwrap(), default, "{cmd}");
+            for f in ebtrace_format::family::FAMILIES.iter().filter(|f| f.report) {
+                for word in std::iter::once(&f.name).chain(f.aliases) {
+                    let k = parse(cmd, Some(word)).unwrap_or_else(|e| panic!("{cmd} {word}: {e}"));
+                    assert_eq!(k.family(), f.id, "{cmd} --kind {word}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_kind_is_a_one_line_error_naming_the_kinds() {
+        for (cmd, _) in WITH_KIND {
+            for word in ["nonsense", "free", "Alloc"] {
+                let e = parse(cmd, Some(word)).unwrap_err();
+                assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{cmd}");
+                let text = e.to_string();
+                assert_eq!(text.lines().count(), 1, "{cmd} {word}: {text}");
+                assert!(
+                    text.starts_with(&format!("error: unknown --kind {word} (")),
+                    "{cmd}: {text}"
+                );
+                assert!(text.contains("func"), "{cmd}: {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn help_lists_the_kinds() {
+        let mut cli = Cli::command();
+        for (cmd, _) in WITH_KIND {
+            let sub = cli.find_subcommand_mut(cmd).unwrap();
+            let short = sub.render_help().to_string();
+            let long = sub.render_long_help().to_string();
+            for k in EventKind::ALL {
+                let shown = match cmd {
+                    "latency" => reports_cli::latency_kind(k),
+                    "heatmap" => k.has_latency(),
+                    _ => true,
+                };
+                let about = ebtrace_format::family::family(k.family()).about;
+                assert_eq!(long.contains(about), shown, "{cmd} --help, {k:?}:\n{long}");
+                // -h lists the values on a line that clap wraps: look for "name," or "name]".
+                let words: Vec<&str> = short
+                    .split(|c: char| c.is_whitespace() || c == ',' || c == ']' || c == '[')
+                    .collect();
+                assert_eq!(
+                    words.contains(&k.name()),
+                    shown,
+                    "{cmd} -h, {k:?}:\n{short}"
+                );
+            }
+            let by = ["top", "folded", "flamegraph", "pprof", "diff"].contains(&cmd);
+            assert_eq!(long.contains("; --by bytes, count"), by, "{cmd}:\n{long}");
+            assert!(
+                long.contains("(also: mem, mem_growth)") || cmd == "latency" || cmd == "heatmap"
+            );
+        }
     }
 }

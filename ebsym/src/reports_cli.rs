@@ -33,7 +33,8 @@ pub struct ReportArgs {
     /// Rows to show.
     #[arg(short = 'n', default_value_t = 20)]
     pub n: usize,
-    /// JSON for scripts (schema in analyze/src/reports.rs and the README).
+    /// JSON for scripts (schema: docs/json.md; its first field, schema_version, changes
+    /// when a field is renamed or removed).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -116,16 +117,15 @@ pub fn symbolized_input(a: &ReportArgs, trace: &Path) -> Result<Input> {
     Ok(Input::Memory(bytes))
 }
 
-fn kind_and_by(kind: &str, by: Option<&str>) -> Result<(EventKind, Measure)> {
-    let k = EventKind::parse(kind).with_context(|| {
-        format!("unknown --kind {kind} (alloc, lock, func, cpu, offcpu, memgrowth, syscall, bio, runq, tcp)")
-    })?;
+/// `--by` of kind `k`: its default if not given.
+fn measure(k: EventKind, by: Option<&str>) -> Result<Measure> {
     match by {
-        None => Ok((k, k.default_measure())),
+        None => Ok(k.default_measure()),
         Some(by) => match k.parse_measure(by) {
-            Some(m) => Ok((k, m)),
+            Some(m) => Ok(m),
             None => bail!(
-                "--by {by} does not apply to --kind {kind} (use one of: {})",
+                "--by {by} does not apply to --kind {} (use one of: {})",
+                k.name(),
                 k.measures().join(", ")
             ),
         },
@@ -136,7 +136,7 @@ fn print(report: &reports::Report, json: bool, out: &mut dyn Write) -> Result<()
     json_or_text(json, report, || report.to_text(), out)
 }
 
-/// A report as pretty JSON (`--json`) or as its text.
+/// A report as pretty JSON (`--json`, with its `schema_version` first) or as its text.
 fn json_or_text<T: serde::Serialize>(
     json: bool,
     report: &T,
@@ -144,7 +144,7 @@ fn json_or_text<T: serde::Serialize>(
     out: &mut dyn Write,
 ) -> Result<()> {
     if json {
-        serde_json::to_writer_pretty(&mut *out, report)?;
+        serde_json::to_writer_pretty(&mut *out, &ebtrace_analyze::Versioned::new(report))?;
         writeln!(out)?;
     } else {
         out.write_all(text().as_bytes())?;
@@ -152,26 +152,37 @@ fn json_or_text<T: serde::Serialize>(
     Ok(())
 }
 
-pub fn top(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
-    let (k, by) = kind_and_by(kind, by)?;
+pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let r = reports::top_from(input.reader()?, k, by, &a.filter(), a.n);
     print(&r, a.json, out)
 }
 
+/// The kinds `ebsym latency` reports on.
+pub fn latency_kind(k: EventKind) -> bool {
+    matches!(
+        k,
+        EventKind::Func | EventKind::Syscall | EventKind::Bio | EventKind::Runq
+    )
+}
+
 /// `ebsym latency`: --kind func from the probed calls' stacks (symbolized); syscall, bio
 /// and runq from the kernel's histograms (no stacks: the raw trace is read as it is).
-pub fn latency(a: &ReportArgs, kind: &str, out: &mut dyn Write) -> Result<()> {
-    let (k, _) = kind_and_by(kind, None)?;
+pub fn latency(a: &ReportArgs, k: EventKind, out: &mut dyn Write) -> Result<()> {
     match k {
-        EventKind::Func => top(a, "func", None, out),
+        EventKind::Func => top(a, k, None, out),
         EventKind::Syscall | EventKind::Bio | EventKind::Runq => {
             let mut r = TraceReader::open(&a.trace)
                 .with_context(|| format!("cannot open {}", a.trace.display()))?;
             let rep = reports::system_latency_from(&mut r, k, &a.filter(), a.n);
             json_or_text(a.json, &rep, || rep.to_text(), out)
         }
-        _ => bail!("ebsym latency --kind is func, syscall, bio or runq (not {kind}); the others' stacks are in ebsym top --kind {kind}"),
+        _ => bail!(
+            "ebsym latency --kind is {} (not {kind}); the others' stacks are in ebsym top --kind {kind}",
+            crate::kind_arg::names(latency_kind),
+            kind = k.name()
+        ),
     }
 }
 
@@ -193,15 +204,18 @@ pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
 /// `ebsym heatmap`: time x latency, as an SVG.
 pub fn heatmap(
     a: &ReportArgs,
-    kind: &str,
+    k: EventKind,
     output: &Path,
     columns: usize,
     title: Option<&str>,
 ) -> Result<()> {
     use reports::heatmap::{build, render_svg, HeatmapOptions};
-    let (k, _) = kind_and_by(kind, None)?;
     if !k.has_latency() {
-        bail!("--kind {kind} has no latency to draw (syscall, bio, runq, func, offcpu, lock)");
+        bail!(
+            "--kind {} has no latency to draw ({})",
+            k.name(),
+            crate::kind_arg::names(EventKind::has_latency)
+        );
     }
     if !(1..=10_000).contains(&columns) {
         bail!("--columns must be between 1 and 10000");
@@ -240,8 +254,8 @@ pub fn leaks(a: &ReportArgs, suppress: &[PathBuf], out: &mut dyn Write) -> Resul
     print(&r, a.json, out)
 }
 
-pub fn folded(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
-    let (k, by) = kind_and_by(kind, by)?;
+pub fn folded(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let f = reports::folded_from(input.reader()?, k, by, &a.filter());
     for l in &f.lines {
@@ -256,12 +270,12 @@ pub fn folded(a: &ReportArgs, kind: &str, by: Option<&str>, out: &mut dyn Write)
 
 pub fn flamegraph(
     a: &ReportArgs,
-    kind: &str,
+    k: EventKind,
     by: Option<&str>,
     title: Option<&str>,
     output: &Path,
 ) -> Result<()> {
-    let (k, by) = kind_and_by(kind, by)?;
+    let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let folded = reports::folded_from(input.reader()?, k, by, &a.filter());
     if let Some(note) = &folded.note {
@@ -280,8 +294,8 @@ pub fn flamegraph(
 }
 
 /// `ebsym pprof`: a gzip-compressed pprof profile of one kind.
-pub fn pprof(a: &ReportArgs, kind: &str, by: Option<&str>, output: &Path) -> Result<()> {
-    let (k, by) = kind_and_by(kind, by)?;
+pub fn pprof(a: &ReportArgs, k: EventKind, by: Option<&str>, output: &Path) -> Result<()> {
+    let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let st = reports::stacks_with_inuse_from(input.reader()?, k, &a.filter());
     if let Some(note) = &st.note {
@@ -311,14 +325,14 @@ pub fn pprof(a: &ReportArgs, kind: &str, by: Option<&str>, output: &Path) -> Res
 pub fn diff(
     a: &ReportArgs,
     after: &Path,
-    kind: &str,
+    k: EventKind,
     by: Option<&str>,
     output: Option<&Path>,
     title: Option<&str>,
     negate: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let (k, by) = kind_and_by(kind, by)?;
+    let by = measure(k, by)?;
     let before_input = symbolized_input(a, &a.trace)?;
     let after_input = symbolized_input(a, after)?;
     let d = reports::diff_from(
@@ -335,11 +349,5 @@ pub fn diff(
         reports::diff_flamegraph(&d, k, title, negate, std::io::BufWriter::new(f))?;
         eprintln!("ebsym: wrote {}", output.display());
     }
-    if a.json {
-        serde_json::to_writer_pretty(&mut *out, &d)?;
-        writeln!(out)?;
-    } else {
-        out.write_all(d.to_text().as_bytes())?;
-    }
-    Ok(())
+    json_or_text(a.json, &d, || d.to_text(), out)
 }

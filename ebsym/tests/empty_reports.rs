@@ -90,3 +90,55 @@ fn every_report_says_there_is_nothing_and_why() {
         );
     }
 }
+
+/// Every report's `--json` is an object whose first field is the schema's version (`ebsym
+/// info --json`'s: tests/info.rs), and spells a family by its registry name.
+#[test]
+fn every_json_output_starts_with_the_schema_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let lost = dir.path().join("lost.pb.zst");
+    write(&lost, &[(pb::EventFamily::MemGrowth, 3)]);
+    let t = lost.to_str().unwrap();
+    let first = format!(
+        "{{\n  \"schema_version\": {},\n",
+        ebtrace_analyze::JSON_SCHEMA_VERSION
+    );
+    for args in [
+        vec!["top", t],
+        vec!["top", t, "--kind", "mem"],
+        vec!["leaks", t],
+        vec!["locks", t],
+        vec!["latency", t],
+        vec!["latency", t, "--kind", "syscall"],
+        vec!["tcp", t],
+        vec!["summary", t],
+        vec!["diff", t, t],
+    ] {
+        let mut json = args.clone();
+        json.push("--json");
+        let (ok, stdout, stderr) = ebsym(&json);
+        assert!(ok, "{json:?}: {stderr}");
+        assert!(stdout.starts_with(&first), "{json:?}: {stdout}");
+        let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let losses = match args[0] {
+            "summary" => continue,
+            "diff" => &v["losses_before"],
+            _ => &v["losses"],
+        };
+        assert_eq!(
+            losses["recorded"],
+            serde_json::json!({"memgrowth/ringbuf_full": 3}),
+            "{json:?}"
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_ebsym"))
+        .args(["info", "--json", t])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["losses"],
+        serde_json::json!([{"family": "memgrowth", "reason": "ringbuf_full", "count": 3}])
+    );
+    assert_eq!(v["events"]["memgrowth"], 0, "{v:#}");
+}

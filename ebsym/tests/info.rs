@@ -280,6 +280,7 @@ fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
+/// `ebsym info --json`, whose first field is the schema's version.
 fn info_json(trace: &Path) -> Value {
     let o = ebsym(&["info", "--json"], trace);
     let out = stdout(&o);
@@ -287,6 +288,13 @@ fn info_json(trace: &Path) -> Value {
         o.stderr.is_empty(),
         "{}",
         String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.starts_with(&format!(
+            "{{\n  \"schema_version\": {},\n",
+            ebtrace_analyze::JSON_SCHEMA_VERSION
+        )),
+        "{out}"
     );
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -372,7 +380,7 @@ fn info_reports_a_clean_trace_exactly() {
     );
     assert_eq!(
         j["events"],
-        json!({"alloc": 5, "free": 3, "lock": 2, "func": 0, "cpu": 0, "offcpu": 0, "mem_growth": 0,
+        json!({"alloc": 5, "free": 3, "lock": 2, "func": 0, "cpu": 0, "offcpu": 0, "memgrowth": 0,
             "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "histogram_rows": 0})
     );
     assert_eq!(j["stacks"], 2);
@@ -396,7 +404,9 @@ fn info_reports_a_clean_trace_exactly() {
     assert_eq!(j["vdso"], Value::Null);
     assert_eq!(j["probe_changes"], json!([]));
     assert_eq!(j["aggregated"], json!({}));
-    // Every documented field is present, and nothing else.
+    // The schema's version (first: info_json checks), every documented field, and nothing
+    // else.
+    assert_eq!(j["schema_version"], ebtrace_analyze::JSON_SCHEMA_VERSION);
     let mut keys: Vec<&str> = j.as_object().unwrap().keys().map(|k| k.as_str()).collect();
     keys.sort_unstable();
     assert_eq!(
@@ -412,6 +422,7 @@ fn info_reports_a_clean_trace_exactly() {
             "lost_total",
             "probe_changes",
             "processes",
+            "schema_version",
             "span",
             "stack_copies",
             "stack_copy_bytes",
@@ -450,7 +461,7 @@ fn info_reports_a_clean_trace_exactly() {
     has_line(&t, "free 3");
     has_line(&t, "lock 2");
     has_line(&t, "stacks 2");
-    for absent in ["func", "cpu", "offcpu", "mem_growth", "DAMAGE"] {
+    for absent in ["func", "cpu", "offcpu", "memgrowth", "DAMAGE"] {
         assert!(
             !t.iter().any(|l| l.split(' ').next() == Some(absent)),
             "unexpected {absent} line in:\n{}",
@@ -502,7 +513,7 @@ fn info_reports_a_cut_trace_with_the_complete_chunks() {
     assert_eq!(j["file"]["chunks"], 1);
     assert_eq!(
         j["events"],
-        json!({"alloc": 3, "free": 2, "lock": 1, "func": 0, "cpu": 0, "offcpu": 0, "mem_growth": 0,
+        json!({"alloc": 3, "free": 2, "lock": 1, "func": 0, "cpu": 0, "offcpu": 0, "memgrowth": 0,
             "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "histogram_rows": 0})
     );
     assert_eq!(

@@ -16,8 +16,11 @@ use std::ops::{Index, IndexMut};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FamilyInfo {
     pub id: EventFamily,
-    /// The family's one name: ebrec's summary lines, `ebsym … --kind NAME`, ARCHITECTURE.md.
+    /// The family's one name: ebrec's summary lines, `ebsym … --kind NAME`, the JSON of
+    /// `ebsym info` and of the reports, ARCHITECTURE.md.
     pub name: &'static str,
+    /// What its events are, in a few words, for people: `ebsym … --kind`'s help.
+    pub about: &'static str,
     /// The `ebrec record` flag that turns it on, if a flag does.
     pub flag: Option<&'static str>,
     /// Whether it has a report kind of its own (`ebsym top --kind NAME`, flame graphs,
@@ -33,10 +36,11 @@ impl FamilyInfo {
         self.id as usize
     }
 
-    /// The spelling in JSON output and `ebsym info`'s loss lines: the proto enum value's
-    /// name, lowercased, without its prefix (`EVENT_FAMILY_MEM_GROWTH` → "mem_growth"). It
-    /// differs from [`FamilyInfo::name`] for two families and is kept as it is: JSON fields and
-    /// values are a promise to scripts.
+    /// The proto enum value's name, lowercased, without its prefix
+    /// (`EVENT_FAMILY_MEM_GROWTH` → "mem_growth"). It differs from [`FamilyInfo::name`] for
+    /// two families (mem_growth, stack_copy). It was the spelling of `ebsym info --json` and
+    /// of the reports' loss keys before their JSON had a `schema_version` (1 and later use
+    /// [`FamilyInfo::name`]); [`by_name`] still accepts it, as an alias.
     pub fn wire_name(&self) -> String {
         let full = self.id.as_str_name();
         full.strip_prefix("EVENT_FAMILY_")
@@ -50,6 +54,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Alloc,
         name: "alloc",
+        about: "heap allocations (malloc, new) with their stacks",
         flag: Some("--alloc"),
         report: true,
         aliases: &[],
@@ -57,6 +62,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Free,
         name: "free",
+        about: "frees of the recorded allocations",
         flag: None,
         report: false,
         aliases: &[],
@@ -64,6 +70,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Lock,
         name: "lock",
+        about: "contended lock waits (and holds), with the releasing thread's stack",
         flag: Some("--lock"),
         report: true,
         aliases: &["locks"],
@@ -71,6 +78,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Func,
         name: "func",
+        about: "calls of probed functions and their latency",
         flag: Some("--func"),
         report: true,
         aliases: &["latency"],
@@ -78,6 +86,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Cpu,
         name: "cpu",
+        about: "on-CPU stack samples",
         flag: Some("--cpu"),
         report: true,
         aliases: &[],
@@ -85,6 +94,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Offcpu,
         name: "offcpu",
+        about: "time blocked off the CPU, with the waker's stack",
         flag: Some("--offcpu"),
         report: true,
         aliases: &[],
@@ -92,6 +102,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::MemGrowth,
         name: "memgrowth",
+        about: "growth of memory by brk, mmap and first touches of new pages",
         flag: Some("--memgrowth"),
         report: true,
         aliases: &["mem", "mem_growth"],
@@ -99,6 +110,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Process,
         name: "process",
+        about: "process starts, execs and exits",
         flag: None,
         report: false,
         aliases: &[],
@@ -106,6 +118,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::StackCopy,
         name: "stackcopy",
+        about: "raw copies of the user stack, unwound offline",
         flag: Some("--stack-mode dwarf"),
         report: false,
         aliases: &["stack_copy"],
@@ -113,6 +126,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Syscall,
         name: "syscall",
+        about: "slow system calls, and every call's latency in kernel histograms",
         flag: Some("--syscalls"),
         report: true,
         aliases: &["syscalls"],
@@ -120,6 +134,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Bio,
         name: "bio",
+        about: "block I/O requests: latency and bytes per device and op",
         flag: Some("--bio"),
         report: true,
         aliases: &[],
@@ -127,6 +142,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Runq,
         name: "runq",
+        about: "run-queue waits: time runnable but not running",
         flag: Some("--runq"),
         report: true,
         aliases: &[],
@@ -134,6 +150,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
     FamilyInfo {
         id: EventFamily::Tcp,
         name: "tcp",
+        about: "TCP connections: connects, accepts, retransmits, resets",
         flag: Some("--tcp"),
         report: true,
         aliases: &[],
@@ -227,6 +244,7 @@ mod tests {
     fn names_are_unique_and_parse_back() {
         for f in FAMILIES {
             assert_eq!(by_name(f.name), Some(f));
+            assert!(!f.about.is_empty(), "{} has no about", f.name);
             assert_eq!(by_name(&f.wire_name()), Some(f), "{}", f.wire_name());
             for a in f.aliases {
                 assert_eq!(by_name(a), Some(f));

@@ -1,14 +1,19 @@
 //! The reports: top stacks, leaks, locks, folded stacks and flame graphs.
 //!
 //! JSON (`--json`), the same shape for every report:
-//! `{"kind", "by", "totals": {…}, "losses": {…}, "rows": [{…values…, "frames": [{"function",
-//! "file", "line", "inlined", "module", "address"}]}]}`, frames leaf first. Values: alloc
-//! `count`, `bytes`; leaks `count`, `bytes`, `oldest_ns`, `alive`; locks `count`, `wait_ns`,
-//! `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `waker_frames`; func `count`,
-//! `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`, `function` (the probed function's
-//! demangled name, null if the trace does not say), `function_id`; cpu `count`; offcpu
-//! `count`, `total_ns`, `waker_frames` (the stack of the thread that most often ended these
-//! blocks; empty when woken by an interrupt); memgrowth `count`, `bytes` (brk, mmap and
+//! `{"schema_version", "kind", "by", "totals": {…}, "losses": {…}, "rows": [{…values…,
+//! "frames": [{"function", "file", "line", "inlined", "module", "address"}]}]}`, frames leaf
+//! first. `schema_version` is [`crate::JSON_SCHEMA_VERSION`], which `ebsym` puts first in
+//! every `--json` ([`crate::Versioned`]); the report types themselves do not carry it.
+//! Families (loss keys `family/reason`, `kind`) are spelled by their registry name
+//! (`ebtrace_format::family`).
+//!
+//! Values: alloc `count`, `bytes`; leaks `count`, `bytes`, `oldest_ns`, `alive`; locks `count`,
+//! `wait_ns`, `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `waker_frames`; func
+//! `count`, `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`, `function` (the probed
+//! function's demangled name, null if the trace does not say), `function_id`; cpu `count`;
+//! offcpu `count`, `total_ns`, `waker_frames` (the stack of the thread that most often ended
+//! these blocks; empty when woken by an interrupt); memgrowth `count`, `bytes` (brk, mmap and
 //! first-touch growth; releases — munmap, a shrinking brk — are not counted).
 //!
 //! Percentiles (`wait_p99_ns`, `hold_p99_ns`, `p50_ns`, `p90_ns`, `p99_ns`) are nearest-rank

@@ -156,7 +156,8 @@ pub fn summary_from<T: Trace>(mut open: impl FnMut() -> Option<T>, f: &Filter) -
                 _ => r.count(),
             }
         };
-        let (place, unit, what): (Box<dyn Fn(&Row) -> String>, &'static str, &str) = match kind {
+        type Place = Box<dyn Fn(&Row) -> String>;
+        let (place, unit, what): (Place, &'static str, &str) = match kind {
             EventKind::Cpu => (
                 Box::new(|r: &Row| leaf_in_place(r.frames())),
                 "samples",

@@ -689,7 +689,7 @@ fn data<R: Read, B: Read>(
                     e.func,
                     e.cpu,
                     e.offcpu,
-                    e.mem_growth,
+                    e.memgrowth,
                     e.syscall,
                     e.bio,
                     e.runq,

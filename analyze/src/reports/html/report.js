@@ -131,7 +131,7 @@
     var mid = el('div');
     mid.appendChild(el('h3', null, 'Events per family'));
     var ev = info.events || {}, rows = [];
-    ['alloc', 'free', 'lock', 'func', 'cpu', 'offcpu', 'mem_growth', 'syscall', 'bio', 'runq', 'tcp', 'histogram_rows'].forEach(function (k) {
+    ['alloc', 'free', 'lock', 'func', 'cpu', 'offcpu', 'memgrowth', 'syscall', 'bio', 'runq', 'tcp', 'histogram_rows'].forEach(function (k) {
       if (ev[k]) rows.push({ family: k, events: ev[k] });
     });
     rows.push({ family: 'stacks', events: info.stacks || 0 });
