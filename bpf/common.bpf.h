@@ -33,6 +33,74 @@ static __always_inline void count(__u32 family, __u32 counter)
 		*v += 1;
 }
 
+/* The system call chain (hub.bpf.c). The maps are created by user space and shared by
+ * every object (reused fds), so a member of one object tail-calls a member of another. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, CHAIN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} sys_enter_chain SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, CHAIN_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} sys_exit_chain SEC(".maps");
+
+/* Per CPU, the chain in progress: the next slot, and (timed) when the last member began.
+ * The raw syscall tracepoints do not nest on a CPU. */
+struct chain_pos {
+	__u32 pos;
+	__u32 pad;
+	__u64 t;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct chain_pos);
+} chain_state SEC(".maps");
+
+/* Per CPU and member, with --bpf-stats or --max-cpu: its runs and run time (the kernel's
+ * stats see only the hub program, which the members run inside). */
+struct chain_cost {
+	__u64 ns;
+	__u64 runs;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CHAIN_MEMBERS);
+	__type(key, __u32);
+	__type(value, struct chain_cost);
+} chain_costs SEC(".maps");
+
+/* Set by user space before load: time each member (kernel BPF stats are on). */
+const volatile bool chain_timed = false;
+
+/* The end of a chain member: its time, then the next member (nothing after the last). */
+static __always_inline void chain_next(void *ctx, void *chain, __u32 member)
+{
+	__u32 z = 0;
+	struct chain_pos *c = bpf_map_lookup_elem(&chain_state, &z);
+	if (!c)
+		return;
+	if (chain_timed) {
+		__u64 now = bpf_ktime_get_ns();
+		struct chain_cost *k = bpf_map_lookup_elem(&chain_costs, &member);
+		if (k) {
+			k->ns += now - c->t;
+			k->runs += 1;
+		}
+		c->t = now;
+	}
+	c->pos += 1;
+	bpf_tail_call(ctx, chain, c->pos);
+}
+
 static __always_inline void fill_header(struct event_header *h, __u32 type)
 {
 	__u64 pt = bpf_get_current_pid_tgid();

@@ -13,6 +13,22 @@
 /* Most kernel frames kept per stack. */
 #define KFRAMES 64
 
+/* The system call chain (bpf/hub.bpf.c): one program on each of raw sys_enter and sys_exit
+ * checks the target once and tail-calls the families' programs in turn. The members, in
+ * their fixed order (a paused family's members are left out of the arrays). */
+#define CM_FUTEX_ENTER 0
+#define CM_MEM_ENTER 1
+#define CM_SYS_ENTER 2
+#define CM_FUTEX_EXIT 3
+#define CM_MEM_EXIT 4
+#define CM_OFFCPU_SYS_EXIT 5
+#define CM_SYS_EXIT 6
+#define CM_RUNQ_SYS_EXIT 7
+#define CM_TCP_SYS_EXIT 8
+#define CHAIN_MEMBERS 9
+/* Slots of each chain's program array (at most 3 enter and 6 exit members). */
+#define CHAIN_SLOTS 8
+
 /* Counter slots of the per-CPU `counters` array: family * CTR_STRIDE + counter. */
 enum counter {
 	CTR_HITS = 0,		/* probe hits for the family (calls seen) */

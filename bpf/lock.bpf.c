@@ -97,15 +97,14 @@ int BPF_PROG(lock_exit, struct task_struct *task)
 	return 0;
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
+static __always_inline void futex_enter_do(unsigned long long *ctx, struct pt_regs *regs, long id)
 {
 	if (id != NR_FUTEX)
-		return 0;
+		return;
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 pid = pt >> 32, tid = (__u32)pt;
 	if (!is_target(pid))
-		return 0;
+		return;
 	__u64 uaddr = regs->di;
 	__u32 op = regs->si & FUTEX_CMD_MASK;
 	switch (op) {
@@ -121,7 +120,7 @@ int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
 			count(FAM_LOCK, CTR_HITS);
 			count(FAM_LOCK, CTR_LOST_MAP_FULL);
 		}
-		return 0;
+		return;
 	}
 	case FUTEX_WAKE:
 	case FUTEX_WAKE_BITSET:
@@ -132,7 +131,7 @@ int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
 		__u32 z = 0;
 		struct waker *w = bpf_map_lookup_elem(&waker_scratch, &z);
 		if (!w)
-			return 0;
+			return;
 		w->time = bpf_ktime_get_boot_ns();
 		w->tid = tid;
 		w->flags = 0;
@@ -140,22 +139,30 @@ int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
 		w->nframes = waker_stack(ctx, w->ips, &w->flags);
 		struct waker_key k = { .pid = pid, .uaddr = uaddr };
 		bpf_map_update_elem(&wakers, &k, w, BPF_ANY);
-		return 0;
+		return;
 	}
 	}
+	return;
+}
+
+/* A member of the sys_enter chain (hub.bpf.c). */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
+{
+	futex_enter_do(ctx, regs, id);
+	chain_next(ctx, &sys_enter_chain, CM_FUTEX_ENTER);
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
+static __always_inline void futex_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	if (regs->orig_ax != NR_FUTEX)
-		return 0;
+		return;
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u32 pid = pt >> 32, tid = (__u32)pt;
 	struct wait_state *w = bpf_map_lookup_elem(&waits, &tid);
 	if (!w)
-		return 0;
+		return;
 	__u64 now = bpf_ktime_get_boot_ns();
 	__u64 start = w->start, uaddr = w->uaddr;
 	__u32 op = w->op;
@@ -163,14 +170,14 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 	count(FAM_LOCK, CTR_HITS);
 	if (now - start < min_wait_ns) {
 		count(FAM_LOCK, CTR_FILTERED);
-		return 0;
+		return;
 	}
 	if (!admit(FAM_LOCK))
-		return 0;
+		return;
 	__u32 z = 0;
 	struct lock_event *e = bpf_map_lookup_elem(&scratch, &z);
 	if (!e)
-		return 0;
+		return;
 	fill_header(&e->h, FAM_LOCK);
 	e->h.time_ns = start;
 	e->uaddr = uaddr;
@@ -187,7 +194,7 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 	if (aggregate) {
 		/* Counted under the waiter's stack and the futex (no waker stack). */
 		agg_add(FAM_LOCK, e->ips, e->nframes, 0, 0, e->flags, uaddr, e->wait_ns, 0);
-		return 0;
+		return;
 	}
 	e->copy_id = stack_copy();
 	struct waker_key k = { .pid = pid, .uaddr = uaddr };
@@ -212,6 +219,15 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 		size = sizeof(*e);
 	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
 		count(FAM_LOCK, CTR_LOST_RINGBUF);
+	return;
+}
+
+/* A member of the sys_exit chain (hub.bpf.c). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
+{
+	futex_exit_do(ctx, regs, ret);
+	chain_next(ctx, &sys_exit_chain, CM_FUTEX_EXIT);
 	return 0;
 }
 

@@ -340,29 +340,28 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 /* The thread's next syscall exit after a kept block, in its own context: the user stack, if
  * the user registers are the ones it blocked with, then the event. For every other thread
  * and syscall: one task-storage lookup. */
-SEC("tp_btf/sys_exit")
-int BPF_PROG(offcpu_sys_exit, struct pt_regs *regs, long ret)
+static __always_inline void offcpu_sys_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, task, 0, 0);
 	if (!b || !b->pending)
-		return 0;
+		return;
 	b->pending = 0;
 	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
 	if (!e || !e->pending)
-		return 0;
+		return;
 	if (b->epoch != offcpu_epoch) {
 		/* kept before a pause: the syscall exit it waited for may have come while the
 		 * programs were off, so the user stack now may be another's; dropped on purpose */
 		e->pending = 0;
 		count(FAM_OFFCPU, CTR_HITS);
 		count(FAM_OFFCPU, CTR_FILTERED);
-		return 0;
+		return;
 	}
 	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!u || u->ip != e->user_ip || u->sp != e->user_sp) {
 		offcpu_flush(e);
-		return 0;
+		return;
 	}
 	__u32 at = (e->waker_nframes + e->waker_kframes + e->kframes) & 511;
 	__u32 n = user_stack(ctx, &e->ips[at], &e->flags, false);
@@ -370,6 +369,15 @@ int BPF_PROG(offcpu_sys_exit, struct pt_regs *regs, long ret)
 	e->nframes = n;
 	e->copy_id = stack_copy();
 	offcpu_send(e);
+	return;
+}
+
+/* A member of the sys_exit chain (hub.bpf.c). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(offcpu_sys_exit, struct pt_regs *regs, long ret)
+{
+	offcpu_sys_exit_do(ctx, regs, ret);
+	chain_next(ctx, &sys_exit_chain, CM_OFFCPU_SYS_EXIT);
 	return 0;
 }
 
@@ -611,14 +619,13 @@ static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 si
 		count(FAM_MEM_GROWTH, CTR_LOST_RINGBUF);
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
+static __always_inline void mem_enter_do(unsigned long long *ctx, struct pt_regs *regs, long id)
 {
 	if (id != NR_BRK && id != NR_MMAP && id != NR_MUNMAP)
-		return 0;
+		return;
 	__u64 pt = bpf_get_current_pid_tgid();
 	if (!is_target(pt >> 32))
-		return 0;
+		return;
 	struct mem_call c = { .nr = id };
 	if (id == NR_BRK) {
 		struct task_struct *t = (struct task_struct *)bpf_get_current_task();
@@ -632,19 +639,27 @@ int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
 		count(FAM_MEM_GROWTH, CTR_HITS);
 		count(FAM_MEM_GROWTH, CTR_LOST_MAP_FULL);
 	}
+	return;
+}
+
+/* A member of the sys_enter chain (hub.bpf.c). */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
+{
+	mem_enter_do(ctx, regs, id);
+	chain_next(ctx, &sys_enter_chain, CM_MEM_ENTER);
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
+static __always_inline void mem_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	long nr = regs->orig_ax;
 	if (nr != NR_BRK && nr != NR_MMAP && nr != NR_MUNMAP)
-		return 0;
+		return;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct mem_call *cp = bpf_map_lookup_elem(&mem_calls, &tid);
 	if (!cp)
-		return 0;
+		return;
 	struct mem_call c = *cp;
 	bpf_map_delete_elem(&mem_calls, &tid);
 	count(FAM_MEM_GROWTH, CTR_HITS); /* counted when the call ends: then it has an outcome */
@@ -663,6 +678,15 @@ int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
 	} else {
 		count(FAM_MEM_GROWTH, CTR_FILTERED); /* failed: nothing changed */
 	}
+	return;
+}
+
+/* A member of the sys_exit chain (hub.bpf.c). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
+{
+	mem_exit_do(ctx, regs, ret);
+	chain_next(ctx, &sys_exit_chain, CM_MEM_EXIT);
 	return 0;
 }
 

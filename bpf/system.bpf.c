@@ -127,54 +127,61 @@ struct {
 	__type(value, struct syscall_event);
 } sys_scratch SEC(".maps");
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+static __always_inline void sys_enter_do(unsigned long long *ctx, struct pt_regs *regs, long id)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	/* A thread with state is a target's (it got it here): no need to look it up again. */
 	struct sys_start *s = bpf_task_storage_get(&sys_starts, task, 0, 0);
 	if (!s) {
 		if (!is_target(task->tgid))
-			return 0;
+			return;
 		s = bpf_task_storage_get(&sys_starts, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!s) {
 			count(FAM_SYSCALL, CTR_HITS);
 			count(FAM_SYSCALL, CTR_LOST_MAP_FULL);
-			return 0;
+			return;
 		}
 	}
 	s->nr = id;
 	s->epoch = sys_epoch;
 	s->ts = bpf_ktime_get_boot_ns();
+	return;
+}
+
+/* A member of the sys_enter chain (hub.bpf.c). */
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter, struct pt_regs *regs, long id)
+{
+	sys_enter_do(ctx, regs, id);
+	chain_next(ctx, &sys_enter_chain, CM_SYS_ENTER);
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+static __always_inline void sys_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sys_start *s = bpf_task_storage_get(&sys_starts, task, 0, 0);
 	if (!s || !s->ts)
-		return 0;
+		return;
 	__u64 start = s->ts;
 	__u32 nr = s->nr;
 	s->ts = 0;
 	if (s->epoch != sys_epoch)
-		return 0; /* entered before a pause: its exit may not be this call's */
+		return; /* entered before a pause: its exit may not be this call's */
 	__u64 d = bpf_ktime_get_boot_ns() - start;
 	count(FAM_SYSCALL, CTR_HITS);
 	if (!hist_add(FAM_SYSCALL, task->tgid, nr, d))
-		return 0;
+		return;
 	if (d < syscall_min_ns) {
 		count(FAM_SYSCALL, CTR_FILTERED);
-		return 0;
+		return;
 	}
 	if (!admit(FAM_SYSCALL))
-		return 0;
+		return;
 	__u32 z = 0;
 	struct syscall_event *e = bpf_map_lookup_elem(&sys_scratch, &z);
 	if (!e)
-		return 0;
+		return;
 	fill_header(&e->h, FAM_SYSCALL);
 	e->h.time_ns = start;
 	e->duration_ns = d;
@@ -189,6 +196,15 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 	__u64 size = __builtin_offsetof(struct syscall_event, ips) + n * sizeof(__u64);
 	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
 		count(FAM_SYSCALL, CTR_LOST_RINGBUF);
+	return;
+}
+
+/* A member of the sys_exit chain (hub.bpf.c). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
+{
+	sys_exit_do(ctx, regs, ret);
+	chain_next(ctx, &sys_exit_chain, CM_SYS_EXIT);
 	return 0;
 }
 
@@ -415,35 +431,43 @@ static __always_inline void runq_exit(struct task_struct *task)
 		runq_flush(e);
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(runq_sys_exit, struct pt_regs *regs, long ret)
+static __always_inline void runq_sys_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	if (!runq_pending)
-		return 0;
+		return;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
 	if (!st || !st->pending)
-		return 0;
+		return;
 	runq_clear_pending(st);
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
 	if (!e || !e->pending)
-		return 0;
+		return;
 	if (st->epoch != sys_epoch) {
 		/* kept before a pause: the syscall exit it waited for may have come while the
 		 * programs were off; sent without its user stack */
 		runq_flush(e);
-		return 0;
+		return;
 	}
 	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(task);
 	if (!u || u->ip != e->user_ip || u->sp != e->user_sp) {
 		runq_flush(e);
-		return 0;
+		return;
 	}
 	__u32 k = e->kframes & (KFRAMES - 1);
 	__u32 n = user_stack(ctx, &e->ips[k], &e->flags, false);
 	e->nframes = n & (MAX_FRAMES - 1);
 	e->copy_id = stack_copy();
 	runq_send(e);
+	return;
+}
+
+/* A member of the sys_exit chain (hub.bpf.c). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(runq_sys_exit, struct pt_regs *regs, long ret)
+{
+	runq_sys_exit_do(ctx, regs, ret);
+	chain_next(ctx, &sys_exit_chain, CM_RUNQ_SYS_EXIT);
 	return 0;
 }
 
@@ -744,27 +768,35 @@ static __always_inline struct sock *fd_sock(__u32 fd)
 
 /* accept() and accept4() of a target: the connection is the target's from here, with the
  * accept's caller as its stack. */
-SEC("tp_btf/sys_exit")
-int BPF_PROG(tcp_sys_exit, struct pt_regs *regs, long ret)
+static __always_inline void tcp_sys_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	if (ret < 0)
-		return 0;
+		return;
 	long nr = regs->orig_ax;
 	if (nr != NR_ACCEPT && nr != NR_ACCEPT4)
-		return 0;
+		return;
 	if (!is_target(bpf_get_current_pid_tgid() >> 32))
-		return 0;
+		return;
 	struct sock *sk = fd_sock(ret);
 	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
-		return 0;
+		return;
 	__u64 key = (__u64)sk;
 	if (bpf_map_lookup_elem(&tcp_conns, &key))
-		return 0;
+		return;
 	__u64 *t = bpf_map_lookup_elem(&tcp_unaccepted, &key);
 	__u64 start = t ? *t : bpf_ktime_get_boot_ns();
 	if (t)
 		bpf_map_delete_elem(&tcp_unaccepted, &key);
 	tcp_new(ctx, sk, start, TCPE_ACCEPT);
+	return;
+}
+
+/* A member of the sys_exit chain (hub.bpf.c). */
+SEC("tp_btf/sys_exit")
+int BPF_PROG(tcp_sys_exit, struct pt_regs *regs, long ret)
+{
+	tcp_sys_exit_do(ctx, regs, ret);
+	chain_next(ctx, &sys_exit_chain, CM_TCP_SYS_EXIT);
 	return 0;
 }
 

@@ -8,7 +8,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGRAMS: &[&str] = &["alloc", "lock", "profile", "sampler", "system"];
+const PROGRAMS: &[&str] = &["alloc", "lock", "profile", "sampler", "system", "hub"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));

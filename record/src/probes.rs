@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use alloc_skel::{AllocSkel, AllocSkelBuilder};
 /// Event types and constants of `bpf/events.h`.
 pub use ebtrace_bpf::*;
-pub use ebtrace_bpf::{alloc_skel, lock_skel, profile_skel, sampler_skel, system_skel};
+pub use ebtrace_bpf::{alloc_skel, hub_skel, lock_skel, profile_skel, sampler_skel, system_skel};
+use hub_skel::{HubSkel, HubSkelBuilder};
 /// Families' numbers (the `type` of an event header, the counters' family dimension) come from
 /// the one registry, trace.proto's EventFamily (`ebtrace_format::family`).
 pub use ebtrace_format::family::COUNT as FAM_COUNT;
@@ -246,19 +247,106 @@ pub struct Probes<'obj> {
     /// and exit and page faults. On resume the in-flight maps are cleared and the exits
     /// attached before the entries, so nothing pairs across a pause.
     tp_pausable: std::cell::RefCell<Vec<TpPausable>>,
+    /// The system call chain's members (see `ChainMember`), its maps, and the hub object
+    /// that runs it.
+    chain: std::cell::RefCell<Vec<ChainMember>>,
+    chain_maps: ChainMaps,
+    pub hub: Option<HubSkel<'obj>>,
 }
 
 /// A tracepoint link that --max-cpu may detach: (family, program name, link; None while
 /// paused).
 type TpPausable = (ebtrace_proto::v1::EventFamily, &'static str, Option<Link>);
 
+/// A family's program on raw sys_enter or sys_exit: not attached, but a member of the
+/// system call chain (bpf/hub.bpf.c) that the hub's one program per tracepoint runs.
+#[derive(Debug, Clone)]
+struct ChainMember {
+    family: ebtrace_proto::v1::EventFamily,
+    name: &'static str,
+    /// Its CM_* (the order of the chain, and its slot of `chain_costs`).
+    member: u32,
+    exit: bool,
+    /// The loaded program's fd (owned by its skeleton, which lives as long as the Probes).
+    fd: i32,
+    /// False while --max-cpu pauses its family.
+    active: bool,
+}
+
+/// The chain member a program is, if it is one.
+fn chain_member(name: &str) -> Option<(u32, bool)> {
+    Some(match name {
+        "futex_enter" => (CM_FUTEX_ENTER as u32, false),
+        "mem_enter" => (CM_MEM_ENTER as u32, false),
+        "sys_enter" => (CM_SYS_ENTER as u32, false),
+        "futex_exit" => (CM_FUTEX_EXIT as u32, true),
+        "mem_exit" => (CM_MEM_EXIT as u32, true),
+        "offcpu_sys_exit" => (CM_OFFCPU_SYS_EXIT as u32, true),
+        "sys_exit" => (CM_SYS_EXIT as u32, true),
+        "runq_sys_exit" => (CM_RUNQ_SYS_EXIT as u32, true),
+        "tcp_sys_exit" => (CM_TCP_SYS_EXIT as u32, true),
+        _ => return None,
+    })
+}
+
+/// The maps every object shares for the system call chain (created here, their fds reused
+/// by each object at load).
+#[derive(Debug)]
+struct ChainMaps {
+    enter: libbpf_rs::MapHandle,
+    exit: libbpf_rs::MapHandle,
+    state: libbpf_rs::MapHandle,
+    costs: libbpf_rs::MapHandle,
+}
+
+impl ChainMaps {
+    fn create() -> Result<Self> {
+        use libbpf_rs::{MapHandle, MapType};
+        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+            ..Default::default()
+        };
+        let prog_array = |name: &str| {
+            MapHandle::create(MapType::ProgArray, Some(name), 4, 4, CHAIN_SLOTS as u32, &opts)
+                .with_context(|| format!("creating the BPF map {name}"))
+        };
+        Ok(ChainMaps {
+            enter: prog_array("sys_enter_chain")?,
+            exit: prog_array("sys_exit_chain")?,
+            state: MapHandle::create(MapType::PercpuArray, Some("chain_state"), 4, 16, 1, &opts)
+                .context("creating the BPF map chain_state")?,
+            costs: MapHandle::create(
+                MapType::PercpuArray,
+                Some("chain_costs"),
+                4,
+                std::mem::size_of::<chain_cost>() as u32,
+                CHAIN_MEMBERS as u32,
+                &opts,
+            )
+            .context("creating the BPF map chain_costs")?,
+        })
+    }
+}
+
 /// Attaches `progs` (tracepoint programs of `family`) as links --max-cpu may pause.
 fn attach_tps(
     into: &mut Vec<TpPausable>,
+    chain: &mut Vec<ChainMember>,
     family: ebtrace_proto::v1::EventFamily,
     progs: &[(&libbpf_rs::ProgramMut<'_>, &'static str)],
 ) -> Result<()> {
     for &(prog, name) in progs {
+        if let Some((member, exit)) = chain_member(name) {
+            chain.push(ChainMember {
+                family,
+                name,
+                member,
+                exit,
+                fd: prog.as_fd().as_raw_fd(),
+                active: true,
+            });
+            continue;
+        }
         let link = prog
             .attach()
             .with_context(|| format!("attaching {name}'s tracepoint"))?;
@@ -272,6 +360,7 @@ fn attach_tps(
 fn attach_present(
     missing: &[String],
     into: &mut Vec<TpPausable>,
+    chain: &mut Vec<ChainMember>,
     family: ebtrace_proto::v1::EventFamily,
     progs: &[(&libbpf_rs::ProgramMut<'_>, &'static str)],
 ) -> Result<()> {
@@ -280,7 +369,7 @@ fn attach_present(
         .copied()
         .filter(|(_, name)| !missing.iter().any(|m| m == name))
         .collect();
-    attach_tps(into, family, &present)
+    attach_tps(into, chain, family, &present)
 }
 
 /// A classic uprobe link that can be detached and attached again (see `pause_classic`).
@@ -349,8 +438,13 @@ impl Drop for Probes<'_> {
 /// copies, the rate cap, the ring buffer and the per-CPU copy buffers. A macro because each
 /// skeleton has its own generated types.
 macro_rules! common_setup {
-    ($open:expr, $ro:expr, $cfg:expr, $depth:expr, $ncpu:expr, $cfi:expr) => {{
+    ($open:expr, $ro:expr, $cfg:expr, $depth:expr, $ncpu:expr, $cfi:expr, $chain:expr) => {{
         $ro.max_frames = $depth;
+        $ro.chain_timed = $cfg.bpf_stats;
+        $open.maps.sys_enter_chain.reuse_fd($chain.enter.as_fd())?;
+        $open.maps.sys_exit_chain.reuse_fd($chain.exit.as_fd())?;
+        $open.maps.chain_state.reuse_fd($chain.state.as_fd())?;
+        $open.maps.chain_costs.reuse_fd($chain.costs.as_fd())?;
         if let Some(fds) = $cfi {
             $ro.cfi_mode = $cfg.cfi_mode;
             $ro.cfi_wakers = true;
@@ -398,6 +492,9 @@ macro_rules! each_skel {
             $body;
         }
         if let Some($s) = &$self.system {
+            $body;
+        }
+        if let Some($s) = &$self.hub {
             $body;
         }
     }};
@@ -523,6 +620,7 @@ impl<'obj> Probes<'obj> {
         profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         sampler_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         system_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        hub_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
         cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
@@ -551,6 +649,7 @@ impl<'obj> Probes<'obj> {
         });
         let depth = cfg.stack_depth.clamp(1, 127);
         let ncpu = procfs::possible_cpus().unwrap_or(1).max(1) as u32;
+        let chain_maps = ChainMaps::create()?;
         let alloc = match cfg.alloc_min {
             _ if cfg.preload_period.is_some() => None,
             None => None,
@@ -563,7 +662,7 @@ impl<'obj> Probes<'obj> {
                 ro.sample_every = cfg.sample_every.max(1);
                 ro.hold_children = cfg.alloc_sessions && !cfg.all;
                 ro.entry_only = cfg.alloc_entry_only;
-                common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
                 agg_setup!(open, ro, cfg);
                 if let Some(d) = open.maps.bss_data.as_deref_mut() {
                     d.sample_bytes = cfg.sample_bytes;
@@ -593,7 +692,7 @@ impl<'obj> Probes<'obj> {
                 ro.min_wait_ns = min;
                 ro.min_hold_ns = min;
                 ro.all_processes = cfg.all;
-                common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
                 agg_setup!(open, ro, cfg);
                 // Only the programs of the chosen mode get loaded.
                 let futex = cfg.lock_mode == LockMode::Futex;
@@ -613,7 +712,7 @@ impl<'obj> Probes<'obj> {
             ro.all_processes = cfg.all;
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
-            common_setup!(open, ro, cfg, depth, ncpu, cfi);
+            common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             agg_setup!(open, ro, cfg);
             if let Some(d) = open.maps.bss_data.as_deref_mut() {
                 d.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
@@ -645,7 +744,7 @@ impl<'obj> Probes<'obj> {
                     .map_err(|e| load_error("allocation sampler", e))?;
                 let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
                 ro.sample_period = period;
-                common_setup!(open, ro, cfg, depth, ncpu, cfi);
+                common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
                 Some(
                     open.load()
                         .map_err(|e| load_error("allocation sampler", e))?,
@@ -664,7 +763,7 @@ impl<'obj> Probes<'obj> {
             ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
-            common_setup!(open, ro, cfg, depth, ncpu, cfi);
+            common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             // The histograms are per CPU: at most 64 MiB of them whatever the CPU count
             // (16,384 keys on up to 11 CPUs; a full map is a counted loss).
             open.maps.hists.set_max_entries(hist_keys(ncpu))?;
@@ -701,6 +800,26 @@ impl<'obj> Probes<'obj> {
         } else {
             None
         };
+        // The hub, when a family has a program on raw sys_enter or sys_exit.
+        let hub = if (cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Futex)
+            || cfg.memgrowth
+            || cfg.offcpu_min_ns.is_some()
+            || cfg.syscall_min_ns.is_some()
+            || cfg.runq_min_ns.is_some()
+            || cfg.tcp
+        {
+            let mut open = HubSkelBuilder::default()
+                .open(hub_obj)
+                .map_err(|e| load_error("system call hub", e))?;
+            let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+            ro.all_processes = cfg.all;
+            common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
+            // It sends no events: the smallest ring.
+            open.maps.events.set_max_entries(4096)?;
+            Some(open.load().map_err(|e| load_error("system call hub", e))?)
+        } else {
+            None
+        };
         let mut p = Probes {
             alloc,
             lock,
@@ -725,6 +844,9 @@ impl<'obj> Probes<'obj> {
             cpu_fds: Vec::new(),
             pausable: Default::default(),
             tp_pausable: Default::default(),
+            chain: Default::default(),
+            chain_maps,
+            hub,
         };
         p.offcpu_min_ptr = p
             .profile
@@ -773,6 +895,7 @@ impl<'obj> Probes<'obj> {
                 // The exit first: a resume attaches them in this order.
                 attach_tps(
                     p.tp_pausable.get_mut(),
+                    p.chain.get_mut(),
                     ebtrace_proto::v1::EventFamily::Lock,
                     &[
                         (&l.progs.futex_exit, "futex_exit"),
@@ -792,6 +915,7 @@ impl<'obj> Probes<'obj> {
             if cfg.offcpu_min_ns.is_some() {
                 attach_tps(
                     p.tp_pausable.get_mut(),
+                    p.chain.get_mut(),
                     ebtrace_proto::v1::EventFamily::Offcpu,
                     &[
                         (&g.offcpu_sys_exit, "offcpu_sys_exit"),
@@ -805,6 +929,7 @@ impl<'obj> Probes<'obj> {
             if cfg.memgrowth {
                 attach_tps(
                     p.tp_pausable.get_mut(),
+                    p.chain.get_mut(),
                     ebtrace_proto::v1::EventFamily::MemGrowth,
                     &[
                         (&g.mem_exit, "mem_exit"),
@@ -859,6 +984,7 @@ impl<'obj> Probes<'obj> {
                 attach_present(
                     &missing_tps,
                     p.tp_pausable.get_mut(),
+                    p.chain.get_mut(),
                     F::Syscall,
                     &[(&g.sys_exit, "sys_exit"), (&g.sys_enter, "sys_enter")],
                 )?;
@@ -868,6 +994,7 @@ impl<'obj> Probes<'obj> {
                 attach_present(
                     &missing_tps,
                     p.tp_pausable.get_mut(),
+                    p.chain.get_mut(),
                     F::Runq,
                     &[
                         (&g.runq_sys_exit, "runq_sys_exit"),
@@ -883,6 +1010,7 @@ impl<'obj> Probes<'obj> {
                     attach_present(
                         &missing_tps,
                         p.tp_pausable.get_mut(),
+                        p.chain.get_mut(),
                         F::Bio,
                         &[
                             (&g.bio_io_done, "bio_io_done"),
@@ -895,6 +1023,7 @@ impl<'obj> Probes<'obj> {
                     attach_present(
                         &missing_tps,
                         p.tp_pausable.get_mut(),
+                        p.chain.get_mut(),
                         F::Bio,
                         &[
                             (&g.bio_rq_complete, "bio_rq_complete"),
@@ -908,6 +1037,7 @@ impl<'obj> Probes<'obj> {
                 attach_present(
                     &missing_tps,
                     p.tp_pausable.get_mut(),
+                    p.chain.get_mut(),
                     F::Tcp,
                     &[
                         (&g.tcp_set_state, "tcp_set_state"),
@@ -923,6 +1053,7 @@ impl<'obj> Probes<'obj> {
                 p.attached.push(format!("tp_btf/{w}"));
             }
         }
+        p.start_chain()?;
         Ok(p)
     }
 
@@ -944,7 +1075,88 @@ impl<'obj> Probes<'obj> {
                 .targets
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
         }
+        if let Some(h) = &self.hub {
+            h.maps
+                .targets
+                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+        }
         Ok(())
+    }
+
+    /// Fills the chain's program arrays and attaches the hub's programs (the fork and exit
+    /// ones keep its targets; sys_enter and sys_exit only when they have members).
+    fn start_chain(&mut self) -> Result<()> {
+        let Some(h) = &self.hub else {
+            return Ok(());
+        };
+        self.chain.get_mut().sort_by_key(|m| m.member);
+        self.sync_chain()?;
+        let (enter, exit) = {
+            let c = self.chain.borrow();
+            (c.iter().any(|m| !m.exit), c.iter().any(|m| m.exit))
+        };
+        let g = &h.progs;
+        for (prog, on, what) in [
+            (&g.hub_fork, enter || exit, "sched_process_fork"),
+            (&g.hub_exit, enter || exit, "sched_process_exit"),
+            (&g.hub_sys_exit, exit, "sys_exit"),
+            (&g.hub_sys_enter, enter, "sys_enter"),
+        ] {
+            if on {
+                self.links.push(
+                    prog.attach()
+                        .with_context(|| format!("attaching the hub's tp_btf/{what}"))?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the active members into the chain's program arrays, in their order, exits
+    /// first (a resumed family's exits are in before its entries), and empties the slots
+    /// after them.
+    fn sync_chain(&self) -> Result<()> {
+        let chain = self.chain.borrow();
+        for (exit, map) in [(true, &self.chain_maps.exit), (false, &self.chain_maps.enter)] {
+            let members: Vec<&ChainMember> =
+                chain.iter().filter(|m| m.exit == exit && m.active).collect();
+            for (slot, m) in members.iter().enumerate() {
+                map.update(
+                    &(slot as u32).to_ne_bytes(),
+                    &(m.fd as u32).to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("putting {} in the system call chain", m.name))?;
+            }
+            for slot in members.len()..CHAIN_SLOTS {
+                let _ = map.delete(&(slot as u32).to_ne_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// Per chain member, with BPF stats on: its run time (ns) and runs, summed over the
+    /// CPUs (the kernel's stats count them in the hub program they run inside).
+    fn chain_stats(&self) -> Vec<(ChainMember, u64, u64)> {
+        let mut out = Vec::new();
+        for m in self.chain.borrow().iter() {
+            let mut ns = 0u64;
+            let mut runs = 0u64;
+            if let Ok(Some(vals)) = self
+                .chain_maps
+                .costs
+                .lookup_percpu(&m.member.to_ne_bytes(), MapFlags::ANY)
+            {
+                for v in vals {
+                    if v.len() >= 16 {
+                        ns += u64::from_ne_bytes(v[..8].try_into().unwrap_or([0; 8]));
+                        runs += u64::from_ne_bytes(v[8..16].try_into().unwrap_or([0; 8]));
+                    }
+                }
+            }
+            out.push((m.clone(), ns, runs));
+        }
+        out
     }
 
     /// Attaches the --func probes (entry and return, the function's id as the BPF cookie)
@@ -1389,6 +1601,28 @@ impl<'obj> Probes<'obj> {
                 add(&p, system_family(&name));
             }
         }
+        if let Some(h) = &self.hub {
+            // The chain's members by their own time; the hub's remainder (dispatch, target
+            // check) shared by the families with an active member.
+            let mut hub_ns = 0u64;
+            for p in [&h.progs.hub_sys_enter, &h.progs.hub_sys_exit] {
+                hub_ns += prog_run_stats(p.as_fd()).0;
+            }
+            let mut fams: Vec<F> = Vec::new();
+            for (m, ns, _) in self.chain_stats() {
+                out[(m.family as usize).min(FAM_COUNT - 1)].0 += ns;
+                hub_ns = hub_ns.saturating_sub(ns);
+                if m.active && !fams.contains(&m.family) {
+                    fams.push(m.family);
+                }
+            }
+            if !fams.is_empty() {
+                let share = hub_ns / fams.len() as u64;
+                for f in fams {
+                    out[(f as usize).min(FAM_COUNT - 1)].0 += share;
+                }
+            }
+        }
         out
     }
 
@@ -1397,6 +1631,7 @@ impl<'obj> Probes<'obj> {
         (family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions())
             || self.pausable.borrow().iter().any(|p| p.family == family)
             || self.tp_pausable.borrow().iter().any(|t| t.0 == family)
+            || self.chain.borrow().iter().any(|m| m.family == family)
     }
 
     /// --max-cpu: detaches `family`'s uprobes (their traps go with them), or the tracepoint
@@ -1415,6 +1650,18 @@ impl<'obj> Probes<'obj> {
         for t in self.tp_pausable.borrow_mut().iter_mut() {
             if t.0 == family {
                 gone.push((t.2.take(), None));
+            }
+        }
+        let mut chain_changed = false;
+        for m in self.chain.borrow_mut().iter_mut() {
+            if m.family == family && m.active {
+                m.active = false;
+                chain_changed = true;
+            }
+        }
+        if chain_changed {
+            if let Err(e) = self.sync_chain() {
+                eprintln!("ebrec: warning: pausing {family:?}'s system call programs: {e:#}");
             }
         }
         std::thread::scope(|s| {
@@ -1439,11 +1686,17 @@ impl<'obj> Probes<'obj> {
                 let _ = m.delete(&k);
             }
         }
-        if self
-            .tp_pausable
+        let chain_paused = self
+            .chain
             .borrow()
             .iter()
-            .any(|t| t.0 == family && t.2.is_none())
+            .any(|m| m.family == family && !m.active);
+        if chain_paused
+            || self
+                .tp_pausable
+                .borrow()
+                .iter()
+                .any(|t| t.0 == family && t.2.is_none())
         {
             match family {
                 ebtrace_proto::v1::EventFamily::Lock => {
@@ -1519,6 +1772,14 @@ impl<'obj> Probes<'obj> {
                 prog.attach()
                     .with_context(|| format!("attaching {} again", t.1))?,
             );
+        }
+        if chain_paused {
+            for m in self.chain.borrow_mut().iter_mut() {
+                if m.family == family {
+                    m.active = true;
+                }
+            }
+            self.sync_chain()?;
         }
         for p in self.pausable.borrow_mut().iter_mut() {
             if p.family != family || p.link.is_some() {
@@ -1741,7 +2002,38 @@ impl<'obj> Probes<'obj> {
                 add(&p);
             }
         });
+        // The chain's members ran inside the hub's programs: each gets its own time, and
+        // the hub's keeps what is left (its dispatch and target check).
+        for (m, ns, runs) in self.chain_stats() {
+            let hub = if m.exit { "hub_sys_exit" } else { "hub_sys_enter" };
+            if let Some(h) = out.iter_mut().find(|p| p.name == hub) {
+                h.run_time_ns = h.run_time_ns.saturating_sub(ns);
+            }
+            if runs > 0 {
+                out.push(ProgStat {
+                    name: m.name.to_string(),
+                    run_time_ns: ns,
+                    runs,
+                    recursion_misses: 0,
+                });
+            }
+        }
         out
+    }
+}
+
+/// A loaded program's kernel stats: (run time ns, runs).
+fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> (u64, u64) {
+    let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: info is a valid out buffer of len bytes.
+    let r = unsafe {
+        libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
+    };
+    if r == 0 {
+        (info.run_time_ns, info.run_cnt)
+    } else {
+        (0, 0)
     }
 }
 

@@ -251,6 +251,7 @@ fn record_with(
     let mut lock_obj = std::mem::MaybeUninit::uninit();
     let mut profile_obj = std::mem::MaybeUninit::uninit();
     let mut system_obj = std::mem::MaybeUninit::uninit();
+    let mut hub_obj = std::mem::MaybeUninit::uninit();
     perf::remove_stale_probes();
     // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
     let cfi = if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
@@ -265,6 +266,7 @@ fn record_with(
         &mut profile_obj,
         &mut sampler_obj,
         &mut system_obj,
+        &mut hub_obj,
         cfi.as_ref().map(|t| t.fds()),
     )?;
 

@@ -18,6 +18,10 @@ pub mod sampler_skel {
     #![allow(clippy::all, missing_debug_implementations, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/sampler.skel.rs"));
 }
+pub mod hub_skel {
+    #![allow(clippy::all, missing_debug_implementations, unused_imports)]
+    include!(concat!(env!("OUT_DIR"), "/hub.skel.rs"));
+}
 pub mod system_skel {
     #![allow(clippy::all, missing_debug_implementations, unused_imports)]
     include!(concat!(env!("OUT_DIR"), "/system.skel.rs"));
@@ -32,7 +36,7 @@ pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
     offcpu_event, sample_event,
 };
-pub use system_skel::types::{bio_event, hist_key, hist_val, runq_event, syscall_event, tcp_event};
+pub use system_skel::types::{bio_event, chain_cost, hist_key, hist_val, runq_event, syscall_event, tcp_event};
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}
@@ -56,6 +60,7 @@ unsafe impl plain::Plain for runq_event {}
 unsafe impl plain::Plain for tcp_event {}
 unsafe impl plain::Plain for hist_key {}
 unsafe impl plain::Plain for hist_val {}
+unsafe impl plain::Plain for chain_cost {}
 
 /// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
 #[allow(dead_code)]
