@@ -15,10 +15,10 @@ use alloc_skel::{AllocSkel, AllocSkelBuilder};
 /// Event types and constants of `bpf/events.h`.
 pub use ebtrace_bpf::*;
 pub use ebtrace_bpf::{alloc_skel, hub_skel, lock_skel, profile_skel, sampler_skel, system_skel};
-use hub_skel::{HubSkel, HubSkelBuilder};
 /// Families' numbers (the `type` of an event header, the counters' family dimension) come from
 /// the one registry, trace.proto's EventFamily (`ebtrace_format::family`).
 pub use ebtrace_format::family::COUNT as FAM_COUNT;
+use hub_skel::{HubSkel, HubSkelBuilder};
 use lock_skel::{LockSkel, LockSkelBuilder};
 use profile_skel::{ProfileSkel, ProfileSkelBuilder};
 use sampler_skel::{SamplerSkel, SamplerSkelBuilder};
@@ -307,8 +307,15 @@ impl ChainMaps {
             ..Default::default()
         };
         let prog_array = |name: &str| {
-            MapHandle::create(MapType::ProgArray, Some(name), 4, 4, CHAIN_SLOTS as u32, &opts)
-                .with_context(|| format!("creating the BPF map {name}"))
+            MapHandle::create(
+                MapType::ProgArray,
+                Some(name),
+                4,
+                4,
+                CHAIN_SLOTS as u32,
+                &opts,
+            )
+            .with_context(|| format!("creating the BPF map {name}"))
         };
         Ok(ChainMaps {
             enter: prog_array("sys_enter_chain")?,
@@ -1117,9 +1124,14 @@ impl<'obj> Probes<'obj> {
     /// after them.
     fn sync_chain(&self) -> Result<()> {
         let chain = self.chain.borrow();
-        for (exit, map) in [(true, &self.chain_maps.exit), (false, &self.chain_maps.enter)] {
-            let members: Vec<&ChainMember> =
-                chain.iter().filter(|m| m.exit == exit && m.active).collect();
+        for (exit, map) in [
+            (true, &self.chain_maps.exit),
+            (false, &self.chain_maps.enter),
+        ] {
+            let members: Vec<&ChainMember> = chain
+                .iter()
+                .filter(|m| m.exit == exit && m.active)
+                .collect();
             for (slot, m) in members.iter().enumerate() {
                 map.update(
                     &(slot as u32).to_ne_bytes(),
@@ -2005,7 +2017,11 @@ impl<'obj> Probes<'obj> {
         // The chain's members ran inside the hub's programs: each gets its own time, and
         // the hub's keeps what is left (its dispatch and target check).
         for (m, ns, runs) in self.chain_stats() {
-            let hub = if m.exit { "hub_sys_exit" } else { "hub_sys_enter" };
+            let hub = if m.exit {
+                "hub_sys_exit"
+            } else {
+                "hub_sys_enter"
+            };
             if let Some(h) = out.iter_mut().find(|p| p.name == hub) {
                 h.run_time_ns = h.run_time_ns.saturating_sub(ns);
             }

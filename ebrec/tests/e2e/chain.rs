@@ -1,0 +1,111 @@
+//! The system call chain (bpf/hub.bpf.c): with every family that works at raw sys_enter and
+//! sys_exit on, one hub program per tracepoint sees every system call of the machine and
+//! runs the families' programs only for the target's: each member runs exactly once per
+//! target call, the same number of times as every other member of its chain, and never for
+//! another process's calls (a second `syscalls` running beside, untraced, makes far more).
+use crate::common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The exit summary's per-program lines (`--bpf-stats`): program -> runs.
+fn program_runs(stderr: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for line in stderr.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        if w.len() == 6 && w[0] == "ebrec:" && w[3] == "runs" && w[5] == "ns/run" {
+            if let Ok(n) = w[2].parse() {
+                out.insert(w[1].to_string(), n);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn one_hub_per_tracepoint_runs_each_family_for_the_targets_calls_only() {
+    if !root() {
+        return;
+    }
+    // Untraced, beside the recording: getppid loops until the recording is over.
+    let prog =
+        ebtrace_testdata::build("syscalls", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let beside = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut calls = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let st = Command::new(&prog)
+                    .args(["--fast", "200000", "--sleeps", "0"])
+                    .stdout(Stdio::null())
+                    .status()
+                    .unwrap();
+                assert!(st.success());
+                calls += 200_000;
+            }
+            calls
+        })
+    };
+    let r = record_loud(
+        "syscalls",
+        &[
+            "--syscalls",
+            "--lock",
+            "--memgrowth",
+            "--offcpu",
+            "--runq",
+            "--tcp",
+            "--bpf-stats",
+        ],
+        &["--fast", "20000", "--sleeps", "20", "--sleep-ms", "50"],
+    );
+    stop.store(true, Ordering::SeqCst);
+    let beside_calls = beside.join().unwrap();
+    let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+    let runs = program_runs(&err);
+    let get = |name: &str| {
+        *runs
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} in: {err}"))
+    };
+
+    // The target made 20,000 getppid, 20 nanosleeps and libc's own calls.
+    let target = get("sys_enter");
+    assert!(
+        (20_020..25_000).contains(&target),
+        "sys_enter ran {target} times: {err}"
+    );
+    // Every member of a chain ran once per target call.
+    for m in ["futex_enter", "mem_enter"] {
+        assert_eq!(get(m), target, "{m}: {err}");
+    }
+    let exits = get("sys_exit");
+    assert!(
+        exits + 2 >= target && exits <= target,
+        "sys_exit {exits}: {err}"
+    );
+    for m in [
+        "futex_exit",
+        "mem_exit",
+        "offcpu_sys_exit",
+        "runq_sys_exit",
+        "tcp_sys_exit",
+    ] {
+        assert_eq!(get(m), exits, "{m}: {err}");
+    }
+    // The hubs saw the other process's calls too, and stopped them.
+    assert!(beside_calls >= 200_000, "{beside_calls}");
+    let hub = get("hub_sys_enter");
+    assert!(
+        hub >= target + 100_000,
+        "hub_sys_enter ran {hub} times, the target's {target}: {err}"
+    );
+    assert!(get("hub_sys_exit") >= exits + 100_000, "{err}");
+    // And the syscall family still counts the target's calls exactly.
+    let expect = expect_line(&r.out, "syscalls");
+    assert_eq!(expect["fast"], 20_000);
+}
