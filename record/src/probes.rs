@@ -252,6 +252,10 @@ pub struct Probes<'obj> {
     chain: std::cell::RefCell<Vec<ChainMember>>,
     chain_maps: ChainMaps,
     pub hub: Option<HubSkel<'obj>>,
+    /// With BPF stats on: what one tracepoint program run costs beyond the run time the
+    /// kernel's stats measure (the dispatch, and the system call slow path the raw syscall
+    /// tracepoints put every system call on), ns, calibrated when the hub attaches.
+    pub dispatch_ns: f64,
 }
 
 /// A tracepoint link that --max-cpu may detach: (family, program name, link; None while
@@ -854,6 +858,7 @@ impl<'obj> Probes<'obj> {
             chain: Default::default(),
             chain_maps,
             hub,
+            dispatch_ns: 0.0,
         };
         p.offcpu_min_ptr = p
             .profile
@@ -1060,7 +1065,7 @@ impl<'obj> Probes<'obj> {
                 p.attached.push(format!("tp_btf/{w}"));
             }
         }
-        p.start_chain()?;
+        p.start_chain(cfg.bpf_stats && p._stats_fd.is_some())?;
         Ok(p)
     }
 
@@ -1090,9 +1095,23 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// What the kernel's stats do not see, with them on: (runs of tracepoint and perf event
+    /// programs, `dispatch_ns` each). Chain members are not dispatched: the hub is.
+    pub fn dispatch_cost(&self) -> (u64, f64) {
+        let mut runs = 0u64;
+        each_skel!(self, s => {
+            for p in s.object().progs() {
+                if p.prog_type() != libbpf_rs::ProgramType::Kprobe {
+                    runs += prog_run_stats(p.as_fd()).1;
+                }
+            }
+        });
+        (runs, self.dispatch_ns)
+    }
+
     /// Fills the chain's program arrays and attaches the hub's programs (the fork and exit
     /// ones keep its targets; sys_enter and sys_exit only when they have members).
-    fn start_chain(&mut self) -> Result<()> {
+    fn start_chain(&mut self, calibrate: bool) -> Result<()> {
         let Some(h) = &self.hub else {
             return Ok(());
         };
@@ -1103,6 +1122,11 @@ impl<'obj> Probes<'obj> {
             (c.iter().any(|m| !m.exit), c.iter().any(|m| m.exit))
         };
         let g = &h.progs;
+        let bare = if calibrate && enter && exit {
+            Some(time_syscalls())
+        } else {
+            None
+        };
         for (prog, on, what) in [
             (&g.hub_fork, enter || exit, "sched_process_fork"),
             (&g.hub_exit, enter || exit, "sched_process_exit"),
@@ -1115,6 +1139,17 @@ impl<'obj> Probes<'obj> {
                         .with_context(|| format!("attaching the hub's tp_btf/{what}"))?,
                 );
             }
+        }
+        if let Some(bare) = bare {
+            // ebrec is not a target: its calls stop at the hubs. What a call costs more now,
+            // less the hubs' measured run time, is what the stats do not see, for two runs.
+            let before = [&g.hub_sys_enter, &g.hub_sys_exit].map(|p| prog_run_stats(p.as_fd()));
+            let hooked = time_syscalls();
+            let after = [&g.hub_sys_enter, &g.hub_sys_exit].map(|p| prog_run_stats(p.as_fd()));
+            let runs: u64 = (0..2).map(|i| after[i].1 - before[i].1).sum();
+            let ns: u64 = (0..2).map(|i| after[i].0 - before[i].0).sum();
+            let measured = if runs > 0 { ns as f64 / runs as f64 } else { 0.0 };
+            self.dispatch_ns = ((hooked - bare) / 2.0 - measured).clamp(5.0, 1000.0);
         }
         Ok(())
     }
@@ -1558,10 +1593,13 @@ impl<'obj> Probes<'obj> {
     /// far, indexed by EventFamily number. A program belongs to the family of its object
     /// (alloc and sampler: alloc; lock: lock) or, in the profile object, to the family its
     /// name starts with (cpu_, offcpu_, mem_, func_); the profile object's fork and exit
-    /// tracepoints serve all its families and count as unspecified (0).
+    /// tracepoints serve all its families and count as unspecified (0). A tracepoint or
+    /// perf event program's runs also cost `dispatch_ns` each, which the stats do not see;
+    /// the hub's runs and time are shared by the families in the system call chain.
     pub fn family_costs(&self) -> [(u64, u64); FAM_COUNT] {
         use ebtrace_proto::v1::EventFamily as F;
         let mut out = [(0u64, 0u64); FAM_COUNT];
+        let dispatch_ns = self.dispatch_ns;
         let mut add = |p: &libbpf_rs::Program<'_>, fam: F| {
             let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
             let mut len = std::mem::size_of_val(&info) as u32;
@@ -1578,6 +1616,9 @@ impl<'obj> Probes<'obj> {
                 e.0 += info.run_time_ns;
                 if p.prog_type() == libbpf_rs::ProgramType::Kprobe {
                     e.1 += info.run_cnt;
+                } else {
+                    // What the stats do not see of a tracepoint or perf event run.
+                    e.0 += (info.run_cnt as f64 * dispatch_ns) as u64;
                 }
             }
         };
@@ -1617,8 +1658,11 @@ impl<'obj> Probes<'obj> {
             // The chain's members by their own time; the hub's remainder (dispatch, target
             // check) shared by the families with an active member.
             let mut hub_ns = 0u64;
+            let mut hub_dispatch = 0u64;
             for p in [&h.progs.hub_sys_enter, &h.progs.hub_sys_exit] {
-                hub_ns += prog_run_stats(p.as_fd()).0;
+                let (ns, runs) = prog_run_stats(p.as_fd());
+                hub_ns += ns;
+                hub_dispatch += (runs as f64 * dispatch_ns) as u64;
             }
             let mut fams: Vec<F> = Vec::new();
             for (m, ns, _) in self.chain_stats() {
@@ -1629,7 +1673,7 @@ impl<'obj> Probes<'obj> {
                 }
             }
             if !fams.is_empty() {
-                let share = hub_ns / fams.len() as u64;
+                let share = (hub_ns + hub_dispatch) / fams.len() as u64;
                 for f in fams {
                     out[(f as usize).min(FAM_COUNT - 1)].0 += share;
                 }
@@ -2036,6 +2080,21 @@ impl<'obj> Probes<'obj> {
         }
         out
     }
+}
+
+/// ns per getppid system call in a loop here (the least of 5 rounds of 20,000).
+fn time_syscalls() -> f64 {
+    const N: u32 = 20_000;
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for _ in 0..N {
+            // SAFETY: getppid has no arguments and no preconditions.
+            unsafe { libc::syscall(libc::SYS_getppid) };
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / f64::from(N));
+    }
+    best
 }
 
 /// A loaded program's kernel stats: (run time ns, runs).

@@ -562,6 +562,7 @@ fn record_with(
     s.clock_sync()?;
     let families = s.stats(end)?;
     let programs = probes_ref.program_stats();
+    let dispatch = probes_ref.dispatch_cost();
     let elapsed = started.elapsed().as_secs_f64();
     let processes = s.processes();
     let malformed = s.malformed;
@@ -605,6 +606,7 @@ fn record_with(
         bytes,
         families,
         programs,
+        dispatch,
         evictions,
         rotations,
         no_kallsyms,

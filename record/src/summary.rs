@@ -15,6 +15,9 @@ pub struct Summary<'a> {
     pub families: Vec<FamilyStats>,
     /// What the kernel counted per program.
     pub programs: Vec<crate::probes::ProgStat>,
+    /// Tracepoint and perf event program runs and what each costs beyond its measured run
+    /// time (`Probes::dispatch_cost`; 0 ns when not calibrated).
+    pub dispatch: (u64, f64),
     pub evictions: u64,
     pub rotations: u32,
     pub no_kallsyms: bool,
@@ -44,6 +47,7 @@ impl Summary<'_> {
             bytes,
             families,
             programs,
+            dispatch,
             evictions,
             rotations,
             no_kallsyms,
@@ -134,6 +138,15 @@ impl Summary<'_> {
                     p.name,
                     p.runs,
                     p.run_time_ns as f64 / p.runs as f64
+                );
+            }
+            let (runs, ns) = dispatch;
+            if ns > 0.0 && runs > 0 {
+                let total = runs as f64 * ns;
+                eprintln!(
+                    "ebrec:   tracepoint dispatch {:.1} ms more ({runs} runs of tracepoint and perf event programs, {ns:.0} ns each beyond their run time, calibrated at start on a system call loop): {:.2}% of a CPU",
+                    total / 1e6,
+                    total / 1e9 / elapsed.max(1e-9) * 100.0
                 );
             }
         }

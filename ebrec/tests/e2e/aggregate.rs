@@ -365,6 +365,8 @@ fn a_cpu_budget_pauses_aggregated_allocations_without_sampling_them() {
     if !root() {
         return;
     }
+    // It measures or budgets ebrec's own cost: no other recording beside it.
+    let _alone = common::exclusive();
     let r = record(
         "sampled_heap",
         &["--alloc", "--aggregate=1", "--max-cpu", "1"],

@@ -180,6 +180,8 @@ fn a_cpu_budget_pauses_what_costs_too_much() {
     if !root() {
         return;
     }
+    // It measures or budgets ebrec's own cost: no other recording beside it.
+    let _alone = common::exclusive();
     let r = record_loud(
         "sampled_heap",
         &["--alloc", "--max-cpu", "1"],

@@ -30,6 +30,8 @@ fn one_hub_per_tracepoint_runs_each_family_for_the_targets_calls_only() {
     if !root() {
         return;
     }
+    // Its storm of system calls beside would weigh on another test's budget.
+    let _alone = common::exclusive();
     // Untraced, beside the recording: getppid loops until the recording is over.
     let prog =
         ebtrace_testdata::build("syscalls", ebtrace_testdata::Variant::FramePointer).unwrap();

@@ -678,6 +678,8 @@ fn max_cpu_pauses_the_syscall_family_on_a_syscall_storm() {
     if !root() {
         return;
     }
+    // It measures or budgets ebrec's own cost: no other recording beside it.
+    let _alone = common::exclusive();
     // 20 million getppid calls cost the syscall programs far more than 0.5% of a CPU: the
     // budget pauses the family (a ProbeChange record), and the trace says so.
     let rec = common::record(
@@ -707,6 +709,8 @@ fn diagnose_writes_the_reports_and_a_summary_of_each_family() {
     if !root() {
         return;
     }
+    // It measures or budgets ebrec's own cost: no other recording beside it.
+    let _alone = common::exclusive();
     let Some(disk) = disk_dir() else {
         panic!("no directory on a block device (/var/tmp, /tmp, /root) to fsync on");
     };
