@@ -335,7 +335,7 @@ wait_bpf_prog() {
 # why_of FILE: the line of a tool's output that says best why it failed.
 why_of() {
   local l
-  l=$(grep -v '^__BPFTRACE' "$1" 2>/dev/null | grep -iE 'error|no such|not found|cannot|failed|denied|invalid|exception|unknown|unable' | tail -n1 || true)
+  l=$(grep -v -e '^__BPFTRACE' -e 'RLIMIT_MEMLOCK' "$1" 2>/dev/null | grep -iE 'error|no such|not found|cannot|failed|denied|invalid|exception|unknown|unable' | tail -n1 || true)
   [ -n "$l" ] || l=$(grep -v '^\s*$' "$1" 2>/dev/null | grep -v '^__BPFTRACE' | tail -n1 || true)
   l=${l:-"no output"}
   l=${l//|/\/}
@@ -415,11 +415,13 @@ declare -A TPS CB CP NS BU CH EVN WHY FAILS
 FIRST_TRACE_DONE=0
 PROC_NOTE=""
 
-# start_tool CONFIG: sets TOOL_ARGV, READY (regex), EVFN, STOP_S; or WHY[CONFIG].
+# tool_argv CONFIG: sets TOOL_ARGV, READY (regex), EVFN, STOP_S (the time it may take to print
+# its maps or tables after SIGINT: bpftrace resolves every stack's symbols then, per process);
+# or WHY[CONFIG].
 tool_argv() {
   local c=$1 pids=() p fam
   for p in $(server_pids); do pids+=(-p "$p"); done
-  TOOL_ARGV=() READY="" EVFN="" STOP_S=60 TRACE=""
+  TOOL_ARGV=() READY="" EVFN="" STOP_S=300 TRACE=""
   case $c in
     ebrec-*)
       [ "$EBREC_OK" = 1 ] || { WHY[$c]=$(ebrec_skip_reason); return 1; }
@@ -433,7 +435,7 @@ tool_argv() {
           rm -rf "$TMP/diag"
           TOOL_ARGV=(env --default-signal=INT "$EBREC" diagnose "${pids[@]}" --duration $((DURATION + 3)) -o "$TMP/diag")
           [ ! -x "$EBSYM" ] || TOOL_ARGV+=(--ebsym "$EBSYM")
-          EVFN=ev_diagnose STOP_S=300
+          EVFN=ev_diagnose
           return 0 ;;
         ebrec-agent)
           rm -rf "$TMP/agent"
@@ -571,11 +573,12 @@ run_config() { # CONFIG ROUND
         wait_exit "$tpid" 1
         why=${why:-"exited during the run (status $EXIT_RC): $(why_of "$out")"}
       elif [ "$c" = ebrec-diagnose ]; then
-        wait_exit "$tpid" 300 # its recording ends by itself, then ebsym makes the reports
-        [ "$EXIT_RC" != 124 ] || stop_tool "$tpid" 30
+        wait_exit "$tpid" "$STOP_S" # its recording ends by itself, then ebsym makes the reports
+        if [ "$EXIT_RC" = 124 ]; then stop_tool "$tpid" 30; EXIT_RC=124; fi
       else
         stop_tool "$tpid" "$STOP_S"
       fi
+      [ -n "$why" ] || [ "$EXIT_RC" != 124 ] || why="did not finish within ${STOP_S}s of SIGINT (killed; its output is lost)"
       [ -n "$why" ] || [ "$EXIT_RC" = 0 ] || why="exit status $EXIT_RC: $(why_of "$out")"
       ev=$("$EVFN" "$out" || true)
       [ -n "$why" ] || [ -n "$ev" ] || why="no output: $(why_of "$out")"
