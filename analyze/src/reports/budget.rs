@@ -1,7 +1,7 @@
 //! What `ebrec record --max-cpu` changed while recording, as notes for the report of one
 //! kind: the cpu sampling rate (`cpu-hz`), the off-CPU threshold (`offcpu-min-ns`), and the
 //! pauses of any family (the allocator's are noted in `stacks.rs`, as they were first).
-use super::EventKind;
+use super::kind::EventKind;
 use crate::model::Loaded;
 use ebtrace_format::proto::{EventFamily, ProbeChange, ProbeChangeKind};
 

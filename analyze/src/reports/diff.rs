@@ -1,8 +1,8 @@
 //! `ebsym diff`: per folded stack, its value in two traces, sorted by how much it changed.
 use super::folded::folded_key;
+use super::kind::{EventKind, Measure};
 use super::stacks::{stacks_from, Stacks};
 use super::text::losses_text;
-use super::{EventKind, Measure};
 use crate::model::{Filter, Frame, Losses, Trace};
 use ebtrace_format::TraceReader;
 use serde::Serialize;

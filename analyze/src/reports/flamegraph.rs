@@ -1,7 +1,7 @@
 //! Flame graph SVGs with inferno: of folded stacks, and differential ones of a diff.
 use super::diff::DiffReport;
 use super::folded::Folded;
-use super::{EventKind, Measure};
+use super::kind::{EventKind, Measure};
 
 /// [`flamegraph_by`] with `by` a measure's name (the kind's default if it names none).
 pub fn flamegraph(

@@ -1,6 +1,6 @@
 //! Folded stacks (`root;…;leaf value`), for flamegraph.pl, inferno and `ebsym diff`.
+use super::kind::{EventKind, Measure};
 use super::stacks::{stacks_from, Stacks};
-use super::{EventKind, Measure};
 use crate::model::{Filter, Frame, Losses, Trace};
 use ebtrace_format::TraceReader;
 use std::collections::BTreeMap;

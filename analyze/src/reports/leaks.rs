@@ -1,241 +1,26 @@
-//! `ebsym leaks`: allocations never freed, grouped by stack; and the store of live
-//! blocks it keeps while the trace streams by.
+//! `ebsym leaks`: allocations never freed, grouped by stack (the live blocks are kept by
+//! `live.rs` while the trace streams by).
+use super::kind::Measure;
+use super::live::Outstanding;
 use super::stacks::{frame_key, FrameKey};
 use super::suppress::Suppressions;
+use super::text::empty_note;
 use super::top::{LeakRow, Report, Row};
-use super::{empty_note, Measure};
-use crate::hash::FastMap;
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Sink, Trace};
 use ebtrace_format::TraceReader;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// A live block: allocation time, stack id, size.
-#[derive(Debug, Clone, Copy)]
-struct Block {
-    time: u64,
-    stack: u64,
-    size: u64,
-    /// Bytes per sample when the allocation was sampled by bytes (0: not sampled).
-    period: u64,
-}
-
-/// No next block.
-const NONE: u32 = u32::MAX;
-
-/// A live block in the slab, with the next (later) live block at the same address.
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    block: Block,
-    next: u32,
-}
-
-/// The live blocks of the leak report.
-///
-/// Each generation maps an address to the slab index of its oldest live block (16 bytes a
-/// bucket, so the table of tens of thousands of live blocks stays in the L2 cache: with the
-/// blocks in the table itself, lookups were cache misses and the report ran at 3–5 M
-/// events/s instead of 7–8). The blocks at one address are chained oldest first: usually
-/// one, two when an allocation reused the address before the free of the previous block was
-/// read (the writer puts a batch's allocations before its frees, and allocators hand a
-/// freed block straight back, so that is common). Freed slots are reused last-in first-out,
-/// so the slab's hot part is as small as the blocks that churn.
-#[derive(Debug, Default)]
-struct Live {
-    /// Per generation, address -> first node; the previous event's generation cached.
-    generations: Vec<(u32, FastMap<u64, u32>)>,
-    last: usize,
-    /// Generation -> index in `generations`.
-    index: FastMap<u32, usize>,
-    nodes: Vec<Node>,
-    free: Vec<u32>,
-}
-
-impl Live {
-    fn generation(&mut self, generation: u32) -> usize {
-        if self
-            .generations
-            .get(self.last)
-            .is_none_or(|g| g.0 != generation)
-        {
-            let n = self.generations.len();
-            self.last = *self.index.entry(generation).or_insert(n);
-            if self.last == n {
-                self.generations.push((generation, FastMap::default()));
-            }
-        }
-        self.last
-    }
-
-    /// A slot for `block` (a free one if any).
-    fn node(nodes: &mut Vec<Node>, free: &mut Vec<u32>, block: Block, next: u32) -> u32 {
-        let n = Node { block, next };
-        match free.pop() {
-            Some(i) => {
-                nodes[i as usize] = n;
-                i
-            }
-            None => {
-                // 4 G live blocks would take 128 GiB here first.
-                let i = u32::try_from(nodes.len()).expect("fewer than 4 G live blocks");
-                nodes.push(n);
-                i
-            }
-        }
-    }
-
-    /// Adds `b` at `address`, after every block there allocated at or before its time.
-    #[inline]
-    fn alloc(&mut self, generation: u32, address: u64, b: Block) {
-        use std::collections::hash_map::Entry;
-        let g = self.generation(generation);
-        let (nodes, free) = (&mut self.nodes, &mut self.free);
-        let mut head = match self.generations[g].1.entry(address) {
-            Entry::Vacant(v) => {
-                v.insert(Self::node(nodes, free, b, NONE));
-                return;
-            }
-            Entry::Occupied(o) => o,
-        };
-        let first = *head.get();
-        if b.time < nodes[first as usize].block.time {
-            head.insert(Self::node(nodes, free, b, first));
-            return;
-        }
-        let mut at = first;
-        loop {
-            let next = nodes[at as usize].next;
-            if next == NONE || b.time < nodes[next as usize].block.time {
-                let i = Self::node(nodes, free, b, next);
-                nodes[at as usize].next = i;
-                return;
-            }
-            at = next;
-        }
-    }
-
-    /// Frees the latest block at `address` allocated at or before `time`, if any.
-    #[inline]
-    fn free(&mut self, generation: u32, address: u64, time: u64) {
-        let g = self.generation(generation);
-        let map = &mut self.generations[g].1;
-        let Some(&head) = map.get(&address) else {
-            return;
-        };
-        // The last node with time <= `time`, and the one before it.
-        let (mut prev, mut found) = (NONE, NONE);
-        let mut at = head;
-        while at != NONE && self.nodes[at as usize].block.time <= time {
-            (prev, found) = (found, at);
-            at = self.nodes[at as usize].next;
-        }
-        if found == NONE {
-            return;
-        }
-        let next = self.nodes[found as usize].next;
-        if prev == NONE {
-            if next == NONE {
-                map.remove(&address);
-            } else {
-                map.insert(address, next);
-            }
-        } else {
-            self.nodes[prev as usize].next = next;
-        }
-        self.free.push(found);
-    }
-
-    /// Every live block, with its generation.
-    fn blocks(&self) -> impl Iterator<Item = (u32, &Block)> + '_ {
-        self.generations.iter().flat_map(move |(generation, map)| {
-            map.values().flat_map(move |&head| {
-                let mut at = head;
-                std::iter::from_fn(move || {
-                    let n = self.nodes.get(at as usize)?;
-                    at = n.next;
-                    Some((*generation, &n.block))
-                })
-            })
-        })
-    }
-}
-
-/// The blocks still outstanding at the end, per stack id: what pprof's `inuse_objects` and
-/// `inuse_space` count (the leak report's blocks, before merging and the held-by rules).
-#[derive(Debug, Default)]
-pub(crate) struct Outstanding {
-    live: Live,
-    /// --aggregate: the last live gauges per (stack, generation), and since when non-zero.
-    gauges: BTreeMap<(u64, u32), (u64, u64, u64)>,
-}
-
-impl Outstanding {
-    #[inline]
-    pub(crate) fn event(&mut self, ev: &Event<'_>) {
-        match ev {
-            Event::Alloc(e) => self.live.alloc(
-                e.generation,
-                e.address,
-                Block {
-                    time: e.time_ns,
-                    stack: e.stack,
-                    size: e.size,
-                    period: e.sample_period,
-                },
-            ),
-            Event::Free(e) => self.live.free(e.generation, e.address, e.time_ns),
-            Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r) => {
-                if let Some((count, bytes)) = r.live {
-                    let g = self
-                        .gauges
-                        .entry((r.stack, r.generation))
-                        .or_insert((0, 0, u64::MAX));
-                    (g.0, g.1) = (count, bytes);
-                    if count == 0 {
-                        g.2 = u64::MAX;
-                    } else if g.2 == u64::MAX {
-                        g.2 = r.since_ns;
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Stack id -> (blocks, bytes) outstanding (estimates when sampled by bytes), leaving
-    /// out the blocks allocated before a pause of the allocator probes (their free may
-    /// have come while paused).
-    pub(crate) fn by_stack(&self, pauses: &[(u64, u64)]) -> FastMap<u64, (u64, u64)> {
-        let mut out: FastMap<u64, (u64, u64)> = FastMap::default();
-        let mut est = Estimator::default();
-        for (_, b) in self.live.blocks() {
-            if pauses.iter().any(|&(start, _)| b.time < start) {
-                continue;
-            }
-            let (c, bytes) = est.add(b.size, b.period);
-            let e = out.entry(b.stack).or_default();
-            e.0 += c;
-            e.1 += bytes;
-        }
-        for (&(stack, _), &(count, bytes, since)) in &self.gauges {
-            if count == 0 || pauses.iter().any(|&(start, _)| since < start) {
-                continue;
-            }
-            let e = out.entry(stack).or_default();
-            e.0 += count;
-            e.1 += bytes;
-        }
-        out
-    }
-}
-
-struct LeakSink {
-    live: Live,
+/// What the leak report keeps while the trace streams by: the live blocks, the last time
+/// seen and the allocations counted.
+#[derive(Default)]
+pub(crate) struct LeakSink {
+    /// The live blocks and, with --aggregate, the last live gauges per (stack,
+    /// generation) with the start of the first interval they were non-zero in (the oldest
+    /// block is at least that old).
+    live: Outstanding,
     last_ns: u64,
     allocs: u64,
-    /// --aggregate: the last live gauges per (stack, generation), with the start of the
-    /// first interval they were non-zero in (the oldest block is at least that old).
-    gauges: BTreeMap<(u64, u32), (u64, u64, u64)>,
 }
 
 impl Sink for LeakSink {
@@ -245,39 +30,17 @@ impl Sink for LeakSink {
             Event::Alloc(e) => {
                 self.allocs += 1;
                 self.last_ns = self.last_ns.max(e.time_ns);
-                let block = Block {
-                    time: e.time_ns,
-                    stack: e.stack,
-                    size: e.size,
-                    period: e.sample_period,
-                };
-                self.live.alloc(e.generation, e.address, block);
             }
             Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r) => {
                 self.allocs += r.count;
                 self.last_ns = self.last_ns.max(r.time_ns);
-                if let Some((count, bytes)) = r.live {
-                    let g = self
-                        .gauges
-                        .entry((r.stack, r.generation))
-                        .or_insert((0, 0, u64::MAX));
-                    g.0 = count;
-                    g.1 = bytes;
-                    if count == 0 {
-                        g.2 = u64::MAX;
-                    } else if g.2 == u64::MAX {
-                        g.2 = r.since_ns;
-                    }
-                }
             }
-            Event::Free(e) => {
-                self.last_ns = self.last_ns.max(e.time_ns);
-                // Frees come in their own batches, possibly after a later allocation at the
-                // same address was stored: free the latest allocation made before it.
-                self.live.free(e.generation, e.address, e.time_ns);
-            }
-            _ => {}
+            // Frees come in their own batches, possibly after a later allocation at the
+            // same address was stored: the latest allocation made before it is freed.
+            Event::Free(e) => self.last_ns = self.last_ns.max(e.time_ns),
+            _ => return,
         }
+        self.live.event(ev);
     }
 }
 
@@ -297,281 +60,168 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
 /// first (largest first), then the held ones; the totals `count` and `bytes` are the leaks',
 /// `held_count` and `held_bytes` the held blocks'.
 pub fn leaks_with(trace: impl Trace, filter: &Filter, n: usize, rules: &Suppressions) -> Report {
-    let mut sink = LeakSink {
-        live: Live::default(),
-        last_ns: 0,
-        allocs: 0,
-        gauges: BTreeMap::new(),
-    };
+    let mut sink = LeakSink::default();
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
-    // (stack, generation) -> (count, bytes, oldest time)
-    let mut by: BTreeMap<(u64, u32), (u64, u64, u64)> = BTreeMap::new();
-    let mut est = Estimator::default();
-    // A block allocated before a pause of the allocator probes (--max-cpu) may have been
-    // freed while they were off: set aside, not called a leak.
-    let mut uncertain = (0u64, 0u64);
-    for (generation, b) in sink.live.blocks() {
-        if l.alloc_pauses.iter().any(|&(start, _)| b.time < start) {
-            let (c, bytes) = est.add(b.size, b.period);
-            uncertain.0 += c;
-            uncertain.1 += bytes;
-            continue;
+    sink.report(&mut l, filter, n, rules)
+}
+
+impl LeakSink {
+    /// The leak report of what the sink kept from the trace `l` was read into.
+    pub(crate) fn report(
+        self,
+        l: &mut Loaded,
+        filter: &Filter,
+        n: usize,
+        rules: &Suppressions,
+    ) -> Report {
+        let sink = self;
+        // (stack, generation) -> (count, bytes, oldest time)
+        let mut by: BTreeMap<(u64, u32), (u64, u64, u64)> = BTreeMap::new();
+        let mut est = Estimator::default();
+        // A block allocated before a pause of the allocator probes (--max-cpu) may have been
+        // freed while they were off: set aside, not called a leak.
+        let mut uncertain = (0u64, 0u64);
+        for (generation, b) in sink.live.blocks() {
+            if l.alloc_pauses.iter().any(|&(start, _)| b.time < start) {
+                let (c, bytes) = est.add(b.size, b.period);
+                uncertain.0 += c;
+                uncertain.1 += bytes;
+                continue;
+            }
+            let e = by.entry((b.stack, generation)).or_insert((0, 0, u64::MAX));
+            let (count, bytes) = est.add(b.size, b.period);
+            e.0 += count;
+            e.1 += bytes;
+            e.2 = e.2.min(b.time);
         }
-        let e = by.entry((b.stack, generation)).or_insert((0, 0, u64::MAX));
-        let (count, bytes) = est.add(b.size, b.period);
-        e.0 += count;
-        e.1 += bytes;
-        e.2 = e.2.min(b.time);
-    }
-    for (&key, &(count, bytes, since)) in &sink.gauges {
-        if count == 0 {
-            continue;
+        for (&key, &(count, bytes, since)) in sink.live.gauges() {
+            if count == 0 {
+                continue;
+            }
+            // Blocks counted before a pause may have been freed while it lasted.
+            if l.alloc_pauses.iter().any(|&(start, _)| since < start) {
+                uncertain.0 += count;
+                uncertain.1 += bytes;
+                continue;
+            }
+            let e = by.entry(key).or_insert((0, 0, u64::MAX));
+            e.0 += count;
+            e.1 += bytes;
+            e.2 = e.2.min(since);
         }
-        // Blocks counted before a pause may have been freed while it lasted.
-        if l.alloc_pauses.iter().any(|&(start, _)| since < start) {
-            uncertain.0 += count;
-            uncertain.1 += bytes;
-            continue;
+        // (frames, alive) -> (frames, count, bytes, oldest time)
+        type Group = (Vec<Frame>, u64, u64, u64);
+        let mut merged: BTreeMap<(FrameKey, bool), Group> = BTreeMap::new();
+        for ((stack, generation), (count, bytes, oldest)) in by {
+            let alive = l
+                .tables
+                .generations
+                .get(&generation)
+                .is_some_and(|g| g.exit.is_none());
+            let frames = l.frames(stack);
+            let e = merged
+                .entry((frame_key(&frames), alive))
+                .or_insert((frames, 0, 0, u64::MAX));
+            e.1 += count;
+            e.2 += bytes;
+            e.3 = e.3.min(oldest);
         }
-        let e = by.entry(key).or_insert((0, 0, u64::MAX));
-        e.0 += count;
-        e.1 += bytes;
-        e.2 = e.2.min(since);
-    }
-    // (frames, alive) -> (frames, count, bytes, oldest time)
-    type Group = (Vec<Frame>, u64, u64, u64);
-    let mut merged: BTreeMap<(FrameKey, bool), Group> = BTreeMap::new();
-    for ((stack, generation), (count, bytes, oldest)) in by {
-        let alive = l
-            .tables
-            .generations
-            .get(&generation)
-            .is_some_and(|g| g.exit.is_none());
-        let frames = l.frames(stack);
-        let e = merged
-            .entry((frame_key(&frames), alive))
-            .or_insert((frames, 0, 0, u64::MAX));
-        e.1 += count;
-        e.2 += bytes;
-        e.3 = e.3.min(oldest);
-    }
-    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    type Shown = (Option<String>, bool, Vec<Frame>, u64, u64, u64);
-    let mut rows: Vec<Shown> = merged
-        .into_iter()
-        .map(|((_, alive), (frames, count, bytes, oldest))| {
-            let held = rules.held_by(&frames);
-            let (c, b) = if held.is_some() {
-                ("held_count", "held_bytes")
-            } else {
-                ("count", "bytes")
-            };
-            *totals.entry(c.to_string()).or_default() += count;
-            *totals.entry(b.to_string()).or_default() += bytes;
-            (held, alive, frames, count, bytes, oldest)
-        })
-        .collect();
-    if !rows.is_empty() {
-        totals.entry("count".to_string()).or_default();
-        totals.entry("bytes".to_string()).or_default();
-    }
-    // The leaks to act on first, then the held blocks; largest first; ties in a fixed
-    // order. Only the rows shown are rendered.
-    rows.sort_by(|a, b| {
-        a.0.is_some()
-            .cmp(&b.0.is_some())
-            .then_with(|| b.4.cmp(&a.4))
-            .then_with(|| a.2.cmp(&b.2))
-            .then_with(|| a.1.cmp(&b.1))
-            .then_with(|| a.0.cmp(&b.0))
-    });
-    let rows: Vec<Row> = rows
-        .into_iter()
-        .take(n)
-        .map(|(held_by, alive, frames, count, bytes, oldest)| {
-            Row::Leak(LeakRow {
-                alive,
-                bytes,
-                count,
-                frames,
-                held_by,
-                oldest_ns: sink.last_ns.saturating_sub(oldest),
+        let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+        type Shown = (Option<String>, bool, Vec<Frame>, u64, u64, u64);
+        let mut rows: Vec<Shown> = merged
+            .into_iter()
+            .map(|((_, alive), (frames, count, bytes, oldest))| {
+                let held = rules.held_by(&frames);
+                let (c, b) = if held.is_some() {
+                    ("held_count", "held_bytes")
+                } else {
+                    ("count", "bytes")
+                };
+                *totals.entry(c.to_string()).or_default() += count;
+                *totals.entry(b.to_string()).or_default() += bytes;
+                (held, alive, frames, count, bytes, oldest)
             })
-        })
-        .collect();
-    if uncertain.0 > 0 {
-        l.losses.damage.push(format!(
+            .collect();
+        if !rows.is_empty() {
+            totals.entry("count".to_string()).or_default();
+            totals.entry("bytes".to_string()).or_default();
+        }
+        // The leaks to act on first, then the held blocks; largest first; ties in a fixed
+        // order. Only the rows shown are rendered.
+        rows.sort_by(|a, b| {
+            a.0.is_some()
+                .cmp(&b.0.is_some())
+                .then_with(|| b.4.cmp(&a.4))
+                .then_with(|| a.2.cmp(&b.2))
+                .then_with(|| a.1.cmp(&b.1))
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .take(n)
+            .map(|(held_by, alive, frames, count, bytes, oldest)| {
+                Row::Leak(LeakRow {
+                    alive,
+                    bytes,
+                    count,
+                    frames,
+                    held_by,
+                    oldest_ns: sink.last_ns.saturating_sub(oldest),
+                })
+            })
+            .collect();
+        if uncertain.0 > 0 {
+            l.losses.damage.push(format!(
             "the allocator probes were paused {} time(s) by --max-cpu: {} blocks ({} bytes) allocated before a pause and not seen freed are left out, as their free may have come while paused",
             l.alloc_pauses.len(),
             uncertain.0,
             uncertain.1
         ));
-    }
-    if l.losses.recorded.keys().any(|k| k.starts_with("free/")) {
-        l.losses
-            .damage
-            .push("frees were lost while recording: some blocks shown may have been freed".into());
-    }
-    // --no-free: no free was seen, so every block would look leaked.
-    let no_free = l
-        .header
-        .options
-        .iter()
-        .any(|o| o.key == "no-free" && o.value == "true");
-    let (rows, totals) = if no_free {
-        (Vec::new(), BTreeMap::new())
-    } else {
-        (rows, totals)
-    };
-    let note = if no_free {
-        Some(format!(
+        }
+        if l.losses.recorded.keys().any(|k| k.starts_with("free/")) {
+            l.losses.damage.push(
+                "frees were lost while recording: some blocks shown may have been freed".into(),
+            );
+        }
+        // --no-free: no free was seen, so every block would look leaked.
+        let no_free = l
+            .header
+            .options
+            .iter()
+            .any(|o| o.key == "no-free" && o.value == "true");
+        let (rows, totals) = if no_free {
+            (Vec::new(), BTreeMap::new())
+        } else {
+            (rows, totals)
+        };
+        let note = if no_free {
+            Some(format!(
             "no leak report: the recording did not track frees (--no-free); its {} allocations are in `ebsym top --kind alloc`",
             sink.allocs
         ))
-    } else if sink.allocs == 0 {
-        Some(empty_note("alloc", filter, &l.losses))
-    } else if totals.is_empty() {
-        Some(format!(
-            "no leaks: all {} traced allocations{} were freed",
-            sink.allocs,
-            if filter.is_empty() {
-                ""
-            } else {
-                " that match the filters"
-            }
-        ))
-    } else {
-        None
-    };
-    Report {
-        kind: "leaks".into(),
-        by: Measure::Bytes,
-        totals,
-        losses: l.losses,
-        rows,
-        histograms: Vec::new(),
-        note,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The live blocks as the leak report kept them before [`Live`]: per (generation,
-    /// address), every block sorted by time, a free taking the latest at or before it.
-    #[derive(Default)]
-    struct Naive(BTreeMap<(u32, u64), Vec<Triple>>);
-    /// (time, stack, size)
-    type Triple = (u64, u64, u64);
-
-    impl Naive {
-        fn alloc(&mut self, g: u32, a: u64, b: Block) {
-            let v = self.0.entry((g, a)).or_default();
-            let i = v.partition_point(|x| x.0 <= b.time);
-            v.insert(i, (b.time, b.stack, b.size));
-        }
-        fn free(&mut self, g: u32, a: u64, t: u64) {
-            if let Some(v) = self.0.get_mut(&(g, a)) {
-                let i = v.partition_point(|x| x.0 <= t);
-                if i > 0 {
-                    v.remove(i - 1);
-                }
-                if v.is_empty() {
-                    self.0.remove(&(g, a));
-                }
-            }
-        }
-        fn blocks(&self) -> Vec<(u32, u64, u64, u64)> {
-            let mut v: Vec<_> = self
-                .0
-                .iter()
-                .flat_map(|(&(g, _), v)| v.iter().map(move |&(t, s, z)| (g, t, s, z)))
-                .collect();
-            v.sort_unstable();
-            v
-        }
-    }
-
-    fn live_blocks(l: &Live) -> Vec<(u32, u64, u64, u64)> {
-        let mut v: Vec<_> = l
-            .blocks()
-            .map(|(g, b)| (g, b.time, b.stack, b.size))
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Random allocations and frees over few addresses and generations, with frees that
-    /// come after later allocations at the same address (as batches deliver them), frees
-    /// of nothing, and times out of order: the slab gives the same live blocks as the
-    /// plain model, and reuses its slots.
-    #[test]
-    fn live_blocks_match_a_plain_model() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
-        for round in 0..20 {
-            let (mut live, mut naive) = (Live::default(), Naive::default());
-            let addresses = [4, 16, 64, 1000][round % 4];
-            let mut t = 1000;
-            for i in 0..20_000 {
-                let g = rnd(3) as u32 + 1;
-                let a = 0x7f00_0000_0000 + (rnd(addresses) << 16);
-                // Mostly increasing times, some from the past (a free batch read late).
-                t += rnd(10);
-                let time = if rnd(4) == 0 { t - rnd(50).min(t) } else { t };
-                if rnd(2) == 0 {
-                    let b = Block {
-                        time,
-                        stack: i,
-                        size: rnd(4096),
-                        period: 0,
-                    };
-                    live.alloc(g, a, b);
-                    naive.alloc(g, a, b);
+        } else if sink.allocs == 0 {
+            Some(empty_note("alloc", filter, &l.losses))
+        } else if totals.is_empty() {
+            Some(format!(
+                "no leaks: all {} traced allocations{} were freed",
+                sink.allocs,
+                if filter.is_empty() {
+                    ""
                 } else {
-                    live.free(g, a, time);
-                    naive.free(g, a, time);
+                    " that match the filters"
                 }
-                if i % 997 == 0 {
-                    assert_eq!(live_blocks(&live), naive.blocks(), "round {round} op {i}");
-                }
-            }
-            assert_eq!(live_blocks(&live), naive.blocks(), "round {round}");
-            // Slots are reused: no more than the most blocks ever live at once could need.
-            assert!(live.nodes.len() - live.free.len() == naive.blocks().len());
-        }
-    }
-
-    /// A block allocated at an address whose previous block's free is read later (same
-    /// batch window): the free takes the older block, the newer stays.
-    #[test]
-    fn a_free_read_after_the_next_allocation_frees_the_older_block() {
-        let mut live = Live::default();
-        let b = |time, stack| Block {
-            time,
-            stack,
-            size: 64,
-            period: 0,
+            ))
+        } else {
+            None
         };
-        live.alloc(1, 0x1000, b(10, 1));
-        live.alloc(1, 0x1000, b(30, 2)); // reuse, allocated after the free at 20
-        live.free(1, 0x1000, 20);
-        assert_eq!(live_blocks(&live), [(1, 30, 2, 64)]);
-        live.free(1, 0x1000, 5); // before every block there: frees nothing
-        assert_eq!(live_blocks(&live), [(1, 30, 2, 64)]);
-        live.free(1, 0x1000, 40);
-        assert!(live_blocks(&live).is_empty());
-        live.alloc(1, 0x1000, b(50, 3));
-        live.alloc(2, 0x1000, b(50, 4)); // another process, same address
-        live.alloc(1, 0x1000, b(45, 5)); // earlier than the head
-        live.free(1, 0x1000, 47);
-        assert_eq!(live_blocks(&live), [(1, 50, 3, 64), (2, 50, 4, 64)]);
-        assert_eq!(live.nodes.len(), 3, "slots reused");
+        Report {
+            kind: "leaks".into(),
+            by: Measure::Bytes,
+            totals,
+            losses: l.losses.clone(),
+            rows,
+            histograms: Vec::new(),
+            note,
+        }
     }
 }

@@ -38,6 +38,9 @@ pub mod heatmap;
 pub mod html;
 mod kind;
 mod leaks;
+mod live;
+mod names;
+mod places;
 mod stacks;
 pub mod summary;
 pub mod suppress;
@@ -53,32 +56,8 @@ pub use kind::{EventKind, Measure};
 pub use leaks::{leaks, leaks_from, leaks_with};
 pub use stacks::{stacks, stacks_from, stacks_with_inuse_from, StackValues, Stacks};
 pub use system::{system_latency_from, tcp_from, SystemLatencyReport, TcpReport};
-pub use text::losses_text;
+pub use text::{empty_note, losses_text};
 pub use top::{
     top, top_from, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row,
     RunqRow, SyscallRow, TcpStackRow,
 };
-
-use crate::model::{Filter, Losses};
-
-/// The message a report gives instead of an empty table: no event of `what` (passed the
-/// filters), and how many events were lost while recording, which may be why.
-pub fn empty_note(what: &str, filter: &Filter, losses: &Losses) -> String {
-    let mut s = format!("no {what} events in this trace");
-    if !filter.is_empty() {
-        s.push_str(" match the filters");
-    }
-    let lost: u64 = losses.recorded.values().sum();
-    if lost > 0 {
-        let v: Vec<String> = losses
-            .recorded
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        s.push_str(&format!(
-            " (but {lost} events were lost while recording: {})",
-            v.join(", ")
-        ));
-    }
-    s
-}

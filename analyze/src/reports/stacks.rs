@@ -1,7 +1,10 @@
 //! The per-stack aggregation every stack report shares: events of one kind folded into
 //! stacks as they stream by, then stacks that symbolize alike merged ([`Stacks`], what
 //! `top`, folded stacks, flame graphs, pprof and diffs are made of).
-use super::{empty_note, EventKind, Measure};
+use super::kind::{EventKind, Measure};
+use super::live::Outstanding;
+use super::names::bio_key;
+use super::text::empty_note;
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
@@ -41,7 +44,7 @@ struct TopSink {
     by_stack: FastMap<(u64, u64), Agg>,
     estimate: Estimator,
     /// alloc: the blocks not freed yet.
-    outstanding: Option<super::leaks::Outstanding>,
+    outstanding: Option<Outstanding>,
 }
 
 impl Sink for TopSink {
@@ -88,7 +91,7 @@ impl Sink for TopSink {
                 ((e.stack, u64::from(e.nr)), e.duration_ns, 0, None)
             }
             (EventKind::Bio, Event::Bio(e)) => (
-                (e.stack, super::system::bio_key(e.dev, e.op)),
+                (e.stack, bio_key(e.dev, e.op)),
                 e.duration_ns,
                 e.bytes,
                 None,

@@ -1,9 +1,12 @@
 //! `ebsym summary` (and `ebrec diagnose`'s summary.txt/summary.json): the top finding of
 //! each family in a trace, one line each: "most off-CPU time: futex_wait in
 //! Queue::pop, 42% of 12.1 s", "slowest syscall: fsync p99 38.20 ms (120 calls)".
-use super::system::{human_ns, system_latency_from, tcp_from};
-use super::{top_from, EventKind, Row};
-use crate::model::{Filter, Frame, Trace};
+use super::kind::EventKind;
+use super::places::{core_kernel_place, leaf_in_place, user_place};
+use super::system::{system_latency_from, tcp_from};
+use super::text::{human_bytes, human_ns, pct};
+use super::top::{top_from, Row};
+use crate::model::{Filter, Trace};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -30,94 +33,6 @@ pub struct Finding {
     pub share: Option<f64>,
     /// The family's total, in `unit`.
     pub total: u64,
-}
-
-/// Whether a frame's module is the system's C and C++ runtime (libc, the loader,
-/// libstdc++, libm, libgcc, the vDSO): code a service calls, not its own.
-pub(crate) fn runtime(module: &str) -> bool {
-    const RUNTIME: &[&str] = &[
-        "libc.so",
-        "libc-",
-        "ld-linux",
-        "ld64.so",
-        "libstdc++",
-        "libm.so",
-        "libpthread",
-        "libgcc_s",
-        "libdl",
-        "librt",
-        "[vdso]",
-        "[uprobes]",
-    ];
-    let file = module.rsplit('/').next().unwrap_or(module);
-    RUNTIME.iter().any(|r| file.starts_with(r))
-}
-
-/// The user function a stack is "in": its first user frame outside the C and C++ runtime
-/// (the service's own code), else its first user frame, else its first frame.
-pub(crate) fn user_place(frames: &[Frame]) -> String {
-    let user = || frames.iter().filter(|f| !f.module.starts_with("[kernel"));
-    // (An inlined frame of a system header, std::mutex's __gthread_mutex_lock, is the
-    // runtime's too.)
-    let system_header = |f: &Frame| {
-        f.file
-            .as_deref()
-            .is_some_and(|p| p.starts_with("/usr/include/"))
-    };
-    user()
-        .find(|f| !runtime(&f.module) && !system_header(f))
-        .or_else(|| user().next())
-        .or_else(|| frames.first())
-        .map_or_else(
-            || "(no stack)".to_string(),
-            |f| short(&f.function).to_string(),
-        )
-}
-
-/// "LEAF in PLACE" for a sample's stack: the function on the CPU, and the service's
-/// function it was called from when that is another.
-fn leaf_in_place(frames: &[Frame]) -> String {
-    let place = user_place(frames);
-    match frames.first().map(|f| short(&f.function)) {
-        Some(leaf) if leaf != place => format!("{leaf} in {place}"),
-        _ => place,
-    }
-}
-
-/// The kernel function a blocked stack waits in: the first kernel frame that is not the
-/// scheduler itself.
-fn kernel_place(frames: &[Frame]) -> Option<String> {
-    frames
-        .iter()
-        .filter(|f| f.module == "[kernel]")
-        .find(|f| {
-            let n = f.function.as_str();
-            !(n.contains("schedule") || n.starts_with("__traceiter") || n == "finish_task_switch")
-        })
-        .map(|f| f.function.clone())
-}
-
-/// A demangled name without its parameters.
-pub(crate) fn short(name: &str) -> &str {
-    name.split('(').next().unwrap_or(name)
-}
-
-/// Bytes for people: 512 B, 12.5 KiB, 506.0 MiB.
-fn human_bytes(b: u64) -> String {
-    let v = b as f64;
-    if b < 1024 {
-        format!("{b} B")
-    } else if b < 1 << 20 {
-        format!("{:.1} KiB", v / 1024.0)
-    } else if b < 1 << 30 {
-        format!("{:.1} MiB", v / (1u64 << 20) as f64)
-    } else {
-        format!("{:.2} GiB", v / (1u64 << 30) as f64)
-    }
-}
-
-fn pct(share: f64) -> String {
-    format!("{:.0}%", share * 100.0)
 }
 
 /// Rows of `kind` grouped by `place`, with the measure summed: the largest group.
@@ -164,7 +79,7 @@ pub fn summary_from<T: Trace>(mut open: impl FnMut() -> Option<T>, f: &Filter) -
                 "most CPU",
             ),
             EventKind::OffCpu => (
-                Box::new(|r: &Row| match kernel_place(r.frames()) {
+                Box::new(|r: &Row| match core_kernel_place(r.frames()) {
                     Some(k) => format!("{k} in {}", user_place(r.frames())),
                     None => user_place(r.frames()),
                 }),

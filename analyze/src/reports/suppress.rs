@@ -11,6 +11,7 @@
 //! reports show it), its source file and its module path; a stack matches when any of its
 //! frames does. `leak:*Cache::Insert*` sets apart what was allocated under
 //! `Cache::Insert`; `leak:libfoo.so*` everything allocated inside libfoo.
+use super::places::runtime;
 use crate::model::Frame;
 use std::path::Path;
 
@@ -204,10 +205,7 @@ fn by_runtime_initializer(frames: &[Frame]) -> bool {
     else {
         return false;
     };
-    init > 0
-        && frames[..init]
-            .iter()
-            .all(|f| super::summary::runtime(&f.module))
+    init > 0 && frames[..init].iter().all(|f| runtime(&f.module))
 }
 
 /// [`glob`] of a path or of its last component.

@@ -4,7 +4,9 @@
 //! they print (syscalls by the recording host's architecture, block devices and ops, TCP
 //! states).
 use super::heatmap::HeatPoint;
-use super::{empty_note, EventKind};
+use super::kind::EventKind;
+use super::names::bio_name;
+use super::text::{empty_note, log2_text, losses_text};
 use crate::histogram::Log2Bin;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use ebtrace_format::events::{HistogramRow, HISTOGRAM_BUCKETS};
@@ -12,78 +14,8 @@ use ebtrace_format::proto::{EventFamily, TcpEventKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The histogram (and top) sub-key of a block I/O: device and op.
-pub(crate) fn bio_key(dev: u32, op: u32) -> u64 {
-    (u64::from(dev) << 8) | u64::from(op & 0xff)
-}
-
-/// The name of syscall `nr` on `arch` (the trace header's, `uname -m`).
-pub fn syscall_name(arch: &str, nr: u64) -> String {
-    let name = match arch {
-        "aarch64" => syscalls::aarch64::Sysno::new(nr as usize).map(|s| s.name()),
-        _ => syscalls::x86_64::Sysno::new(nr as usize).map(|s| s.name()),
-    };
-    name.map_or_else(|| format!("syscall_{nr}"), str::to_string)
-}
-
-/// A block request's op (REQ_OP_*), as blktrace spells it.
-pub fn bio_op_name(op: u32) -> &'static str {
-    match op & 0xff {
-        0 => "read",
-        1 => "write",
-        2 => "flush",
-        3 => "discard",
-        5 => "secure-erase",
-        7 => "zone-append",
-        9 => "write-zeroes",
-        _ => "other",
-    }
-}
-
-/// The names of a request's BioFlag bits, e.g. "sync,fua".
-pub fn bio_flags_text(flags: u32) -> String {
-    use ebtrace_format::proto::BioFlag as F;
-    let names = [
-        (F::Sync, "sync"),
-        (F::Meta, "meta"),
-        (F::Fua, "fua"),
-        (F::Preflush, "preflush"),
-        (F::Readahead, "readahead"),
-    ];
-    names
-        .iter()
-        .filter(|(f, _)| flags & *f as u32 != 0)
-        .map(|(_, n)| *n)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// "vda" for a device the trace names, else "MAJ:MIN".
-pub fn device_name(l: &Loaded, dev: u32) -> String {
-    match l.block_devices.get(&dev) {
-        Some(d) if !d.name.is_empty() => d.name.clone(),
-        _ => format!("{}:{}", dev >> 20, dev & 0xfffff),
-    }
-}
-
-/// The kernel's TCP state names (include/net/tcp_states.h).
-pub fn tcp_state_name(s: u32) -> &'static str {
-    match s {
-        1 => "ESTABLISHED",
-        2 => "SYN_SENT",
-        3 => "SYN_RECV",
-        4 => "FIN_WAIT1",
-        5 => "FIN_WAIT2",
-        6 => "TIME_WAIT",
-        7 => "CLOSE",
-        8 => "CLOSE_WAIT",
-        9 => "LAST_ACK",
-        10 => "LISTEN",
-        11 => "CLOSING",
-        12 => "NEW_SYN_RECV",
-        _ => "UNKNOWN",
-    }
-}
+pub use super::names::{bio_flags_text, bio_op_name, device_name, syscall_name, tcp_state_name};
+pub use super::text::human_ns;
 
 /// A log2 histogram with exact count, sum and maximum (the kernel's buckets).
 #[derive(Debug, Clone)]
@@ -251,14 +183,7 @@ pub fn system_latency_from(
         .map(|(&(key, g), h)| {
             let (name, key) = match kind {
                 EventKind::Syscall => (syscall_name(&arch, key), key),
-                EventKind::Bio => (
-                    format!(
-                        "{} {}",
-                        device_name(&l, (key >> 8) as u32),
-                        bio_op_name(key as u32)
-                    ),
-                    key,
-                ),
+                EventKind::Bio => (bio_name(&l, key), key),
                 _ => match l.tables.generations.get(&g) {
                     Some(gen) => (
                         format!(
@@ -650,20 +575,6 @@ pub fn heat_points(
     (l, points)
 }
 
-/// A duration for people: 812 ns, 38.2 us, 5.12 ms, 1.50 s.
-pub fn human_ns(ns: u64) -> String {
-    let v = ns as f64;
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.1} us", v / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2} ms", v / 1e6)
-    } else {
-        format!("{:.2} s", v / 1e9)
-    }
-}
-
 impl SystemLatencyReport {
     /// The report for people: a row per syscall (device and op, process) with its log2
     /// histogram.
@@ -697,9 +608,9 @@ impl SystemLatencyReport {
                 human_ns(r.max_ns),
                 human_ns(r.total_ns)
             );
-            s.push_str(&super::text::log2_text(&r.histogram));
+            s.push_str(&log2_text(&r.histogram));
         }
-        s.push_str(&super::losses_text(&self.losses));
+        s.push_str(&losses_text(&self.losses));
         s
     }
 }
@@ -734,7 +645,7 @@ impl TcpReport {
                 r.bytes_sent, r.bytes_received, r.retransmits, r.resets_sent, r.resets_received
             );
         }
-        s.push_str(&super::losses_text(&self.losses));
+        s.push_str(&losses_text(&self.losses));
         s
     }
 }
@@ -775,15 +686,7 @@ mod tests {
     }
 
     #[test]
-    fn names() {
-        assert_eq!(syscall_name("x86_64", 110), "getppid");
-        assert_eq!(syscall_name("x86_64", 74), "fsync");
-        assert_eq!(syscall_name("x86_64", 35), "nanosleep");
-        assert_eq!(syscall_name("aarch64", 82), "fsync");
-        assert_eq!(syscall_name("x86_64", 100_000), "syscall_100000");
-        assert_eq!(bio_op_name(1), "write");
-        assert_eq!(bio_flags_text(1 | 4), "sync,fua");
-        assert_eq!(tcp_state_name(2), "SYN_SENT");
+    fn endpoints() {
         assert_eq!(endpoint(&[127, 0, 0, 1], 80), "127.0.0.1:80");
         assert_eq!(addr_only(&[10, 0, 0, 2]), "10.0.0.2");
     }

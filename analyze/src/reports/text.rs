@@ -1,52 +1,8 @@
-//! The text renderings for people: a [`Report`]'s rows, latency histograms, and the
-//! losses paragraph every report ends with.
-use super::top::Report;
+//! Text for people that every report shares: latency histograms, durations and sizes, the
+//! note a report gives instead of an empty table, and the losses paragraph every report
+//! ends with. A leaf: it uses no other report module.
 use crate::histogram::Log2Bin;
-use crate::model::Losses;
-
-impl Report {
-    /// The report for people.
-    pub fn to_text(&self) -> String {
-        use std::fmt::Write;
-        let mut s = String::new();
-        let totals: Vec<String> = self
-            .totals
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        let _ = writeln!(s, "{} by {}: {}", self.kind, self.by, totals.join(", "));
-        if let Some(note) = &self.note {
-            let _ = writeln!(s, "{note}");
-        }
-        for (i, row) in self.rows.iter().enumerate() {
-            let vals: Vec<String> = row
-                .values()
-                .into_iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
-            let _ = writeln!(s, "\n#{} {}", i + 1, vals.join("  "));
-            if let Some(bins) = self.histograms.get(i).filter(|b| !b.is_empty()) {
-                s.push_str(&log2_text(bins));
-            }
-            for f in row.frames() {
-                let _ = writeln!(s, "    {}", f.display());
-            }
-            if let Some(wf) = row.waker_frames().filter(|w| !w.is_empty()) {
-                let by = if self.kind == "offcpu" {
-                    "  woken by:"
-                } else {
-                    "  woken by (the holder releasing it):"
-                };
-                let _ = writeln!(s, "{by}");
-                for f in wf {
-                    let _ = writeln!(s, "    {}", f.display());
-                }
-            }
-        }
-        s.push_str(&losses_text(&self.losses));
-        s
-    }
-}
+use crate::model::{Filter, Losses};
 
 /// A power of two with a binary suffix, as bpftrace prints histogram bounds: 512, 1K, 2M.
 fn pow2_label(v: u64) -> String {
@@ -159,4 +115,59 @@ pub fn losses_text(l: &Losses) -> String {
         let _ = writeln!(s, "damage: {d}");
     }
     s
+}
+
+/// The message a report gives instead of an empty table: no event of `what` (passed the
+/// filters), and how many events were lost while recording, which may be why.
+pub fn empty_note(what: &str, filter: &Filter, losses: &Losses) -> String {
+    let mut s = format!("no {what} events in this trace");
+    if !filter.is_empty() {
+        s.push_str(" match the filters");
+    }
+    let lost: u64 = losses.recorded.values().sum();
+    if lost > 0 {
+        let v: Vec<String> = losses
+            .recorded
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        s.push_str(&format!(
+            " (but {lost} events were lost while recording: {})",
+            v.join(", ")
+        ));
+    }
+    s
+}
+
+/// A duration for people: 812 ns, 38.2 us, 5.12 ms, 1.50 s.
+pub fn human_ns(ns: u64) -> String {
+    let v = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} us", v / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", v / 1e6)
+    } else {
+        format!("{:.2} s", v / 1e9)
+    }
+}
+
+/// Bytes for people: 512 B, 12.5 KiB, 506.0 MiB.
+pub(crate) fn human_bytes(b: u64) -> String {
+    let v = b as f64;
+    if b < 1024 {
+        format!("{b} B")
+    } else if b < 1 << 20 {
+        format!("{:.1} KiB", v / 1024.0)
+    } else if b < 1 << 30 {
+        format!("{:.1} MiB", v / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", v / (1u64 << 30) as f64)
+    }
+}
+
+/// A share (0 to 1) as a whole percentage: "42%".
+pub(crate) fn pct(share: f64) -> String {
+    format!("{:.0}%", share * 100.0)
 }

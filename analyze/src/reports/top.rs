@@ -1,7 +1,10 @@
 //! `ebsym top` (and `locks`, `latency`): the stacks of one kind sorted by a measure, and
 //! the [`Report`] with its typed [`Row`]s that `leaks` shares.
+use super::kind::{EventKind, Measure};
+use super::names::{bio_op_name, device_name, probed_name, syscall_name};
+use super::places::lock_kind;
 use super::stacks::{merge, Agg, Merged};
-use super::{empty_note, EventKind, Measure};
+use super::text::{empty_note, log2_text, losses_text};
 use crate::histogram::Log2Bin;
 use crate::model::{Filter, Frame, Losses, Trace};
 use ebtrace_format::TraceReader;
@@ -26,6 +29,50 @@ pub struct Report {
     /// that may explain it; or, for leaks, that every allocation was freed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl Report {
+    /// The report for people.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let totals: Vec<String> = self
+            .totals
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "{} by {}: {}", self.kind, self.by, totals.join(", "));
+        if let Some(note) = &self.note {
+            let _ = writeln!(s, "{note}");
+        }
+        for (i, row) in self.rows.iter().enumerate() {
+            let vals: Vec<String> = row
+                .values()
+                .into_iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(s, "\n#{} {}", i + 1, vals.join("  "));
+            if let Some(bins) = self.histograms.get(i).filter(|b| !b.is_empty()) {
+                s.push_str(&log2_text(bins));
+            }
+            for f in row.frames() {
+                let _ = writeln!(s, "    {}", f.display());
+            }
+            if let Some(wf) = row.waker_frames().filter(|w| !w.is_empty()) {
+                let by = if self.kind == "offcpu" {
+                    "  woken by:"
+                } else {
+                    "  woken by (the holder releasing it):"
+                };
+                let _ = writeln!(s, "{by}");
+                for f in wf {
+                    let _ = writeln!(s, "    {}", f.display());
+                }
+            }
+        }
+        s.push_str(&losses_text(&self.losses));
+        s
+    }
 }
 
 /// One row of a [`Report`]: a stack and its values, of the report's kind. Serializes as
@@ -345,23 +392,6 @@ fn top_waker(agg: &Agg) -> Option<u64> {
         .map(|(s, _)| *s)
 }
 
-fn lock_kind(frames: &[Frame], futex_op: u32) -> &'static str {
-    let has = |s: &str| frames.iter().any(|f| f.function.contains(s));
-    if has("pthread_cond_") || has("condition_variable") {
-        "condvar"
-    } else if has("lll_lock") || has("pthread_mutex_") || has("mutex::lock") {
-        "mutex"
-    } else {
-        // glibc: mutexes wait with FUTEX_WAIT (or LOCK_PI), condition variables with
-        // FUTEX_WAIT_BITSET.
-        match futex_op {
-            0 | 6 | 13 => "mutex",
-            9 => "condvar",
-            _ => "other",
-        }
-    }
-}
-
 /// [`top_from`] of the trace at `path`, `by` a measure's name (the kind's default if it
 /// names none).
 pub fn top(
@@ -459,7 +489,7 @@ pub fn top_from(
                 Row::Func(FuncRow {
                     count: agg.count,
                     frames,
-                    function: l.probed.get(&sub).map(|&n| l.tables.string(n).into_owned()),
+                    function: probed_name(&l, sub),
                     function_id: sub,
                     max_ns: h.max(),
                     p50_ns: h.quantile(0.5),
@@ -488,7 +518,7 @@ pub fn top_from(
                     nr: sub,
                     p50_ns: h.quantile(0.5),
                     p99_ns: h.quantile(0.99),
-                    syscall: super::system::syscall_name(&l.header.arch, sub),
+                    syscall: syscall_name(&l.header.arch, sub),
                     total_ns: agg.a,
                 })
             }
@@ -497,10 +527,10 @@ pub fn top_from(
                 Row::Bio(BioRow {
                     bytes: agg.b,
                     count: agg.count,
-                    device: super::system::device_name(&l, (sub >> 8) as u32),
+                    device: device_name(&l, (sub >> 8) as u32),
                     frames,
                     max_ns: h.max(),
-                    op: super::system::bio_op_name(sub as u32),
+                    op: bio_op_name(sub as u32),
                     p50_ns: h.quantile(0.5),
                     p99_ns: h.quantile(0.99),
                     total_ns: agg.a,

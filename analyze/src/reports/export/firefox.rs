@@ -16,10 +16,11 @@
 //! - Allocations are the process's native allocation samples (on its first thread, as
 //!   the crate keeps them), without frees.
 //! - Times: ms since the trace's start; `meta.startTime` is its wall clock.
-use super::{
-    interrupt_wake, is_kernel, kernel_place, lock_source_name, state_name, user_place, Collected,
-    ExportStats, Extra, Kind, StackNames,
+use super::collect::{Collected, ExportStats, Extra, Kind, StackNames};
+use crate::reports::names::{
+    bio_op_name, device_name, function_name, lock_source_name, syscall_name, task_state_name,
 };
+use crate::reports::places::{interrupt_wake, is_kernel, kernel_place, user_place};
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CpuDelta, Frame as FxFrame, FrameFlags, FrameInfo, Marker,
     MarkerFieldFlags, MarkerFieldFormat, MarkerLocations, MarkerTiming, MarkerTypeHandle, Profile,
@@ -364,7 +365,7 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
                         vec![
                             strings(&mut b, &place),
                             strings(&mut b, &kernel_place(&frames).unwrap_or_default()),
-                            strings(&mut b, &state_name(state)),
+                            strings(&mut b, &task_state_name(state)),
                             strings(&mut b, by),
                             V::N(f64::from(tid)),
                             V::S(ws),
@@ -393,14 +394,14 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
                     )
                 }
                 Extra::Func { function } => {
-                    let f = c.function_name(function);
+                    let f = function_name(&c.loaded, function);
                     (
                         f.clone(),
                         vec![strings(&mut b, &f), strings(&mut b, &place)],
                     )
                 }
                 Extra::Syscall { nr, ret } => {
-                    let s = crate::reports::system::syscall_name(&h.arch, u64::from(nr));
+                    let s = syscall_name(&h.arch, u64::from(nr));
                     (
                         format!("syscall {s}"),
                         vec![
@@ -416,8 +417,8 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
                     bytes,
                     error,
                 } => {
-                    let d = crate::reports::system::device_name(&c.loaded, dev);
-                    let o = crate::reports::system::bio_op_name(op);
+                    let d = device_name(&c.loaded, dev);
+                    let o = bio_op_name(op);
                     (
                         format!("bio {o} {d}"),
                         vec![

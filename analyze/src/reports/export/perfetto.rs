@@ -22,10 +22,12 @@
 //! - `otherData`: the trace's clock, start (boottime and wall clock), the caps and per
 //!   kind how many events passed the filters (`events_KIND`) and were dropped by a cap
 //!   (`dropped_KIND`), and the recording's losses.
-use super::{
-    interrupt_wake, kernel_place, lock_source_name, memgrowth_name, short, stack_lines, state_name,
-    user_place, Caps, Collected, ExportStats, Extra, StackNames,
+use super::collect::{Caps, Collected, ExportStats, Extra, StackNames};
+use crate::reports::names::{
+    bio_op_name, device_name, function_name, lock_source_name, memgrowth_name, syscall_name,
+    task_state_name,
 };
+use crate::reports::places::{interrupt_wake, kernel_place, leaf, stack_lines, user_place};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -183,7 +185,7 @@ pub(super) fn write(
                     if let Some(k) = kernel_place(&frames) {
                         args.insert("blocked_in".into(), json!(k));
                     }
-                    args.insert("state".into(), json!(state_name(state)));
+                    args.insert("state".into(), json!(task_state_name(state)));
                     let (wframes, w) = lines.get(&mut c, waker_stack);
                     if interrupt_wake(&wframes) {
                         // Whoever ran when the interrupt came: not a waker.
@@ -232,11 +234,11 @@ pub(super) fn write(
                     }
                 }
                 Extra::Func { function } => {
-                    name = c.function_name(function);
+                    name = function_name(&c.loaded, function);
                     args.insert("caller".into(), json!(place));
                 }
                 Extra::Syscall { nr, ret } => {
-                    let s = crate::reports::system::syscall_name(&arch, u64::from(nr));
+                    let s = syscall_name(&arch, u64::from(nr));
                     name = format!("syscall {s}");
                     args.insert("syscall".into(), json!(s));
                     args.insert("ret".into(), json!(ret));
@@ -248,8 +250,8 @@ pub(super) fn write(
                     bytes,
                     error,
                 } => {
-                    let d = crate::reports::system::device_name(&c.loaded, dev);
-                    let o = crate::reports::system::bio_op_name(op);
+                    let d = device_name(&c.loaded, dev);
+                    let o = bio_op_name(op);
                     name = format!("bio {o} {d}");
                     args.insert("device".into(), json!(d));
                     args.insert("op".into(), json!(o));
@@ -271,9 +273,7 @@ pub(super) fn write(
                 }
                 Extra::Cpu { cpu } => {
                     slice = false;
-                    name = frames
-                        .first()
-                        .map_or_else(|| "(no stack)".into(), |f| short(&f.function).to_string());
+                    name = leaf(&frames);
                     args.insert("cpu".into(), json!(cpu));
                 }
                 Extra::MemGrowth { kind, size } => {

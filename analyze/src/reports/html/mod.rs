@@ -12,12 +12,14 @@
 //! or latest, see [`timeline_rule`]), the page says how many were left out. No memory of
 //! the target is embedded: stack copies are dropped when the trace is read, and only the
 //! symbolized frames are written.
+use super::diff::diff_from;
 use super::heatmap::{build, HeatmapOptions};
-use super::system::{bio_key, bio_op_name, device_name, heat_points, syscall_name};
-use super::{
-    diff_from, leaks_from, summary::summary_from, system_latency_from, top_from, EventKind,
-    Measure, Row,
-};
+use super::kind::{EventKind, Measure};
+use super::leaks::leaks_from;
+use super::names::{bio_key, bio_name, function_name, syscall_name};
+use super::summary::summary_from;
+use super::system::{heat_points, system_latency_from};
+use super::top::{top_from, Row};
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
 use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink};
@@ -345,16 +347,8 @@ fn lat_name(l: &Loaded, kind: EventKind, key: u64) -> String {
     match (kind, key) {
         (_, u64::MAX) => "(all)".to_string(),
         (EventKind::Syscall, nr) => syscall_name(&l.header.arch, nr),
-        (EventKind::Bio, k) => format!(
-            "{} {}",
-            device_name(l, (k >> 8) as u32),
-            bio_op_name(k as u32)
-        ),
-        (EventKind::Func, f) => l
-            .probed
-            .get(&f)
-            .map(|&n| l.tables.string(n).into_owned())
-            .unwrap_or_else(|| format!("function {f}")),
+        (EventKind::Bio, k) => bio_name(l, k),
+        (EventKind::Func, f) => function_name(l, f),
         _ => "(all)".to_string(),
     }
 }
