@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
 
+pub use crate::event::Event;
+
 /// What to keep: the report's filters.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
@@ -233,53 +235,6 @@ pub const MAX_KERNEL_SYMBOL_SIZE: u64 = 1 << 20;
 /// Called for every event that passes the filter.
 pub trait Sink {
     fn event(&mut self, ev: &Event<'_>);
-}
-
-/// One event, of whichever family.
-#[derive(Debug)]
-pub enum Event<'a> {
-    Alloc(&'a ebtrace_format::events::AllocEvent),
-    Free(&'a ebtrace_format::events::FreeEvent),
-    Lock(&'a ebtrace_format::events::LockEvent),
-    Func(&'a ebtrace_format::events::FuncEvent),
-    Cpu(&'a ebtrace_format::events::CpuSample),
-    OffCpu(&'a ebtrace_format::events::OffCpuEvent),
-    MemGrowth(&'a ebtrace_format::events::MemGrowthEvent),
-    Syscall(&'a ebtrace_format::events::SyscallEvent),
-    Bio(&'a ebtrace_format::events::BioEvent),
-    Runq(&'a ebtrace_format::events::RunqEvent),
-    Tcp(&'a ebtrace_format::events::TcpEvent),
-    /// A row of a kernel latency histogram (--syscalls, --bio, --runq) over an interval.
-    Histogram(
-        ebtrace_format::proto::EventFamily,
-        &'a ebtrace_format::events::HistogramRow,
-    ),
-    /// What the kernel counted under one stack in an interval (--aggregate), of a family.
-    Aggregated(
-        ebtrace_format::proto::EventFamily,
-        &'a ebtrace_format::events::AggregateRow,
-    ),
-}
-
-impl Event<'_> {
-    pub fn time_generation_tid(&self) -> (u64, u32, u32) {
-        match self {
-            Event::Alloc(e) => (e.time_ns, e.generation, e.tid),
-            Event::Free(e) => (e.time_ns, e.generation, e.tid),
-            Event::Lock(e) => (e.time_ns, e.generation, e.tid),
-            Event::Func(e) => (e.time_ns, e.generation, e.tid),
-            Event::Cpu(e) => (e.time_ns, e.generation, e.tid),
-            Event::OffCpu(e) => (e.time_ns, e.generation, e.tid),
-            Event::MemGrowth(e) => (e.time_ns, e.generation, e.tid),
-            Event::Syscall(e) => (e.time_ns, e.generation, e.tid),
-            Event::Bio(e) => (e.time_ns, e.generation, e.tid),
-            Event::Runq(e) => (e.time_ns, e.generation, e.tid),
-            Event::Tcp(e) => (e.time_ns, e.generation, e.tid),
-            Event::Histogram(_, r) => (r.time_ns, r.generation, 0),
-            // No thread: counted per process.
-            Event::Aggregated(_, r) => (r.time_ns, r.generation, 0),
-        }
-    }
 }
 
 fn family_name(v: i32) -> String {
@@ -507,6 +462,14 @@ impl Loaded {
             }
             _ => {}
         }
+    }
+
+    /// The pid of process generation `generation` (0 when the trace does not say).
+    pub fn pid(&self, generation: u32) -> u32 {
+        self.tables
+            .generations
+            .get(&generation)
+            .map_or(0, |g| g.process.pid)
     }
 
     /// The frames of stack `id`, leaf first, inlined frames expanded (innermost first).

@@ -59,33 +59,26 @@ pub struct WindowInfo {
 /// Events per (kind, generation), the survey of a window.
 #[derive(Default)]
 struct Survey {
-    counts: HashMap<(u8, u32), u64>,
+    counts: HashMap<(EventKind, u32), u64>,
 }
 
+/// The kind of profile an event goes to: its view's kind (tcp: the connects and accepts,
+/// the events with a stack), or an --aggregate row's family's.
 fn event_kind(ev: &Event<'_>) -> Option<EventKind> {
-    Some(match ev {
-        Event::Alloc(_) => EventKind::Alloc,
-        Event::Lock(_) => EventKind::Lock,
-        Event::Func(_) => EventKind::Func,
-        Event::Cpu(_) => EventKind::Cpu,
-        Event::OffCpu(_) => EventKind::OffCpu,
-        Event::MemGrowth(_) => EventKind::MemGrowth,
-        Event::Syscall(_) => EventKind::Syscall,
-        Event::Bio(_) => EventKind::Bio,
-        Event::Runq(_) => EventKind::Runq,
-        Event::Tcp(e) if e.stack != 0 => EventKind::Tcp,
-        Event::Aggregated(family, _) => {
-            return EventKind::ALL.into_iter().find(|k| k.family() == *family)
-        }
-        _ => return None,
-    })
+    match ev.view() {
+        Some(v) => (v.kind != EventKind::Tcp || v.stack != 0).then_some(v.kind),
+        None => match ev {
+            Event::Aggregated(family, _) => EventKind::of_family(*family),
+            _ => None,
+        },
+    }
 }
 
 impl Sink for Survey {
     fn event(&mut self, ev: &Event<'_>) {
         if let Some(k) = event_kind(ev) {
             let generation = ev.time_generation_tid().1;
-            *self.counts.entry((k as u8, generation)).or_default() += 1;
+            *self.counts.entry((k, generation)).or_default() += 1;
         }
     }
 }
@@ -145,13 +138,9 @@ pub fn window_profiles(path: &Path, options: &Options) -> Result<(WindowInfo, Ve
     };
     // Per pid: the labels of its generation with the most events.
     let mut per_pid_generation: HashMap<u32, (u64, u32)> = HashMap::new();
-    let mut by_kind: BTreeMap<u8, HashMap<u32, u64>> = BTreeMap::new();
+    let mut by_kind: BTreeMap<EventKind, HashMap<u32, u64>> = BTreeMap::new();
     for (&(kind, generation), &n) in &survey.counts {
-        let pid = l
-            .tables
-            .generations
-            .get(&generation)
-            .map_or(0, |g| g.process.pid);
+        let pid = l.pid(generation);
         *by_kind.entry(kind).or_default().entry(pid).or_default() += n;
         let e = per_pid_generation.entry(pid).or_insert((0, generation));
         if n > e.0 {
@@ -194,9 +183,6 @@ pub fn window_profiles(path: &Path, options: &Options) -> Result<(WindowInfo, Ve
     }
     let mut out = Vec::new();
     for (kind, pids) in by_kind {
-        let Some(kind) = EventKind::ALL.into_iter().find(|k| *k as u8 == kind) else {
-            continue;
-        };
         let mut pids: Vec<(u32, u64)> = pids.into_iter().collect();
         pids.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let rest: Vec<u32> = pids.iter().skip(MAX_SPLIT).map(|p| p.0).collect();

@@ -4,7 +4,7 @@ use ebtrace_format::proto::EventFamily;
 use serde::Serialize;
 
 /// Event kinds a report can be about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EventKind {
     Alloc,
     Lock,
@@ -63,11 +63,15 @@ impl EventKind {
         }
     }
 
+    /// The kind that reports on `family`, if one does.
+    pub fn of_family(family: EventFamily) -> Option<Self> {
+        EventKind::ALL.into_iter().find(|k| k.family() == family)
+    }
+
     /// The kind of the family named `s` (its registry name or an alias: `mem`, `locks`,
     /// `latency`).
     pub fn parse(s: &str) -> Option<Self> {
-        let f = family::by_name(s)?;
-        EventKind::ALL.into_iter().find(|k| k.family() == f.id)
+        EventKind::of_family(family::by_name(s)?.id)
     }
 
     /// The family's one name in the registry.

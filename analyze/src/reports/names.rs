@@ -4,11 +4,6 @@
 use crate::model::Loaded;
 use ebtrace_format::proto::{LockSource, MemGrowthKind};
 
-/// The histogram (and top) sub-key of a block I/O: device and op.
-pub(crate) fn bio_key(dev: u32, op: u32) -> u64 {
-    (u64::from(dev) << 8) | u64::from(op & 0xff)
-}
-
 /// The name of syscall `nr` on `arch` (the trace header's, `uname -m`).
 pub fn syscall_name(arch: &str, nr: u64) -> String {
     let name = match arch {
@@ -58,7 +53,7 @@ pub fn device_name(l: &Loaded, dev: u32) -> String {
     }
 }
 
-/// The device and op of a [`bio_key`]: "vda write".
+/// The device and op of a [`bio_key`](crate::event::bio_key): "vda write".
 pub(crate) fn bio_name(l: &Loaded, key: u64) -> String {
     format!(
         "{} {}",

@@ -3,11 +3,12 @@
 //! `top`, folded stacks, flame graphs, pprof and diffs are made of).
 use super::kind::{EventKind, Measure};
 use super::live::Outstanding;
-use super::names::bio_key;
 use super::text::empty_note;
+use crate::event::Fields;
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
+use ebtrace_format::events::AggregateRow;
 use ebtrace_format::TraceReader;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -38,8 +39,9 @@ impl Agg {
     }
 }
 
-/// Per-stack aggregation of one kind.
-struct TopSink {
+/// The per-stack aggregation of one kind while the trace streams by ([`StackSink::merge`]
+/// then merges stacks that symbolize alike).
+pub(crate) struct StackSink {
     kind: EventKind,
     by_stack: FastMap<(u64, u64), Agg>,
     estimate: Estimator,
@@ -47,63 +49,66 @@ struct TopSink {
     outstanding: Option<Outstanding>,
 }
 
-impl Sink for TopSink {
+impl StackSink {
+    /// Events of `kind`; with `inuse` (alloc), also the blocks each stack still has
+    /// outstanding at the end (pprof's inuse_*: a live-block store the other reports need
+    /// not pay for).
+    pub(crate) fn new(kind: EventKind, inuse: bool) -> Self {
+        StackSink {
+            kind,
+            by_stack: FastMap::default(),
+            estimate: Estimator::default(),
+            outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
+        }
+    }
+
+    /// What the kernel counted under one stack in an interval (--aggregate).
+    fn aggregated(&mut self, r: &AggregateRow) {
+        if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
+            return; // a row for its live gauges only
+        }
+        let g = self.by_stack.entry((r.stack, r.mutex)).or_default();
+        g.aggregated = true;
+        g.count += r.count;
+        g.a += if self.kind == EventKind::Cpu {
+            r.count
+        } else {
+            r.sum
+        };
+        g.b += r.sum2;
+        g.mutex = r.mutex;
+    }
+}
+
+impl Sink for StackSink {
     fn event(&mut self, ev: &Event<'_>) {
         if let Some(o) = &mut self.outstanding {
             o.event(ev);
         }
-        let mut n = 1;
-        let (key, a, b, sample_b) = match (self.kind, ev) {
-            (EventKind::Alloc, Event::Alloc(e)) => {
-                let (count, bytes) = self.estimate.add(e.size, e.sample_period);
-                n = count;
-                ((e.stack, 0), bytes, 0, None)
-            }
-            (kind, Event::Aggregated(family, r)) if kind.family() == *family => {
-                if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
-                    return; // a row for its live gauges only
+        let Some(v) = ev.view() else {
+            if let Event::Aggregated(family, r) = ev {
+                if self.kind.family() == *family {
+                    self.aggregated(r);
                 }
-                let g = self.by_stack.entry((r.stack, r.mutex)).or_default();
-                g.aggregated = true;
-                g.count += r.count;
-                g.a += if kind == EventKind::Cpu {
-                    r.count
-                } else {
-                    r.sum
-                };
-                g.b += r.sum2;
-                g.mutex = r.mutex;
-                return;
             }
-            // Growth only: an munmap (or a shrinking brk) releases memory, it does not grow it.
-            (EventKind::MemGrowth, Event::MemGrowth(e))
-                if e.kind != ebtrace_format::proto::MemGrowthKind::Munmap =>
-            {
-                ((e.stack, 0), e.size, 0, None)
-            }
-            (EventKind::Lock, Event::Lock(e)) => {
-                ((e.stack, e.mutex), e.wait_ns, e.hold_ns, Some(e.hold_ns))
-            }
-            (EventKind::Func, Event::Func(e)) => ((e.stack, e.function), e.duration_ns, 0, None),
-            (EventKind::Cpu, Event::Cpu(e)) => ((e.stack, 0), 1, 0, None),
-            (EventKind::OffCpu, Event::OffCpu(e)) => ((e.stack, 0), e.duration_ns, 0, None),
-            (EventKind::Syscall, Event::Syscall(e)) => {
-                ((e.stack, u64::from(e.nr)), e.duration_ns, 0, None)
-            }
-            (EventKind::Bio, Event::Bio(e)) => (
-                (e.stack, bio_key(e.dev, e.op)),
-                e.duration_ns,
-                e.bytes,
-                None,
-            ),
-            (EventKind::Runq, Event::Runq(e)) => ((e.stack, 0), e.duration_ns, 0, None),
-            // The connects and accepts: the events with the caller's stack.
-            (EventKind::Tcp, Event::Tcp(e)) if e.stack != 0 => {
-                ((e.stack, e.kind as u64), 1, 0, None)
-            }
-            _ => return,
+            return;
         };
-        let g = self.by_stack.entry(key).or_default();
+        // memgrowth: growth only (an munmap, a shrinking brk, releases memory); tcp: the
+        // connects and accepts, the events with the caller's stack.
+        if v.kind != self.kind || v.is_release() || (v.kind == EventKind::Tcp && v.stack == 0) {
+            return;
+        }
+        let (mut a, b) = v.values();
+        let mut n = 1;
+        if let Fields::Alloc {
+            size,
+            sample_period,
+            ..
+        } = v.fields
+        {
+            (n, a) = self.estimate.add(size, sample_period);
+        }
+        let g = self.by_stack.entry((v.stack, v.sub_key())).or_default();
         g.count += n;
         g.a += a;
         g.b += b;
@@ -117,21 +122,19 @@ impl Sink for TopSink {
         ) {
             let h = g.hists.get_or_insert_default();
             h[0].record(a);
-            if let Some(hold) = sample_b {
-                h[1].record(hold);
+            if let Fields::Lock { hold_ns, .. } = v.fields {
+                h[1].record(hold_ns);
             }
         }
-        if let Event::Lock(e) = ev {
-            g.mutex = e.mutex;
-            g.futex_op = e.futex_op;
-            if e.waker_stack != 0 {
-                *g.wakers.entry(e.waker_stack).or_default() += 1;
-            }
+        if let Fields::Lock {
+            mutex, futex_op, ..
+        } = v.fields
+        {
+            g.mutex = mutex;
+            g.futex_op = futex_op;
         }
-        if let Event::OffCpu(e) = ev {
-            if e.waker_stack != 0 {
-                *g.wakers.entry(e.waker_stack).or_default() += 1;
-            }
+        if let Some(w) = v.waker.filter(|w| w.stack != 0) {
+            *g.wakers.entry(w.stack).or_default() += 1;
         }
     }
 }
@@ -158,90 +161,95 @@ pub(crate) struct Merged {
 }
 
 /// Reads the trace and folds events of `kind` into merged stacks, in a fixed order; with
-/// `inuse` (alloc), also the blocks each stack still has outstanding at the end (pprof's
-/// inuse_*: a live-block store the other reports need not pay for).
+/// `inuse` (alloc), also the blocks each stack still has outstanding at the end.
 pub(crate) fn merge(
     trace: impl Trace,
     kind: EventKind,
     filter: &Filter,
     inuse: bool,
 ) -> (Loaded, Vec<Merged>) {
-    let mut sink = TopSink {
-        kind,
-        by_stack: FastMap::default(),
-        estimate: Estimator::default(),
-        outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
-    };
+    let mut sink = StackSink::new(kind, inuse);
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
-    if let Some(o) = sink.outstanding.take() {
-        let no_free = l
-            .header
-            .options
-            .iter()
-            .any(|o| o.key == "no-free" && o.value == "true");
-        if !no_free {
-            for (stack, inuse) in o.by_stack(&l.alloc_pauses) {
-                // Only stacks the filter let through have allocations here.
-                if let Some(g) = sink.by_stack.get_mut(&(stack, 0)) {
-                    g.inuse = inuse;
+    let merged = sink.merge(&mut l);
+    (l, merged)
+}
+
+impl StackSink {
+    /// The stacks of the trace `l` was read into, merged (stack ids that symbolize alike,
+    /// across processes), in a fixed order; the notes of the kind (pauses, --max-cpu's
+    /// changes) added to `l`'s losses, and its unresolved frames counted there.
+    pub(crate) fn merge(mut self, l: &mut Loaded) -> Vec<Merged> {
+        let kind = self.kind;
+        if let Some(o) = self.outstanding.take() {
+            let no_free = l
+                .header
+                .options
+                .iter()
+                .any(|o| o.key == "no-free" && o.value == "true");
+            if !no_free {
+                for (stack, inuse) in o.by_stack(&l.alloc_pauses) {
+                    // Only stacks the filter let through have allocations here.
+                    if let Some(g) = self.by_stack.get_mut(&(stack, 0)) {
+                        g.inuse = inuse;
+                    }
                 }
             }
         }
-    }
-    if kind == EventKind::Alloc && !l.alloc_pauses.is_empty() {
-        let open = l.alloc_pauses.iter().any(|p| p.1 == u64::MAX);
-        l.losses.damage.push(format!(
+        if kind == EventKind::Alloc && !l.alloc_pauses.is_empty() {
+            let open = l.alloc_pauses.iter().any(|p| p.1 == u64::MAX);
+            l.losses.damage.push(format!(
             "the allocator probes were paused {} time(s) by --max-cpu{}: allocations made while paused are not counted (ebsym info lists the changes)",
             l.alloc_pauses.len(),
             if open { ", the last until the end" } else { "" }
         ));
-    }
-    let notes = super::budget::notes(&l, kind);
-    l.losses.damage.extend(notes);
-    type Key = (u64, FrameKey);
-    let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
-    let mut keys: Vec<(u64, u64)> = sink.by_stack.keys().copied().collect();
-    keys.sort_unstable();
-    // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
-    let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
-    for key in keys {
-        let agg = sink.by_stack.remove(&key).unwrap();
-        if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
-            let (f, m) = l.frames_and_mappings(key.0);
-            resolved = Some((key.0, f, m));
         }
-        let (_, frames, mappings) = resolved.as_ref().unwrap();
-        let e = merged
-            .entry((key.1, frame_key(frames)))
-            .or_insert_with(|| Merged {
-                sub: key.1,
-                frames: frames.clone(),
-                mappings: mappings.clone(),
-                agg: Agg::default(),
-            });
-        let m = &mut e.agg;
-        m.count += agg.count;
-        m.a += agg.a;
-        m.b += agg.b;
-        if let Some(h) = agg.hists {
-            match &mut m.hists {
-                Some(mh) => {
-                    mh[0].merge(&h[0]);
-                    mh[1].merge(&h[1]);
+        let notes = super::budget::notes(l, kind);
+        l.losses.damage.extend(notes);
+        type Key = (u64, FrameKey);
+        let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
+        let mut keys: Vec<(u64, u64)> = self.by_stack.keys().copied().collect();
+        keys.sort_unstable();
+        // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
+        let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
+        for key in keys {
+            let agg = self.by_stack.remove(&key).unwrap();
+            if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
+                let (f, m) = l.frames_and_mappings(key.0);
+                resolved = Some((key.0, f, m));
+            }
+            let (_, frames, mappings) = resolved.as_ref().unwrap();
+            let e = merged
+                .entry((key.1, frame_key(frames)))
+                .or_insert_with(|| Merged {
+                    sub: key.1,
+                    frames: frames.clone(),
+                    mappings: mappings.clone(),
+                    agg: Agg::default(),
+                });
+            let m = &mut e.agg;
+            m.count += agg.count;
+            m.a += agg.a;
+            m.b += agg.b;
+            if let Some(h) = agg.hists {
+                match &mut m.hists {
+                    Some(mh) => {
+                        mh[0].merge(&h[0]);
+                        mh[1].merge(&h[1]);
+                    }
+                    None => m.hists = Some(h),
                 }
-                None => m.hists = Some(h),
+            }
+            m.mutex = agg.mutex;
+            m.futex_op = agg.futex_op;
+            m.aggregated |= agg.aggregated;
+            m.inuse.0 += agg.inuse.0;
+            m.inuse.1 += agg.inuse.1;
+            for (w, c) in agg.wakers {
+                *m.wakers.entry(w).or_default() += c;
             }
         }
-        m.mutex = agg.mutex;
-        m.futex_op = agg.futex_op;
-        m.aggregated |= agg.aggregated;
-        m.inuse.0 += agg.inuse.0;
-        m.inuse.1 += agg.inuse.1;
-        for (w, c) in agg.wakers {
-            *m.wakers.entry(w).or_default() += c;
-        }
+        merged.into_values().collect()
     }
-    (l, merged.into_values().collect())
 }
 
 /// One merged stack and its values, for pprof, folded stacks and diffs.

@@ -16,13 +16,16 @@ use super::diff::diff_from;
 use super::heatmap::{build, HeatmapOptions};
 use super::kind::{EventKind, Measure};
 use super::leaks::leaks_from;
-use super::names::{bio_key, bio_name, function_name, syscall_name};
+use super::names::{bio_name, function_name, syscall_name};
 use super::summary::summary_from;
 use super::system::{heat_points, system_latency_from};
 use super::top::{top_from, Row};
+use crate::event::{EventView, Fields, Waker};
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
 use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink};
+use ebtrace_format::events::AggregateRow;
+use ebtrace_format::proto::EventFamily;
 use ebtrace_format::TraceReader;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -130,132 +133,108 @@ impl ReportSink {
     }
 }
 
+impl ReportSink {
+    /// What the kernel counted under one stack in an interval (--aggregate): into the
+    /// flame graph's sums, not the timeline.
+    fn aggregated(&mut self, family: EventFamily, r: &AggregateRow, bucket: u32) {
+        let Some(kind) = EventKind::of_family(family) else {
+            return;
+        };
+        if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
+            return;
+        }
+        let a = if kind == EventKind::Cpu {
+            r.count
+        } else {
+            r.sum
+        };
+        let acc = &mut self.kinds[kind_index(kind)];
+        acc.events += r.count;
+        let g = acc.agg.entry((r.stack, bucket)).or_default();
+        g[0] += r.count;
+        g[1] += a;
+        g[2] += r.sum2;
+    }
+}
+
+/// Of an event's values ([`EventView::values`]), the one its kind's timeline keeps the
+/// most of ([`timeline_rule`]): the size (alloc, memgrowth), the time (tcp, cpu), else the
+/// duration.
+fn timeline_key(v: &EventView, a: u64) -> u64 {
+    match v.kind {
+        EventKind::Alloc | EventKind::MemGrowth => a,
+        EventKind::Tcp | EventKind::Cpu => v.time_ns,
+        _ => v.duration_ns.unwrap_or(0),
+    }
+}
+
+/// The one value of its kind a timeline event carries to the page (`report.js` reads
+/// it): the lock's hold ns, the probed function, the off-CPU task state, the syscall
+/// number, a bio's bytes, an allocation's or growth's size, the tcp event kind.
+fn timeline_extra(v: &EventView) -> u64 {
+    match v.fields {
+        Fields::Lock { hold_ns, .. } => hold_ns,
+        Fields::Func { function } => function,
+        Fields::OffCpu { state } => u64::from(state),
+        Fields::Syscall { nr, .. } => u64::from(nr),
+        Fields::Bio { bytes, .. } => bytes,
+        Fields::Alloc { size, .. } | Fields::MemGrowth { size, .. } => size,
+        Fields::Tcp { kind, .. } => kind as u64,
+        Fields::Runq { .. } | Fields::Cpu { .. } => 0,
+    }
+}
+
 impl Sink for ReportSink {
     fn event(&mut self, ev: &Event<'_>) {
-        use EventKind as K;
         let (t, generation, tid) = ev.time_generation_tid();
         let b = self.bucket(t);
-        let mut e = TlEv {
-            key: 0,
-            t,
-            dur: 0,
-            tid,
-            generation,
-            stack: 0,
-            wtid: 0,
-            wstack: 0,
-            extra: 0,
+        let Some(v) = ev.view() else {
+            if let Event::Aggregated(family, r) = ev {
+                self.aggregated(*family, r, b);
+            }
+            return;
         };
-        // (kind, count, a, b, latency name if any)
-        let (kind, n, a, bb, lat): (K, u64, u64, u64, Option<u64>) = match ev {
-            Event::Alloc(x) => {
-                e.stack = x.stack;
-                e.key = x.size;
-                e.extra = x.size;
-                (K::Alloc, 1, x.size, 0, None)
-            }
-            Event::Lock(x) => {
-                e.stack = x.stack;
-                e.dur = x.wait_ns;
-                e.key = x.wait_ns;
-                e.wtid = x.waker_tid;
-                e.wstack = x.waker_stack;
-                e.extra = x.hold_ns;
-                (K::Lock, 1, x.wait_ns, x.hold_ns, Some(0))
-            }
-            Event::Func(x) => {
-                e.stack = x.stack;
-                e.dur = x.duration_ns;
-                e.key = x.duration_ns;
-                e.extra = x.function;
-                (K::Func, 1, x.duration_ns, 0, Some(x.function))
-            }
-            Event::Cpu(x) => {
-                *self.cpu.entry((tid, generation, b)).or_default() += 1;
-                e.stack = x.stack;
-                (K::Cpu, 1, 1, 0, None)
-            }
-            Event::OffCpu(x) => {
-                e.stack = x.stack;
-                e.dur = x.duration_ns;
-                e.key = x.duration_ns;
-                e.wtid = x.waker_tid;
-                e.wstack = x.waker_stack;
-                e.extra = u64::from(x.state);
-                (K::OffCpu, 1, x.duration_ns, 0, Some(0))
-            }
-            Event::MemGrowth(x) => {
-                if x.kind == ebtrace_format::proto::MemGrowthKind::Munmap {
-                    return;
-                }
-                e.stack = x.stack;
-                e.key = x.size;
-                e.extra = x.size;
-                (K::MemGrowth, 1, x.size, 0, None)
-            }
-            Event::Syscall(x) => {
-                e.stack = x.stack;
-                e.dur = x.duration_ns;
-                e.key = x.duration_ns;
-                e.extra = u64::from(x.nr);
-                (K::Syscall, 1, x.duration_ns, 0, Some(u64::from(x.nr)))
-            }
-            Event::Bio(x) => {
-                e.stack = x.stack;
-                e.dur = x.duration_ns;
-                e.key = x.duration_ns;
-                e.extra = x.bytes;
-                let key = bio_key(x.dev, x.op);
-                (K::Bio, 1, x.duration_ns, x.bytes, Some(key))
-            }
-            Event::Runq(x) => {
-                e.stack = x.stack;
-                e.dur = x.duration_ns;
-                e.key = x.duration_ns;
-                (K::Runq, 1, x.duration_ns, 0, Some(0))
-            }
-            Event::Tcp(x) => {
-                e.stack = x.stack;
-                e.key = t;
-                e.extra = x.kind as u64;
-                (K::Tcp, 1, 1, 0, None)
-            }
-            Event::Aggregated(f, r) => {
-                let Some(kind) = K::ALL.into_iter().find(|k| k.family() == *f) else {
-                    return;
-                };
-                if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
-                    return;
-                }
-                let a = if kind == K::Cpu { r.count } else { r.sum };
-                let acc = &mut self.kinds[kind_index(kind)];
-                acc.events += r.count;
-                let g = acc.agg.entry((r.stack, b)).or_default();
-                g[0] += r.count;
-                g[1] += a;
-                g[2] += r.sum2;
-                return;
-            }
-            Event::Free(_) | Event::Histogram(..) => return,
-        };
+        // memgrowth: growth only.
+        if v.is_release() {
+            return;
+        }
+        if v.kind == EventKind::Cpu {
+            *self.cpu.entry((tid, generation, b)).or_default() += 1;
+        }
         *self.threads.entry((tid, generation)).or_default() += 1;
-        let acc = &mut self.kinds[kind_index(kind)];
+        let (a, second) = v.values();
+        let acc = &mut self.kinds[kind_index(v.kind)];
         acc.events += 1;
-        let g = acc.agg.entry((e.stack, b)).or_default();
-        g[0] += n;
+        let g = acc.agg.entry((v.stack, b)).or_default();
+        g[0] += 1;
         g[1] += a;
-        g[2] += bb;
-        if e.wstack != 0 {
-            *acc.wakers.entry((e.stack, e.wstack)).or_default() += 1;
+        g[2] += second;
+        let waker = v.waker.unwrap_or(Waker { tid: 0, stack: 0 });
+        if waker.stack != 0 {
+            *acc.wakers.entry((v.stack, waker.stack)).or_default() += 1;
         }
-        if let Some(name) = lat {
+        if v.kind.has_latency() {
             acc.lat.entry(u64::MAX).or_default().record(a);
-            if matches!(kind, K::Syscall | K::Bio | K::Func) {
-                acc.lat.entry(name).or_default().record(a);
+            if matches!(
+                v.kind,
+                EventKind::Syscall | EventKind::Bio | EventKind::Func
+            ) {
+                acc.lat.entry(v.sub_key()).or_default().record(a);
             }
         }
-        if kind != K::Cpu {
-            acc.keep(e);
+        // CPU samples are a density per thread, not timeline events.
+        if v.kind != EventKind::Cpu {
+            acc.keep(TlEv {
+                key: timeline_key(&v, a),
+                t,
+                dur: v.duration_ns.unwrap_or(0),
+                tid,
+                generation,
+                stack: v.stack,
+                wtid: waker.tid,
+                wstack: waker.stack,
+                extra: timeline_extra(&v),
+            });
         }
     }
 }
@@ -473,11 +452,7 @@ fn data<R: Read, B: Read>(
             } else {
                 0
             };
-            let pid = l
-                .tables
-                .generations
-                .get(&e.generation)
-                .map_or(0, |g| g.process.pid);
+            let pid = l.pid(e.generation);
             tl.extend([
                 e.t.saturating_sub(t0),
                 e.dur,

@@ -1,0 +1,438 @@
+//! One event of a trace ([`Event`], of whichever family, as the reader decodes it), and
+//! the one view of it every report takes ([`EventView`]): its kind, thread, stack, start
+//! and (for an interval) duration, the waker where the kind has one, and the kind's own
+//! fields. The top stacks, the HTML page, the Perfetto and Firefox exports and the agent's
+//! profiles all read events through [`Event::view`], so that what an event's stack,
+//! interval and waker are is said once, here.
+use crate::reports::EventKind;
+use ebtrace_format::events::{
+    AggregateRow, AllocEvent, BioEvent, CpuSample, FreeEvent, FuncEvent, HistogramRow, LockEvent,
+    MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent,
+};
+use ebtrace_format::proto::{EventFamily, LockSource, MemGrowthKind, TcpEventKind};
+
+/// One event, of whichever family.
+#[derive(Debug)]
+pub enum Event<'a> {
+    Alloc(&'a AllocEvent),
+    Free(&'a FreeEvent),
+    Lock(&'a LockEvent),
+    Func(&'a FuncEvent),
+    Cpu(&'a CpuSample),
+    OffCpu(&'a OffCpuEvent),
+    MemGrowth(&'a MemGrowthEvent),
+    Syscall(&'a SyscallEvent),
+    Bio(&'a BioEvent),
+    Runq(&'a RunqEvent),
+    Tcp(&'a TcpEvent),
+    /// A row of a kernel latency histogram (--syscalls, --bio, --runq) over an interval.
+    Histogram(EventFamily, &'a HistogramRow),
+    /// What the kernel counted under one stack in an interval (--aggregate), of a family.
+    Aggregated(EventFamily, &'a AggregateRow),
+}
+
+/// An event as the reports see it ([`Event::view`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventView {
+    pub kind: EventKind,
+    /// The process generation (`Loaded::pid` gives its pid).
+    pub generation: u32,
+    pub tid: u32,
+    /// The event's stack id (0: none).
+    pub stack: u64,
+    /// Boottime ns: when the interval started, or the instant.
+    pub time_ns: u64,
+    /// How long the interval lasted (lock: the wait for the lock); None for the instants
+    /// (alloc, cpu, memgrowth, tcp).
+    pub duration_ns: Option<u64>,
+    /// offcpu: the thread that woke the block; lock: the thread that released the lock.
+    /// None for the kinds without one; its tid and stack are 0 when the recorder had
+    /// none.
+    pub waker: Option<Waker>,
+    /// What the kind has besides.
+    pub fields: Fields,
+}
+
+/// The thread that ended an off-CPU block or a lock wait, and its stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waker {
+    pub tid: u32,
+    pub stack: u64,
+}
+
+/// The fields of one kind beyond [`EventView`]'s (a `--func` call's arguments are left
+/// out: no report shows the target's values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fields {
+    Alloc {
+        size: u64,
+        /// The block's address.
+        address: u64,
+        /// Bytes per sample when sampled by bytes (0: not sampled).
+        sample_period: u64,
+    },
+    Lock {
+        mutex: u64,
+        /// How long the lock was held after the wait (uprobe mode; 0 when not recorded).
+        hold_ns: u64,
+        futex_op: u32,
+        source: LockSource,
+        /// 0 or -errno.
+        result: i32,
+    },
+    Func {
+        /// The `ProbedFunction` id.
+        function: u64,
+    },
+    Cpu {
+        cpu: u32,
+    },
+    OffCpu {
+        /// The task state it blocked in.
+        state: u32,
+    },
+    MemGrowth {
+        kind: MemGrowthKind,
+        size: u64,
+        address: u64,
+    },
+    Syscall {
+        nr: u32,
+        ret: i64,
+    },
+    Bio {
+        dev: u32,
+        sector: u64,
+        bytes: u64,
+        op: u32,
+        flags: u32,
+        error: i32,
+    },
+    Runq {
+        preempted: u32,
+        cpu: u32,
+    },
+    Tcp {
+        conn: u64,
+        kind: TcpEventKind,
+        state: u32,
+        old_state: u32,
+        local_port: u32,
+        remote_port: u32,
+        bytes_sent: u64,
+        bytes_received: u64,
+        retransmits: u32,
+    },
+}
+
+/// The sub-key of a block I/O under its stack (and of its histogram rows): device and op.
+pub fn bio_key(dev: u32, op: u32) -> u64 {
+    (u64::from(dev) << 8) | u64::from(op & 0xff)
+}
+
+impl Event<'_> {
+    /// The event as the reports see it; None for what is not one event of a kind: a free,
+    /// a kernel histogram's row, an --aggregate row.
+    pub fn view(&self) -> Option<EventView> {
+        let v = |kind, generation, tid, stack, time_ns, duration_ns, fields| EventView {
+            kind,
+            generation,
+            tid,
+            stack,
+            time_ns,
+            duration_ns,
+            waker: None,
+            fields,
+        };
+        use EventKind as K;
+        Some(match self {
+            Event::Alloc(e) => v(
+                K::Alloc,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                None,
+                Fields::Alloc {
+                    size: e.size,
+                    address: e.address,
+                    sample_period: e.sample_period,
+                },
+            ),
+            Event::Lock(e) => EventView {
+                waker: Some(Waker {
+                    tid: e.waker_tid,
+                    stack: e.waker_stack,
+                }),
+                ..v(
+                    K::Lock,
+                    e.generation,
+                    e.tid,
+                    e.stack,
+                    e.time_ns,
+                    Some(e.wait_ns),
+                    Fields::Lock {
+                        mutex: e.mutex,
+                        hold_ns: e.hold_ns,
+                        futex_op: e.futex_op,
+                        source: e.source,
+                        result: e.result,
+                    },
+                )
+            },
+            Event::Func(e) => v(
+                K::Func,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                Some(e.duration_ns),
+                Fields::Func {
+                    function: e.function,
+                },
+            ),
+            Event::Cpu(e) => v(
+                K::Cpu,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                None,
+                Fields::Cpu { cpu: e.cpu },
+            ),
+            Event::OffCpu(e) => EventView {
+                waker: Some(Waker {
+                    tid: e.waker_tid,
+                    stack: e.waker_stack,
+                }),
+                ..v(
+                    K::OffCpu,
+                    e.generation,
+                    e.tid,
+                    e.stack,
+                    e.time_ns,
+                    Some(e.duration_ns),
+                    Fields::OffCpu { state: e.state },
+                )
+            },
+            Event::MemGrowth(e) => v(
+                K::MemGrowth,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                None,
+                Fields::MemGrowth {
+                    kind: e.kind,
+                    size: e.size,
+                    address: e.address,
+                },
+            ),
+            Event::Syscall(e) => v(
+                K::Syscall,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                Some(e.duration_ns),
+                Fields::Syscall {
+                    nr: e.nr,
+                    ret: e.ret,
+                },
+            ),
+            Event::Bio(e) => v(
+                K::Bio,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                Some(e.duration_ns),
+                Fields::Bio {
+                    dev: e.dev,
+                    sector: e.sector,
+                    bytes: e.bytes,
+                    op: e.op,
+                    flags: e.flags,
+                    error: e.error,
+                },
+            ),
+            Event::Runq(e) => v(
+                K::Runq,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                Some(e.duration_ns),
+                Fields::Runq {
+                    preempted: e.preempted,
+                    cpu: e.cpu,
+                },
+            ),
+            Event::Tcp(e) => v(
+                K::Tcp,
+                e.generation,
+                e.tid,
+                e.stack,
+                e.time_ns,
+                None,
+                Fields::Tcp {
+                    conn: e.conn,
+                    kind: e.kind,
+                    state: e.state,
+                    old_state: e.old_state,
+                    local_port: e.local_port,
+                    remote_port: e.remote_port,
+                    bytes_sent: e.bytes_sent,
+                    bytes_received: e.bytes_received,
+                    retransmits: e.retransmits,
+                },
+            ),
+            Event::Free(_) | Event::Histogram(..) | Event::Aggregated(..) => return None,
+        })
+    }
+
+    /// When, in which process generation and on which thread the event happened (a
+    /// histogram's or an --aggregate row's: the end of its interval, thread 0).
+    pub fn time_generation_tid(&self) -> (u64, u32, u32) {
+        match self {
+            Event::Free(e) => (e.time_ns, e.generation, e.tid),
+            Event::Histogram(_, r) => (r.time_ns, r.generation, 0),
+            // No thread: counted per process.
+            Event::Aggregated(_, r) => (r.time_ns, r.generation, 0),
+            ev => ev
+                .view()
+                .map_or((0, 0, 0), |v| (v.time_ns, v.generation, v.tid)),
+        }
+    }
+}
+
+impl EventView {
+    /// The end of an interval (None for an instant).
+    pub fn end_ns(&self) -> Option<u64> {
+        self.duration_ns.map(|d| self.time_ns + d)
+    }
+
+    /// What a stack's events split by under it (a row of `top` each): lock the mutex, func
+    /// the probed function, syscall the number, bio the device and op ([`bio_key`]), tcp
+    /// the event kind (connect, accept); 0 for the others.
+    pub fn sub_key(&self) -> u64 {
+        match self.fields {
+            Fields::Lock { mutex, .. } => mutex,
+            Fields::Func { function } => function,
+            Fields::Syscall { nr, .. } => u64::from(nr),
+            Fields::Bio { dev, op, .. } => bio_key(dev, op),
+            Fields::Tcp { kind, .. } => kind as u64,
+            _ => 0,
+        }
+    }
+
+    /// The two values a stack sums of its events, as `Measure::pick` reads them: first
+    /// the bytes (alloc, memgrowth: as recorded, not scaled by a sampling), the duration
+    /// (lock: the wait) or 1 (cpu, tcp); second the lock's hold and the request's bytes
+    /// of a bio, else 0.
+    pub fn values(&self) -> (u64, u64) {
+        let d = self.duration_ns.unwrap_or(0);
+        match self.fields {
+            Fields::Alloc { size, .. } | Fields::MemGrowth { size, .. } => (size, 0),
+            Fields::Lock { hold_ns, .. } => (d, hold_ns),
+            Fields::Bio { bytes, .. } => (d, bytes),
+            Fields::Cpu { .. } | Fields::Tcp { .. } => (1, 0),
+            Fields::Func { .. } | Fields::OffCpu { .. } | Fields::Syscall { .. } => (d, 0),
+            Fields::Runq { .. } => (d, 0),
+        }
+    }
+
+    /// Whether the event gives memory back (an munmap, a shrinking brk): memgrowth's
+    /// reports count growth only.
+    pub fn is_release(&self) -> bool {
+        matches!(
+            self.fields,
+            Fields::MemGrowth {
+                kind: MemGrowthKind::Munmap,
+                ..
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_of_every_kind() {
+        let lock = LockEvent {
+            time_ns: 10,
+            generation: 2,
+            tid: 3,
+            stack: 4,
+            mutex: 0x1000,
+            wait_ns: 50,
+            hold_ns: 7,
+            waker_tid: 9,
+            waker_stack: 11,
+            futex_op: 0,
+            source: LockSource::Futex,
+            result: 0,
+        };
+        let v = Event::Lock(&lock).view().unwrap();
+        assert_eq!(v.kind, EventKind::Lock);
+        assert_eq!((v.time_ns, v.generation, v.tid, v.stack), (10, 2, 3, 4));
+        assert_eq!((v.duration_ns, v.end_ns()), (Some(50), Some(60)));
+        assert_eq!(v.waker, Some(Waker { tid: 9, stack: 11 }));
+        assert_eq!((v.sub_key(), v.values()), (0x1000, (50, 7)));
+        assert_eq!(Event::Lock(&lock).time_generation_tid(), (10, 2, 3));
+        let cpu = CpuSample {
+            time_ns: 5,
+            generation: 1,
+            tid: 1,
+            stack: 2,
+            cpu: 3,
+        };
+        let v = Event::Cpu(&cpu).view().unwrap();
+        assert_eq!((v.duration_ns, v.waker, v.values()), (None, None, (1, 0)));
+        let bio = BioEvent {
+            dev: 8 << 20,
+            op: 1,
+            bytes: 4096,
+            duration_ns: 100,
+            ..Default::default()
+        };
+        let v = Event::Bio(&bio).view().unwrap();
+        assert_eq!(
+            (v.sub_key(), v.values()),
+            (bio_key(8 << 20, 1), (100, 4096))
+        );
+        let unmap = MemGrowthEvent {
+            kind: MemGrowthKind::Munmap,
+            size: 4096,
+            ..Default::default()
+        };
+        assert!(Event::MemGrowth(&unmap).view().unwrap().is_release());
+        let free = FreeEvent {
+            time_ns: 1,
+            generation: 2,
+            tid: 3,
+            address: 4,
+        };
+        assert_eq!(Event::Free(&free).view(), None);
+        assert_eq!(Event::Free(&free).time_generation_tid(), (1, 2, 3));
+        // Every kind has a view of its own kind.
+        let kinds = [
+            Event::Alloc(&AllocEvent::default()).view(),
+            Event::Lock(&LockEvent::default()).view(),
+            Event::Func(&FuncEvent::default()).view(),
+            Event::Cpu(&CpuSample::default()).view(),
+            Event::OffCpu(&OffCpuEvent::default()).view(),
+            Event::MemGrowth(&MemGrowthEvent::default()).view(),
+            Event::Syscall(&SyscallEvent::default()).view(),
+            Event::Bio(&BioEvent::default()).view(),
+            Event::Runq(&RunqEvent::default()).view(),
+            Event::Tcp(&TcpEvent::default()).view(),
+        ];
+        for (v, k) in kinds.iter().zip(EventKind::ALL) {
+            assert_eq!(v.map(|v| v.kind), Some(k));
+            assert_eq!(v.unwrap().duration_ns.is_some(), k.has_latency(), "{k:?}");
+        }
+    }
+}
