@@ -30,6 +30,7 @@
 //! [`folded_from`], [`diff_from`]); the functions named after the reports take a path
 //! (and `--by` as a string) and are thin wrappers over them.
 mod budget;
+mod describe;
 mod diff;
 pub mod export;
 mod flamegraph;

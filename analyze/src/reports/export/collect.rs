@@ -2,8 +2,9 @@
 //! filter is counted, and a bounded number of them is kept (see [`Caps`]); the stacks are
 //! named after the whole trace is read (the symbolizer's records come at the end of a
 //! symbolized trace). What Perfetto's and Firefox's writers share.
-use crate::model::{Filter, Frame, Loaded, Losses, Sink, Trace};
-use ebtrace_format::proto::LockSource;
+use crate::event::EventView;
+use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink, Trace};
+use crate::reports::EventKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -69,103 +70,37 @@ impl ExportStats {
     }
 }
 
-/// The families an export shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Kind {
-    OffCpu,
-    Lock,
-    Func,
-    Syscall,
-    Bio,
-    Runq,
-    Alloc,
-    Cpu,
-    MemGrowth,
-}
+/// The kinds an export shows, in the order it writes them (Perfetto) or adds them
+/// (Firefox): the intervals (slices, markers), then the instants. TCP events are in
+/// `ebsym tcp`, not here.
+pub(crate) const KINDS: [EventKind; 9] = [
+    EventKind::OffCpu,
+    EventKind::Lock,
+    EventKind::Func,
+    EventKind::Syscall,
+    EventKind::Bio,
+    EventKind::Runq,
+    EventKind::Alloc,
+    EventKind::Cpu,
+    EventKind::MemGrowth,
+];
 
-impl Kind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::OffCpu => "offcpu",
-            Kind::Lock => "lock",
-            Kind::Func => "func",
-            Kind::Syscall => "syscall",
-            Kind::Bio => "bio",
-            Kind::Runq => "runq",
-            Kind::Alloc => "alloc",
-            Kind::Cpu => "cpu",
-            Kind::MemGrowth => "memgrowth",
-        }
-    }
-}
-
-/// The per-family part of a kept event.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Extra {
-    OffCpu {
-        waker_tid: u32,
-        waker_stack: u64,
-        state: u32,
-    },
-    Lock {
-        mutex: u64,
-        hold_ns: u64,
-        waker_tid: u32,
-        waker_stack: u64,
-        futex_op: u32,
-        source: LockSource,
-        result: i32,
-    },
-    Func {
-        function: u64,
-    },
-    Syscall {
-        nr: u32,
-        ret: i64,
-    },
-    Bio {
-        dev: u32,
-        op: u32,
-        bytes: u64,
-        error: i32,
-    },
-    Runq {
-        preempted: u32,
-        cpu: u32,
-    },
-    Alloc {
-        size: u64,
-        address: u64,
-    },
-    Cpu {
-        cpu: u32,
-    },
-    MemGrowth {
-        kind: ebtrace_format::proto::MemGrowthKind,
-        size: u64,
-    },
-}
-
-/// A kept event: boottime start and duration (0 for instants), thread, stack.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Rec {
-    pub time: u64,
-    pub dur: u64,
-    pub generation: u32,
-    pub tid: u32,
-    pub stack: u64,
-    pub extra: Extra,
+/// How long an event lasted (0 for an instant): what the slices are kept by.
+fn dur(v: &EventView) -> u64 {
+    v.duration_ns.unwrap_or(0)
 }
 
 /// The events of one kind: kept ones, and how many passed the filter.
 #[derive(Debug, Default)]
 struct Kept {
-    recs: Vec<Rec>,
+    recs: Vec<EventView>,
     seen: u64,
+    /// Intervals (the view has a duration): the longest are kept, else a sample.
+    slices: bool,
 }
 
 /// Keeps the `cap` longest: trims to them whenever twice as many are held.
-fn keep_longest(k: &mut Kept, r: Rec, cap: usize) {
+fn keep_longest(k: &mut Kept, r: EventView, cap: usize) {
     k.seen += 1;
     if cap == 0 {
         return;
@@ -176,16 +111,18 @@ fn keep_longest(k: &mut Kept, r: Rec, cap: usize) {
     }
 }
 
-fn trim_longest(recs: &mut Vec<Rec>, cap: usize) {
+fn trim_longest(recs: &mut Vec<EventView>, cap: usize) {
     if recs.len() > cap {
-        recs.select_nth_unstable_by(cap - 1, |a, b| b.dur.cmp(&a.dur).then(a.time.cmp(&b.time)));
+        recs.select_nth_unstable_by(cap - 1, |a, b| {
+            dur(b).cmp(&dur(a)).then(a.time_ns.cmp(&b.time_ns))
+        });
         recs.truncate(cap);
     }
 }
 
 /// Reservoir sampling (algorithm R) with a fixed seed: a uniform sample of `cap`, the
 /// same for the same trace.
-fn keep_sample(k: &mut Kept, r: Rec, cap: usize, rng: &mut u64) {
+fn keep_sample(k: &mut Kept, r: EventView, cap: usize, rng: &mut u64) {
     k.seen += 1;
     if k.recs.len() < cap {
         k.recs.push(r);
@@ -206,9 +143,9 @@ fn keep_sample(k: &mut Kept, r: Rec, cap: usize, rng: &mut u64) {
 /// What one pass over the trace keeps.
 pub(crate) struct Collected {
     pub loaded: Loaded,
-    /// Kept events per kind, in time order.
-    pub kinds: BTreeMap<Kind, Vec<Rec>>,
-    pub seen: BTreeMap<Kind, u64>,
+    /// The kept events of each kind that had any, in [`KINDS`]' order, each kind's in time
+    /// order; and how many of the kind passed the filter.
+    pub kinds: Vec<(EventKind, Vec<EventView>, u64)>,
     /// Every thread with an event that passed the filter: tid -> its last generation.
     pub threads: HashMap<u32, u32>,
 }
@@ -216,134 +153,30 @@ pub(crate) struct Collected {
 struct Collector {
     format: Format,
     caps: Caps,
-    kept: BTreeMap<Kind, Kept>,
+    kept: BTreeMap<EventKind, Kept>,
     threads: HashMap<u32, u32>,
     rng: u64,
 }
 
 impl Sink for Collector {
-    fn event(&mut self, ev: &crate::model::Event<'_>) {
-        use crate::model::Event as E;
-        let (time, generation, tid) = ev.time_generation_tid();
-        let rec = |dur: u64, stack: u64, extra: Extra| Rec {
-            time,
-            dur,
-            generation,
-            tid,
-            stack,
-            extra,
+    fn event(&mut self, ev: &Event<'_>) {
+        // Frees have no stack and no duration; histograms and aggregates have no
+        // per-event time or thread.
+        let Some(v) = ev.view() else {
+            return;
         };
-        let (kind, r) = match ev {
-            E::OffCpu(e) => (
-                Kind::OffCpu,
-                rec(
-                    e.duration_ns,
-                    e.stack,
-                    Extra::OffCpu {
-                        waker_tid: e.waker_tid,
-                        waker_stack: e.waker_stack,
-                        state: e.state,
-                    },
-                ),
-            ),
-            E::Lock(e) => (
-                Kind::Lock,
-                rec(
-                    e.wait_ns,
-                    e.stack,
-                    Extra::Lock {
-                        mutex: e.mutex,
-                        hold_ns: e.hold_ns,
-                        waker_tid: e.waker_tid,
-                        waker_stack: e.waker_stack,
-                        futex_op: e.futex_op,
-                        source: e.source,
-                        result: e.result,
-                    },
-                ),
-            ),
-            E::Func(e) => (
-                Kind::Func,
-                rec(
-                    e.duration_ns,
-                    e.stack,
-                    Extra::Func {
-                        function: e.function,
-                    },
-                ),
-            ),
-            E::Syscall(e) => (
-                Kind::Syscall,
-                rec(
-                    e.duration_ns,
-                    e.stack,
-                    Extra::Syscall {
-                        nr: e.nr,
-                        ret: e.ret,
-                    },
-                ),
-            ),
-            E::Bio(e) => (
-                Kind::Bio,
-                rec(
-                    e.duration_ns,
-                    e.stack,
-                    Extra::Bio {
-                        dev: e.dev,
-                        op: e.op,
-                        bytes: e.bytes,
-                        error: e.error,
-                    },
-                ),
-            ),
-            E::Runq(e) => (
-                Kind::Runq,
-                rec(
-                    e.duration_ns,
-                    e.stack,
-                    Extra::Runq {
-                        preempted: e.preempted,
-                        cpu: e.cpu,
-                    },
-                ),
-            ),
-            E::Alloc(e) => (
-                Kind::Alloc,
-                rec(
-                    0,
-                    e.stack,
-                    Extra::Alloc {
-                        size: e.size,
-                        address: e.address,
-                    },
-                ),
-            ),
-            E::Cpu(e) => (Kind::Cpu, rec(0, e.stack, Extra::Cpu { cpu: e.cpu })),
-            E::MemGrowth(e) => (
-                Kind::MemGrowth,
-                rec(
-                    0,
-                    e.stack,
-                    Extra::MemGrowth {
-                        kind: e.kind,
-                        size: e.size,
-                    },
-                ),
-            ),
-            // Frees have no stack and no duration; histograms and aggregates have no
-            // per-event time or thread; TCP events are in `ebsym tcp`.
-            _ => return,
-        };
-        self.threads.insert(tid, generation);
-        let k = self.kept.entry(kind).or_default();
-        match kind {
-            Kind::Cpu if self.format == Format::Firefox => {
-                keep_sample(k, r, self.caps.samples, &mut self.rng)
-            }
-            Kind::Alloc | Kind::Cpu | Kind::MemGrowth => {
-                keep_sample(k, r, self.caps.instants, &mut self.rng)
-            }
-            _ => keep_longest(k, r, self.caps.slices),
+        if !KINDS.contains(&v.kind) {
+            return;
+        }
+        self.threads.insert(v.tid, v.generation);
+        let k = self.kept.entry(v.kind).or_default();
+        k.slices = v.duration_ns.is_some();
+        if k.slices {
+            keep_longest(k, v, self.caps.slices);
+        } else if v.kind == EventKind::Cpu && self.format == Format::Firefox {
+            keep_sample(k, v, self.caps.samples, &mut self.rng);
+        } else {
+            keep_sample(k, v, self.caps.instants, &mut self.rng);
         }
     }
 }
@@ -358,21 +191,21 @@ pub(crate) fn collect(trace: impl Trace, format: Format, filter: &Filter, caps: 
         rng: 0x9e37_79b9_7f4a_7c15,
     };
     let loaded = Loaded::from_trace(trace, filter, &mut c);
-    let mut kinds = BTreeMap::new();
-    let mut seen = BTreeMap::new();
-    for (kind, mut k) in c.kept {
-        if !matches!(kind, Kind::Alloc | Kind::Cpu | Kind::MemGrowth) {
+    let mut kinds = Vec::new();
+    for kind in KINDS {
+        let Some(mut k) = c.kept.remove(&kind) else {
+            continue;
+        };
+        if k.slices {
             trim_longest(&mut k.recs, caps.slices);
         }
         k.recs
-            .sort_by_key(|r| (r.time, std::cmp::Reverse(r.dur), r.tid));
-        seen.insert(kind, k.seen);
-        kinds.insert(kind, k.recs);
+            .sort_by_key(|r| (r.time_ns, std::cmp::Reverse(dur(r)), r.tid));
+        kinds.push((kind, k.recs, k.seen));
     }
     Collected {
         loaded,
         kinds,
-        seen,
         threads: c.threads,
     }
 }
@@ -417,7 +250,7 @@ impl Collected {
     pub(crate) fn kind_counts(&self) -> BTreeMap<&'static str, (u64, u64)> {
         self.kinds
             .iter()
-            .map(|(k, v)| (k.name(), (v.len() as u64, self.seen[k])))
+            .map(|(k, kept, seen)| (k.name(), (kept.len() as u64, *seen)))
             .collect()
     }
 
@@ -425,12 +258,9 @@ impl Collected {
     /// they name.
     pub(crate) fn thread_tree(&self) -> BTreeMap<u32, (String, Vec<u32>)> {
         let mut tids: BTreeMap<u32, u32> = BTreeMap::new();
-        for r in self.kinds.values().flatten() {
+        for r in self.kinds.iter().flat_map(|k| &k.1) {
             tids.insert(r.tid, r.generation);
-            let waker = match r.extra {
-                Extra::OffCpu { waker_tid, .. } | Extra::Lock { waker_tid, .. } => waker_tid,
-                _ => 0,
-            };
+            let waker = r.waker.map_or(0, |w| w.tid);
             if waker != 0 {
                 if let Some(&g) = self.threads.get(&waker) {
                     tids.entry(waker).or_insert(g);
@@ -455,14 +285,16 @@ impl Collected {
 mod tests {
     use super::*;
 
-    fn rec(time: u64, dur: u64) -> Rec {
-        Rec {
-            time,
-            dur,
+    fn rec(time: u64, dur: u64) -> EventView {
+        EventView {
+            kind: EventKind::OffCpu,
             generation: 1,
             tid: 1,
             stack: 0,
-            extra: Extra::Cpu { cpu: 0 },
+            time_ns: time,
+            duration_ns: Some(dur),
+            waker: None,
+            fields: crate::event::Fields::OffCpu { state: 0 },
         }
     }
 
@@ -473,7 +305,7 @@ mod tests {
             keep_longest(&mut k, rec(i, (i * 7919) % 1000), 10);
         }
         trim_longest(&mut k.recs, 10);
-        let mut d: Vec<u64> = k.recs.iter().map(|r| r.dur).collect();
+        let mut d: Vec<u64> = k.recs.iter().map(dur).collect();
         d.sort();
         assert_eq!(d, (990..1000).collect::<Vec<_>>());
         assert_eq!(k.seen, 1000);
@@ -489,7 +321,7 @@ mod tests {
         assert_eq!(k.recs.len(), 1000);
         assert_eq!(k.seen, 100_000);
         // Uniform: about a tenth in each tenth of the time.
-        let first = k.recs.iter().filter(|r| r.time < 10_000).count();
+        let first = k.recs.iter().filter(|r| r.time_ns < 10_000).count();
         assert!((50..=150).contains(&first), "{first}");
     }
 }

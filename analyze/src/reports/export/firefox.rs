@@ -16,11 +16,11 @@
 //! - Allocations are the process's native allocation samples (on its first thread, as
 //!   the crate keeps them), without frees.
 //! - Times: ms since the trace's start; `meta.startTime` is its wall clock.
-use super::collect::{Collected, ExportStats, Extra, Kind, StackNames};
-use crate::reports::names::{
-    bio_op_name, device_name, function_name, lock_source_name, syscall_name, task_state_name,
-};
-use crate::reports::places::{interrupt_wake, is_kernel, kernel_place, user_place};
+use super::collect::{Collected, ExportStats, StackNames};
+use crate::event::Fields;
+use crate::reports::describe::{describe, marker_type, Description, Value};
+use crate::reports::places::is_kernel;
+use crate::reports::EventKind;
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CpuDelta, Frame as FxFrame, FrameFlags, FrameInfo, Marker,
     MarkerFieldFlags, MarkerFieldFormat, MarkerLocations, MarkerTiming, MarkerTypeHandle, Profile,
@@ -29,6 +29,7 @@ use fxprof_processed_profile::{
 };
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
+use std::rc::Rc;
 
 /// A marker field's value.
 #[derive(Debug, Clone, Copy)]
@@ -79,72 +80,25 @@ fn field(key: &str, label: &str, format: MarkerFieldFormat) -> RuntimeSchemaMark
     }
 }
 
-/// The marker schema of each interval kind: (type name, description, fields).
-fn schema(kind: Kind) -> RuntimeSchemaMarkerSchema {
+/// The marker schema of an interval kind, of the fields of one of its events'
+/// [`Description`] (every event of a kind has the same marker fields).
+fn schema(kind: EventKind, d: &Description) -> RuntimeSchemaMarkerSchema {
     use MarkerFieldFormat as F;
-    let (type_name, description, fields) = match kind {
-        Kind::OffCpu => (
-            "EbtraceOffCpu",
-            "A block off the CPU (ebrec --offcpu): where it blocked, the kernel function, \
-             the task state and the thread that woke it",
-            vec![
-                field("place", "In", F::String),
-                field("blocked_in", "Blocked in", F::String),
-                field("state", "State", F::String),
-                field("woken_by", "Woken by", F::String),
-                field("waker_tid", "Waker tid", F::Integer),
-                field("waker_stack", "Waker stack", F::String),
-            ],
-        ),
-        Kind::Lock => (
-            "EbtraceLock",
-            "A contended lock wait (ebrec --lock): the mutex, how long it was held after, \
-             and the thread that released it",
-            vec![
-                field("place", "In", F::String),
-                field("mutex", "Mutex", F::String),
-                field("source", "Source", F::String),
-                field("hold_ns", "Held", F::Nanoseconds),
-                field("waker_tid", "Released by tid", F::Integer),
-                field("waker_stack", "Releaser stack", F::String),
-            ],
-        ),
-        Kind::Func => (
-            "EbtraceFunc",
-            "A call of a function probed with ebrec --func",
-            vec![
-                field("function", "Function", F::String),
-                field("place", "Caller", F::String),
-            ],
-        ),
-        Kind::Syscall => (
-            "EbtraceSyscall",
-            "A slow system call (ebrec --syscalls)",
-            vec![
-                field("syscall", "Syscall", F::String),
-                field("ret", "Returned", F::Integer),
-                field("place", "In", F::String),
-            ],
-        ),
-        Kind::Bio => (
-            "EbtraceBio",
-            "A block I/O request (ebrec --bio)",
-            vec![
-                field("device", "Device", F::String),
-                field("op", "Op", F::String),
-                field("bytes", "Bytes", F::Bytes),
-                field("error", "Error", F::Integer),
-            ],
-        ),
-        _ => (
-            "EbtraceRunq",
-            "A wait in the run queue (ebrec --runq)",
-            vec![
-                field("preempted", "Preempted", F::String),
-                field("cpu", "CPU", F::Integer),
-            ],
-        ),
-    };
+    let (type_name, _, description) = marker_type(kind).unwrap_or_default();
+    let fields = d
+        .fields
+        .iter()
+        .filter(|f| f.marker)
+        .map(|f| {
+            let format = match f.value {
+                Value::Text(_) | Value::Stack(_) | Value::YesNo(_) => F::String,
+                Value::Integer(_) => F::Integer,
+                Value::Ns(_) => F::Nanoseconds,
+                Value::Bytes(_) => F::Bytes,
+            };
+            field(f.key, f.label, format)
+        })
+        .collect();
     RuntimeSchemaMarkerSchema {
         type_name: type_name.into(),
         description: Some(description.into()),
@@ -163,8 +117,8 @@ struct Builder {
     profile: Profile,
     user: CategoryHandle,
     kernel: CategoryHandle,
-    categories: HashMap<Kind, CategoryHandle>,
-    schemas: HashMap<Kind, MarkerTypeHandle>,
+    categories: HashMap<EventKind, CategoryHandle>,
+    schemas: HashMap<EventKind, MarkerTypeHandle>,
     names: StackNames,
     stacks: HashMap<(ThreadHandle, u64), Option<StackHandle>>,
     /// Waker stacks as one string: "leaf ← caller ← …".
@@ -239,14 +193,15 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
     let user = profile.add_category("User", CategoryColor::Yellow);
     let kernel = profile.add_category("Kernel", CategoryColor::Orange);
     let mut categories = HashMap::new();
-    for (k, name, color) in [
-        (Kind::OffCpu, "Off-CPU", CategoryColor::Blue),
-        (Kind::Lock, "Lock", CategoryColor::Red),
-        (Kind::Func, "Function", CategoryColor::Green),
-        (Kind::Syscall, "Syscall", CategoryColor::Purple),
-        (Kind::Bio, "Block I/O", CategoryColor::Brown),
-        (Kind::Runq, "Run queue", CategoryColor::LightRed),
+    for (k, color) in [
+        (EventKind::OffCpu, CategoryColor::Blue),
+        (EventKind::Lock, CategoryColor::Red),
+        (EventKind::Func, CategoryColor::Green),
+        (EventKind::Syscall, CategoryColor::Purple),
+        (EventKind::Bio, CategoryColor::Brown),
+        (EventKind::Runq, CategoryColor::LightRed),
     ] {
+        let (_, name, _) = marker_type(k).unwrap_or_default();
         categories.insert(k, profile.add_category(name, color));
     }
     let mut b = Builder {
@@ -267,10 +222,10 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
     };
     // When each thread was first and last seen.
     let mut span: HashMap<u32, (u64, u64)> = HashMap::new();
-    for r in c.kinds.values().flatten() {
-        let e = span.entry(r.tid).or_insert((u64::MAX, 0));
-        e.0 = e.0.min(r.time);
-        e.1 = e.1.max(r.time + r.dur);
+    for v in c.kinds.iter().flat_map(|k| &k.1) {
+        let e = span.entry(v.tid).or_insert((u64::MAX, 0));
+        e.0 = e.0.min(v.time_ns);
+        e.1 = e.1.max(v.end_ns().unwrap_or(v.time_ns));
     }
     let mut threads: HashMap<u32, ThreadHandle> = HashMap::new();
     let mut first_thread: BTreeMap<u32, ThreadHandle> = BTreeMap::new();
@@ -301,160 +256,86 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
     }
     let period = (1e9 / f64::from(hz)) as u64;
     let kinds = std::mem::take(&mut c.kinds);
-    for (kind, recs) in &kinds {
-        for r in recs {
-            let Some(&thread) = threads.get(&r.tid) else {
+    for (kind, recs, _) in &kinds {
+        for v in recs {
+            let Some(&thread) = threads.get(&v.tid) else {
                 continue;
             };
-            match r.extra {
-                Extra::Cpu { .. } => {
-                    let s = b.stack(&mut c, thread, r.stack);
+            match v.fields {
+                Fields::Cpu { .. } => {
+                    let s = b.stack(&mut c, thread, v.stack);
                     b.profile.add_sample(
                         thread,
-                        ts(&c, r.time),
+                        ts(&c, v.time_ns),
                         s,
                         CpuDelta::from_nanos(period),
                         1,
                     );
                     continue;
                 }
-                Extra::Alloc { size, address } => {
-                    let pid = c.process(r.generation).0;
+                Fields::Alloc { size, address, .. } => {
+                    let pid = c.process(v.generation).0;
                     let Some(&first) = first_thread.get(&pid) else {
                         continue;
                     };
                     // The crate keeps allocations on the process's first thread, with
                     // that thread's stack table: the stack is interned there.
-                    let s = b.stack(&mut c, first, r.stack);
+                    let s = b.stack(&mut c, first, v.stack);
                     b.profile.add_allocation_sample(
                         first,
-                        ts(&c, r.time),
+                        ts(&c, v.time_ns),
                         s,
                         address,
                         i64::try_from(size).unwrap_or(i64::MAX),
                     );
                     continue;
                 }
-                // Memory growth has no marker here (the Perfetto export has it).
-                Extra::MemGrowth { .. } => continue,
                 _ => {}
             }
-            let frames = b.names.frames(&mut c.loaded, r.stack);
-            let place = user_place(&frames);
-            let strings = |b: &mut Builder, s: &str| V::S(b.profile.intern_string(s));
-            let (name, fields) = match r.extra {
-                Extra::OffCpu {
-                    waker_tid,
-                    waker_stack,
-                    state,
-                } => {
-                    let ws = b.joined(&mut c, waker_stack);
-                    let wframes = b.names.frames(&mut c.loaded, waker_stack);
-                    // An interrupt's wake names whichever thread it ran on: no waker.
-                    let (by, tid) = if interrupt_wake(&wframes) {
-                        ("interrupt", 0)
-                    } else if waker_tid != 0 {
-                        ("thread", waker_tid)
-                    } else {
-                        // The recorder keeps no waker for a wake from the idle task: an
-                        // interrupt on an idle CPU.
-                        ("interrupt", 0)
-                    };
-                    (
-                        place.clone(),
-                        vec![
-                            strings(&mut b, &place),
-                            strings(&mut b, &kernel_place(&frames).unwrap_or_default()),
-                            strings(&mut b, &task_state_name(state)),
-                            strings(&mut b, by),
-                            V::N(f64::from(tid)),
-                            V::S(ws),
-                        ],
-                    )
-                }
-                Extra::Lock {
-                    mutex,
-                    hold_ns,
-                    waker_tid,
-                    waker_stack,
-                    source,
-                    ..
-                } => {
-                    let ws = b.joined(&mut c, waker_stack);
-                    (
-                        format!("lock wait in {place}"),
-                        vec![
-                            strings(&mut b, &place),
-                            strings(&mut b, &format!("{mutex:#x}")),
-                            strings(&mut b, lock_source_name(source)),
-                            V::N(hold_ns as f64),
-                            V::N(f64::from(waker_tid)),
-                            V::S(ws),
-                        ],
-                    )
-                }
-                Extra::Func { function } => {
-                    let f = function_name(&c.loaded, function);
-                    (
-                        f.clone(),
-                        vec![strings(&mut b, &f), strings(&mut b, &place)],
-                    )
-                }
-                Extra::Syscall { nr, ret } => {
-                    let s = syscall_name(&h.arch, u64::from(nr));
-                    (
-                        format!("syscall {s}"),
-                        vec![
-                            strings(&mut b, &s),
-                            V::N(ret as f64),
-                            strings(&mut b, &place),
-                        ],
-                    )
-                }
-                Extra::Bio {
-                    dev,
-                    op,
-                    bytes,
-                    error,
-                } => {
-                    let d = device_name(&c.loaded, dev);
-                    let o = bio_op_name(op);
-                    (
-                        format!("bio {o} {d}"),
-                        vec![
-                            strings(&mut b, &d),
-                            strings(&mut b, o),
-                            V::N(bytes as f64),
-                            V::N(f64::from(error)),
-                        ],
-                    )
-                }
-                Extra::Runq { preempted, cpu } => (
-                    "runq wait".to_string(),
-                    vec![
-                        strings(&mut b, if preempted != 0 { "yes" } else { "no" }),
-                        V::N(f64::from(cpu)),
-                    ],
-                ),
-                Extra::Cpu { .. } | Extra::Alloc { .. } | Extra::MemGrowth { .. } => continue,
+            // Memory growth has no marker here (the Perfetto export has it).
+            let (Some(end), Some(_)) = (v.end_ns(), marker_type(*kind)) else {
+                continue;
             };
+            let frames = b.names.frames(&mut c.loaded, v.stack);
+            let waker_frames = match v.waker {
+                Some(w) => b.names.frames(&mut c.loaded, w.stack),
+                None => Rc::default(),
+            };
+            let d = describe(v, &frames, &waker_frames, &c.loaded);
+            let marker_fields = || d.fields.iter().filter(|f| f.marker);
+            // The stacks' strings first, then the others, in the fields' order.
+            let mut stacks = HashMap::new();
+            for f in marker_fields() {
+                if let Value::Stack(id) = f.value {
+                    stacks.insert(id, b.joined(&mut c, id));
+                }
+            }
+            let fields: Vec<V> = marker_fields()
+                .map(|f| match &f.value {
+                    Value::Text(s) => V::S(b.profile.intern_string(s)),
+                    Value::YesNo(y) => V::S(b.profile.intern_string(if *y { "yes" } else { "no" })),
+                    Value::Stack(id) => V::S(stacks[id]),
+                    Value::Integer(n) => V::N(*n as f64),
+                    Value::Ns(n) | Value::Bytes(n) => V::N(*n as f64),
+                })
+                .collect();
             let ty = match b.schemas.get(kind) {
                 Some(&t) => t,
                 None => {
-                    let t = b.profile.register_marker_type(schema(*kind));
+                    let t = b.profile.register_marker_type(schema(*kind, &d));
                     b.schemas.insert(*kind, t);
                     t
                 }
             };
             let m = M {
                 ty,
-                name: b.profile.intern_string(&name),
+                name: b.profile.intern_string(&d.title),
                 category: b.categories[kind],
                 fields,
             };
-            let timing = MarkerTiming::Interval(ts(&c, r.time), ts(&c, r.time + r.dur));
+            let timing = MarkerTiming::Interval(ts(&c, v.time_ns), ts(&c, end));
             let handle = b.profile.add_marker(thread, timing, m);
-            let s = b.stack(&mut c, thread, r.stack);
+            let s = b.stack(&mut c, thread, v.stack);
             b.profile.set_marker_stack(thread, handle, s);
         }
     }

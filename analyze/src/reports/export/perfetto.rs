@@ -22,12 +22,9 @@
 //! - `otherData`: the trace's clock, start (boottime and wall clock), the caps and per
 //!   kind how many events passed the filters (`events_KIND`) and were dropped by a cap
 //!   (`dropped_KIND`), and the recording's losses.
-use super::collect::{Caps, Collected, ExportStats, Extra, StackNames};
-use crate::reports::names::{
-    bio_op_name, device_name, function_name, lock_source_name, memgrowth_name, syscall_name,
-    task_state_name,
-};
-use crate::reports::places::{interrupt_wake, kernel_place, leaf, stack_lines, user_place};
+use super::collect::{Caps, Collected, ExportStats, StackNames};
+use crate::reports::describe::{describe, Value as V};
+use crate::reports::places::stack_lines;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -160,169 +157,72 @@ pub(super) fn write(
             evs.push(&e)?;
         }
     }
-    let arch = c.loaded.header.arch.clone();
     let mut lines = Lines::default();
     let mut flow_id = 0u64;
     let kinds = std::mem::take(&mut c.kinds);
-    for (kind, recs) in &kinds {
-        for r in recs {
-            let pid = c.process(r.generation).0;
-            let ts = c.rel(r.time);
-            let (frames, stack) = lines.get(&mut c, r.stack);
-            let place = user_place(&frames);
+    for (kind, recs, _) in &kinds {
+        for v in recs {
+            let pid = c.process(v.generation).0;
+            let ts = c.rel(v.time_ns);
+            let (frames, stack) = lines.get(&mut c, v.stack);
+            let waker_frames = match v.waker {
+                Some(w) => lines.get(&mut c, w.stack).0,
+                None => Rc::default(),
+            };
+            let d = describe(v, &frames, &waker_frames, &c.loaded);
             let mut args = Map::new();
             args.insert("stack".into(), json!(&*stack));
-            let name: String;
-            let mut slice = true;
-            let mut woken_by_thread = false;
-            match r.extra {
-                Extra::OffCpu {
-                    waker_tid,
-                    waker_stack,
-                    state,
-                } => {
-                    name = place.clone();
-                    if let Some(k) = kernel_place(&frames) {
-                        args.insert("blocked_in".into(), json!(k));
-                    }
-                    args.insert("state".into(), json!(task_state_name(state)));
-                    let (wframes, w) = lines.get(&mut c, waker_stack);
-                    if interrupt_wake(&wframes) {
-                        // Whoever ran when the interrupt came: not a waker.
-                        args.insert("woken_by".into(), json!("interrupt"));
-                        args.insert("interrupted_tid".into(), json!(waker_tid));
-                    } else if waker_tid != 0 {
-                        args.insert("woken_by".into(), json!("thread"));
-                        args.insert("waker_tid".into(), json!(waker_tid));
-                        woken_by_thread = true;
-                    } else {
-                        // No waker: the recorder keeps none for a wake from the idle task,
-                        // an interrupt on an idle CPU.
-                        args.insert("woken_by".into(), json!("interrupt"));
-                    }
-                    if waker_stack != 0 {
-                        args.insert("waker_stack".into(), json!(&*w));
-                    }
-                }
-                Extra::Lock {
-                    mutex,
-                    hold_ns,
-                    waker_tid,
-                    waker_stack,
-                    futex_op,
-                    source,
-                    result,
-                } => {
-                    name = format!("lock wait in {place}");
-                    args.insert("mutex".into(), json!(format!("{mutex:#x}")));
-                    args.insert("source".into(), json!(lock_source_name(source)));
-                    if source == ebtrace_format::proto::LockSource::Futex {
-                        args.insert("futex_op".into(), json!(futex_op));
-                    }
-                    if hold_ns != 0 {
-                        args.insert("hold_ns".into(), json!(hold_ns));
-                    }
-                    if result != 0 {
-                        args.insert("result".into(), json!(result));
-                    }
-                    if waker_tid != 0 {
-                        args.insert("waker_tid".into(), json!(waker_tid));
-                    }
-                    if waker_stack != 0 {
-                        let (_, w) = lines.get(&mut c, waker_stack);
-                        args.insert("waker_stack".into(), json!(&*w));
-                    }
-                }
-                Extra::Func { function } => {
-                    name = function_name(&c.loaded, function);
-                    args.insert("caller".into(), json!(place));
-                }
-                Extra::Syscall { nr, ret } => {
-                    let s = syscall_name(&arch, u64::from(nr));
-                    name = format!("syscall {s}");
-                    args.insert("syscall".into(), json!(s));
-                    args.insert("ret".into(), json!(ret));
-                    args.insert("caller".into(), json!(place));
-                }
-                Extra::Bio {
-                    dev,
-                    op,
-                    bytes,
-                    error,
-                } => {
-                    let d = device_name(&c.loaded, dev);
-                    let o = bio_op_name(op);
-                    name = format!("bio {o} {d}");
-                    args.insert("device".into(), json!(d));
-                    args.insert("op".into(), json!(o));
-                    args.insert("bytes".into(), json!(bytes));
-                    if error != 0 {
-                        args.insert("error".into(), json!(error));
-                    }
-                }
-                Extra::Runq { preempted, cpu } => {
-                    name = "runq wait".into();
-                    args.insert("preempted".into(), json!(preempted != 0));
-                    args.insert("cpu".into(), json!(cpu));
-                }
-                Extra::Alloc { size, .. } => {
-                    slice = false;
-                    name = "alloc".into();
-                    args.insert("size".into(), json!(size));
-                    args.insert("in".into(), json!(place));
-                }
-                Extra::Cpu { cpu } => {
-                    slice = false;
-                    name = leaf(&frames);
-                    args.insert("cpu".into(), json!(cpu));
-                }
-                Extra::MemGrowth { kind, size } => {
-                    slice = false;
-                    name = memgrowth_name(kind).into();
-                    args.insert("size".into(), json!(size));
-                    args.insert("in".into(), json!(place));
-                }
+            for f in d.fields.iter().filter(|f| f.arg) {
+                let value = match &f.value {
+                    V::Text(s) => json!(s),
+                    V::Integer(n) => json!(n),
+                    V::Ns(n) | V::Bytes(n) => json!(n),
+                    V::Stack(id) => json!(&*lines.get(&mut c, *id).1),
+                    V::YesNo(b) => json!(b),
+                };
+                args.insert(f.key.into(), value);
             }
-            let mut e = Ev::new(if slice { "X" } else { "i" }, &name, ts, pid, r.tid);
+            let slice = v.duration_ns.is_some();
+            let mut e = Ev::new(if slice { "X" } else { "i" }, &d.title, ts, pid, v.tid);
             e.cat = Some(kind.name());
-            if slice {
-                e.dur = Some(us(r.dur));
-            } else {
-                e.s = Some("t");
+            match v.duration_ns {
+                Some(dur) => e.dur = Some(us(dur)),
+                None => e.s = Some("t"),
             }
             e.args = Some(Value::Object(args));
             evs.push(&e)?;
             // The waker's flow into the block.
-            if let Extra::OffCpu { waker_tid, .. } = r.extra {
-                if !woken_by_thread || waker_tid == r.tid {
-                    continue;
-                }
-                let Some(&wpid) = pid_of.get(&waker_tid) else {
-                    stats.flows_without_waker_thread += 1;
-                    continue;
-                };
-                flow_id += 1;
-                let end = ts + r.dur;
-                // A 500 ns "wakeup" slice on the waker, ending as the block does, that
-                // the flow starts in; the flow ends inside the block, just before its end.
-                let w = 500.min(end);
-                let mut e = Ev::new("X", "wakeup", end - w, wpid, waker_tid);
-                e.cat = Some("wakeup");
-                e.dur = Some(us(w));
-                e.args = Some(json!({ "wakee_tid": r.tid, "wakee_block": &name }));
-                evs.push(&e)?;
-                let mut s = Ev::new("s", "wakeup", end - w / 2, wpid, waker_tid);
-                s.cat = Some("wakeup");
-                s.id = Some(flow_id);
-                evs.push(&s)?;
-                let inset = (r.dur / 2).min(100);
-                let mut f = Ev::new("f", "wakeup", end - inset, pid, r.tid);
-                f.cat = Some("wakeup");
-                f.id = Some(flow_id);
-                f.bp = Some("e");
-                evs.push(&f)?;
-                stats.flows += 1;
+            let (Some(waker_tid), Some(dur)) = (d.waker_thread, v.duration_ns) else {
+                continue;
+            };
+            if waker_tid == v.tid {
+                continue;
             }
+            let Some(&wpid) = pid_of.get(&waker_tid) else {
+                stats.flows_without_waker_thread += 1;
+                continue;
+            };
+            flow_id += 1;
+            let end = ts + dur;
+            // A 500 ns "wakeup" slice on the waker, ending as the block does, that the flow
+            // starts in; the flow ends inside the block, just before its end.
+            let w = 500.min(end);
+            let mut e = Ev::new("X", "wakeup", end - w, wpid, waker_tid);
+            e.cat = Some("wakeup");
+            e.dur = Some(us(w));
+            e.args = Some(json!({ "wakee_tid": v.tid, "wakee_block": &d.title }));
+            evs.push(&e)?;
+            let mut s = Ev::new("s", "wakeup", end - w / 2, wpid, waker_tid);
+            s.cat = Some("wakeup");
+            s.id = Some(flow_id);
+            evs.push(&s)?;
+            let inset = (dur / 2).min(100);
+            let mut f = Ev::new("f", "wakeup", end - inset, pid, v.tid);
+            f.cat = Some("wakeup");
+            f.id = Some(flow_id);
+            f.bp = Some("e");
+            evs.push(&f)?;
+            stats.flows += 1;
         }
     }
     let out = evs.out;
