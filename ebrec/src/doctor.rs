@@ -651,7 +651,7 @@ impl BinaryReport {
             executable,
             ..Default::default()
         };
-        let elf = match ebtrace_record::elf::Elf::open(file) {
+        let elf = match ebtrace_elf::Elf::open(file) {
             Ok(e) => e,
             Err(e) => {
                 r.error = Some(format!("cannot read {}: {e}", file.display()));
@@ -666,7 +666,9 @@ impl BinaryReport {
         r.dynsym = elf.has_section(".dynsym");
         r.debug_info = elf.has_section(".debug_info") || elf.has_section(".zdebug_info");
         r.eh_frame = elf.has_section(".eh_frame");
-        r.debuglink = elf.debuglink();
+        r.debuglink = elf
+            .debuglink()
+            .map(|(name, _)| String::from_utf8_lossy(name).into_owned());
         r.build_id = elf
             .build_id()
             .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());

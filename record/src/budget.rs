@@ -545,7 +545,7 @@ extern "C" {
 pub fn calibrate_trap() -> anyhow::Result<f64> {
     use anyhow::Context;
     let exe = std::fs::read_link("/proc/self/exe").context("reading /proc/self/exe")?;
-    let syms = crate::elf::Symbols::read(&exe).map_err(|e| anyhow::anyhow!(e))?;
+    let syms = ebtrace_elf::Symbols::read(&exe).map_err(|e| anyhow::anyhow!(e))?;
     let (addr, _) = syms
         .function("ebrec_trap_calibration")
         .context("ebrec_trap_calibration is not in ebrec's symbol table")?;

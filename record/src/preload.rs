@@ -85,7 +85,7 @@ pub fn child_env(
             .filter(|e| !e.is_empty())
         {
             let p = Path::new(OsStr::from_bytes(entry));
-            let allocator = crate::elf::Symbols::read(p)
+            let allocator = ebtrace_elf::Symbols::read(p)
                 .ok()
                 .is_some_and(|s| s.function("malloc").is_some());
             if allocator {

@@ -167,7 +167,10 @@ pub fn attach(
                 {
                     Some(i) => i as u64 + 1,
                     None => {
-                        probed.push((m.clone(), crate::elf::build_id(&m.path).unwrap_or_default()));
+                        probed.push((
+                            m.clone(),
+                            ebtrace_elf::build_id(&m.path).unwrap_or_default(),
+                        ));
                         probed.len() as u64
                     }
                 };

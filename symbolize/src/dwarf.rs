@@ -66,7 +66,7 @@ fn endian(obj: &object::File<'_>) -> gimli::RunTimeEndian {
     }
 }
 
-/// Section `name` of `obj` (which must be parsed from `file.map`), decompressed if needed;
+/// Section `name` of `obj` (which must be parsed from `file.data()`), decompressed if needed;
 /// empty if missing or NOBITS.
 fn section(
     file: &ElfFile,
@@ -86,10 +86,10 @@ fn section(
         std::borrow::Cow::Borrowed(s) => {
             // A slice of the mapped file, normally; an empty section's slice may point
             // anywhere (found by fuzzing), so anything outside the map is copied.
-            let base = file.map.as_ptr() as usize;
+            let base = file.data().as_ptr() as usize;
             match (s.as_ptr() as usize).checked_sub(base) {
-                Some(start) if start.saturating_add(s.len()) <= file.map.len() => {
-                    hold(s, Backing::Map(file.map.clone()), keep)
+                Some(start) if start.saturating_add(s.len()) <= file.data().len() => {
+                    hold(s, Backing::Map(file.map().clone()), keep)
                 }
                 _ => {
                     let owned: Arc<[u8]> = Arc::from(s);
@@ -190,13 +190,13 @@ impl DwarfContext {
     ) -> Result<DwarfContext, String> {
         let backings = Backings::default();
         let mut dwarf = load_dwarf(file, false, &backings)?;
-        let mut files = vec![file.path.clone()];
+        let mut files = vec![file.path().to_path_buf()];
         if let Some(sup) = sup {
             let obj = sup.object().map_err(|e| e.to_string())?;
             dwarf
                 .load_sup(|id| section(sup, &obj, Some(id.name()), &backings))
                 .map_err(|e| e.to_string())?;
-            files.push(sup.path.clone());
+            files.push(sup.path().to_path_buf());
         }
         // Every unit's abbreviations parsed once and shared by the slots' contexts (each
         // would parse them again: protoc at 2 threads, 171 MiB with `Duplicates`, 161 so).
@@ -209,8 +209,8 @@ impl DwarfContext {
                     |id| section(p, &obj, id.dwo_name(), &backings),
                     empty(endian),
                 )
-                .map_err(|e| format!("{}: {e}", p.path.display()))?;
-                files.push(p.path.clone());
+                .map_err(|e| format!("{}: {e}", p.path().display()))?;
+                files.push(p.path().to_path_buf());
                 Some(pkg)
             }
             None => None,

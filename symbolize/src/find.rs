@@ -174,7 +174,7 @@ impl Search<'_> {
                     self.record(path, mismatch());
                     return None;
                 }
-                if crate::elf::crc32(&file.map) != *crc {
+                if crate::elf::crc32(file.data()) != *crc {
                     self.record(path, Outcome::CrcMismatch);
                     return None;
                 }
@@ -267,10 +267,12 @@ impl Locator {
 
         // 3. .gnu_debuglink of the binary (or of a matching file without DWARF).
         if debug.is_none() {
-            let link = bin
-                .iter()
-                .chain(nodebug.iter())
-                .find_map(|f| f.info.debuglink.clone().map(|l| (l, f.file.path.clone())));
+            let link = bin.iter().chain(nodebug.iter()).find_map(|f| {
+                f.info
+                    .debuglink
+                    .clone()
+                    .map(|l| (l, f.file.path().to_path_buf()))
+            });
             if let Some(((name, crc), owner)) = link {
                 let name = PathBuf::from(std::ffi::OsStr::from_bytes(&name));
                 let dir = owner.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -344,7 +346,7 @@ impl Locator {
                 let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
                 let dir = d
                     .file
-                    .path
+                    .path()
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_default();
@@ -374,8 +376,8 @@ impl Locator {
         let mut dwo_dirs = Vec::new();
         let mut dwp_cands = Vec::new();
         for f in bin.iter().chain(debug.iter()) {
-            dwp_cands.push(with_suffix(&f.file.path, ".dwp"));
-            if let Some(dir) = f.file.path.parent() {
+            dwp_cands.push(with_suffix(f.file.path(), ".dwp"));
+            if let Some(dir) = f.file.path().parent() {
                 dwo_dirs.push(dir.to_path_buf());
             }
         }

@@ -214,7 +214,7 @@ impl Symbolizer {
         let mut m = Module {
             build_id: build_id.map(<[u8]>::to_vec),
             debug_file: None,
-            binary: located.binary.as_ref().map(|b| b.file.path.clone()),
+            binary: located.binary.as_ref().map(|b| b.file.path().to_path_buf()),
             status: Err(Reason::NoFile.into()),
             searched: located.searched.clone(),
             loads: Vec::new(),
@@ -252,10 +252,10 @@ impl Symbolizer {
             ) {
                 Ok(ctx) => {
                     m.dwarf = Some(ctx);
-                    m.debug_file = Some(d.file.path.clone());
+                    m.debug_file = Some(d.file.path().to_path_buf());
                     m.status = Ok(Source::Dwarf);
                 }
-                Err(e) => bad = Some(format!("{}: {e}", d.file.path.display())),
+                Err(e) => bad = Some(format!("{}: {e}", d.file.path().display())),
             }
             if let Ok(obj) = d.file.object() {
                 m.symbols = SymbolTable::load(&obj);
@@ -267,7 +267,7 @@ impl Symbolizer {
                     m.symbols = SymbolTable::load(&obj);
                 }
                 if m.dwarf.is_none() && !m.symbols.is_empty() {
-                    m.debug_file = Some(b.file.path.clone());
+                    m.debug_file = Some(b.file.path().to_path_buf());
                 }
             }
         }
@@ -315,11 +315,7 @@ impl Symbolizer {
 impl Module {
     /// The ELF virtual address of file offset `offset`, through the PT_LOAD segments.
     pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
-        // As `ElfInfo::offset_to_vaddr`, without copying the segments.
-        self.loads
-            .iter()
-            .find(|l| l.offset <= offset && offset - l.offset < l.filesz.max(1))
-            .and_then(|l| (offset - l.offset).checked_add(l.vaddr))
+        elf::offset_to_vaddr(&self.loads, offset)
     }
 
     /// The PT_LOAD segments used to normalize addresses.

@@ -14,7 +14,8 @@
 //! ```
 use crate::elf::{hex, Load};
 use crate::resolve::{Frame, Lookup, Reason};
-use object::{Object, ObjectSymbol, SymbolKind};
+use ebtrace_elf::{functions, Table};
+use object::Object;
 
 /// A parsed vDSO image: its PT_LOAD segments and function symbols.
 #[derive(Debug, Clone)]
@@ -50,15 +51,11 @@ impl VdsoImage {
         let loads = crate::elf::loads(&obj);
         // Global before weak at one address, then the larger, then table order.
         let mut syms: Vec<(u64, u64, u8, usize, String)> = Vec::new();
-        for (i, s) in obj.dynamic_symbols().enumerate() {
-            if s.kind() != SymbolKind::Text || !s.is_definition() || s.size() == 0 {
-                continue;
-            }
-            let Some(name) = s.name().ok().filter(|n| !n.is_empty()) else {
-                continue;
-            };
-            let rank = if s.is_weak() { 1 } else { 0 };
-            syms.push((s.address(), s.size(), rank, i, name.to_string()));
+        let defined = functions(&obj, Table::Dynsym)
+            .filter(|s| s.definition && s.size != 0 && !s.name.is_empty());
+        for (i, s) in defined.enumerate() {
+            let rank = if s.weak { 1 } else { 0 };
+            syms.push((s.address, s.size, rank, i, s.name.to_string()));
         }
         syms.sort_by_key(|&(a, size, rank, i, _)| (a, rank, std::cmp::Reverse(size), i));
         syms.dedup_by_key(|s| s.0);
@@ -71,10 +68,7 @@ impl VdsoImage {
 
     /// The ELF virtual address of file offset `offset` (an offset into the image).
     pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
-        self.loads
-            .iter()
-            .find(|l| l.offset <= offset && offset - l.offset < l.filesz.max(1))
-            .and_then(|l| (offset - l.offset).checked_add(l.vaddr))
+        crate::elf::offset_to_vaddr(&self.loads, offset)
     }
 
     /// The frame of ELF virtual address `addr`: the function symbol that holds it, with
@@ -100,6 +94,7 @@ impl VdsoImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object::ObjectSymbol;
 
     /// This process's own vDSO (the kernel's image): `clock_gettime`'s address is named
     /// `__vdso_clock_gettime`, the global alias; a wrong build-id is refused.

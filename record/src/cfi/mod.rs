@@ -14,7 +14,7 @@
 //! least recently used first, when a new file needs the room.
 pub mod rows;
 
-use crate::elf::Elf;
+use ebtrace_elf::Elf;
 use anyhow::{bail, Result};
 use ebtrace_bpf::{
     cfi_file, cfi_inode, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT,
@@ -699,7 +699,7 @@ fn mapped_inode(file: &Path) -> Option<cfi_inode> {
 fn key(build_id: Option<&[u8]>, file: &Path) -> Vec<u8> {
     match build_id {
         Some(b) if !b.is_empty() => b.to_vec(),
-        _ => match crate::elf::build_id(file) {
+        _ => match ebtrace_elf::build_id(file) {
             Some(b) if !b.is_empty() => b,
             _ => {
                 use std::os::unix::ffi::OsStrExt;

@@ -1,22 +1,17 @@
 //! A binary's `.eh_frame` turned into the unwind rows the kernel-side walk reads (the row
-//! format is in `bpf/events.h`): per address range the CFA (rsp or rbp plus an offset), where
-//! the caller's rbp was saved, and the commands for PLT stubs, signal trampolines and the
-//! outermost frames. Rows are keyed by file offset, so that the walk maps a pc to its row
-//! with the mapping's offset alone.
+//! format is in `bpf/events.h`). The rows are `ebtrace-elf`'s compact rows
+//! ([`ebtrace_elf::cfi::compact`]: per address range, keyed by file offset, the CFA as rsp or
+//! rbp plus an offset, where the caller's rbp was saved, and the rules for PLT stubs,
+//! signal trampolines and the outermost frames, within the packed row's limits), built
+//! from the same `.eh_frame` reader as ebsym's unwinder; here they get `events.h`'s
+//! numbers (`CFI_*`) and are packed into the u64 the BPF side reads.
 //!
 //! This is CFI, not debug information: ebrec reads no `.debug_*` section.
-use crate::elf::{Elf, Segment};
 use ebtrace_bpf::{CFI_INVALID, CFI_PLT, CFI_RBP, CFI_RBP_LOST, CFI_RSP, CFI_SIGNAL, CFI_STOP};
-use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, RegisterRule,
-    UnwindContext, UnwindSection,
-};
+use ebtrace_elf::cfi::compact::{self, Base, Rule, SavedRbp};
+use ebtrace_elf::Elf;
 #[cfg(test)]
 use std::path::Path;
-
-const RSP: gimli::Register = gimli::X86_64::RSP;
-const RBP: gimli::Register = gimli::X86_64::RBP;
-const RA: gimli::Register = gimli::X86_64::RA;
 
 /// A row: the file offset it starts at and its rule, packed as the BPF side reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +30,39 @@ impl Row {
             | (u64::from(self.rbp) << 40)
             | (u64::from(self.cfa_offset) << 48)
     }
+    #[cfg(test)]
     fn same_rule(&self, o: &Row) -> bool {
         self.kind == o.kind && self.rbp == o.rbp && self.cfa_offset == o.cfa_offset
+    }
+}
+
+impl From<compact::Row> for Row {
+    /// `events.h`'s numbering of a compact row (one to one: rows that differ stay apart).
+    fn from(r: compact::Row) -> Row {
+        let (kind, rbp, cfa_offset) = match r.rule {
+            Rule::Invalid => (CFI_INVALID, 0, 0),
+            Rule::Cfa { base, offset, rbp } => (
+                match base {
+                    Base::Rsp => CFI_RSP,
+                    Base::Rbp => CFI_RBP,
+                },
+                match rbp {
+                    SavedRbp::Unchanged => 0,
+                    SavedRbp::At(n) => n as u8,
+                    SavedRbp::Lost => CFI_RBP_LOST as u8,
+                },
+                offset,
+            ),
+            Rule::Plt { threshold, offset } => (CFI_PLT, threshold, offset),
+            Rule::Signal => (CFI_SIGNAL, 0, 0),
+            Rule::Stop => (CFI_STOP, 0, 0),
+        };
+        Row {
+            offset: r.offset,
+            kind: kind as u8,
+            rbp,
+            cfa_offset,
+        }
     }
 }
 
@@ -52,222 +78,12 @@ pub struct Rows {
 
 /// The rows of the ELF file at `elf` (None: no `.eh_frame`, or not x86-64 ELF).
 pub fn build(elf: &Elf) -> Option<Rows> {
-    let (data, address) = elf.section(".eh_frame")?;
-    let segments: Vec<Segment> = elf
-        .load_segments()
-        .into_iter()
-        .filter(|s| s.executable)
-        .collect();
-    if segments.is_empty() {
-        return None;
-    }
-    let to_off = |vaddr: u64| -> Option<u32> {
-        let s = segments.iter().find(|s| s.holds(vaddr))?;
-        u32::try_from(vaddr - s.vaddr + s.offset).ok()
-    };
-    let eh = EhFrame::new(&data, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(address);
-    if let Some((_, text)) = elf.section(".text") {
-        bases = bases.set_text(text);
-    }
-    if let Some((_, got)) = elf.section(".got") {
-        bases = bases.set_got(got);
-    }
-    let mut ctx = Box::new(UnwindContext::new());
-    let mut out = Rows::default();
-    // (start, end, rows of one FDE)
-    let mut fdes: Vec<(u32, u32, Vec<Row>)> = Vec::new();
-    let mut entries = eh.entries(&bases);
-    loop {
-        let entry = match entries.next() {
-            Ok(Some(e)) => e,
-            Ok(None) => break,
-            Err(_) => break, // a malformed entry ends the section: what came before stays
-        };
-        let partial = match entry {
-            CieOrFde::Cie(_) => continue,
-            CieOrFde::Fde(p) => p,
-        };
-        let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
-            continue;
-        };
-        out.fdes += 1;
-        let (Some(start), Some(end)) = (
-            to_off(fde.initial_address()),
-            to_off(fde.initial_address() + fde.len().saturating_sub(1)).map(|e| e + 1),
-        ) else {
-            continue;
-        };
-        if end <= start {
-            continue;
-        }
-        let signal = fde.cie().is_signal_trampoline();
-        let mut rows = Vec::new();
-        if signal {
-            rows.push(Row {
-                offset: start,
-                kind: CFI_SIGNAL as u8,
-                rbp: 0,
-                cfa_offset: 0,
-            });
-        } else {
-            let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else {
-                continue;
-            };
-            while let Ok(Some(r)) = table.next_row() {
-                let Some(off) = to_off(r.start_address()) else {
-                    continue;
-                };
-                let row = convert(r, off, &eh);
-                if row.kind == CFI_INVALID as u8 {
-                    out.unsupported += 1;
-                }
-                rows.push(row);
-            }
-        }
-        fdes.push((start, end, rows));
-    }
-    fdes.sort_by_key(|f| (f.0, f.1));
-    // PLT sections no FDE describes: `.plt` pushes a word at entry + 11 (lazy binding),
-    // `.plt.got`/`.plt.sec` stubs only jump.
-    for (name, threshold) in [(".plt", 11u8), (".plt.got", 16), (".plt.sec", 16)] {
-        let Some((d, vaddr)) = elf.section(name) else {
-            continue;
-        };
-        let (Some(start), Some(end)) = (to_off(vaddr), to_off(vaddr + d.len() as u64 - 1)) else {
-            continue;
-        };
-        let end = end + 1;
-        if fdes.iter().any(|f| f.0 < end && start < f.1) {
-            continue;
-        }
-        fdes.push((
-            start,
-            end,
-            vec![Row {
-                offset: start,
-                kind: CFI_PLT as u8,
-                rbp: threshold,
-                cfa_offset: 8,
-            }],
-        ));
-    }
-    fdes.sort_by_key(|f| (f.0, f.1));
-    let mut rows: Vec<Row> = Vec::with_capacity(fdes.iter().map(|f| f.2.len() + 1).sum());
-    let mut last_end = 0u32;
-    for (start, end, frows) in fdes {
-        if start < last_end {
-            continue; // overlapping FDEs: the first wins
-        }
-        if start > last_end && !rows.is_empty() {
-            push(&mut rows, gap(last_end));
-        }
-        for r in frows {
-            if r.offset >= start && r.offset < end {
-                push(&mut rows, r);
-            }
-        }
-        last_end = end;
-    }
-    if !rows.is_empty() {
-        push(&mut rows, gap(last_end));
-    }
-    out.rows = rows;
-    Some(out)
-}
-
-fn gap(offset: u32) -> Row {
-    Row {
-        offset,
-        kind: CFI_INVALID as u8,
-        rbp: 0,
-        cfa_offset: 0,
-    }
-}
-
-/// Appends `r`, merging it into the previous row when both have the same rule, and
-/// replacing the previous row when both start at the same offset.
-fn push(rows: &mut Vec<Row>, r: Row) {
-    if let Some(last) = rows.last_mut() {
-        if last.offset == r.offset {
-            *last = r;
-            // the one before may now have the same rule
-            let n = rows.len();
-            if n >= 2 && rows[n - 2].same_rule(&rows[n - 1]) {
-                rows.pop();
-            }
-            return;
-        }
-        if last.same_rule(&r) {
-            return;
-        }
-    }
-    rows.push(r);
-}
-
-type Slice<'a> = EndianSlice<'a, LittleEndian>;
-
-fn convert(r: &gimli::UnwindTableRow<usize>, offset: u32, eh: &EhFrame<Slice<'_>>) -> Row {
-    let invalid = gap(offset);
-    match r.register(RA) {
-        Some(RegisterRule::Undefined) => {
-            return Row {
-                offset,
-                kind: CFI_STOP as u8,
-                rbp: 0,
-                cfa_offset: 0,
-            }
-        }
-        Some(RegisterRule::Offset(-8)) => {}
-        _ => return invalid,
-    }
-    let (kind, cfa_offset, plt) = match r.cfa() {
-        CfaRule::RegisterAndOffset { register, offset } => {
-            let Ok(off) = u16::try_from(*offset) else {
-                return invalid;
-            };
-            if *register == RSP {
-                (CFI_RSP, off, None)
-            } else if *register == RBP {
-                (CFI_RBP, off, None)
-            } else {
-                return invalid;
-            }
-        }
-        CfaRule::Expression(e) => match plt_threshold(e, eh) {
-            Some(t) => (CFI_PLT, 8, Some(t)),
-            None => return invalid,
-        },
-    };
-    let rbp = match plt {
-        Some(t) => t,
-        None => match r.register(RBP) {
-            None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => 0,
-            Some(RegisterRule::Offset(o)) if o % 8 == 0 && (-127 * 8..0).contains(&o) => {
-                (o / 8) as i8 as u8
-            }
-            _ => CFI_RBP_LOST as u8,
-        },
-    };
-    Row {
-        offset,
-        kind: kind as u8,
-        rbp,
-        cfa_offset,
-    }
-}
-
-/// The threshold of the PLT CFA expression `rsp + 8 + ((rip & 15) >= T) << 3` (what
-/// binutils writes for `.plt`), None for any other expression.
-fn plt_threshold(e: &gimli::UnwindExpression<usize>, eh: &EhFrame<Slice<'_>>) -> Option<u8> {
-    let gimli::Expression(bytes) = e.get(eh).ok()?;
-    match bytes.slice() {
-        // breg7 8; breg16 0; lit15; and; litT; ge; lit3; shl; plus
-        [0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a, t @ 0x30..=0x4f, 0x2a, 0x33, 0x24, 0x22] => {
-            Some(t - 0x30)
-        }
-        _ => None,
-    }
+    let c = compact::build(elf)?;
+    Some(Rows {
+        rows: c.rows.into_iter().map(Row::from).collect(),
+        unsupported: c.unsupported,
+        fdes: c.fdes,
+    })
 }
 
 #[cfg(test)]
@@ -317,6 +133,8 @@ mod tests {
 #[cfg(test)]
 mod differential {
     use super::*;
+    use ebtrace_elf::cfi::{Bases, Context, Section};
+    use ebtrace_elf::Segment;
 
     /// Every address of every FDE row finds, through the packed rows and the lookup the BPF
     /// side does, the rule gimli evaluates there: merging, gaps and overlaps lose nothing.
@@ -339,29 +157,25 @@ mod differential {
                 .find(|s| s.holds(v))
                 .map(|s| (v - s.vaddr + s.offset) as u32)
         };
-        let eh = EhFrame::new(&data, LittleEndian);
-        let bases = BaseAddresses::default().set_eh_frame(address);
-        let mut ctx = Box::new(UnwindContext::new());
-        let mut entries = eh.entries(&bases);
+        let eh = Section::eh_frame(
+            &data,
+            Bases {
+                eh_frame: address,
+                ..Bases::default()
+            },
+        );
+        let mut ctx = Context::default();
         let (mut checked, mut fdes) = (0u64, 0u64);
-        while let Ok(Some(e)) = entries.next() {
-            let CieOrFde::Fde(p) = e else { continue };
-            let Ok(fde) = p.parse(EhFrame::cie_from_offset) else {
-                continue;
-            };
-            if fde.cie().is_signal_trampoline() {
-                continue;
+        eh.for_each_fde(|fde| {
+            if fde.signal() {
+                return;
             }
             fdes += 1;
-            let Ok(mut table) = fde.rows(&eh, &bases, &mut ctx) else {
-                continue;
-            };
-            while let Ok(Some(r)) = table.next_row() {
-                let (Some(a), Some(b)) = (to_off(r.start_address()), to_off(r.end_address() - 1))
-                else {
-                    continue;
+            let _ = fde.rows(&mut ctx, |r| {
+                let (Some(a), Some(b)) = (to_off(r.start()), to_off(r.end() - 1)) else {
+                    return;
                 };
-                let want = convert(r, a, &eh);
+                let want = Row::from(compact::convert(r, a));
                 for off in (a..=b).step_by(((b - a) / 7).max(1) as usize) {
                     let i = rows.partition_point(|x| x.offset <= off);
                     let got = rows[i - 1];
@@ -371,8 +185,8 @@ mod differential {
                     );
                     checked += 1;
                 }
-            }
-        }
+            });
+        });
         assert!(
             fdes > 100 && checked > 1000,
             "{path}: {fdes} FDEs, {checked} addresses"

@@ -1,13 +1,13 @@
 //! A command not started yet: the libraries it needs, found as ld.so would (RPATH,
 //! LD_LIBRARY_PATH, RUNPATH, /etc/ld.so.conf, the default directories).
 use super::spec::Glob;
-use crate::elf::Elf;
 use anyhow::{Context, Result};
+use ebtrace_elf::Elf;
 use object::elf;
 use std::path::{Path, PathBuf};
 
 /// What the dynamic loader needs to find an ELF file's libraries.
-pub(super) type Deps = crate::elf::Dynamic;
+pub(super) type Deps = ebtrace_elf::Dynamic;
 
 pub(super) fn read_deps(path: &Path) -> Result<Deps> {
     let elf = Elf::open(path).with_context(|| path.display().to_string())?;

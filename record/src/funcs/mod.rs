@@ -51,7 +51,7 @@
 //! - A glob is every match, but more than [`resolve::GLOB_LIMIT`] functions is refused (each is a
 //!   uprobe pair).
 //!
-//! The ELF files are read with [`crate::elf::Elf`]: the symbol type (indirect functions),
+//! The ELF files are read with [`ebtrace_elf::Elf`]: the symbol type (indirect functions),
 //! binding (which alias to show), the executable flag of segments (for `BINARY:0xADDR`) and
 //! `DT_NEEDED` (for a command not started yet).
 //!

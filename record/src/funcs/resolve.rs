@@ -5,7 +5,7 @@ use super::norm;
 use super::spec::{FuncSpec, Glob, What};
 use super::suggest::closest;
 use super::symbols::{demangle, Func, Table};
-use crate::elf::Segment;
+use ebtrace_elf::Segment;
 use anyhow::{bail, Context, Result};
 use std::cell::OnceCell;
 use std::collections::HashSet;

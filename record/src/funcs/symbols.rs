@@ -1,7 +1,7 @@
 //! A binary's function symbols and the names each is matched by: demangled with the
 //! demangler ebsym prints with, without return type, parameters, qualifiers or clone suffix.
 use super::norm;
-use crate::elf::{Elf, Segment};
+use ebtrace_elf::{Elf, Segment};
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -177,7 +177,7 @@ impl Session<'_> {
                 _ if vdso => 0,
                 Some(file) => {
                     let bid =
-                        self.build_id_of(m.dev, m.inode, &m.path, || crate::elf::build_id(file))?;
+                        self.build_id_of(m.dev, m.inode, &m.path, || ebtrace_elf::build_id(file))?;
                     self.unwind_tables(bid, file)?;
                     bid
                 }
@@ -326,7 +326,7 @@ impl Session<'_> {
         if !self.unwind_info || bid == 0 || !self.unwind_written.insert(bid) {
             return Ok(());
         }
-        if let Some(t) = crate::elf::unwind_tables(file) {
+        if let Some(t) = ebtrace_elf::eh_frame_sections(file) {
             self.w.write_record(&Record {
                 kind: Some(Kind::UnwindTables(UnwindTables {
                     build_id: bid,
@@ -337,7 +337,7 @@ impl Session<'_> {
                     load_segments: t
                         .load_segments
                         .iter()
-                        .flat_map(|&(v, o, n)| [v, o, n])
+                        .flat_map(|s| [s.vaddr, s.offset, s.filesz])
                         .collect(),
                 })),
             })?;
@@ -352,7 +352,7 @@ fn own_vdso() -> Option<(&'static [u8], &'static [u8])> {
     static VDSO: std::sync::OnceLock<Option<(&'static [u8], Vec<u8>)>> = std::sync::OnceLock::new();
     let v = VDSO.get_or_init(|| {
         let image = crate::elf::own_vdso_image()?;
-        let id = crate::elf::Elf::from_bytes("[vdso]", image)
+        let id = ebtrace_elf::Elf::from_bytes("[vdso]", image)
             .ok()?
             .build_id()
             .filter(|b| !b.is_empty())?;

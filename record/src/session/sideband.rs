@@ -122,7 +122,7 @@ impl Session<'_> {
                         _ if vdso => 0,
                         (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
                         (None, Some(file)) => {
-                            self.build_id_of(dev, ino, &path, || crate::elf::build_id(file))?
+                            self.build_id_of(dev, ino, &path, || ebtrace_elf::build_id(file))?
                         }
                         (None, None) => 0,
                     };
@@ -134,7 +134,7 @@ impl Session<'_> {
                             self.unwind_tables(bid, file)?;
                         } else if self.unwind_info
                             && kernel_bid.is_some()
-                            && crate::elf::build_id(&here) == kernel_bid
+                            && ebtrace_elf::build_id(&here) == kernel_bid
                         {
                             self.unwind_tables(bid, &here)?;
                         }

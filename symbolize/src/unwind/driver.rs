@@ -330,13 +330,13 @@ fn load_tables(
         None,
     );
     let binary = located.binary.as_ref()?;
-    let mut info = UnwindInfo::from_elf(&binary.file.map[..]).ok()?;
+    let mut info = UnwindInfo::from_elf(binary.file.data()).ok()?;
     if let Some(d) = located
         .debug
         .as_ref()
-        .filter(|d| d.file.path != binary.file.path)
+        .filter(|d| d.file.path() != binary.file.path())
     {
-        info.add_debug_frame(&d.file.map[..]);
+        info.add_debug_frame(d.file.data());
     }
     Some((info, false))
 }
