@@ -175,7 +175,9 @@ const ROOT_FIX: &str = "run ebrec as root (sudo ebrec …), or give it CAP_BPF a
 
 fn check_kernel(release: &str, machine: &str) -> Check {
     match kernel_version(release) {
-        Some(v) if v >= features::MIN_KERNEL => Check::ok("kernel", format!("Linux {release} ({machine})")),
+        Some(v) if v >= features::MIN_KERNEL => {
+            Check::ok("kernel", format!("Linux {release} ({machine})"))
+        }
         Some(_) => Check::fail(
             "kernel",
             format!(

@@ -329,6 +329,13 @@ enum Command {
         /// The trace file.
         trace: PathBuf,
     },
+    /// Write ebsym's man pages (ebsym.1 and one per command, from these definitions).
+    #[command(hide = true)]
+    Man {
+        /// The directory to write the pages into (created).
+        #[arg(short, long, default_value = "docs/man")]
+        output: PathBuf,
+    },
     /// A drop-in for binutils `addr2line`, with the same output format: addresses from the
     /// arguments, or one per line on stdin.
     ///
@@ -719,6 +726,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Strip { trace, output } => strip(&trace, &output)?,
+        Command::Man { output } => {
+            use clap::CommandFactory;
+            ebtrace_manpages::write_all(&Cli::command(), &output)
+                .with_context(|| format!("writing the man pages into {}", output.display()))?;
+        }
         Command::Dump { trace } => {
             use ebtrace_format::events::Family;
             use ebtrace_format::proto::record::Kind;

@@ -13,7 +13,17 @@ fn normal_tree(package: &str) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(workspace())
-        .args(["tree", "--offline", "--locked", "-e", "normal", "--prefix", "none", "-p", package])
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
         .output()
         .expect("run cargo tree");
     assert!(
@@ -25,7 +35,9 @@ fn normal_tree(package: &str) -> String {
 }
 
 fn crates(tree: &str) -> Vec<&str> {
-    tree.lines().filter_map(|l| l.split_whitespace().next()).collect()
+    tree.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
 }
 
 #[test]
@@ -64,12 +76,20 @@ fn the_recorder_links_no_parser_symbolizer_analyzer_or_http() {
 #[test]
 fn the_man_pages_are_the_ones_clap_gives() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
-        .args(["man", "-o"])
-        .arg(dir.path())
-        .output()
-        .expect("run ebrec man");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ebsym = crate::common::ebsym_path();
+    for exe in [Path::new(env!("CARGO_BIN_EXE_ebrec")), ebsym.as_path()] {
+        let out = Command::new(exe)
+            .args(["man", "-o"])
+            .arg(dir.path())
+            .output()
+            .expect("run man");
+        assert!(
+            out.status.success(),
+            "{} man: {}",
+            exe.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let committed = workspace().join("docs/man");
     let mut pages = 0;
     for e in std::fs::read_dir(dir.path()).unwrap() {
@@ -79,10 +99,18 @@ fn the_man_pages_are_the_ones_clap_gives() {
         let old = std::fs::read_to_string(committed.join(&name)).unwrap_or_default();
         assert!(
             fresh == old,
-            "docs/man/{} is not what `ebrec man` writes: run `cargo run -p ebrec -- man -o docs/man`",
+            "docs/man/{} is not what `man` writes: run `cargo run -p ebrec -- man` and `cargo run -p ebtrace-ebsym -- man`",
             name.to_string_lossy()
         );
         pages += 1;
     }
-    assert!(pages >= 7, "ebrec man wrote {pages} pages");
+    // ebrec and its 6 commands, ebsym and its 17.
+    assert!(pages >= 25, "ebrec and ebsym man wrote {pages} pages");
+    // And no page is left that neither writes any more.
+    let stale: Vec<_> = std::fs::read_dir(&committed)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| !dir.path().join(n).exists())
+        .collect();
+    assert!(stale.is_empty(), "docs/man has pages no command writes: {stale:?}");
 }
