@@ -74,10 +74,42 @@ impl Bpftrace {
     }
 
     /// Stops it (SIGINT prints the maps) and returns map name -> key -> value.
-    fn finish(self) -> std::collections::BTreeMap<String, Value> {
-        // SAFETY: plain kill(2).
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let out = self.child.wait_with_output().unwrap();
+    fn finish(mut self) -> std::collections::BTreeMap<String, Value> {
+        // SIGINT prints the maps. bpftrace 0.17 now and then misses one (seen here: a test
+        // waited 20 minutes on a bpftrace asleep in epoll_wait; a second SIGINT ended it),
+        // so it is sent again every 5 s, three times at most, before giving up.
+        let mut stdout = self.child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stdout, &mut v);
+            v
+        });
+        let mut exited = false;
+        for _ in 0..3 {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if self.child.try_wait().unwrap().is_some() {
+                    exited = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if exited {
+                break;
+            }
+        }
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("bpftrace did not stop on SIGINT three times in 15 s");
+        }
+        let out = Output {
+            status: self.child.wait().unwrap(),
+            stdout: reader.join().unwrap(),
+            stderr: Vec::new(),
+        };
         let mut maps = std::collections::BTreeMap::new();
         for l in String::from_utf8_lossy(&out.stdout).lines() {
             let Ok(v) = serde_json::from_str::<Value>(l) else {
