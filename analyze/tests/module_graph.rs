@@ -571,3 +571,28 @@ fn the_checker_finds_cycles() {
     ]));
     assert!(found.is_empty(), "{found:?}");
 }
+
+/// The same check on every other crate of the workspace that has modules: no import cycle
+/// in any of them (issue 29: the recorder had a 13-module one before its split).
+#[test]
+fn no_crate_has_an_import_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut checked = 0;
+    let mut found = Vec::new();
+    for krate in [
+        "record", "agent", "ebrec", "symbolize", "ebsym", "format", "elf", "proto", "demangle",
+        "testdata", "crates/bpf", "crates/manpages",
+    ] {
+        let src = root.join(krate).join("src");
+        assert!(src.is_dir(), "{} is not a directory", src.display());
+        let mut sources = read_sources(&src);
+        // A binary crate's root is main.rs.
+        if let Some(main) = sources.remove("crate::main") {
+            sources.insert("crate".to_string(), main);
+        }
+        checked += sources.len();
+        found.extend(explain(&sources).into_iter().map(|f| format!("{krate}: {f}")));
+    }
+    assert!(checked > 60, "only {checked} modules read");
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
