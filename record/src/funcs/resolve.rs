@@ -5,8 +5,8 @@ use super::norm;
 use super::spec::{FuncSpec, Glob, What};
 use super::suggest::closest;
 use super::symbols::{demangle, Func, Table};
-use ebtrace_elf::Segment;
 use anyhow::{bail, Context, Result};
+use ebtrace_elf::Segment;
 use std::cell::OnceCell;
 use std::collections::HashSet;
 use std::fmt;
@@ -271,7 +271,13 @@ impl Binaries {
             let mut msg = format!(
                 "no function matches '{}' in {place} (closest: {})",
                 spec.text,
-                closest(query, by_sig, &tables, 3).join(", ")
+                closest(
+                    query,
+                    by_sig,
+                    &tables.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+                    3
+                )
+                .join(", ")
             );
             if !unreadable.is_empty() {
                 msg += &format!("; could not read {}", unreadable.join("; "));

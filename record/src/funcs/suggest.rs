@@ -1,21 +1,15 @@
 //! The names closest to an unknown one, for the refusal's `(closest: …)`.
 use super::norm;
-use super::resolve::Binary;
 use super::symbols::Table;
 use std::collections::HashSet;
 
 /// The `n` names closest to `query` by edit distance, comparing with the whole name and
 /// with each of its trailing scopes (`slow_lokup` is close to `shop::Catalog::slow_lookup`).
-pub(super) fn closest(
-    query: &str,
-    by_sig: bool,
-    tables: &[(&Binary, &Table)],
-    n: usize,
-) -> Vec<String> {
+pub(super) fn closest(query: &str, by_sig: bool, tables: &[&Table], n: usize) -> Vec<String> {
     let q = norm(query);
     let q = q.as_bytes();
     let mut names: HashSet<&str> = HashSet::new();
-    for (_, t) in tables {
+    for t in tables {
         for f in t.funcs.iter().filter(|f| !f.fragment()) {
             names.insert(if by_sig {
                 f.display.as_str()
