@@ -298,9 +298,16 @@ struct cfi_proc {
 
 /* --- the system families (system.bpf.c) --- */
 
-/* Log2 latency buckets per histogram: bucket b counts [2^b, 2^(b+1)) ns, the last one
- * everything longer (2^39 ns: 9 minutes). */
-#define HIST_BUCKETS 40
+/* Log-linear latency buckets per histogram (LatencyHistogram.sub_buckets = 16, the layout
+ * of format/src/latency.rs): below 16 ns one per ns; above, each power of two
+ * [2^e, 2^(e+1)) ns, e = 4..35, cut into HIST_SUB equal buckets; the last one open-ended
+ * (from 31 * 2^31 ns, 66.6 s, up). */
+#define HIST_SUB_BITS 4
+#define HIST_SUB 16
+#define HIST_BUCKETS 528
+/* Keys of the `hists` map: at most HIST_KEYS * sizeof(struct hist_val) = 33.4 MiB of values
+ * (allocated as keys appear: BPF_F_NO_PREALLOC). */
+#define HIST_KEYS 16384
 /* Slots of a runq or bio event's stack area: kernel frames first, then user frames, with
  * room for the masked offsets the verifier needs. */
 #define SYS_SLOTS (2 * KFRAMES + MAX_FRAMES)
@@ -313,11 +320,13 @@ struct hist_key {
 	__u64 key;
 };
 
+/* One histogram, shared by all CPUs (atomic adds). Bucket counts are 32-bit: user space
+ * reads them every second and takes wrapping differences. */
 struct hist_val {
 	__u64 count;
 	__u64 sum;
 	__u64 max;
-	__u64 b[HIST_BUCKETS];
+	__u32 b[HIST_BUCKETS];
 };
 
 /* A system call that took at least `syscall_min_ns`, sent at its exit. */

@@ -2,9 +2,9 @@
  * waits (--runq) and TCP connections (--tcp), all from tracepoints (tp_btf: no tracefs and
  * no kprobes needed).
  *
- * Every call, request and wait of a target is counted in a log2 histogram per (process,
- * family, key) in `hists`, which user space reads every second: a million fast calls cost
- * no events. Only those past a family's threshold become events, with stacks.
+ * Every call, request and wait of a target is counted in a log-linear histogram per
+ * (process, family, key) in `hists`, which user space reads every second: a million fast
+ * calls cost no events. Only those past a family's threshold become events, with stacks.
  *
  * Each family's programs carry its prefix (sys_, bio_, runq_, tcp_): user space loads and
  * attaches only the chosen families', and --max-cpu charges each program to its family by
@@ -20,21 +20,29 @@ const volatile __u64 runq_min_ns = 1000000;
  * before the pause (an entry whose exit came while paused) is stale then. */
 __u32 sys_epoch = 0;
 
-/* Per CPU: the threads of one process making the same syscall on many CPUs would otherwise
- * bounce one cache line of atomics between them on every call. User space sums the CPUs. */
+/* One value for all CPUs, with atomic adds. 528 buckets (16 per power of two: percentiles
+ * within 3%) of 2,136 bytes per key would be that times the CPU count in a per-CPU map
+ * (64 MiB for only 490 keys on 64 CPUs); shared, the map is at most 33.4 MiB whatever the
+ * CPU count, and a few hundred keys (what a recording holds) take well under a MiB. The
+ * price: threads of one process making the same call at once on several CPUs bounce the
+ * key's first cache line (count, sum) between them, as --aggregate's counters do. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 16384);
+	__uint(max_entries, HIST_KEYS);
 	__type(key, struct hist_key);
 	__type(value, struct hist_val);
 } hists SEC(".maps");
 
 const volatile struct hist_val hist_zero = {};
 
-/* The log2 bucket of `v` ns (0 and 1 in bucket 0), at most HIST_BUCKETS - 1. */
+/* The bucket of `v` ns, at most HIST_BUCKETS - 1 (events.h; `Layout::LogLinear` in
+ * format/src/latency.rs computes the same). */
 static __always_inline __u32 hist_bucket(__u64 v)
 {
+	if (v < HIST_SUB)
+		return v;
+	__u64 x = v;
 	__u32 r = 0;
 	if (v >> 32) {
 		v >>= 32;
@@ -58,7 +66,11 @@ static __always_inline __u32 hist_bucket(__u64 v)
 	}
 	if (v >> 1)
 		r += 1;
-	return r < HIST_BUCKETS ? r : HIST_BUCKETS - 1;
+	/* r = floor(log2(x)) >= HIST_SUB_BITS: the top HIST_SUB_BITS bits below the leading one
+	 * pick the sub-bucket. */
+	__u32 shift = r - HIST_SUB_BITS;
+	__u32 b = ((shift + 1) << HIST_SUB_BITS) + ((__u32)(x >> shift) & (HIST_SUB - 1));
+	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
 }
 
 /* Counts one latency `d` under (pid, family, key). A full map is a counted loss of the
@@ -75,13 +87,19 @@ static __always_inline bool hist_add(__u32 family, __u32 pid, __u64 key, __u64 d
 			return false;
 		}
 	}
-	/* This CPU's value: no other writer (programs do not nest on a CPU for these
-	 * tracepoints), so plain stores. */
-	v->count += 1;
-	v->sum += d;
-	v->b[hist_bucket(d)] += 1;
-	if (d > v->max)
-		v->max = d;
+	/* Shared by the CPUs: atomic adds, and the maximum raised by compare-and-swap, tried
+	 * again while another CPU raised it less far (a bounded loop: after 8 lost races the
+	 * value another CPU wrote stands). */
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->sum, d);
+	__sync_fetch_and_add(&v->b[hist_bucket(d)], 1);
+	__u64 m = v->max;
+	for (int i = 0; i < 8 && d > m; i++) {
+		__u64 was = __sync_val_compare_and_swap(&v->max, m, d);
+		if (was == m)
+			break;
+		m = was;
+	}
 	return true;
 }
 

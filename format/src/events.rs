@@ -478,12 +478,11 @@ pub struct HistogramRow {
     pub sum_ns: u64,
     /// The longest since the recording started.
     pub max_ns: u64,
-    /// (log2 bucket, count) pairs: bucket b holds latencies in [2^b, 2^(b+1)) ns.
+    /// (bucket, count) pairs, each bucket below `layout.buckets()`.
     pub buckets: Vec<(u32, u64)>,
+    /// What the buckets hold (the record's `sub_buckets`).
+    pub layout: crate::latency::Layout,
 }
-
-/// Buckets of a `LatencyHistogram` row: 0..HISTOGRAM_BUCKETS (the last one open-ended).
-pub const HISTOGRAM_BUCKETS: u32 = 40;
 
 /// The rows of a `LatencyHistogram` record, checking that its columns agree.
 pub fn histogram_rows(h: &ebtrace_proto::v1::LatencyHistogram) -> Result<Vec<HistogramRow>, Error> {
@@ -508,13 +507,22 @@ pub fn histogram_rows(h: &ebtrace_proto::v1::LatencyHistogram) -> Result<Vec<His
             pairs as usize,
         ));
     }
+    let Some(layout) = crate::latency::Layout::from_sub_buckets(h.sub_buckets) else {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "LatencyHistogram: unknown bucket layout (sub_buckets {})",
+                h.sub_buckets
+            ),
+        ));
+    };
     let mut at = 0usize;
     let mut rows = Vec::with_capacity(n);
     for i in 0..n {
         let k = h.nbuckets[i] as usize;
         let mut buckets = Vec::with_capacity(k);
         for j in at..at + k {
-            if h.bucket[j] >= HISTOGRAM_BUCKETS {
+            if h.bucket[j] >= layout.buckets() {
                 return Err(Error::new(
                     ErrorKind::Corrupt,
                     format!("LatencyHistogram: bucket {} out of range", h.bucket[j]),
@@ -532,6 +540,7 @@ pub fn histogram_rows(h: &ebtrace_proto::v1::LatencyHistogram) -> Result<Vec<His
             sum_ns: h.sum_ns[i],
             max_ns: h.max_ns[i],
             buckets,
+            layout,
         });
     }
     Ok(rows)
@@ -555,6 +564,7 @@ mod histogram_tests {
             nbuckets: vec![1, 2],
             bucket: vec![22, 6, 7],
             bucket_count: vec![10, 800, 200],
+            sub_buckets: 0,
         }
     }
 
@@ -566,6 +576,25 @@ mod histogram_tests {
         assert_eq!(rows[0].buckets, vec![(22, 10)]);
         assert_eq!(rows[1].buckets, vec![(6, 800), (7, 200)]);
         assert_eq!((rows[1].since_ns, rows[1].time_ns), (1_000, 2_000));
+        assert_eq!(rows[0].layout, crate::latency::Layout::Log2);
+    }
+
+    #[test]
+    fn a_log_linear_record_takes_buckets_up_to_527() {
+        let mut h = two_rows();
+        h.sub_buckets = 16;
+        h.bucket[0] = 527;
+        let rows = histogram_rows(&h).unwrap();
+        assert_eq!(rows[0].layout, crate::latency::Layout::LogLinear);
+        assert_eq!(rows[0].buckets, vec![(527, 10)]);
+        h.bucket[0] = 528;
+        assert!(histogram_rows(&h).is_err());
+        // A log2 record stops at 39; a layout this reader does not know is an error.
+        let mut h = two_rows();
+        h.bucket[0] = 39;
+        assert!(histogram_rows(&h).is_ok());
+        h.sub_buckets = 32;
+        assert!(histogram_rows(&h).is_err());
     }
 
     #[test]
@@ -577,7 +606,7 @@ mod histogram_tests {
         h.count.pop();
         assert!(histogram_rows(&h).is_err());
         let mut h = two_rows();
-        h.bucket[0] = HISTOGRAM_BUCKETS; // out of range
+        h.bucket[0] = crate::latency::LOG2_BUCKETS; // out of range
         assert!(histogram_rows(&h).is_err());
         let mut h = two_rows();
         h.nbuckets = vec![u32::MAX, u32::MAX];

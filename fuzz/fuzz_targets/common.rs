@@ -86,7 +86,7 @@ pub fn exercise(records_in: impl Iterator<Item = Record>) -> u64 {
                     assert_eq!(rows.len(), h.generation.len());
                     assert!(rows
                         .iter()
-                        .all(|r| r.buckets.iter().all(|b| b.0 < ebtrace_format::events::HISTOGRAM_BUCKETS)));
+                        .all(|r| r.buckets.iter().all(|b| b.0 < r.layout.buckets())));
                 }
             }
             Kind::Stack(s) => {

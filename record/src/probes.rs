@@ -775,9 +775,8 @@ impl<'obj> Probes<'obj> {
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-            // The histograms are per CPU: at most 64 MiB of them whatever the CPU count
-            // (16,384 keys on up to 11 CPUs; a full map is a counted loss).
-            open.maps.hists.set_max_entries(hist_keys(ncpu))?;
+            // The histograms (one value for all CPUs): HIST_KEYS keys at the most, 33.4 MiB
+            // (`hist_tests`; a full map is a counted loss).
             let new_bio = features::has_btf_type("btf_trace_block_io_start");
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
@@ -1945,8 +1944,8 @@ impl<'obj> Probes<'obj> {
             .collect()
     }
 
-    /// --syscalls, --bio, --runq: every histogram the kernel keeps (cumulative counts), its
-    /// CPUs' values summed (the maximum: the largest).
+    /// --syscalls, --bio, --runq: every histogram the kernel keeps (cumulative counts; the
+    /// 32-bit bucket counts wrap).
     pub fn histograms(&self) -> Vec<(hist_key, hist_val)> {
         let Some(sy) = &self.system else {
             return Vec::new();
@@ -1955,20 +1954,10 @@ impl<'obj> Probes<'obj> {
         let keys: Vec<Vec<u8>> = m.keys().collect();
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
-            let Ok(Some(per_cpu)) = m.lookup_percpu(&k, MapFlags::ANY) else {
+            let Ok(Some(v)) = m.lookup(&k, MapFlags::ANY) else {
                 continue; // deleted since the key was listed
             };
-            let mut total = hist_val::default();
-            for v in &per_cpu {
-                let v: hist_val = read_event(v);
-                total.count += v.count;
-                total.sum = total.sum.wrapping_add(v.sum);
-                total.max = total.max.max(v.max);
-                for (t, b) in total.b.iter_mut().zip(v.b.iter()) {
-                    *t += b;
-                }
-            }
-            out.push((read_event::<hist_key>(&k), total));
+            out.push((read_event::<hist_key>(&k), read_event::<hist_val>(&v)));
         }
         out
     }
@@ -2136,13 +2125,6 @@ fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {
     } else {
         F::Unspecified
     }
-}
-
-/// Keys of the per-CPU histogram map for `ncpu` CPUs: 64 MiB of values at the most, between
-/// 1,024 and 16,384 keys.
-fn hist_keys(ncpu: u32) -> u32 {
-    let per_key = std::mem::size_of::<hist_val>() as u64 * u64::from(ncpu.max(1));
-    ((64u64 << 20) / per_key).clamp(1024, 16384) as u32
 }
 
 /// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.
@@ -2410,19 +2392,19 @@ pub fn find_provider(pid: Option<u32>, exe: Option<&Path>, needed: &str) -> Resu
 
 #[cfg(test)]
 mod hist_tests {
+    /// The kernel's histograms: one shared value per key (not per CPU), 2,136 bytes, so
+    /// the map holds at most 33.4 MiB of values whatever the CPU count.
     #[test]
-    fn histogram_keys_keep_the_map_under_64_mib() {
-        assert_eq!(std::mem::size_of::<super::hist_val>(), 344);
-        assert_eq!(super::hist_keys(2), 16384);
-        assert_eq!(super::hist_keys(64), 3048);
-        assert_eq!(super::hist_keys(4096), 1024);
-        for n in [1, 2, 8, 11, 12, 64, 256] {
-            let bytes = u64::from(super::hist_keys(n)) * 344 * u64::from(n);
-            assert!(
-                bytes <= 64 << 20 || super::hist_keys(n) == 1024,
-                "{n} CPUs: {bytes}"
-            );
-        }
+    fn histogram_map_stays_under_34_mib() {
+        use ebtrace_format::latency as l;
+        assert_eq!(std::mem::size_of::<super::hist_val>(), 2136);
+        let bytes = super::HIST_KEYS * std::mem::size_of::<super::hist_val>();
+        assert_eq!(super::HIST_KEYS, 16384);
+        assert!(bytes <= 34 << 20, "{bytes}");
+        // The kernel's layout is the one the records say (sub_buckets 16).
+        assert_eq!(super::HIST_BUCKETS, l::LOG_LINEAR_BUCKETS as usize);
+        assert_eq!(super::HIST_SUB, l::SUB_BUCKETS as usize);
+        assert_eq!(super::HIST_SUB_BITS, l::SUB_BITS as usize);
     }
 }
 

@@ -1,6 +1,7 @@
-//! --syscalls, --bio, --runq: the log2 latency histograms the kernel keeps per (process,
-//! family, key) (bpf/system.bpf.c `hists`), read every second and at the end and written as
-//! one `LatencyHistogram` record per family of what changed since the previous read.
+//! --syscalls, --bio, --runq: the log-linear latency histograms the kernel keeps per
+//! (process, family, key) (bpf/system.bpf.c `hists`), read every second and at the end and
+//! written as one `LatencyHistogram` record per family of what changed since the previous
+//! read (`sub_buckets` 16: the layout of `ebtrace_format::latency::Layout::LogLinear`).
 use super::*;
 use ebtrace_format::proto::LatencyHistogram;
 
@@ -10,7 +11,7 @@ struct Written {
     generation: u32,
     count: u64,
     sum: u64,
-    buckets: [u64; probes::HIST_BUCKETS as usize],
+    buckets: [u32; probes::HIST_BUCKETS],
 }
 
 /// The reader's state between reads.
@@ -55,7 +56,7 @@ impl Session<'_> {
                     generation: self.gen_or_snapshot(k.pid, now)?,
                     count: 0,
                     sum: 0,
-                    buckets: [0; probes::HIST_BUCKETS as usize],
+                    buckets: [0; probes::HIST_BUCKETS],
                 },
             };
             let count = v.count.wrapping_sub(w.count);
@@ -67,6 +68,7 @@ impl Session<'_> {
                     time_ns: now,
                     since_ns: self.hist.last_ns,
                     family: k.family as i32,
+                    sub_buckets: ebtrace_format::latency::Layout::LogLinear.sub_buckets(),
                     ..Default::default()
                 });
                 rec.generation.push(w.generation);
@@ -76,10 +78,12 @@ impl Session<'_> {
                 rec.max_ns.push(v.max);
                 let mut n = 0;
                 for (b, (&now_b, &was)) in v.b.iter().zip(&w.buckets).enumerate() {
+                    // 32-bit counts: a difference is right while fewer than 2^32 calls of
+                    // one key land in one bucket in a second.
                     let d = now_b.wrapping_sub(was);
                     if d != 0 {
                         rec.bucket.push(b as u32);
-                        rec.bucket_count.push(d);
+                        rec.bucket_count.push(u64::from(d));
                         n += 1;
                     }
                 }
