@@ -241,7 +241,16 @@ pub fn summarize(path: &Path) -> Result<Info, ebtrace_format::Error> {
 
 /// Reads an open trace to its end and summarizes it; `name` is what `file.path` says
 /// (the reader does not know), `file.bytes` the bytes the reader consumed.
-pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
+pub fn summarize_from<R: Read>(reader: TraceReader<R>, name: &str) -> Info {
+    summarize_with_start(reader, name).0
+}
+
+/// [`summarize_from`], with the start of the recording (the first header's
+/// `start_time_ns`, boottime; None without a header), what reports count time from.
+pub(crate) fn summarize_with_start<R: Read>(
+    mut reader: TraceReader<R>,
+    name: &str,
+) -> (Info, Option<u64>) {
     let mut tables = Tables::default();
     let mut header: Option<Header> = None;
     let mut trailer: Option<Trailer> = None;
@@ -371,6 +380,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
             None => bad_batches += 1,
         }
     }
+    let start = header.as_ref().map(|h| h.start_time_ns);
     let h = header.unwrap_or_default();
     let mut damage: Vec<String> = reader.damage().iter().map(|d| d.to_string()).collect();
     if bad_batches > 0 {
@@ -432,7 +442,7 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     processes.sort_by_key(|p| (p.start_time_ns, p.generation));
     let uprobes_frames = uprobes_frames(&tables);
     let lost_total = losses.values().sum();
-    Info {
+    let info = Info {
         file: FileInfo {
             path: name.to_string(),
             bytes: reader.offset(),
@@ -484,7 +494,8 @@ pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
         damage,
         symbolized,
         symbolized_addresses,
-    }
+    };
+    (info, start)
 }
 
 /// The user frames of all stacks that lie in a `[uprobes]` mapping of their generation.

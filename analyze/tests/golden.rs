@@ -1167,3 +1167,50 @@ fn records_without_a_trailer_are_cut() {
     assert!(r.losses.cut);
     assert_eq!(r.totals["count"], 5);
 }
+
+/// `ebsym report` reads the trace twice (its info, whose span sets the time buckets, then
+/// every report at once) and a base trace twice (its info, then the stacks of every kind);
+/// `ebsym summary` reads it once.
+#[test]
+fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
+    use ebtrace_format::TraceReader;
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, base) = (dir.path().join("shop.pb.zst"), dir.path().join("b.pb.zst"));
+    write_shop(&trace, 3);
+    write_misc(&base);
+    let (bytes, base_bytes) = (
+        std::fs::read(&trace).unwrap(),
+        std::fs::read(&base).unwrap(),
+    );
+    let (mut opened, mut base_opened) = (0, 0);
+    let mut open = || {
+        opened += 1;
+        TraceReader::new(bytes.as_slice()).ok()
+    };
+    let mut open_base = || {
+        base_opened += 1;
+        TraceReader::new(base_bytes.as_slice()).ok()
+    };
+    let all = Filter::default();
+    let (html, stats) = reports::html::report(
+        &mut open,
+        Some(&mut open_base),
+        &all,
+        "shop",
+        Some("misc"),
+        20,
+    );
+    assert!(html.contains("ebtrace report: shop"));
+    assert_eq!(stats.kinds, ["alloc", "lock"]);
+    assert_eq!((opened, base_opened), (2, 2));
+    let mut opened = 0;
+    let summary = reports::summary::summary_from(
+        || {
+            opened += 1;
+            TraceReader::new(bytes.as_slice()).ok()
+        },
+        &all,
+    );
+    assert_eq!(opened, 1);
+    assert_eq!(summary.findings.len(), 2, "{summary:?}");
+}

@@ -41,6 +41,7 @@ mod kind;
 mod leaks;
 mod live;
 mod names;
+mod pass;
 mod places;
 mod stacks;
 pub mod summary;

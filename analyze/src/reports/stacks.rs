@@ -153,6 +153,7 @@ pub(crate) fn frame_key(frames: &[Frame]) -> FrameKey {
 
 /// One stack after merging (stack ids that symbolize alike, across processes), with what
 /// was aggregated under it.
+#[derive(Clone)]
 pub(crate) struct Merged {
     pub(crate) sub: u64,
     pub(crate) frames: Vec<Frame>,
@@ -326,6 +327,17 @@ pub fn stacks_with_inuse_from(trace: impl Trace, kind: EventKind, filter: &Filte
 
 fn stacks_with(trace: impl Trace, kind: EventKind, filter: &Filter, inuse: bool) -> Stacks {
     let (l, merged) = merge(trace, kind, filter, inuse);
+    stacks_of(&l, kind, filter, merged)
+}
+
+/// The [`Stacks`] of `merged`, the stacks of `kind` merged from the trace `l` was read
+/// into.
+pub(crate) fn stacks_of(
+    l: &Loaded,
+    kind: EventKind,
+    filter: &Filter,
+    merged: Vec<Merged>,
+) -> Stacks {
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
@@ -352,8 +364,8 @@ fn stacks_with(trace: impl Trace, kind: EventKind, filter: &Filter, inuse: bool)
                 inuse_bytes: m.agg.inuse.1,
             })
             .collect(),
-        losses: l.losses,
-        header: l.header,
+        losses: l.losses.clone(),
+        header: l.header.clone(),
         first_event_ns: l.first_event_ns,
         last_event_ns: l.last_event_ns,
         note,

@@ -2,10 +2,10 @@
 //! each family in a trace, one line each: "most off-CPU time: futex_wait in
 //! Queue::pop, 42% of 12.1 s", "slowest syscall: fsync p99 38.20 ms (120 calls)".
 use super::kind::EventKind;
+use super::pass::{Passed, Wants};
 use super::places::{core_kernel_place, leaf_in_place, user_place};
-use super::system::{system_latency_from, tcp_from};
 use super::text::{human_bytes, human_ns, pct};
-use super::top::{top_from, Row};
+use super::top::{Report, Row};
 use crate::model::{Filter, Trace};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -54,89 +54,47 @@ fn largest(
     (v > 0).then_some((k, v, total))
 }
 
-/// The summary of a trace that `open` opens again for each family (each report reads it
-/// once), of the events that pass `f`.
-pub fn summary_from<T: Trace>(mut open: impl FnMut() -> Option<T>, f: &Filter) -> Summary {
-    let mut findings = Vec::new();
-    let all = usize::MAX;
-    let mut stack_finding = |kind: EventKind, findings: &mut Vec<Finding>| {
-        let Some(t) = open() else { return };
-        let rep = top_from(t, kind, kind.default_measure(), f, all);
-        let value = |r: &Row| -> u64 {
-            match r {
-                Row::Cpu(x) => x.count,
-                Row::OffCpu(x) => x.total_ns,
-                Row::Lock(x) => x.wait_ns,
-                Row::Bytes(x) => x.bytes,
-                _ => r.count(),
-            }
-        };
-        type Place = Box<dyn Fn(&Row) -> String>;
-        let (place, unit, what): (Place, &'static str, &str) = match kind {
-            EventKind::Cpu => (
-                Box::new(|r: &Row| leaf_in_place(r.frames())),
-                "samples",
-                "most CPU",
-            ),
-            EventKind::OffCpu => (
-                Box::new(|r: &Row| match core_kernel_place(r.frames()) {
-                    Some(k) => format!("{k} in {}", user_place(r.frames())),
-                    None => user_place(r.frames()),
-                }),
-                "ns",
-                "most off-CPU time",
-            ),
-            EventKind::Lock => (
-                Box::new(|r: &Row| match r {
-                    Row::Lock(l) => format!("{} {} in {}", l.kind, l.mutex, user_place(&l.frames)),
-                    _ => user_place(r.frames()),
-                }),
-                "ns",
-                "most lock wait",
-            ),
-            EventKind::MemGrowth => (
-                Box::new(|r: &Row| user_place(r.frames())),
-                "bytes",
-                "most memory growth",
-            ),
-            EventKind::Alloc => (
-                Box::new(|r: &Row| user_place(r.frames())),
-                "bytes",
-                "most allocated",
-            ),
-            _ => return,
-        };
-        let Some((subject, v, total)) = largest(&rep.rows, value, place) else {
-            return;
-        };
-        let share = v as f64 / total.max(1) as f64;
-        let amount = |x: u64| match unit {
-            "ns" => human_ns(x),
-            "bytes" => human_bytes(x),
-            _ => format!("{x} samples"),
-        };
-        findings.push(Finding {
-            family: kind.name().into(),
-            finding: format!("{what}: {subject}, {} of {}", pct(share), amount(total)),
-            subject,
-            value: v,
-            unit,
-            share: Some(share),
-            total,
-        });
-    };
-    for kind in [
-        EventKind::Cpu,
-        EventKind::OffCpu,
-        EventKind::Lock,
-        EventKind::MemGrowth,
-        EventKind::Alloc,
-    ] {
-        stack_finding(kind, &mut findings);
+/// The kinds the summary takes its stack findings from, in its order.
+const STACK_KINDS: [EventKind; 5] = [
+    EventKind::Cpu,
+    EventKind::OffCpu,
+    EventKind::Lock,
+    EventKind::MemGrowth,
+    EventKind::Alloc,
+];
+
+/// The kinds whose kernel histograms give the summary's latency findings.
+const LATENCY_KINDS: [EventKind; 3] = [EventKind::Syscall, EventKind::Bio, EventKind::Runq];
+
+/// What a pass over a trace keeps for its summary ([`summary_of`]).
+pub(crate) fn wants() -> Wants {
+    Wants {
+        stacks: STACK_KINDS.to_vec(),
+        latency: LATENCY_KINDS.to_vec(),
+        tcp: true,
+        ..Wants::default()
     }
-    for kind in [EventKind::Syscall, EventKind::Bio, EventKind::Runq] {
-        let Some(t) = open() else { continue };
-        let rep = system_latency_from(t, kind, f, all);
+}
+
+/// The summary of the trace `open` opens (read once), of the events that pass `f`.
+pub fn summary_from<T: Trace>(mut open: impl FnMut() -> Option<T>, f: &Filter) -> Summary {
+    match open() {
+        Some(t) => summary_of(&mut Passed::read(t, f, &wants(), None)),
+        None => Summary {
+            findings: Vec::new(),
+        },
+    }
+}
+
+/// The summary of a trace read for it (with at least [`wants`]).
+pub(crate) fn summary_of(p: &mut Passed) -> Summary {
+    let mut findings = Vec::new();
+    for kind in STACK_KINDS {
+        let rep = p.top(kind, kind.default_measure(), usize::MAX);
+        findings.extend(stack_finding(kind, &rep));
+    }
+    for kind in LATENCY_KINDS {
+        let rep = p.latency(kind);
         let total = rep.totals.get("total_ns").copied().unwrap_or(0);
         let (what, pick): (&str, fn(&super::system::SystemLatencyRow) -> u64) = match kind {
             EventKind::Syscall => ("slowest syscall", |r| r.p99_ns),
@@ -185,29 +143,92 @@ pub fn summary_from<T: Trace>(mut open: impl FnMut() -> Option<T>, f: &Filter) -
             total,
         });
     }
-    if let Some(t) = open() {
-        let rep = tcp_from(t, f);
-        let total: u64 = rep.rows.iter().map(|r| r.count).sum();
-        if let Some(r) = rep.rows.first() {
-            let failed: u64 = rep.rows.iter().map(|r| r.failed).sum();
-            findings.push(Finding {
-                family: "tcp".into(),
-                finding: format!(
-                    "most connections: {} {} ({} of {total}, lifetime p50 {}); {failed} failed in all",
-                    r.role,
-                    r.remote,
-                    r.count,
-                    human_ns(r.lifetime_p50_ns)
-                ),
-                subject: format!("{} {}", r.role, r.remote),
-                value: r.count,
-                unit: "count",
-                share: Some(r.count as f64 / total.max(1) as f64),
-                total,
-            });
-        }
+    let rep = p.tcp();
+    let total: u64 = rep.rows.iter().map(|r| r.count).sum();
+    if let Some(r) = rep.rows.first() {
+        let failed: u64 = rep.rows.iter().map(|r| r.failed).sum();
+        findings.push(Finding {
+            family: "tcp".into(),
+            finding: format!(
+                "most connections: {} {} ({} of {total}, lifetime p50 {}); {failed} failed in all",
+                r.role,
+                r.remote,
+                r.count,
+                human_ns(r.lifetime_p50_ns)
+            ),
+            subject: format!("{} {}", r.role, r.remote),
+            value: r.count,
+            unit: "count",
+            share: Some(r.count as f64 / total.max(1) as f64),
+            total,
+        });
     }
     Summary { findings }
+}
+
+/// The finding of `rep`, the top stacks of `kind` (one of [`STACK_KINDS`]): the place
+/// with the most of the kind's measure.
+fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
+    let value = |r: &Row| -> u64 {
+        match r {
+            Row::Cpu(x) => x.count,
+            Row::OffCpu(x) => x.total_ns,
+            Row::Lock(x) => x.wait_ns,
+            Row::Bytes(x) => x.bytes,
+            _ => r.count(),
+        }
+    };
+    type Place = Box<dyn Fn(&Row) -> String>;
+    let (place, unit, what): (Place, &'static str, &str) = match kind {
+        EventKind::Cpu => (
+            Box::new(|r: &Row| leaf_in_place(r.frames())),
+            "samples",
+            "most CPU",
+        ),
+        EventKind::OffCpu => (
+            Box::new(|r: &Row| match core_kernel_place(r.frames()) {
+                Some(k) => format!("{k} in {}", user_place(r.frames())),
+                None => user_place(r.frames()),
+            }),
+            "ns",
+            "most off-CPU time",
+        ),
+        EventKind::Lock => (
+            Box::new(|r: &Row| match r {
+                Row::Lock(l) => format!("{} {} in {}", l.kind, l.mutex, user_place(&l.frames)),
+                _ => user_place(r.frames()),
+            }),
+            "ns",
+            "most lock wait",
+        ),
+        EventKind::MemGrowth => (
+            Box::new(|r: &Row| user_place(r.frames())),
+            "bytes",
+            "most memory growth",
+        ),
+        EventKind::Alloc => (
+            Box::new(|r: &Row| user_place(r.frames())),
+            "bytes",
+            "most allocated",
+        ),
+        _ => return None,
+    };
+    let (subject, v, total) = largest(&rep.rows, value, place)?;
+    let share = v as f64 / total.max(1) as f64;
+    let amount = |x: u64| match unit {
+        "ns" => human_ns(x),
+        "bytes" => human_bytes(x),
+        _ => format!("{x} samples"),
+    };
+    Some(Finding {
+        family: kind.name().into(),
+        finding: format!("{what}: {subject}, {} of {}", pct(share), amount(total)),
+        subject,
+        value: v,
+        unit,
+        share: Some(share),
+        total,
+    })
 }
 
 impl Summary {

@@ -6,7 +6,7 @@ use super::places::lock_kind;
 use super::stacks::{merge, Agg, Merged};
 use super::text::{empty_note, log2_text, losses_text};
 use crate::histogram::Log2Bin;
-use crate::model::{Filter, Frame, Losses, Trace};
+use crate::model::{Filter, Frame, Loaded, Losses, Trace};
 use ebtrace_format::TraceReader;
 use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -421,6 +421,19 @@ pub fn top_from(
     n: usize,
 ) -> Report {
     let (mut l, merged) = merge(trace, kind, filter, false);
+    top_of(&mut l, kind, by, filter, merged, n)
+}
+
+/// The `n` stacks of `kind` with the most `by`, of `merged`, the stacks merged from the
+/// trace `l` was read into.
+pub(crate) fn top_of(
+    l: &mut Loaded,
+    kind: EventKind,
+    by: Measure,
+    filter: &Filter,
+    merged: Vec<Merged>,
+    n: usize,
+) -> Report {
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
@@ -489,7 +502,7 @@ pub fn top_from(
                 Row::Func(FuncRow {
                     count: agg.count,
                     frames,
-                    function: probed_name(&l, sub),
+                    function: probed_name(l, sub),
                     function_id: sub,
                     max_ns: h.max(),
                     p50_ns: h.quantile(0.5),
@@ -527,7 +540,7 @@ pub fn top_from(
                 Row::Bio(BioRow {
                     bytes: agg.b,
                     count: agg.count,
-                    device: device_name(&l, (sub >> 8) as u32),
+                    device: device_name(l, (sub >> 8) as u32),
                     frames,
                     max_ns: h.max(),
                     op: bio_op_name(sub as u32),
@@ -562,7 +575,7 @@ pub fn top_from(
         kind: kind.name().into(),
         by,
         totals,
-        losses: l.losses,
+        losses: l.losses.clone(),
         rows,
         histograms,
         note,

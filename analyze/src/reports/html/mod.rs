@@ -12,14 +12,19 @@
 //! or latest, see [`timeline_rule`]), the page says how many were left out. No memory of
 //! the target is embedded: stack copies are dropped when the trace is read, and only the
 //! symbolized frames are written.
-use super::diff::diff_from;
+//!
+//! The trace is read twice: for `info`, whose span sets the time buckets before the first
+//! event, then once for the page's own sink and every report it shows (summary, latency,
+//! locks, leaks, heat maps, the after side of the diffs), all fed the same events
+//! (`pass.rs`). A base trace is read for its info, then once for its stacks.
+use super::diff::diff_stacks;
 use super::heatmap::{build, HeatmapOptions};
 use super::kind::{EventKind, Measure};
-use super::leaks::leaks_from;
 use super::names::{bio_name, function_name, syscall_name};
-use super::summary::summary_from;
-use super::system::{heat_points, system_latency_from};
-use super::top::{top_from, Row};
+use super::pass::{Passed, Wants};
+use super::summary::summary_of;
+use super::suppress::Suppressions;
+use super::top::Row;
 use crate::event::{EventView, Fields, Waker};
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
@@ -128,6 +133,17 @@ fn kind_index(k: EventKind) -> usize {
 }
 
 impl ReportSink {
+    /// Time buckets of `bucket_ns` from `start_ns`.
+    fn new(start_ns: u64, bucket_ns: u64) -> Self {
+        ReportSink {
+            start_ns,
+            bucket_ns,
+            kinds: EventKind::ALL.iter().map(|_| KindAcc::default()).collect(),
+            threads: FastMap::default(),
+            cpu: FastMap::default(),
+        }
+    }
+
     fn bucket(&self, t: u64) -> u32 {
         (t.saturating_sub(self.start_ns) / self.bucket_ns).min(u32::MAX as u64) as u32
     }
@@ -336,9 +352,9 @@ fn losses_json(losses: &Losses) -> Value {
     serde_json::to_value(losses).unwrap_or(Value::Null)
 }
 
-/// Builds the page. `open` opens the (symbolized) trace again for each report that reads
-/// it (each reads it once, front to back); `base`, when given, opens the trace to compare
-/// against (the differential flame graphs). `name` is what the page calls the trace.
+/// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
+/// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
+/// (the differential flame graphs), twice as well. `name` is what the page calls the trace.
 pub fn report<R: Read, B: Read>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
@@ -353,6 +369,26 @@ pub fn report<R: Read, B: Read>(
     (html, stats)
 }
 
+/// What the page's pass keeps besides its own sink: every kind's stacks (the summary, the
+/// latency and lock tables, the diffs), the kernel histograms and the connections (the
+/// summary, the latency table), the heat maps' points, the live blocks (leaks).
+fn wants() -> Wants {
+    let latency = [EventKind::Syscall, EventKind::Bio, EventKind::Runq];
+    Wants {
+        stacks: EventKind::ALL.to_vec(),
+        latency: latency.to_vec(),
+        tcp: true,
+        heat: EventKind::ALL
+            .into_iter()
+            .filter(|k| k.has_latency())
+            .collect(),
+        leaks: true,
+    }
+}
+
+/// The page's data. The trace is read twice: once for `info` (whose span sets the time
+/// buckets before the first event), once for everything else ([`Passed`]); a base trace
+/// twice too (its info says which kinds it has, then their stacks).
 fn data<R: Read, B: Read>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
@@ -361,10 +397,13 @@ fn data<R: Read, B: Read>(
     base_name: Option<&str>,
     n: usize,
 ) -> Value {
-    let info = open().map(|r| crate::info::summarize_from(r, name));
-    let summary = summary_from(&mut *open, filter);
-
-    // The main pass: every family at once.
+    let (info, header_start) = match open() {
+        Some(r) => {
+            let (info, start) = crate::info::summarize_with_start(r, name);
+            (Some(info), start)
+        }
+        None => (None, None),
+    };
     let Some(trace) = open() else {
         return json!({"error": format!("cannot read {name}")});
     };
@@ -372,139 +411,33 @@ fn data<R: Read, B: Read>(
         .as_ref()
         .and_then(|i| i.span.as_ref())
         .map_or((0, 0), |s| (s.first_event_ns, s.last_event_ns));
-    // The header's start is what --from/--to count from; the span is known from info's pass.
-    let mut sink = ReportSink {
-        start_ns: 0,
-        bucket_ns: 1,
-        kinds: (0..EventKind::ALL.len())
-            .map(|_| KindAcc::default())
-            .collect(),
-        threads: FastMap::default(),
-        cpu: FastMap::default(),
-    };
-    // The start is the header's; the header comes first, but the sink needs it before the
-    // first event: take it from info's pass (the same trace).
-    let header_start = open()
-        .and_then(|mut r| {
-            r.by_ref().find_map(|rec| match rec.kind {
-                Some(ebtrace_format::proto::record::Kind::Header(h)) => Some(h.start_time_ns),
-                _ => None,
-            })
-        })
-        .unwrap_or(first);
+    // The start is the header's (what --from/--to count from): the sink needs it and the
+    // span before the first event, from info's pass.
+    let header_start = header_start.unwrap_or(first);
     let t0 = header_start.min(if first == 0 { header_start } else { first });
     let span = last.saturating_sub(t0).max(1);
-    sink.start_ns = t0;
-    sink.bucket_ns = span.div_ceil(TIME_BUCKETS).max(1);
-    let mut l = Loaded::from_trace(trace, filter, &mut sink);
-    let end_rel = l.last_event_ns.unwrap_or(last).max(last).saturating_sub(t0);
+    let mut sink = ReportSink::new(t0, span.div_ceil(TIME_BUCKETS).max(1));
+    let mut p = Passed::read(trace, filter, &wants(), Some(&mut sink));
+    let end_rel = p
+        .loaded
+        .last_event_ns
+        .unwrap_or(last)
+        .max(last)
+        .saturating_sub(t0);
 
+    // Stacks are interned in the order the page's parts come: the kinds, the latency,
+    // lock and leak tables, the diffs.
     let mut int = Interner::default();
     let mut kinds = serde_json::Map::new();
     let mut present = Vec::new();
+    let l = p.fresh();
     for (i, acc) in sink.kinds.iter_mut().enumerate() {
-        let kind = EventKind::ALL[i];
-        if acc.events == 0 && acc.agg.is_empty() {
-            continue;
+        if acc.events > 0 || !acc.agg.is_empty() {
+            let kind = EventKind::ALL[i];
+            present.push(kind);
+            let v = kind_json(kind, acc, sink.bucket_ns, l, &mut int, t0);
+            kinds.insert(kind.name().to_string(), v);
         }
-        present.push(kind);
-        acc.trim();
-        // (stack, bucket) sums under interned stacks, merged, then coarsened to the cap.
-        let mut agg: BTreeMap<(u32, u32), [u64; 3]> = BTreeMap::new();
-        let mut keys: Vec<(u64, u32)> = acc.agg.keys().copied().collect();
-        keys.sort_unstable();
-        for k in keys {
-            let v = acc.agg[&k];
-            let s = int.raw(&mut l, k.0);
-            let e = agg.entry((s, k.1)).or_default();
-            for j in 0..3 {
-                e[j] += v[j];
-            }
-        }
-        let mut factor = 1u32;
-        while agg.len() > AGG_CAP {
-            factor *= 2;
-            let mut coarse: BTreeMap<(u32, u32), [u64; 3]> = BTreeMap::new();
-            for ((s, b), v) in agg {
-                let e = coarse.entry((s, b / 2)).or_default();
-                for j in 0..3 {
-                    e[j] += v[j];
-                }
-            }
-            agg = coarse;
-        }
-        let mut flat: Vec<u64> = Vec::with_capacity(agg.len() * 5);
-        let (mut tc, mut ta, mut tb) = (0u64, 0u64, 0u64);
-        for ((s, b), v) in &agg {
-            flat.extend([u64::from(*s), u64::from(*b), v[0], v[1], v[2]]);
-            tc += v[0];
-            ta += v[1];
-            tb += v[2];
-        }
-        // Timeline events, in time order: [t, dur, tid, pid-less thread key, stack, wtid,
-        // wstack, extra].
-        acc.tl.sort_by_key(|e| e.t);
-        let mut tl: Vec<u64> = Vec::with_capacity(acc.tl.len() * 7);
-        for e in &acc.tl {
-            let s = int.raw(&mut l, e.stack);
-            let w = if e.wstack != 0 {
-                u64::from(int.raw(&mut l, e.wstack)) + 1
-            } else {
-                0
-            };
-            let pid = l.pid(e.generation);
-            tl.extend([
-                e.t.saturating_sub(t0),
-                e.dur,
-                u64::from(e.tid),
-                u64::from(pid),
-                u64::from(s),
-                u64::from(e.wtid),
-                w,
-                e.extra,
-            ]);
-        }
-        // The waker seen most often per stack (stack -> waker stack), interned.
-        let mut top_waker: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
-        let mut wk: Vec<((u64, u64), u64)> = acc.wakers.iter().map(|(k, v)| (*k, *v)).collect();
-        wk.sort_unstable();
-        for ((s, w), c) in wk {
-            let s = int.raw(&mut l, s);
-            let w = int.raw(&mut l, w);
-            let e = top_waker.entry(s).or_insert((0, w));
-            if c > e.0 {
-                *e = (c, w);
-            }
-        }
-        let wakers: Vec<[u32; 2]> = top_waker.iter().map(|(s, (_, w))| [*s, *w]).collect();
-        let lat: Vec<Value> = acc
-            .lat
-            .iter()
-            .rev()
-            .map(|(k, h)| {
-                json!({
-                    "name": lat_name(&l, kind, *k),
-                    "count": h.count(), "p50_ns": h.quantile(0.5), "p90_ns": h.quantile(0.9),
-                    "p99_ns": h.quantile(0.99), "max_ns": h.max(), "total_ns": h.total(),
-                })
-            })
-            .collect();
-        kinds.insert(
-            kind.name().to_string(),
-            json!({
-                "unit": kind_unit(kind),
-                "measures": measures(kind),
-                "bucket_ns": sink.bucket_ns * u64::from(factor),
-                "agg": flat,
-                "totals": [tc, ta, tb],
-                "events": acc.events,
-                "timeline": tl,
-                "timeline_rule": timeline_rule(kind),
-                "timeline_kept": acc.tl.len(),
-                "wakers": wakers,
-                "latency": lat,
-            }),
-        );
     }
     let mut stats = HtmlStats {
         kinds: present.iter().map(|k| k.name().to_string()).collect(),
@@ -518,188 +451,18 @@ fn data<R: Read, B: Read>(
                 .insert(EventKind::ALL[i].name().into(), (acc.tl.len(), acc.events));
         }
     }
-
-    // Threads, grouped by process.
-    let mut threads: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
-    for (&(tid, generation), &c) in &sink.threads {
-        let (pid, comm) = l
-            .tables
-            .generations
-            .get(&generation)
-            .map_or((0, String::new()), |g| {
-                (g.process.pid, l.tables.string(g.process.comm).into_owned())
-            });
-        let e = threads.entry((pid, tid)).or_insert((comm, 0));
-        e.1 += c;
-    }
-    let threads: Vec<Value> = threads
-        .iter()
-        .map(|((pid, tid), (comm, c))| json!([pid, tid, comm, c]))
-        .collect();
-    let mut cpu: BTreeMap<(u32, u32), u64> = BTreeMap::new();
-    for (&(tid, _, b), &c) in &sink.cpu {
-        *cpu.entry((tid, b)).or_default() += c;
-    }
-    let cpu: Vec<u64> = cpu
-        .iter()
-        .flat_map(|((tid, b), c)| [u64::from(*tid), u64::from(*b), *c])
-        .collect();
-    let losses = l.losses.clone();
-
-    // Heat maps of every latency kind present.
-    let mut heat = serde_json::Map::new();
-    for &kind in present.iter().filter(|k| k.has_latency()) {
-        let Some(r) = open() else { continue };
-        let (hl, points) = heat_points(r, kind, filter);
-        let opts = HeatmapOptions {
-            title: format!("{} latency", kind.name()),
-            columns: HEAT_COLUMNS,
-            start_ns: t0,
-            end_ns: hl.last_event_ns.unwrap_or(0).max(t0 + end_rel).max(t0 + 1),
-            unit_label: "events".into(),
-        };
-        let from_histograms = points.iter().any(|p| p.span_ns > 0);
-        let h = build(&points, &opts);
-        let cells: Vec<u64> = h.cells.iter().flatten().copied().collect();
-        heat.insert(
-            kind.name().into(),
-            json!({
-                "start_ns": h.start_ns.saturating_sub(t0), "col_ns": h.col_ns,
-                "columns": h.columns, "min_exp": h.min_exp, "rows": h.rows.len(),
-                "cells": cells, "total": h.total,
-                "source": if from_histograms { "the kernel's histograms (every call)" } else { "events" },
-            }),
-        );
-    }
-
-    // Latency tables: the kernel's histograms for the system families, the probed
-    // functions' report, and the events' own percentiles (in the kinds' "latency").
-    let mut latency: Vec<Value> = Vec::new();
-    for &kind in present.iter() {
-        match kind {
-            EventKind::Syscall | EventKind::Bio | EventKind::Runq => {
-                let Some(r) = open() else { continue };
-                let rep = system_latency_from(r, kind, filter, usize::MAX);
-                for row in rep.rows {
-                    latency.push(json!({
-                        "kind": kind.name(), "name": row.name, "source": "kernel histograms",
-                        "count": row.count, "p50_ns": row.p50_ns, "p90_ns": row.p90_ns,
-                        "p99_ns": row.p99_ns, "max_ns": row.max_ns, "total_ns": row.total_ns,
-                    }));
-                }
-            }
-            EventKind::Func => {
-                let Some(r) = open() else { continue };
-                let rep = top_from(r, kind, Measure::Latency, filter, usize::MAX);
-                for row in rep.rows {
-                    if let Row::Func(f) = row {
-                        let stack = int.stack(&f.frames);
-                        latency.push(json!({
-                            "kind": "func", "name": f.function.unwrap_or_else(|| format!("function {}", f.function_id)),
-                            "source": "probed calls, per stack", "stack": stack,
-                            "count": f.count, "p50_ns": f.p50_ns, "p90_ns": f.p90_ns,
-                            "p99_ns": f.p99_ns, "max_ns": f.max_ns, "total_ns": f.total_ns,
-                        }));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    // Locks: waiters' stacks with the stack of the thread that released the lock.
-    let mut locks: Vec<Value> = Vec::new();
-    if present.contains(&EventKind::Lock) {
-        if let Some(r) = open() {
-            let rep = top_from(r, EventKind::Lock, Measure::Wait, filter, n);
-            for row in rep.rows {
-                if let Row::Lock(x) = row {
-                    let s = int.stack(&x.frames);
-                    let w = (!x.waker_frames.is_empty()).then(|| int.stack(&x.waker_frames));
-                    locks.push(json!({
-                        "stack": s, "waker": w, "count": x.count, "wait_ns": x.wait_ns,
-                        "wait_p99_ns": x.wait_p99_ns, "hold_ns": x.hold_ns,
-                        "hold_p99_ns": x.hold_p99_ns, "kind": x.kind, "mutex": x.mutex,
-                    }));
-                }
-            }
-        }
-    }
-
-    // Leaks (the allocations outstanding at the end).
-    let mut leaks: Vec<Value> = Vec::new();
-    let mut leaks_note: Option<String> = None;
-    if present.contains(&EventKind::Alloc) {
-        if let Some(r) = open() {
-            let rep = leaks_from(r, filter, n);
-            leaks_note = rep.note.clone();
-            for row in rep.rows {
-                if let Row::Leak(x) = row {
-                    let s = int.stack(&x.frames);
-                    leaks.push(json!({
-                        "stack": s, "count": x.count, "bytes": x.bytes,
-                        "oldest_ns": x.oldest_ns, "alive": x.alive,
-                    }));
-                }
-            }
-        }
-    }
-
-    // The differential flame graphs: per kind of either trace, stacks before and after.
-    let mut diff = serde_json::Map::new();
-    if let Some(base) = base {
-        let base_kinds: Vec<EventKind> = match base() {
-            Some(r) => {
-                let bi = crate::info::summarize_from(r, base_name.unwrap_or("base"));
-                let e = &bi.events;
-                let counts = [
-                    e.alloc,
-                    e.lock,
-                    e.func,
-                    e.cpu,
-                    e.offcpu,
-                    e.memgrowth,
-                    e.syscall,
-                    e.bio,
-                    e.runq,
-                    e.tcp,
-                ];
-                EventKind::ALL
-                    .into_iter()
-                    .zip(counts)
-                    .filter(|(_, c)| *c > 0)
-                    .map(|(k, _)| k)
-                    .collect()
-            }
-            None => Vec::new(),
-        };
-        for kind in EventKind::ALL {
-            if !present.contains(&kind) && !base_kinds.contains(&kind) {
-                continue;
-            }
-            let (Some(b), Some(a)) = (base(), open()) else {
-                continue;
-            };
-            let by = kind.default_measure();
-            let d = diff_from(b, a, kind, by, filter, DIFF_CAP);
-            let rows: Vec<[i64; 3]> = d
-                .rows
-                .iter()
-                .map(|r| {
-                    let s = int.stack(r.frames.as_deref().unwrap_or(&[]));
-                    [i64::from(s), r.before as i64, r.after as i64]
-                })
-                .collect();
-            diff.insert(
-                kind.name().into(),
-                json!({
-                    "by": by.name(), "unit": by.unit(), "rows": rows,
-                    "totals": [d.totals.before, d.totals.after],
-                    "notes": d.notes, "losses_before": losses_json(&d.losses_before),
-                }),
-            );
-        }
-    }
+    let threads = threads_json(&sink, &p.loaded);
+    let cpu = cpu_json(&sink);
+    let losses = p.loaded.losses.clone();
+    let heat = heatmaps_json(&mut p, &present, t0, end_rel);
+    let latency = latency_json(&mut p, &present, &mut int);
+    let locks = locks_json(&mut p, &present, n, &mut int);
+    let (leaks, leaks_note) = leaks_json(&mut p, &present, n, &mut int);
+    let diff = match base {
+        Some(base) => diff_json(base, base_name, &mut p, &present, filter, &mut int),
+        None => serde_json::Map::new(),
+    };
+    let summary = summary_of(&mut p);
 
     let stack_mode = info
         .as_ref()
@@ -735,6 +498,356 @@ fn data<R: Read, B: Read>(
         "diff": diff,
         "stats": stats,
     })
+}
+
+/// One kind's part of the page: its flame graph's sums per (stack, time bucket), its
+/// timeline events, the waker of each stack, its latencies.
+fn kind_json(
+    kind: EventKind,
+    acc: &mut KindAcc,
+    bucket_ns: u64,
+    l: &mut Loaded,
+    int: &mut Interner,
+    t0: u64,
+) -> Value {
+    acc.trim();
+    let (flat, totals, factor) = flame_sums(acc, l, int);
+    let tl = timeline(acc, l, int, t0);
+    let wakers = top_wakers(acc, l, int);
+    let lat: Vec<Value> = acc
+        .lat
+        .iter()
+        .rev()
+        .map(|(k, h)| {
+            json!({
+                "name": lat_name(l, kind, *k),
+                "count": h.count(), "p50_ns": h.quantile(0.5), "p90_ns": h.quantile(0.9),
+                "p99_ns": h.quantile(0.99), "max_ns": h.max(), "total_ns": h.total(),
+            })
+        })
+        .collect();
+    json!({
+        "unit": kind_unit(kind),
+        "measures": measures(kind),
+        "bucket_ns": bucket_ns * u64::from(factor),
+        "agg": flat,
+        "totals": totals,
+        "events": acc.events,
+        "timeline": tl,
+        "timeline_rule": timeline_rule(kind),
+        "timeline_kept": acc.tl.len(),
+        "wakers": wakers,
+        "latency": lat,
+    })
+}
+
+/// The (stack, bucket) sums under interned stacks, merged, then coarsened to [`AGG_CAP`]:
+/// `[stack, bucket, count, a, b]` flat, the totals of (count, a, b), and how many buckets
+/// each one merges.
+fn flame_sums(acc: &KindAcc, l: &mut Loaded, int: &mut Interner) -> (Vec<u64>, [u64; 3], u32) {
+    let mut agg: BTreeMap<(u32, u32), [u64; 3]> = BTreeMap::new();
+    let mut keys: Vec<(u64, u32)> = acc.agg.keys().copied().collect();
+    keys.sort_unstable();
+    for k in keys {
+        let v = acc.agg[&k];
+        let s = int.raw(l, k.0);
+        let e = agg.entry((s, k.1)).or_default();
+        for j in 0..3 {
+            e[j] += v[j];
+        }
+    }
+    let mut factor = 1u32;
+    while agg.len() > AGG_CAP {
+        factor *= 2;
+        let mut coarse: BTreeMap<(u32, u32), [u64; 3]> = BTreeMap::new();
+        for ((s, b), v) in agg {
+            let e = coarse.entry((s, b / 2)).or_default();
+            for j in 0..3 {
+                e[j] += v[j];
+            }
+        }
+        agg = coarse;
+    }
+    let mut flat: Vec<u64> = Vec::with_capacity(agg.len() * 5);
+    let mut totals = [0u64; 3];
+    for ((s, b), v) in &agg {
+        flat.extend([u64::from(*s), u64::from(*b), v[0], v[1], v[2]]);
+        for j in 0..3 {
+            totals[j] += v[j];
+        }
+    }
+    (flat, totals, factor)
+}
+
+/// The timeline events kept, in time order, flat: [t since `t0`, dur, tid, pid, stack,
+/// waker tid, waker stack + 1 (0: none), extra].
+fn timeline(acc: &mut KindAcc, l: &mut Loaded, int: &mut Interner, t0: u64) -> Vec<u64> {
+    acc.tl.sort_by_key(|e| e.t);
+    let mut tl: Vec<u64> = Vec::with_capacity(acc.tl.len() * 7);
+    for e in &acc.tl {
+        let s = int.raw(l, e.stack);
+        let w = if e.wstack != 0 {
+            u64::from(int.raw(l, e.wstack)) + 1
+        } else {
+            0
+        };
+        tl.extend([
+            e.t.saturating_sub(t0),
+            e.dur,
+            u64::from(e.tid),
+            u64::from(l.pid(e.generation)),
+            u64::from(s),
+            u64::from(e.wtid),
+            w,
+            e.extra,
+        ]);
+    }
+    tl
+}
+
+/// The waker seen most often per stack, interned: [stack, waker stack].
+fn top_wakers(acc: &KindAcc, l: &mut Loaded, int: &mut Interner) -> Vec<[u32; 2]> {
+    let mut top: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    let mut wk: Vec<((u64, u64), u64)> = acc.wakers.iter().map(|(k, v)| (*k, *v)).collect();
+    wk.sort_unstable();
+    for ((s, w), c) in wk {
+        let s = int.raw(l, s);
+        let w = int.raw(l, w);
+        let e = top.entry(s).or_insert((0, w));
+        if c > e.0 {
+            *e = (c, w);
+        }
+    }
+    top.iter().map(|(s, (_, w))| [*s, *w]).collect()
+}
+
+/// Threads, grouped by process: [pid, tid, comm, events].
+fn threads_json(sink: &ReportSink, l: &Loaded) -> Vec<Value> {
+    let mut threads: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
+    for (&(tid, generation), &c) in &sink.threads {
+        let (pid, comm) = l
+            .tables
+            .generations
+            .get(&generation)
+            .map_or((0, String::new()), |g| {
+                (g.process.pid, l.tables.string(g.process.comm).into_owned())
+            });
+        let e = threads.entry((pid, tid)).or_insert((comm, 0));
+        e.1 += c;
+    }
+    threads
+        .iter()
+        .map(|((pid, tid), (comm, c))| json!([pid, tid, comm, c]))
+        .collect()
+}
+
+/// CPU samples per thread and time bucket, flat: [tid, bucket, samples].
+fn cpu_json(sink: &ReportSink) -> Vec<u64> {
+    let mut cpu: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    for (&(tid, _, b), &c) in &sink.cpu {
+        *cpu.entry((tid, b)).or_default() += c;
+    }
+    cpu.iter()
+        .flat_map(|((tid, b), c)| [u64::from(*tid), u64::from(*b), *c])
+        .collect()
+}
+
+/// Heat maps of every latency kind present.
+fn heatmaps_json(
+    p: &mut Passed,
+    present: &[EventKind],
+    t0: u64,
+    end_rel: u64,
+) -> serde_json::Map<String, Value> {
+    let mut heat = serde_json::Map::new();
+    for &kind in present.iter().filter(|k| k.has_latency()) {
+        let points = p.heat_points(kind);
+        let opts = HeatmapOptions {
+            title: format!("{} latency", kind.name()),
+            columns: HEAT_COLUMNS,
+            start_ns: t0,
+            end_ns: p
+                .loaded
+                .last_event_ns
+                .unwrap_or(0)
+                .max(t0 + end_rel)
+                .max(t0 + 1),
+            unit_label: "events".into(),
+        };
+        let from_histograms = points.iter().any(|p| p.span_ns > 0);
+        let h = build(&points, &opts);
+        let cells: Vec<u64> = h.cells.iter().flatten().copied().collect();
+        heat.insert(
+            kind.name().into(),
+            json!({
+                "start_ns": h.start_ns.saturating_sub(t0), "col_ns": h.col_ns,
+                "columns": h.columns, "min_exp": h.min_exp, "rows": h.rows.len(),
+                "cells": cells, "total": h.total,
+                "source": if from_histograms { "the kernel's histograms (every call)" } else { "events" },
+            }),
+        );
+    }
+    heat
+}
+
+/// Latency tables: the kernel's histograms for the system families, the probed functions'
+/// report (the events' own percentiles are in the kinds' "latency").
+fn latency_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Vec<Value> {
+    let mut latency: Vec<Value> = Vec::new();
+    for &kind in present {
+        match kind {
+            EventKind::Syscall | EventKind::Bio | EventKind::Runq => {
+                for row in &p.latency(kind).rows {
+                    latency.push(json!({
+                        "kind": kind.name(), "name": row.name, "source": "kernel histograms",
+                        "count": row.count, "p50_ns": row.p50_ns, "p90_ns": row.p90_ns,
+                        "p99_ns": row.p99_ns, "max_ns": row.max_ns, "total_ns": row.total_ns,
+                    }));
+                }
+            }
+            EventKind::Func => {
+                for row in p.top(kind, Measure::Latency, usize::MAX).rows {
+                    if let Row::Func(f) = row {
+                        let stack = int.stack(&f.frames);
+                        latency.push(json!({
+                            "kind": "func", "name": f.function.unwrap_or_else(|| format!("function {}", f.function_id)),
+                            "source": "probed calls, per stack", "stack": stack,
+                            "count": f.count, "p50_ns": f.p50_ns, "p90_ns": f.p90_ns,
+                            "p99_ns": f.p99_ns, "max_ns": f.max_ns, "total_ns": f.total_ns,
+                        }));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    latency
+}
+
+/// Locks: waiters' stacks with the stack of the thread that released the lock.
+fn locks_json(p: &mut Passed, present: &[EventKind], n: usize, int: &mut Interner) -> Vec<Value> {
+    if !present.contains(&EventKind::Lock) {
+        return Vec::new();
+    }
+    let rows = p.top(EventKind::Lock, Measure::Wait, n).rows;
+    rows.into_iter()
+        .filter_map(|row| match row {
+            Row::Lock(x) => Some(x),
+            _ => None,
+        })
+        .map(|x| {
+            let s = int.stack(&x.frames);
+            let w = (!x.waker_frames.is_empty()).then(|| int.stack(&x.waker_frames));
+            json!({
+                "stack": s, "waker": w, "count": x.count, "wait_ns": x.wait_ns,
+                "wait_p99_ns": x.wait_p99_ns, "hold_ns": x.hold_ns,
+                "hold_p99_ns": x.hold_p99_ns, "kind": x.kind, "mutex": x.mutex,
+            })
+        })
+        .collect()
+}
+
+/// Leaks (the allocations outstanding at the end), and the note of the leak report.
+fn leaks_json(
+    p: &mut Passed,
+    present: &[EventKind],
+    n: usize,
+    int: &mut Interner,
+) -> (Vec<Value>, Option<String>) {
+    if !present.contains(&EventKind::Alloc) {
+        return (Vec::new(), None);
+    }
+    let rep = p.leaks(n, &Suppressions::runtime());
+    let leaks = rep
+        .rows
+        .into_iter()
+        .filter_map(|row| match row {
+            Row::Leak(x) => Some(x),
+            _ => None,
+        })
+        .map(|x| {
+            let s = int.stack(&x.frames);
+            json!({
+                "stack": s, "count": x.count, "bytes": x.bytes,
+                "oldest_ns": x.oldest_ns, "alive": x.alive,
+            })
+        })
+        .collect();
+    (leaks, rep.note)
+}
+
+/// The differential flame graphs: per kind of either trace, stacks before (the base, read
+/// for its info, then once for the stacks of every such kind) and after.
+fn diff_json<B: Read>(
+    base: &mut dyn FnMut() -> Option<TraceReader<B>>,
+    base_name: Option<&str>,
+    p: &mut Passed,
+    present: &[EventKind],
+    filter: &Filter,
+    int: &mut Interner,
+) -> serde_json::Map<String, Value> {
+    let mut diff = serde_json::Map::new();
+    let base_kinds: Vec<EventKind> = match base() {
+        Some(r) => {
+            let bi = crate::info::summarize_from(r, base_name.unwrap_or("base"));
+            let e = &bi.events;
+            let counts = [
+                e.alloc,
+                e.lock,
+                e.func,
+                e.cpu,
+                e.offcpu,
+                e.memgrowth,
+                e.syscall,
+                e.bio,
+                e.runq,
+                e.tcp,
+            ];
+            EventKind::ALL
+                .into_iter()
+                .zip(counts)
+                .filter(|(_, c)| *c > 0)
+                .map(|(k, _)| k)
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let kinds: Vec<EventKind> = EventKind::ALL
+        .into_iter()
+        .filter(|k| present.contains(k) || base_kinds.contains(k))
+        .collect();
+    if kinds.is_empty() {
+        return diff;
+    }
+    let Some(r) = base() else {
+        return diff;
+    };
+    let wants = Wants {
+        stacks: kinds.clone(),
+        ..Wants::default()
+    };
+    let mut b = Passed::read(r, filter, &wants, None);
+    for kind in kinds {
+        let by = kind.default_measure();
+        let d = diff_stacks(b.stacks(kind), p.stacks(kind), by, DIFF_CAP);
+        let rows: Vec<[i64; 3]> = d
+            .rows
+            .iter()
+            .map(|r| {
+                let s = int.stack(r.frames.as_deref().unwrap_or(&[]));
+                [i64::from(s), r.before as i64, r.after as i64]
+            })
+            .collect();
+        diff.insert(
+            kind.name().into(),
+            json!({
+                "by": by.name(), "unit": by.unit(), "rows": rows,
+                "totals": [d.totals.before, d.totals.after],
+                "notes": d.notes, "losses_before": losses_json(&d.losses_before),
+            }),
+        );
+    }
+    diff
 }
 
 /// JSON that is safe inside a `<script type="application/json">`: every `<` (which JSON

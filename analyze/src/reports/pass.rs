@@ -1,0 +1,203 @@
+//! Several reports of one trace from one pass over it: every report's sink is fed the same
+//! events by one `Loaded::from_trace` ([`Passed::read`]), then each report is made from the
+//! one [`Loaded`], with the losses it would have had reading the trace alone (each starts
+//! from the losses of the reading; its own notes and unresolved frames are its own). What
+//! `ebsym report` and `ebsym summary` read a trace with.
+use super::heatmap::HeatPoint;
+use super::kind::{EventKind, Measure};
+use super::leaks::LeakSink;
+use super::stacks::{stacks_of, Merged, StackSink, Stacks};
+use super::suppress::Suppressions;
+use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
+use super::top::{top_of, Report};
+use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
+use std::collections::BTreeMap;
+
+/// What a pass keeps, for which reports.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Wants {
+    /// The kinds whose stacks are merged ([`Passed::top`], [`Passed::stacks`]).
+    pub stacks: Vec<EventKind>,
+    /// The kinds whose kernel histograms are read ([`Passed::latency`]: syscall, bio,
+    /// runq).
+    pub latency: Vec<EventKind>,
+    /// The TCP connections ([`Passed::tcp`]).
+    pub tcp: bool,
+    /// The kinds whose heat map points are kept ([`Passed::heat_points`]).
+    pub heat: Vec<EventKind>,
+    /// The live blocks of the allocations ([`Passed::leaks`]).
+    pub leaks: bool,
+}
+
+/// The sinks of one pass, fed every event.
+struct Sinks<'a> {
+    stacks: Vec<(EventKind, StackSink)>,
+    hists: Vec<(EventKind, HistSink)>,
+    tcp: Option<TcpSink>,
+    points: Vec<(EventKind, PointSink)>,
+    leaks: Option<LeakSink>,
+    /// The caller's own sink (the HTML page's).
+    also: Option<&'a mut dyn Sink>,
+}
+
+impl Sink for Sinks<'_> {
+    fn event(&mut self, ev: &Event<'_>) {
+        if let Some(s) = &mut self.also {
+            s.event(ev);
+        }
+        for (_, s) in &mut self.stacks {
+            s.event(ev);
+        }
+        for (_, s) in &mut self.hists {
+            s.event(ev);
+        }
+        if let Some(s) = &mut self.tcp {
+            s.event(ev);
+        }
+        for (_, s) in &mut self.points {
+            s.event(ev);
+        }
+        if let Some(s) = &mut self.leaks {
+            s.event(ev);
+        }
+    }
+}
+
+/// A trace read once, and the reports it makes. Each report of [`Wants`] can be asked
+/// for; the stacks of a kind are merged once, however many reports use them.
+pub(crate) struct Passed {
+    /// The trace as read: its tables, header, first and last events; its losses are those
+    /// of the last report made.
+    pub loaded: Loaded,
+    /// The losses of the reading, before any report.
+    read: Losses,
+    filter: Filter,
+    stacks: BTreeMap<EventKind, StackSink>,
+    /// Merged stacks per kind, with the losses after merging them.
+    merged: BTreeMap<EventKind, (Vec<Merged>, Losses)>,
+    hists: BTreeMap<EventKind, HistSink>,
+    latency: BTreeMap<EventKind, SystemLatencyReport>,
+    tcp: Option<TcpSink>,
+    tcp_report: Option<TcpReport>,
+    points: BTreeMap<EventKind, PointSink>,
+    leaks: Option<LeakSink>,
+}
+
+impl Passed {
+    /// Reads `trace` once, keeping what the reports `wants` says need, the events that pass
+    /// `filter` also fed to `also`.
+    pub(crate) fn read(
+        trace: impl Trace,
+        filter: &Filter,
+        wants: &Wants,
+        also: Option<&mut dyn Sink>,
+    ) -> Passed {
+        let mut sinks = Sinks {
+            stacks: wants
+                .stacks
+                .iter()
+                .map(|&k| (k, StackSink::new(k, false)))
+                .collect(),
+            hists: wants
+                .latency
+                .iter()
+                .map(|&k| (k, HistSink::new(k)))
+                .collect(),
+            tcp: wants.tcp.then(TcpSink::default),
+            points: wants.heat.iter().map(|&k| (k, PointSink::new(k))).collect(),
+            leaks: wants.leaks.then(LeakSink::default),
+            also,
+        };
+        let loaded = Loaded::from_trace(trace, filter, &mut sinks);
+        Passed {
+            read: loaded.losses.clone(),
+            loaded,
+            filter: filter.clone(),
+            stacks: sinks.stacks.into_iter().collect(),
+            merged: BTreeMap::new(),
+            hists: sinks.hists.into_iter().collect(),
+            latency: BTreeMap::new(),
+            tcp: sinks.tcp,
+            tcp_report: None,
+            points: sinks.points.into_iter().collect(),
+            leaks: sinks.leaks,
+        }
+    }
+
+    /// The loaded trace with the losses of the reading, for a report of the caller's.
+    pub(crate) fn fresh(&mut self) -> &mut Loaded {
+        self.loaded.losses = self.read.clone();
+        &mut self.loaded
+    }
+
+    /// The merged stacks of `kind`, and the losses after merging them.
+    fn merged(&mut self, kind: EventKind) -> (Vec<Merged>, Losses) {
+        if !self.merged.contains_key(&kind) {
+            let sink = self
+                .stacks
+                .remove(&kind)
+                .expect("the pass kept the stacks of the kind");
+            let merged = sink.merge(self.fresh());
+            let losses = self.loaded.losses.clone();
+            self.merged.insert(kind, (merged, losses));
+        }
+        self.merged[&kind].clone()
+    }
+
+    /// `top_from` of the trace: the `n` stacks of `kind` with the most `by`.
+    pub(crate) fn top(&mut self, kind: EventKind, by: Measure, n: usize) -> Report {
+        let (merged, losses) = self.merged(kind);
+        self.loaded.losses = losses;
+        top_of(&mut self.loaded, kind, by, &self.filter, merged, n)
+    }
+
+    /// `stacks_from` of the trace: the merged stacks of `kind` with their values.
+    pub(crate) fn stacks(&mut self, kind: EventKind) -> Stacks {
+        let (merged, losses) = self.merged(kind);
+        self.loaded.losses = losses;
+        stacks_of(&self.loaded, kind, &self.filter, merged)
+    }
+
+    /// `system_latency_from` of the trace, every row: `ebsym latency --kind
+    /// syscall|bio|runq`.
+    pub(crate) fn latency(&mut self, kind: EventKind) -> &SystemLatencyReport {
+        if !self.latency.contains_key(&kind) {
+            let sink = self
+                .hists
+                .remove(&kind)
+                .expect("the pass kept the histograms of the kind");
+            let filter = self.filter.clone();
+            let report = sink.report(self.fresh(), kind, &filter, usize::MAX);
+            self.latency.insert(kind, report);
+        }
+        &self.latency[&kind]
+    }
+
+    /// `tcp_from` of the trace.
+    pub(crate) fn tcp(&mut self) -> &TcpReport {
+        if self.tcp_report.is_none() {
+            let sink = self.tcp.take().expect("the pass kept the connections");
+            let filter = self.filter.clone();
+            self.tcp_report = Some(sink.report(self.fresh(), &filter));
+        }
+        self.tcp_report.as_ref().unwrap()
+    }
+
+    /// `heat_points` of the trace (once).
+    pub(crate) fn heat_points(&mut self, kind: EventKind) -> Vec<HeatPoint> {
+        self.points
+            .remove(&kind)
+            .expect("the pass kept the heat map's points of the kind (once)")
+            .points()
+    }
+
+    /// `leaks_with` of the trace (once).
+    pub(crate) fn leaks(&mut self, n: usize, rules: &Suppressions) -> Report {
+        let sink = self
+            .leaks
+            .take()
+            .expect("the pass kept the live blocks (once)");
+        let filter = self.filter.clone();
+        sink.report(self.fresh(), &filter, n, rules)
+    }
+}
