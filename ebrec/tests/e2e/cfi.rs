@@ -268,8 +268,11 @@ fn cpu_samples_without_frame_pointers_reach_main() {
             .filter(|(k, _)| k.last().is_some_and(|f| f == "main"))
             .map(|(_, n)| n)
             .sum();
+        // Samples in the loader before main or in exit after it cannot reach main: at most
+        // 1% of them, or three when the program got little CPU (beside another test, 194
+        // samples in the second instead of ~500; 2 were outside main).
         assert!(
-            whole * 100 >= total * 99,
+            whole * 100 >= total * 99 || total - whole <= 3,
             "{mode}: {whole} of {total} samples reach main"
         );
     }
