@@ -136,6 +136,10 @@ fn check_func(dir: &Path, exe: &Path, args: &[&str], names: &BTreeSet<String>) {
 }
 
 fn names_round_trip(exe: &Path, args: &[&str], known: &[&str]) {
+    // Alone: with dozens of functions probed, the program's workers start slowly, and beside
+    // another test (one e2e binary) they once started after the program's deadline and
+    // served nothing: only main and the workers' loops returned.
+    let _alone = crate::common::exclusive();
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.pb.zst");
     // fp, as when this test was written: the whole stacks of auto also name functions that
@@ -172,7 +176,7 @@ fn every_name_ebsym_prints_is_one_func_takes() {
     let shop = ebtrace_testdata::build("shop", v).unwrap();
     names_round_trip(
         &shop,
-        &["--seconds", "0.5"],
+        &["--seconds", "1"],
         &[
             "main",
             "shop::Server::handle_request(unsigned long, shop::WorkerStats&)",
@@ -204,7 +208,7 @@ fn names_from_the_symbol_table_too() {
     );
     names_round_trip(
         &stripped,
-        &["--seconds", "0.5"],
+        &["--seconds", "1"],
         &[
             "main",
             "shop::Server::handle_request(unsigned long, shop::WorkerStats&)",
