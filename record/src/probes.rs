@@ -1147,7 +1147,11 @@ impl<'obj> Probes<'obj> {
             let after = [&g.hub_sys_enter, &g.hub_sys_exit].map(|p| prog_run_stats(p.as_fd()));
             let runs: u64 = (0..2).map(|i| after[i].1 - before[i].1).sum();
             let ns: u64 = (0..2).map(|i| after[i].0 - before[i].0).sum();
-            let measured = if runs > 0 { ns as f64 / runs as f64 } else { 0.0 };
+            let measured = if runs > 0 {
+                ns as f64 / runs as f64
+            } else {
+                0.0
+            };
             self.dispatch_ns = ((hooked - bare) / 2.0 - measured).clamp(5.0, 1000.0);
         }
         Ok(())

@@ -36,7 +36,9 @@ pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
     offcpu_event, sample_event,
 };
-pub use system_skel::types::{bio_event, chain_cost, hist_key, hist_val, runq_event, syscall_event, tcp_event};
+pub use system_skel::types::{
+    bio_event, chain_cost, hist_key, hist_val, runq_event, syscall_event, tcp_event,
+};
 
 // SAFETY: plain C structs of integers; any bytes are a valid value.
 unsafe impl plain::Plain for alloc_event {}

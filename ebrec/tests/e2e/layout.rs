@@ -112,5 +112,8 @@ fn the_man_pages_are_the_ones_clap_gives() {
         .map(|e| e.unwrap().file_name())
         .filter(|n| !dir.path().join(n).exists())
         .collect();
-    assert!(stale.is_empty(), "docs/man has pages no command writes: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "docs/man has pages no command writes: {stale:?}"
+    );
 }

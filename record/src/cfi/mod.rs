@@ -14,11 +14,11 @@
 //! least recently used first, when a new file needs the room.
 pub mod rows;
 
-use ebtrace_elf::Elf;
 use anyhow::{bail, Result};
 use ebtrace_bpf::{
     cfi_file, cfi_inode, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT,
 };
+use ebtrace_elf::Elf;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
