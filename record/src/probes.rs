@@ -1604,17 +1604,7 @@ impl<'obj> Probes<'obj> {
         let mut out = [(0u64, 0u64); FAM_COUNT];
         let dispatch_ns = self.dispatch_ns;
         let mut add = |p: &libbpf_rs::Program<'_>, fam: F| {
-            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
-            let mut len = std::mem::size_of_val(&info) as u32;
-            // SAFETY: info is a valid out buffer of len bytes.
-            let r = unsafe {
-                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-                    p.as_fd().as_raw_fd(),
-                    &mut info,
-                    &mut len,
-                )
-            };
-            if r == 0 {
+            if let Some(info) = prog_info(p.as_fd()) {
                 let e = &mut out[(fam as usize).min(FAM_COUNT - 1)];
                 e.0 += info.run_time_ns;
                 if p.prog_type() == libbpf_rs::ProgramType::Kprobe {
@@ -2027,17 +2017,10 @@ impl<'obj> Probes<'obj> {
     pub fn program_stats(&self) -> Vec<ProgStat> {
         let mut out = Vec::new();
         let mut add = |p: &libbpf_rs::Program<'_>| {
-            let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
-            let mut len = std::mem::size_of_val(&info) as u32;
-            // SAFETY: info is a valid out buffer of len bytes.
-            let r = unsafe {
-                libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(
-                    p.as_fd().as_raw_fd(),
-                    &mut info,
-                    &mut len,
-                )
+            let Some(info) = prog_info(p.as_fd()) else {
+                return;
             };
-            if r == 0 && (info.run_cnt > 0 || info.recursion_misses > 0) {
+            if info.run_cnt > 0 || info.recursion_misses > 0 {
                 out.push(ProgStat {
                     name: p.name().to_string_lossy().into_owned(),
                     run_time_ns: info.run_time_ns,
@@ -2090,19 +2073,20 @@ fn time_syscalls() -> f64 {
     best
 }
 
-/// A loaded program's kernel stats: (run time ns, runs).
-fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> (u64, u64) {
+/// A loaded program's kernel info (its run time, runs and recursion misses among it).
+fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<libbpf_rs::libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of_val(&info) as u32;
     // SAFETY: info is a valid out buffer of len bytes.
     let r = unsafe {
         libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
     };
-    if r == 0 {
-        (info.run_time_ns, info.run_cnt)
-    } else {
-        (0, 0)
-    }
+    (r == 0).then_some(info)
+}
+
+/// A loaded program's kernel stats: (run time ns, runs).
+fn prog_run_stats(fd: std::os::fd::BorrowedFd<'_>) -> (u64, u64) {
+    prog_info(fd).map_or((0, 0), |i| (i.run_time_ns, i.run_cnt))
 }
 
 /// What the kernel counted for one BPF program ([`Probes::program_stats`]).
