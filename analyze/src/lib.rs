@@ -34,15 +34,9 @@ pub mod time;
 
 use serde::Serialize;
 
-/// The version of the JSON that `ebsym … --json` prints (`ebsym info`'s and every report's),
-/// its first field `"schema_version"` (see [`Versioned`]). A field added keeps the version;
-/// a field renamed or removed, or one whose meaning, unit or type changes, bumps it, so that
-/// a script can check the one number it was written for. A bump adds a line to the table of
-/// versions in docs/json.md.
-///
-/// 1: the first version (before it, `ebsym info --json` and the reports' loss keys spelled
-/// the memgrowth family `mem_growth`).
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+/// The version of every `--json` object (`ebsym`'s and `ebrec doctor`'s), first field
+/// `"schema_version"` (see [`Versioned`]); defined once in ebtrace-format.
+pub use ebtrace_format::JSON_SCHEMA_VERSION;
 
 /// A report as `--json` prints it: `{"schema_version": JSON_SCHEMA_VERSION, …the report's
 /// own fields…}`. Only for what serializes as a JSON object (a struct or a map): anything

@@ -970,12 +970,19 @@ pub fn run(a: DoctorArgs) -> Result<()> {
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     let mut out = io::stdout().lock();
     let written = if a.json {
+        // schema_version first (docs/json.md), as ebsym's objects have it.
         let v = json!({
             "checks": checks.iter().map(Check::to_json).collect::<Vec<_>>(),
             "binaries": bins.iter().map(BinaryReport::to_json).collect::<Vec<_>>(),
             "stack_mode": mode,
         });
-        writeln!(out, "{v}")
+        let rest = v.to_string();
+        writeln!(
+            out,
+            "{{\"schema_version\":{},{}",
+            ebtrace_format::JSON_SCHEMA_VERSION,
+            &rest[1..]
+        )
     } else {
         checks
             .iter()

@@ -35,3 +35,13 @@ pub use writer::{TraceWriter, WriterOptions};
 
 pub use ebtrace_proto::v1 as proto;
 pub use ebtrace_proto::FORMAT_VERSION;
+
+/// The version of the JSON that `ebsym … --json` (`ebsym info`'s and every report's) and
+/// `ebrec doctor --json` print, their first field `"schema_version"`. A field added keeps the version;
+/// a field renamed or removed, or one whose meaning, unit or type changes, bumps it, so that
+/// a script can check the one number it was written for. A bump adds a line to the table of
+/// versions in docs/json.md.
+///
+/// 1: the first version (before it, `ebsym info --json` and the reports' loss keys spelled
+/// the memgrowth family `mem_growth`).
+pub const JSON_SCHEMA_VERSION: u32 = 1;

@@ -23,6 +23,12 @@ fn stdout(out: &Output) -> String {
 }
 
 fn json(out: &Output) -> Value {
+    // The version first, as every --json object of ebtrace has it (docs/json.md).
+    assert!(
+        stdout(out).starts_with("{\"schema_version\":1,"),
+        "{}",
+        stdout(out)
+    );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "not JSON ({e}): {}\nstderr: {}",
