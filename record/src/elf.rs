@@ -2,8 +2,6 @@
 //! fuzzed): build-ids, function symbols, sections, load segments, the dynamic section,
 //! unwind tables. What stays here is ebrec's alone: its own vDSO image. (ebrec never reads
 //! DWARF: that is ebsym's job.)
-/// The function lookup by name of the allocator and lock probes (`probes` imports it from here).
-pub use ebtrace_elf::Symbols;
 
 /// ebrec's own vDSO image: the bytes of its `[vdso]` mapping (at getauxval(AT_SYSINFO_EHDR),
 /// its size from /proc/self/maps), read once. The kernel maps the same image into every

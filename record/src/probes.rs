@@ -1,9 +1,9 @@
 //! Loading the BPF skeletons, attaching them to targets, and reading their counters.
-use crate::elf::Symbols;
 use crate::perf;
 use crate::placement::{self, Placement};
 use crate::{features, procfs};
 use anyhow::{bail, Context, Result};
+use ebtrace_elf::Symbols;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 use std::collections::{BTreeMap, HashMap};
