@@ -1138,9 +1138,11 @@ fn end_to_end(served: Served) {
     assert!(waits > 0);
     // Off-CPU blocks: the nanosleeps at least (5 ms, over the 100 us threshold).
     let q_off = format!("sum(ebrec_offcpu_seconds_count{{pid=\"{sys_pid}\"}})");
-    assert!(
-        prom_value(&prom_addr, &q_off).unwrap_or(0.0) >= sleeps as f64,
-        "{q_off}"
+    // Polled, as the lock waits above: the last window may not be closed or scraped yet.
+    wait_for(
+        30,
+        || format!("{q_off} >= {sleeps}; agent: {}", agent_log()),
+        || prom_value(&prom_addr, &q_off).filter(|&v| v >= sleeps as f64),
     );
 
     if served == Served::ByAgent {
