@@ -115,6 +115,14 @@ struct fork_hold_event {
 	__u32 stopped; /* the SIGSTOP was sent: ebrec must SIGCONT it */
 };
 
+/* A target's thread renamed itself (pthread_setname_np, prctl(PR_SET_NAME), a write to
+ * /proc/.../comm): the task_rename tracepoint (hub.bpf.c). h.type EV_THREAD_NAME. */
+#define EV_THREAD_NAME 1000
+struct thread_name_event {
+	struct event_header h;
+	char comm[16];
+};
+
 /* A lock wait (futex) or wait-and-hold (uprobe). `ips[0..nframes)` is the waiter's (or
  * acquirer's) stack, `ips[MAX_FRAMES..MAX_FRAMES+waker_nframes)` the waker's. Sent up to
  * the last used slot. */
@@ -171,6 +179,7 @@ struct offcpu_event {
 	__u32 pending;		/* state only: kept, waiting for the syscall exit */
 	__u64 user_ip;		/* state only: the user registers at the switch-out */
 	__u64 user_sp;
+	__u64 weight_ns;	/* the off-CPU time it stands for (--offcpu-sample; 0: itself) */
 	__u64 copy_id;
 	__u64 ips[OFFCPU_SLOTS];
 };

@@ -40,6 +40,31 @@ int BPF_PROG(hub_sys_exit, struct pt_regs *regs, long ret)
 	return 0;
 }
 
+struct thread_name_event _thread_name_event = {};
+
+/* A thread of a target renamed: its new name for the trace's Thread records (a thread
+ * that names itself as it starts, as a pool's workers do, is named before its first
+ * event; ebrec reads the names given before the recording from /proc). */
+SEC("tp_btf/task_rename")
+int BPF_PROG(hub_rename, struct task_struct *task, const char *comm)
+{
+	__u32 pid = BPF_CORE_READ(task, tgid);
+	if (!is_target(pid))
+		return 0;
+	struct thread_name_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0;
+	e->h.type = EV_THREAD_NAME;
+	e->h.pid = pid;
+	e->h.tid = BPF_CORE_READ(task, pid);
+	e->h.cpu = bpf_get_smp_processor_id();
+	e->h.time_ns = bpf_ktime_get_boot_ns();
+	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), comm);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(hub_fork, struct task_struct *parent, struct task_struct *child)
 {

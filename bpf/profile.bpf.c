@@ -25,6 +25,17 @@
  * recording (user space writes it through the mmapped .bss; each block is judged by the
  * value in force when it ends). */
 __u64 offcpu_min_ns = 0;
+/* --offcpu-sample: the sampling unit, ns (0: every block past the threshold is kept). A
+ * block that has been off the CPU d < unit ns when it is decided (at its wake when it is past
+ * the threshold by then, else at its switch-in) is kept with probability d/unit, and its event
+ * says the time it stands for (weight_ns = duration * unit / d), so that totals per stack are
+ * unbiased estimates; a block of at least the unit is always kept and stands for itself. The
+ * blocks left out cost a timestamp: no stack is taken. Writable like offcpu_min_ns; user space
+ * keeps it at most 1 s (the products below stay under 2^64). */
+__u64 offcpu_unit_ns = 0;
+/* Every block past the threshold, kept or left out by the sample: count and ns (exact). */
+__u64 offcpu_seen_blocks = 0;
+__u64 offcpu_seen_ns = 0;
 /* Bumped by user space when --max-cpu resumes a paused off-CPU family: per-task state from
  * before the pause (a switch-out whose switch-in was not seen) is never paired with what
  * comes after. */
@@ -135,10 +146,44 @@ struct offcpu_block {
 	__u8 pending;	 /* offcpu_pend holds a kept block waiting for the syscall exit */
 	__u8 pad;
 	__u32 epoch;	 /* offcpu_epoch at the switch-out */
+	__u32 pad2;
+	__u64 chosen_d;	 /* kept by the sample with probability chosen_d/chosen_unit (0: p = 1) */
+	__u64 chosen_unit;
 };
 
 #define OFFCPU_ADMITTED 1
 #define OFFCPU_REFUSED 2
+#define OFFCPU_SAMPLED_OUT 3
+
+/* --offcpu-sample's choice for a block off the CPU for `d` ns so far: whether it is kept,
+ * the probability noted in `b` for its weight. */
+static __always_inline bool offcpu_sample(struct offcpu_block *b, __u64 d)
+{
+	__u64 unit = offcpu_unit_ns;
+	b->chosen_d = 0;
+	if (!unit || d >= unit)
+		return true;
+	if (unit > 1000000000ULL)
+		unit = 1000000000ULL;
+	/* p = d/unit: r/2^32 < d/unit */
+	__u64 r = bpf_get_prandom_u32();
+	if (r * unit >= (d << 32))
+		return false;
+	b->chosen_d = d ? d : 1;
+	b->chosen_unit = unit;
+	return true;
+}
+
+/* The off-CPU time a kept block of `d` ns stands for. */
+static __always_inline __u64 offcpu_weight(struct offcpu_block *b, __u64 d)
+{
+	__u64 cd = b->chosen_d;
+	if (!cd)
+		return d;
+	if (d < (1ULL << 34))
+		return d * b->chosen_unit / cd;
+	return d / cd * b->chosen_unit;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -168,7 +213,7 @@ static __always_inline void offcpu_send(struct offcpu_event *e)
 		__u32 at = (e->waker_nframes + e->waker_kframes) & 255;
 		__u32 k = e->kframes & (KFRAMES - 1);
 		agg_add(FAM_OFFCPU, &e->ips[(at + k) & 511], e->nframes, &e->ips[at], k, e->flags,
-			0, e->duration_ns, 0);
+			0, e->weight_ns ? e->weight_ns : e->duration_ns, 0);
 		return;
 	}
 	__u32 used = e->waker_nframes + e->waker_kframes + e->kframes + e->nframes;
@@ -234,6 +279,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			b->waker_tid = 0;
 			b->woken = 0;
 			b->decided = 0;
+			b->chosen_d = 0;
 			b->epoch = offcpu_epoch;
 		}
 	}
@@ -256,7 +302,14 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		count(FAM_OFFCPU, CTR_FILTERED);
 		return 0;
 	}
+	__sync_fetch_and_add(&offcpu_seen_blocks, 1);
+	__sync_fetch_and_add(&offcpu_seen_ns, d);
 	__u8 decided = b->decided;
+	if (decided == OFFCPU_SAMPLED_OUT || (decided == 0 && !offcpu_sample(b, d))) {
+		count(FAM_OFFCPU, CTR_HITS);
+		count(FAM_OFFCPU, CTR_FILTERED);
+		return 0;
+	}
 	if (decided == OFFCPU_REFUSED || (decided == 0 && !admit(FAM_OFFCPU))) {
 		count(FAM_OFFCPU, CTR_HITS); /* admit counted the loss */
 		return 0;
@@ -276,6 +329,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	e->h.cpu = bpf_get_smp_processor_id();
 	e->h.time_ns = start;
 	e->duration_ns = d;
+	e->weight_ns = offcpu_weight(b, d);
 	e->state = b->state;
 	e->waker_pid = b->waker_pid;
 	e->waker_tid = b->waker_tid;
@@ -313,10 +367,17 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	/* Shorter than the threshold so far: the block may still cross it in the run queue
 	 * (then it is kept with the waker's tid and no waker stack), but mostly it will be
 	 * dropped, so no stack now. */
-	if (bpf_ktime_get_boot_ns() - b->start < offcpu_min_ns)
+	__u64 dw = bpf_ktime_get_boot_ns() - b->start;
+	if (dw < offcpu_min_ns)
 		return 0;
 	if (aggregate)
 		return 0; /* counted under the blocked thread's stacks only */
+	/* Decided here, with the time off the CPU so far: the waker's stacks are taken only for
+	 * a block the sample keeps. */
+	if (!offcpu_sample(b, dw)) {
+		b->decided = OFFCPU_SAMPLED_OUT;
+		return 0;
+	}
 	if (!admit(FAM_OFFCPU)) {
 		b->decided = OFFCPU_REFUSED;
 		return 0;

@@ -83,6 +83,11 @@ impl Hist {
         self.sum_ns += u128::from(ns);
     }
 
+    fn add_n(&mut self, ns: u64, n: u64) {
+        self.counts[bucket_ns(ns)] += n;
+        self.sum_ns += u128::from(ns) * u128::from(n);
+    }
+
     /// A kernel row: bucket b holds `[lo, hi)` ns of its layout, i.e. values <= hi - 1.
     fn add_row(&mut self, r: &ebtrace_format::events::HistogramRow) {
         for &(b, c) in &r.buckets {
@@ -117,11 +122,12 @@ impl Sink for Window {
     fn event(&mut self, ev: &Event<'_>) {
         match ev {
             Event::Lock(e) => self.lock.entry(e.generation).or_default().add(e.wait_ns),
+            // a block kept by --offcpu-sample stands for 1/p blocks of its length
             Event::OffCpu(e) => self
                 .offcpu
                 .entry(e.generation)
                 .or_default()
-                .add(e.duration_ns),
+                .add_n(e.duration_ns, e.blocks()),
             Event::Func(e) => self
                 .func
                 .entry((e.generation, e.function))

@@ -90,6 +90,11 @@ pub enum Fields {
     OffCpu {
         /// The task state it blocked in.
         state: u32,
+        /// The off-CPU time it stands for in totals (its duration unless `--offcpu-sample`
+        /// kept it with probability p: duration / p).
+        weight: u64,
+        /// The blocks it stands for (1, or 1/p).
+        blocks: u64,
     },
     MemGrowth {
         kind: MemGrowthKind,
@@ -212,7 +217,11 @@ impl Event<'_> {
                     e.stack,
                     e.time_ns,
                     Some(e.duration_ns),
-                    Fields::OffCpu { state: e.state },
+                    Fields::OffCpu {
+                        state: e.state,
+                        weight: e.weight(),
+                        blocks: e.blocks(),
+                    },
                 )
             },
             Event::MemGrowth(e) => v(
@@ -337,7 +346,8 @@ impl EventView {
             Fields::Lock { hold_ns, .. } => (d, hold_ns),
             Fields::Bio { bytes, .. } => (d, bytes),
             Fields::Cpu { .. } | Fields::Tcp { .. } => (1, 0),
-            Fields::Func { .. } | Fields::OffCpu { .. } | Fields::Syscall { .. } => (d, 0),
+            Fields::OffCpu { weight, .. } => (weight, 0),
+            Fields::Func { .. } | Fields::Syscall { .. } => (d, 0),
             Fields::Runq { .. } => (d, 0),
         }
     }

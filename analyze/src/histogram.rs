@@ -101,19 +101,28 @@ impl Histogram {
     /// Adds one value.
     #[inline]
     pub fn record(&mut self, v: u64) {
+        self.record_n(v, 1);
+    }
+
+    /// Adds `n` times the value `v` (a sampled event that stands for n).
+    #[inline]
+    pub fn record_n(&mut self, v: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
         let i = index(v);
         if self.counts.is_empty() || i < self.first || i >= self.first + self.counts.len() {
             self.cover(i, i);
         }
-        self.counts[i - self.first] += 1;
+        self.counts[i - self.first] += n;
         if self.count == 0 {
             (self.min, self.max) = (v, v);
         } else {
             self.min = self.min.min(v);
             self.max = self.max.max(v);
         }
-        self.count += 1;
-        self.total = self.total.saturating_add(v);
+        self.count += n;
+        self.total = self.total.saturating_add(v.saturating_mul(n));
     }
 
     /// Adds every value of `other`.

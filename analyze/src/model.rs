@@ -97,6 +97,12 @@ pub struct Losses {
     /// are estimates, each sampled allocation scaled by its inverse probability.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled: Option<Sampling>,
+    /// Off-CPU blocks kept by `--offcpu-sample`'s time-weighted sample (with probability
+    /// length/unit, each standing for 1/p blocks): the off-CPU times and counts per stack
+    /// are estimates. The events that were sampled (those that stand for more than
+    /// themselves).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offcpu_sampled: Option<u64>,
     /// Families counted in the kernel (--aggregate), with the events counted: there is no
     /// per-event timeline for them (no times within an interval, no threads, no addresses).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -322,6 +328,11 @@ impl Loaded {
                                 if let Event::Alloc(a) = &ev {
                                     if a.sample_period > 0 {
                                         self.losses.note_sampled(a.sample_period);
+                                    }
+                                }
+                                if let Event::OffCpu(o) = &ev {
+                                    if o.weight_ns != 0 {
+                                        *self.losses.offcpu_sampled.get_or_insert(0) += 1;
                                     }
                                 }
                                 let t = ev.time_generation_tid().0;

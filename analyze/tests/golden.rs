@@ -909,6 +909,7 @@ fn write_misc(path: &Path) {
             waker_tid: 43,
             waker_stack: waker,
             state: 1,
+            weight_ns: 0,
         })
         .unwrap();
     }

@@ -123,6 +123,16 @@ enum Command {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
     },
+    /// Where each thread group's time goes (threads named by the trace, digits folded:
+    /// worker-12 -> worker-*): on CPU (--cpu samples), in the run queue (--runq), and off
+    /// the CPU by cause (lock, disk, idle wait, network or pipe, sleep, ...: the blocked
+    /// thread's kernel stack, --offcpu), each cause with its top stacks.
+    ///
+    /// Example: `ebsym threads trace.pb.zst --json`
+    Threads {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+    },
     /// The top finding of each family, one line each ("most off-CPU time: futex_wait in
     /// Queue::pop, 42% of 12.10 s", "slowest syscall: fsync p99 38.20 ms (120 calls)").
     ///
@@ -656,6 +666,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Latency { args, kind } => reports_cli::latency(&args, kind.0, &mut out)?,
         Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,
         Command::Summary { args } => reports_cli::summary(&args, &mut out)?,
+        Command::Threads { args } => reports_cli::threads(&args, &mut out)?,
         Command::Heatmap {
             args,
             kind,

@@ -194,6 +194,16 @@ pub fn tcp(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     json_or_text(a.json, &rep, || rep.to_text(), out)
 }
 
+/// `ebsym threads`: where each thread group's time goes.
+pub fn threads(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let input = symbolized_input(a, &a.trace)?;
+    let r = input
+        .reader()
+        .with_context(|| format!("cannot open {}", a.trace.display()))?;
+    let rep = reports::threads_from(r, &a.filter());
+    json_or_text(a.json, &rep, || rep.to_text(), out)
+}
+
 /// `ebsym summary`: the top finding of each family.
 pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let input = symbolized_input(a, &a.trace)?;

@@ -227,6 +227,8 @@ family! {
         waker_tid: u32 = plain(waker_tid),
         waker_stack: u64 = plain(waker_stack),
         state: u32 = plain(state),
+        /// The off-CPU time the block stands for (0: its duration; see the proto).
+        weight_ns: u64 = optional(weight_ns),
     }
 }
 
@@ -611,5 +613,26 @@ mod histogram_tests {
         let mut h = two_rows();
         h.nbuckets = vec![u32::MAX, u32::MAX];
         assert!(histogram_rows(&h).is_err());
+    }
+}
+
+impl OffCpuEvent {
+    /// The off-CPU time the block stands for in totals: its duration, or, for a block kept
+    /// by `--offcpu-sample`'s time-weighted sample with probability p, duration / p.
+    pub fn weight(&self) -> u64 {
+        if self.weight_ns == 0 {
+            self.duration_ns
+        } else {
+            self.weight_ns
+        }
+    }
+
+    /// The blocks it stands for: 1, or 1/p (rounded) for a sampled block.
+    pub fn blocks(&self) -> u64 {
+        if self.weight_ns == 0 || self.duration_ns == 0 || self.weight_ns <= self.duration_ns {
+            1
+        } else {
+            (self.weight_ns + self.duration_ns / 2) / self.duration_ns
+        }
     }
 }

@@ -23,6 +23,8 @@ pub struct Tables {
     pub build_ids: HashMap<u64, Vec<u8>>,
     pub stacks: HashMap<u64, Stack>,
     pub generations: HashMap<u32, GenerationInfo>,
+    /// Thread names by (generation, tid): (since, string id), in the order written.
+    pub threads: HashMap<(u32, u32), Vec<(u64, u64)>>,
     /// Records that referenced an id that was not defined (yet), e.g. after a corrupt chunk.
     pub dangling: u64,
 }
@@ -61,6 +63,16 @@ impl Tables {
                     g.process = p.clone();
                 }
             }
+            Some(Kind::Thread(t)) => {
+                let v = self.threads.entry((t.generation, t.tid)).or_default();
+                // the same name again (each file of a rotation, a window) is no new entry
+                if v.last().map(|l| l.1) != Some(t.name) {
+                    v.push((t.time_ns, t.name));
+                    if v.len() > 1 && v[v.len() - 2].0 > t.time_ns {
+                        v.sort_by_key(|x| x.0);
+                    }
+                }
+            }
             Some(Kind::Mapping(m)) => {
                 self.generations
                     .entry(m.generation)
@@ -79,6 +91,16 @@ impl Tables {
             Some(v) => String::from_utf8_lossy(v),
             None => "".into(),
         }
+    }
+
+    /// The name of thread `tid` of `generation` at `time_ns`: the last name given at or
+    /// before then (the first one, for an earlier time); None when the trace names no
+    /// such thread (an older trace, or a thread gone before the recorder read its name).
+    pub fn thread_name(&self, generation: u32, tid: u32, time_ns: u64) -> Option<&[u8]> {
+        let v = self.threads.get(&(generation, tid))?;
+        let at = v.partition_point(|&(t, _)| t <= time_ns);
+        let (_, id) = v[at.saturating_sub(1)];
+        self.strings.get(&id).map(|s| s.as_slice())
     }
 
     /// The build-id with id `id` as lowercase hex ("" for 0 or unknown).

@@ -272,6 +272,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             waker_tid: 49,
             waker_stack: stack,
             state: 2,
+            weight_ns: 0,
         };
         w.offcpu(&o).unwrap();
         out.offcpu.push(o);

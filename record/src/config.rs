@@ -81,6 +81,13 @@ pub struct RecordConfig {
     /// and the waker.
     #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "100"))]
     pub offcpu: Option<u64>,
+    /// Off-CPU sampling unit, microseconds (0: every block past the threshold, exact). A
+    /// block shorter than US is kept, with its stacks and waker, with probability
+    /// duration/US and stands for US of off-CPU time in the totals (a time-weighted sample:
+    /// a rare long block is never lost, the many short ones cost a timestamp); longer
+    /// blocks are all kept. At most 1 s.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
+    pub offcpu_sample: u64,
     /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
     #[cfg_attr(feature = "cli", arg(long))]
     pub memgrowth: bool,

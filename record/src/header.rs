@@ -48,6 +48,7 @@ pub fn header(a: &RecordConfig) -> Header {
     }
     if let Some(us) = a.offcpu {
         opt("offcpu", us.to_string());
+        opt("offcpu-sample", a.offcpu_sample.to_string());
     }
     if a.memgrowth {
         opt("memgrowth", "true".into());

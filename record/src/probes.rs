@@ -65,6 +65,8 @@ pub struct ProbeConfig {
     pub cpu_hz: Option<u64>,
     /// --offcpu: shortest block kept, ns.
     pub offcpu_min_ns: Option<u64>,
+    /// --offcpu-sample: the time-weighted sample's unit, ns (0: every block).
+    pub offcpu_unit_ns: u64,
     pub memgrowth: bool,
     /// --func: integer arguments kept per call.
     pub func_args: u32,
@@ -727,6 +729,7 @@ impl<'obj> Probes<'obj> {
             agg_setup!(open, ro, cfg);
             if let Some(d) = open.maps.bss_data.as_deref_mut() {
                 d.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
+                d.offcpu_unit_ns = cfg.offcpu_unit_ns.min(1_000_000_000);
             }
             for mut p in open.open_object_mut().progs_mut() {
                 let name = p.name().to_string_lossy().into_owned();
@@ -810,25 +813,18 @@ impl<'obj> Probes<'obj> {
         } else {
             None
         };
-        // The hub, when a family has a program on raw sys_enter or sys_exit.
-        let hub = if (cfg.lock_min_ns.is_some() && cfg.lock_mode == LockMode::Futex)
-            || cfg.memgrowth
-            || cfg.offcpu_min_ns.is_some()
-            || cfg.syscall_min_ns.is_some()
-            || cfg.runq_min_ns.is_some()
-            || cfg.tcp
-        {
+        // The hub: the system call chain when a family has a program on raw sys_enter or
+        // sys_exit, and always the targets' thread renames (task_rename).
+        let hub = {
             let mut open = HubSkelBuilder::default()
                 .open(hub_obj)
                 .map_err(|e| load_error("system call hub", e))?;
             let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
             ro.all_processes = cfg.all;
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-            // It sends no events: the smallest ring.
-            open.maps.events.set_max_entries(4096)?;
+            // It sends only thread renames: a small ring.
+            open.maps.events.set_max_entries(64 * 1024)?;
             Some(open.load().map_err(|e| load_error("system call hub", e))?)
-        } else {
-            None
         };
         let mut p = Probes {
             alloc,
@@ -1127,8 +1123,9 @@ impl<'obj> Probes<'obj> {
             None
         };
         for (prog, on, what) in [
-            (&g.hub_fork, enter || exit, "sched_process_fork"),
-            (&g.hub_exit, enter || exit, "sched_process_exit"),
+            (&g.hub_rename, true, "task_rename"),
+            (&g.hub_fork, true, "sched_process_fork"),
+            (&g.hub_exit, true, "sched_process_exit"),
             (&g.hub_sys_exit, exit, "sys_exit"),
             (&g.hub_sys_enter, enter, "sys_enter"),
         ] {
@@ -1553,6 +1550,19 @@ impl<'obj> Probes<'obj> {
             // as `self`; an aligned u64 store is atomic on x86-64 and the BPF side only
             // reads it.
             unsafe { std::ptr::write_volatile(p, period) };
+        }
+    }
+
+    /// --offcpu: the blocks past the threshold so far, kept or left out by the sample, and
+    /// their ns off the CPU (exact); None without the off-CPU programs.
+    pub fn offcpu_seen(&self) -> Option<(u64, u64)> {
+        let b = self.profile.as_ref()?.maps.bss_data.as_deref()?;
+        // SAFETY: plain u64s in the mmapped .bss, written by the programs with atomic adds.
+        unsafe {
+            Some((
+                std::ptr::read_volatile(&b.offcpu_seen_blocks),
+                std::ptr::read_volatile(&b.offcpu_seen_ns),
+            ))
         }
     }
 

@@ -178,6 +178,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         all: a.all,
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
+        offcpu_unit_ns: a.offcpu_sample * 1000,
         memgrowth: a.memgrowth,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
         bio_min_ns: a.bio.map(|us| us * 1000),
@@ -372,6 +373,9 @@ fn record_with(
     }
     if let Some(sy) = &probes_ref.system {
         rbb.add(&sy.maps.events, push("system"))?;
+    }
+    if let Some(h) = &probes_ref.hub {
+        rbb.add(&h.maps.events, push("hub"))?;
     }
     let rb = rbb.build()?;
 
@@ -585,6 +589,20 @@ fn record_with(
     let evictions = s.w.stats().stack_evictions;
     let stacks = s.stack_quality.lines();
     let cfi = s.cfi.as_ref().map(|t| t.summary());
+    let offcpu_sample = match (a.offcpu, probes_ref.offcpu_seen()) {
+        (Some(_), Some((n, ns))) if a.offcpu_sample > 0 => {
+            let kept = families
+                .iter()
+                .find(|f| f.family == ebtrace_format::proto::EventFamily::Offcpu as i32)
+                .map_or(0, |f| f.kept);
+            Some(format!(
+                "offcpu: {n} blocks past the threshold, {:.2} s off the CPU; {kept} kept with their stacks by the time-weighted sample (--offcpu-sample={} us: a shorter block kept with probability length/unit, standing for 1/p blocks)",
+                ns as f64 / 1e9,
+                a.offcpu_sample
+            ))
+        }
+        _ => None,
+    };
     let out = s.w.finish(Some(Trailer {
         end_time_ns: end,
         end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
@@ -618,6 +636,7 @@ fn record_with(
         budget_line,
         stacks,
         cfi,
+        offcpu_sample,
     }
     .print();
     Ok(())

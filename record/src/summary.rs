@@ -34,6 +34,8 @@ pub struct Summary<'a> {
     pub stacks: Vec<String>,
     /// --stack-mode cfi|auto: the unwind tables in the kernel.
     pub cfi: Option<String>,
+    /// --offcpu with --offcpu-sample: the blocks seen and those kept.
+    pub offcpu_sample: Option<String>,
 }
 
 impl Summary<'_> {
@@ -59,6 +61,7 @@ impl Summary<'_> {
             budget_line,
             stacks,
             cfi,
+            offcpu_sample,
         } = self;
         eprintln!(
             "ebrec: {} after {:.1} s: {} processes, {} ({:.2} MiB)",
@@ -74,6 +77,9 @@ impl Summary<'_> {
                 "ebrec:   {name:<9} kept {:>9}  lost {:>7}  filtered {:>9}  probe hits {:>10}",
                 f.kept, f.lost, f.filtered, f.hits
             );
+        }
+        if let Some(l) = &offcpu_sample {
+            eprintln!("ebrec:   {l}");
         }
         for l in &stacks {
             eprintln!("ebrec:   stacks {l}");

@@ -34,7 +34,11 @@
 //   "reader":{"tid":B,"rounds":R,"durations_ns":[...]},
 //   "writer":{"tid":C},"pingpong":{"tids":[D,E],"round_trips":P}}
 // where each duration is measured by the caller around the call with
-// CLOCK_MONOTONIC.
+// CLOCK_MONOTONIC. Each thread names itself (pthread_setname_np) as it starts: sleeper,
+// reader, writer, pingpong-1, pingpong-2 (the thread-name reports fold the last two to
+// pingpong-*).
+
+#include <pthread.h>
 
 #include <atomic>
 #include <thread>
@@ -99,6 +103,7 @@ EBT_NOINLINE void pingpong_e(int in, int out, int64_t trips) {
 std::atomic<int64_t> reading{0};  // rounds reader_b has started
 
 EBT_NOINLINE void sleeper_loop(int64_t naps, int ms, long* tid, std::vector<int64_t>* d) {
+  pthread_setname_np(pthread_self(), "sleeper");
   *tid = ebt::gettid_();
   for (int64_t i = 0; i < naps; i++) {
     const int64_t t0 = ebt::now_ns();
@@ -109,6 +114,7 @@ EBT_NOINLINE void sleeper_loop(int64_t naps, int ms, long* tid, std::vector<int6
 }
 
 EBT_NOINLINE void reader_loop(int fd, int64_t rounds, long* tid, std::vector<int64_t>* d) {
+  pthread_setname_np(pthread_self(), "reader");
   *tid = ebt::gettid_();
   for (int64_t r = 0; r < rounds; r++) {
     const int64_t t0 = ebt::now_ns();
@@ -120,6 +126,7 @@ EBT_NOINLINE void reader_loop(int fd, int64_t rounds, long* tid, std::vector<int
 }
 
 EBT_NOINLINE void writer_loop(int fd, int64_t rounds, int ms, long* tid) {
+  pthread_setname_np(pthread_self(), "writer");
   *tid = ebt::gettid_();
   for (int64_t r = 0; r < rounds; r++) {
     while (reading.load() <= r) {
@@ -142,10 +149,12 @@ EBT_NOINLINE void run_offcpu(int64_t naps, int ms, int64_t rounds, int writer_ms
   long tid_d = 0, tid_e = 0;
   {
     std::thread d([&] {
+      pthread_setname_np(pthread_self(), "pingpong-1");
       tid_d = ebt::gettid_();
       offcpu::pingpong_d(ed[0], de[1], trips);
     });
     std::thread e([&] {
+      pthread_setname_np(pthread_self(), "pingpong-2");
       tid_e = ebt::gettid_();
       offcpu::pingpong_e(de[0], ed[1], trips);
     });

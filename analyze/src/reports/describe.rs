@@ -141,7 +141,7 @@ pub(crate) fn describe(
     let waker = v.waker.unwrap_or(Waker { tid: 0, stack: 0 });
     let mut waker_thread = None;
     let (title, fields) = match v.fields {
-        Fields::OffCpu { state } => {
+        Fields::OffCpu { state, .. } => {
             let place = place();
             let blocked_in = kernel_place(frames);
             let mut fields = vec![

@@ -48,6 +48,7 @@ pub mod summary;
 pub mod suppress;
 pub mod system;
 mod text;
+pub mod threads;
 mod top;
 
 pub use crate::model::{Records, Trace};
@@ -59,6 +60,7 @@ pub use leaks::{leaks, leaks_from, leaks_with};
 pub use stacks::{stacks, stacks_from, stacks_with_inuse_from, StackValues, Stacks};
 pub use system::{system_latency_from, tcp_from, SystemLatencyReport, TcpReport};
 pub use text::{empty_note, losses_text};
+pub use threads::{threads_from, ThreadsReport};
 pub use top::{
     top, top_from, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row,
     RunqRow, SyscallRow, TcpStackRow,

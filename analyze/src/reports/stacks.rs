@@ -108,6 +108,9 @@ impl Sink for StackSink {
         {
             (n, a) = self.estimate.add(size, sample_period);
         }
+        if let Fields::OffCpu { blocks, .. } = v.fields {
+            n = blocks;
+        }
         let g = self.by_stack.entry((v.stack, v.sub_key())).or_default();
         g.count += n;
         g.a += a;

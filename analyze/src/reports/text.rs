@@ -87,6 +87,12 @@ pub fn losses_text(l: &Losses) -> String {
             sm.sampled_allocs
         );
     }
+    if let Some(n) = l.offcpu_sampled {
+        let _ = writeln!(
+            s,
+            "estimates: off-CPU blocks shorter than --offcpu-sample's unit are a time-weighted sample ({n} sampled blocks, each kept with probability length/unit): off-CPU times and counts are scaled by 1/p; longer blocks are all kept"
+        );
+    }
     if !l.aggregated.is_empty() {
         let v: Vec<String> = l
             .aggregated

@@ -31,6 +31,7 @@ pub mod system_skel {
 pub use alloc_skel::types::{
     agg_key, agg_stack, agg_val, alloc_event, event_header, fork_hold_event, free_event,
 };
+pub use hub_skel::types::thread_name_event;
 pub use lock_skel::types::lock_event;
 pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
@@ -63,6 +64,7 @@ unsafe impl plain::Plain for tcp_event {}
 unsafe impl plain::Plain for hist_key {}
 unsafe impl plain::Plain for hist_val {}
 unsafe impl plain::Plain for chain_cost {}
+unsafe impl plain::Plain for thread_name_event {}
 
 /// The constants of bpf/events.h (MAX_FRAMES, CTR_*, …), generated from the header by build.rs.
 #[allow(dead_code)]

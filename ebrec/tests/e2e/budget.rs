@@ -156,7 +156,9 @@ fn a_cpu_budget_raises_the_offcpu_threshold() {
     let _one = common::exclusive();
     let r = record_loud(
         "offcpu_blocks",
-        &["--offcpu=1", "--max-cpu", "0.01"],
+        // every block past the threshold kept (no time-weighted sample): the threshold is
+        // what the budget moves here
+        &["--offcpu=1", "--offcpu-sample=0", "--max-cpu", "0.01"],
         &["--pingpong", "300000"],
     );
     let err = String::from_utf8_lossy(&r.out.stderr).to_string();

@@ -218,10 +218,12 @@ fn offcpu_blocks_export_to_perfetto_and_firefox() {
         .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
         .map(|e| (tid_of(e), e["args"]["name"].as_str().unwrap()))
         .collect();
-    for tid in [sleeper, reader, writer] {
-        assert!(
-            named.contains_key(&tid),
-            "no thread_name for {tid}: {named:?}"
+    // Each thread by the name it gave itself (pthread_setname_np), then its tid.
+    for (tid, name) in [(sleeper, "sleeper"), (reader, "reader"), (writer, "writer")] {
+        assert_eq!(
+            named.get(&tid).copied(),
+            Some(format!("{name} {tid}").as_str()),
+            "{named:?}"
         );
     }
     assert!(events(&p).iter().any(|e| e["ph"] == "M"

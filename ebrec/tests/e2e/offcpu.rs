@@ -294,3 +294,156 @@ fn offcpu_blocks_dwarf() {
     }
     check("dwarf");
 }
+
+/// --offcpu-sample, the time-weighted sample: 800 naps of 2 ms, under the 10 ms unit, are
+/// each kept (with their stacks) with probability 2/10 and stand for 1/p naps, so sleeper_a's
+/// off-CPU time and count in `ebsym top` are the program's own timing within the sample's
+/// error (about 8% for ~160 kept naps; the bounds are 30%), while far fewer events are
+/// written; with --offcpu-sample=0 every nap is there, as it is.
+#[test]
+fn offcpu_time_weighted_sample_estimates_the_total() {
+    if !root() {
+        return;
+    }
+    const NAPS: u64 = 800;
+    for unit in [10_000u64, 0] {
+        let flag = format!("--offcpu-sample={unit}");
+        let rec = common::record(
+            "offcpu_blocks",
+            &["--offcpu=1000", &flag],
+            &[
+                "--naps",
+                &NAPS.to_string(),
+                "--ms",
+                "2",
+                "--rounds",
+                "1",
+                "--pingpong",
+                "0",
+            ],
+        );
+        let expect = expect_line(&rec.out, "offcpu_blocks");
+        let sleeper = expect["sleeper"]["tid"].as_u64().unwrap();
+        let timed: u64 = expect["sleeper"]["durations_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        let (events, (hits, kept, filtered), skipped) = offcpu_events(&rec.trace);
+        assert_eq!(skipped, 0, "{unit}: program runs skipped");
+        assert!(hits >= kept + filtered, "{unit}: {hits} {kept} {filtered}");
+        let naps: Vec<_> = events
+            .iter()
+            .filter(|e| u64::from(e.tid) == sleeper)
+            .collect();
+        let t = rec.trace.to_str().unwrap();
+        let rows = rows_with(t, sleeper, "offcpu::sleeper_a");
+        let count: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+        let ns: u64 = rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
+        if unit == 0 {
+            assert_eq!(naps.len() as u64, NAPS, "every nap kept");
+            assert!(naps.iter().all(|e| e.weight_ns == 0), "{naps:?}");
+            assert_eq!(count, NAPS);
+            assert!(
+                ns <= timed && ns as f64 >= 0.9 * timed as f64,
+                "{ns} ns off the CPU, the program timed {timed}"
+            );
+        } else {
+            let k = naps.len() as u64;
+            assert!(
+                (NAPS / 10..=NAPS / 2).contains(&k),
+                "{k} of {NAPS} naps kept, about a fifth expected"
+            );
+            // each kept nap stands for unit/(its length at the wake) naps: more than itself
+            assert!(naps.iter().all(|e| e.weight_ns > e.duration_ns), "{naps:?}");
+            let ratio = ns as f64 / timed as f64;
+            assert!(
+                (0.7..1.3).contains(&ratio),
+                "estimated {ns} ns off the CPU, the program timed {timed} ns ({k} kept)"
+            );
+            let cr = count as f64 / NAPS as f64;
+            assert!(
+                (0.7..1.3).contains(&cr),
+                "estimated {count} naps of {NAPS} ({k} kept)"
+            );
+            // the report says its numbers are estimates
+            let top = ebsym_json(&["top", t, "--kind", "offcpu"]);
+            assert!(
+                top["losses"]["offcpu_sampled"].as_u64() >= Some(k),
+                "{}",
+                top["losses"]
+            );
+        }
+    }
+}
+
+/// Thread names and `ebsym threads`: offcpu_blocks's threads name themselves as they start
+/// (sleeper, reader, writer, pingpong-1, pingpong-2); the report groups them by name with
+/// the digits folded and splits each group's time by cause from the blocked thread's
+/// kernel stack: the sleeper's naps are sleep, the reader's pipe reads "network or pipe",
+/// each as long as the program timed them.
+#[test]
+fn threads_report_names_the_threads_and_where_their_time_goes() {
+    if !root() {
+        return;
+    }
+    let rec = common::record(
+        "offcpu_blocks",
+        &["--offcpu=5000", "--offcpu-sample=0", "--cpu", "--runq=1000"],
+        &["--ms", "21", "--writer-ms", "25", "--pingpong", "20000"],
+    );
+    let expect = expect_line(&rec.out, "offcpu_blocks");
+    let timed = |k: &str| -> u64 {
+        expect[k]["durations_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum()
+    };
+    let t = rec.trace.to_str().unwrap();
+    let rep = ebsym_json(&["threads", t]);
+    let groups = rep["groups"].as_array().unwrap();
+    let group = |name: &str| -> &Value {
+        groups
+            .iter()
+            .find(|g| g["thread"] == name)
+            .unwrap_or_else(|| panic!("no thread group {name}: {rep:#}"))
+    };
+    for (name, cause, func, k) in [
+        ("sleeper", "sleep", "offcpu::sleeper_a", "sleeper"),
+        ("reader", "network or pipe", "offcpu::reader_b", "reader"),
+    ] {
+        let g = group(name);
+        assert_eq!(g["threads"], 1, "{g:#}");
+        let top = &g["offcpu"][0];
+        assert_eq!(top["cause"], cause, "{g:#}");
+        let ns = top["ns"].as_u64().unwrap();
+        let want = timed(k);
+        assert!(
+            ns <= want && ns as f64 >= 0.9 * want as f64,
+            "{name}: {ns} ns of {cause}, the program timed {want} ns: {g:#}"
+        );
+        let frames: Vec<&str> = top["top_stacks"][0]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert!(frames.iter().any(|f| is_fn(f, func)), "{name}: {frames:?}");
+    }
+    assert_eq!(group("writer")["offcpu"][0]["cause"], "sleep");
+    let pp = group("pingpong-*");
+    assert_eq!(pp["threads"], 2, "{pp:#}");
+    let mut names: Vec<&str> = pp["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["pingpong-1", "pingpong-2"]);
+    // the ping-pong runs on the CPU and waits in the run queue: both are seen
+    assert!(pp["on_cpu_ns"].as_u64().unwrap() > 0, "{pp:#}");
+}

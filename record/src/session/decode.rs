@@ -112,6 +112,17 @@ impl Session<'_> {
             return self.held_child(h.pid, e.stopped != 0, h.time_ns);
         }
         let g = self.gen_or_snapshot(h.pid, h.time_ns)?;
+        if h.r#type == probes::EV_THREAD_NAME as u32 {
+            let e: probes::thread_name_event = probes::read_event(data);
+            let name: Vec<u8> = e
+                .comm
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&c| c != 0)
+                .collect();
+            return self.thread_renamed(g, h.tid, &name, h.time_ns);
+        }
+        self.thread_seen(g, h.pid, h.tid, h.time_ns)?;
         self.family = h.r#type as usize;
         match h.r#type {
             t if t == EventFamily::Alloc as u32 => {
@@ -227,6 +238,12 @@ impl Session<'_> {
                     waker_tid: e.waker_tid,
                     waker_stack,
                     state: e.state,
+                    // 0: the block stands for itself (kept whatever its length)
+                    weight_ns: if e.weight_ns == e.duration_ns {
+                        0
+                    } else {
+                        e.weight_ns
+                    },
                 })?;
                 self.kept[EventFamily::Offcpu] += 1;
             }

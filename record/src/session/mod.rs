@@ -14,6 +14,7 @@ mod losses;
 mod rotation;
 mod sideband;
 mod stackcopy;
+mod threads;
 
 use crate::perf::{SideBand, SideBandReader};
 use crate::probes::{self, Probes};
@@ -130,6 +131,8 @@ pub struct Session<'a> {
     /// Off-CPU wakers in untraced processes whose user frames were dropped (their addresses
     /// mean nothing in the target's maps). Shown in the exit summary.
     pub waker_frames_dropped: u64,
+    /// Thread names (threads.rs).
+    threads: threads::Threads,
     /// The launched command, whose EXIT record waits for its code from waitpid.
     pub launched: Option<u32>,
     /// --aggregate: the counters written so far (None: not aggregating).
@@ -183,6 +186,7 @@ impl<'a> Session<'a> {
             never_attached: 0,
             children_attached: HashMap::new(),
             waker_frames_dropped: 0,
+            threads: Default::default(),
             probed: Vec::new(),
             malformed: 0,
             last_counters: BTreeMap::new(),

@@ -67,6 +67,10 @@ impl Session<'_> {
             }
             keep.push((id, pid, ended));
         }
+        // Thread names: written again at each thread's next event; those of the processes
+        // left out above are forgotten.
+        let kept: HashSet<u32> = keep.iter().map(|k| k.0).collect();
+        self.threads.new_file(|g| kept.contains(&g));
         // Processes gone for good: forgotten (a pid used again is a new process).
         let kept: HashSet<u32> = keep.iter().map(|k| k.1).collect();
         self.by_pid.retain(|pid, _| kept.contains(pid));

@@ -241,6 +241,24 @@ impl Collected {
         }
     }
 
+    /// The name a thread is shown with: its own name (the trace's Thread records: the last
+    /// one it was given) then its tid, the main thread by its name alone; "comm tid" when
+    /// the trace names no thread (older traces, a thread gone before it was seen).
+    pub(crate) fn thread_display(&self, pid: u32, tid: u32, comm: &str) -> String {
+        let name = self
+            .threads
+            .get(&tid)
+            .and_then(|&g| self.loaded.tables.threads.get(&(g, tid)))
+            .and_then(|v| v.last())
+            .map(|&(_, id)| self.loaded.tables.string(id).into_owned());
+        match name {
+            Some(n) if tid == pid => n,
+            Some(n) => format!("{n} {tid}"),
+            None if tid == pid => comm.to_string(),
+            None => format!("{comm} {tid}"),
+        }
+    }
+
     /// ns since the trace's start.
     pub(crate) fn rel(&self, t: u64) -> u64 {
         t.saturating_sub(self.loaded.header.start_time_ns)
@@ -294,7 +312,11 @@ mod tests {
             time_ns: time,
             duration_ns: Some(dur),
             waker: None,
-            fields: crate::event::Fields::OffCpu { state: 0 },
+            fields: crate::event::Fields::OffCpu {
+                state: 0,
+                weight: dur,
+                blocks: 1,
+            },
         }
     }
 

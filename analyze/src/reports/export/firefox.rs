@@ -240,14 +240,8 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
         for &tid in tids {
             let (t0, t1) = span.get(&tid).copied().unwrap_or((start, start));
             let t = b.profile.add_thread(process, tid, ts(&c, t0), tid == pid);
-            b.profile.set_thread_name(
-                t,
-                &if tid == pid {
-                    comm.clone()
-                } else {
-                    format!("{comm} {tid}")
-                },
-            );
+            b.profile
+                .set_thread_name(t, &c.thread_display(pid, tid, comm));
             b.profile.set_thread_end_time(t, ts(&c, t1));
             b.profile.set_thread_show_markers_in_timeline(t, true);
             threads.insert(tid, t);

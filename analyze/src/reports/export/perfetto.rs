@@ -143,11 +143,7 @@ pub(super) fn write(
         evs.push(&e)?;
         for &tid in tids {
             pid_of.insert(tid, pid);
-            let name = if tid == pid {
-                comm.clone()
-            } else {
-                format!("{comm} {tid}")
-            };
+            let name = c.thread_display(pid, tid, comm);
             let mut e = Ev::new("M", "thread_name", 0, pid, tid);
             e.args = Some(json!({ "name": name }));
             evs.push(&e)?;

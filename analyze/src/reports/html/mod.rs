@@ -191,7 +191,7 @@ fn timeline_extra(v: &EventView) -> u64 {
     match v.fields {
         Fields::Lock { hold_ns, .. } => hold_ns,
         Fields::Func { function } => function,
-        Fields::OffCpu { state } => u64::from(state),
+        Fields::OffCpu { state, .. } => u64::from(state),
         Fields::Syscall { nr, .. } => u64::from(nr),
         Fields::Bio { bytes, .. } => bytes,
         Fields::Alloc { size, .. } | Fields::MemGrowth { size, .. } => size,
@@ -219,10 +219,15 @@ impl Sink for ReportSink {
         }
         *self.threads.entry((tid, generation)).or_default() += 1;
         let (a, second) = v.values();
+        // a block kept by --offcpu-sample stands for `blocks` of its length
+        let (n, lat) = match v.fields {
+            Fields::OffCpu { blocks, .. } => (blocks, v.duration_ns.unwrap_or(0)),
+            _ => (1, a),
+        };
         let acc = &mut self.kinds[kind_index(v.kind)];
         acc.events += 1;
         let g = acc.agg.entry((v.stack, b)).or_default();
-        g[0] += 1;
+        g[0] += n;
         g[1] += a;
         g[2] += second;
         let waker = v.waker.unwrap_or(Waker { tid: 0, stack: 0 });
@@ -230,7 +235,7 @@ impl Sink for ReportSink {
             *acc.wakers.entry((v.stack, waker.stack)).or_default() += 1;
         }
         if v.kind.has_latency() {
-            acc.lat.entry(u64::MAX).or_default().record(a);
+            acc.lat.entry(u64::MAX).or_default().record_n(lat, n);
             if matches!(
                 v.kind,
                 EventKind::Syscall | EventKind::Bio | EventKind::Func
@@ -621,9 +626,10 @@ fn top_wakers(acc: &KindAcc, l: &mut Loaded, int: &mut Interner) -> Vec<[u32; 2]
     top.iter().map(|(s, (_, w))| [*s, *w]).collect()
 }
 
-/// Threads, grouped by process: [pid, tid, comm, events].
+/// Threads, grouped by process: [pid, tid, comm, events, thread name ("": not named by the
+/// trace)].
 fn threads_json(sink: &ReportSink, l: &Loaded) -> Vec<Value> {
-    let mut threads: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
+    let mut threads: BTreeMap<(u32, u32), (String, u64, String)> = BTreeMap::new();
     for (&(tid, generation), &c) in &sink.threads {
         let (pid, comm) = l
             .tables
@@ -632,12 +638,24 @@ fn threads_json(sink: &ReportSink, l: &Loaded) -> Vec<Value> {
             .map_or((0, String::new()), |g| {
                 (g.process.pid, l.tables.string(g.process.comm).into_owned())
             });
-        let e = threads.entry((pid, tid)).or_insert((comm, 0));
+        let name = l
+            .tables
+            .threads
+            .get(&(generation, tid))
+            .and_then(|v| v.last())
+            .map(|&(_, id)| l.tables.string(id).into_owned())
+            .unwrap_or_default();
+        let e = threads
+            .entry((pid, tid))
+            .or_insert((comm, 0, String::new()));
         e.1 += c;
+        if !name.is_empty() {
+            e.2 = name;
+        }
     }
     threads
         .iter()
-        .map(|((pid, tid), (comm, c))| json!([pid, tid, comm, c]))
+        .map(|((pid, tid), (comm, c, name))| json!([pid, tid, comm, c, name]))
         .collect()
 }
 

@@ -407,15 +407,17 @@
     var procs = new Map();
     (D.threads || []).forEach(function (t) {
       var pid = t[0], tid = t[1];
-      if (!procs.has(pid)) procs.set(pid, { comm: t[2], threads: [] });
+      if (!procs.has(pid)) procs.set(pid, { comm: t[2], threads: [], names: new Map() });
       procs.get(pid).threads.push(tid);
+      if (t[4]) procs.get(pid).names.set(tid, t[4]);
     });
     procs.forEach(function (p, pid) {
       TL.rows.push({ proc: true, pid: pid, label: p.comm + ' [' + pid + ']' });
       p.threads.sort(function (a, b) { return a - b; }).forEach(function (tid) {
         TL.rowOf.set(pid + ':' + tid, TL.rows.length);
         if (!TL.tidRow.has(tid)) TL.tidRow.set(tid, TL.rows.length);
-        TL.rows.push({ pid: pid, tid: tid, label: (tid === pid ? 'main ' : '') + 'tid ' + tid, counts: {} });
+        var name = p.names.get(tid);
+        TL.rows.push({ pid: pid, tid: tid, label: (name ? name + ' ' : (tid === pid ? 'main ' : '')) + 'tid ' + tid, counts: {} });
       });
     });
     TL.lanes = kindsPresent().filter(function (k) { return k !== 'cpu' && D.kinds[k].timeline.length; });
