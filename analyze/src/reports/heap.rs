@@ -493,13 +493,15 @@ impl HeapSink {
                 );
             }
             FREE => {
-                let temporary = g.last_alloc == Some(op.address);
-                g.last_alloc = None;
                 let ended = g.ended;
+                // A free of a block never seen allocated is not in heaptrack_print's stream
+                // (heaptrack_interpret drops it): it neither counts nor breaks a pair.
                 let Some(b) = self.live.free(op.generation, op.address, op.time) else {
                     self.unmatched_frees += 1;
                     return;
                 };
+                let temporary = g.last_alloc == Some(op.address);
+                g.last_alloc = None;
                 self.frees_seen += 1;
                 let s = Self::stack(&mut self.stacks, b.stack, self.epoch);
                 if temporary {
@@ -1024,15 +1026,19 @@ mod tests {
             A(alloc(31, 2, 0xe0, 5, 16)),
             F(free(32, 1, 0xd0)),
             F(free(33, 2, 0xe0)), // its process's previous event was its allocation
+            A(alloc(40, 1, 0xf0, 6, 16)), // a free of an untraced block between: temporary
+            F(free(41, 1, 0x999)),
+            F(free(42, 1, 0xf0)),
         ]);
-        assert_eq!(s.temporary, 3);
+        assert_eq!(s.temporary, 4);
         assert_eq!(
-            [1, 2, 3, 4, 5].map(|k| temporary(&s, k)),
-            [1, 0, 0, 1, 1],
+            [1, 2, 3, 4, 5, 6].map(|k| temporary(&s, k)),
+            [1, 0, 0, 1, 1, 1],
             "per stack"
         );
-        assert_eq!(s.calls, 5);
-        assert_eq!(s.frees_seen, 5);
+        assert_eq!(s.calls, 6);
+        assert_eq!(s.frees_seen, 6);
+        assert_eq!(s.unmatched_frees, 1);
         assert_eq!(s.late, 0);
     }
 
