@@ -2,7 +2,7 @@
 //! (memory grows with distinct stacks, not with events), then stacks are resolved with the
 //! symbolizer's records, which come at the end of a symbolized trace.
 use ebtrace_format::events::Family;
-use ebtrace_format::proto::{record::Kind, Header, LossReason, Record};
+use ebtrace_format::proto::{record::Kind, Header, LossReason, ProcessEvent, Record};
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -241,6 +241,10 @@ pub const MAX_KERNEL_SYMBOL_SIZE: u64 = 1 << 20;
 /// Called for every event that passes the filter.
 pub trait Sink {
     fn event(&mut self, ev: &Event<'_>);
+    /// A process generation ended at `time_ns` (boottime): it exited, or its image was
+    /// replaced by execve (the pre-exec generation). Its blocks are gone from then on. As
+    /// the `Process` record comes, which may be before the generation's last events are read.
+    fn generation_end(&mut self, _generation: u32, _time_ns: u64) {}
 }
 
 fn family_name(v: i32) -> String {
@@ -308,6 +312,15 @@ impl Loaded {
     }
 
     fn record(&mut self, record: Record, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
+        if let Some(Kind::Process(p)) = &record.kind {
+            match p.event() {
+                ProcessEvent::Exit => sink.generation_end(p.generation, p.time_ns),
+                ProcessEvent::Exec if p.parent_generation != 0 => {
+                    sink.generation_end(p.parent_generation, p.time_ns)
+                }
+                _ => {}
+            }
+        }
         if self.tables.observe(&record) {
             // A raw stack copy is for the symbolizer, which unwinds it: not kept here.
             if let Some(Kind::Stack(s)) = &record.kind {

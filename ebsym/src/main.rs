@@ -87,6 +87,28 @@ enum Command {
         #[arg(long = "suppress", value_name = "FILE")]
         suppress: Vec<PathBuf>,
     },
+    /// heaptrack's numbers: allocator calls, temporary allocations (freed with no other
+    /// allocation or free of the process in between), the peak of live bytes and the stacks
+    /// that held it, leaked bytes (as `leaks` splits them), and per stack a lifetime
+    /// histogram.
+    ///
+    /// Example: `ebsym heap trace.pb.zst --by peak`
+    ///
+    /// Says whether its numbers are exact (every allocator call recorded) or estimates
+    /// (sampled by bytes, a size threshold, losses); with --aggregate there are no
+    /// temporary allocations, peak or lifetimes to give.
+    Heap {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// What to sort the stacks by: allocations (heaptrack_print's first table), bytes,
+        /// temporary, peak, leaked.
+        #[arg(long, default_value = "allocations", value_parser = ["allocations", "bytes", "temporary", "peak", "leaked"])]
+        by: String,
+        /// A suppressions file (repeatable), as `ebsym leaks --suppress`: the blocks never
+        /// freed that match are held, not leaked.
+        #[arg(long = "suppress", value_name = "FILE")]
+        suppress: Vec<PathBuf>,
+    },
     /// Contended locks: waits (and holds, where recorded) per mutex and stack, with p99,
     /// the kind (mutex, condvar, other) and the stack of the thread that released it.
     ///
@@ -660,6 +682,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             reports_cli::top(&args, kind.0, by.as_deref(), &mut out)?
         }
         Command::Leaks { args, suppress } => reports_cli::leaks(&args, &suppress, &mut out)?,
+        Command::Heap { args, by, suppress } => reports_cli::heap(&args, &by, &suppress, &mut out)?,
         Command::Locks { args, by } => {
             reports_cli::top(&args, EventKind::Lock, by.as_deref(), &mut out)?
         }

@@ -1,4 +1,4 @@
-//! The report subcommands of ebsym: top, leaks, locks, latency, folded, flamegraph, pprof,
+//! The report subcommands of ebsym: top, leaks, heap, locks, latency, folded, flamegraph, pprof,
 //! diff. A trace that is not symbolized yet is symbolized on the fly, in memory, with the
 //! same options as `ebsym TRACE`, and the report reads those bytes (no temporary file):
 //! [`symbolized_input`] is the one place that decides what the reports read.
@@ -262,6 +262,20 @@ pub fn leaks(a: &ReportArgs, suppress: &[PathBuf], out: &mut dyn Write) -> Resul
     let input = symbolized_input(a, &a.trace)?;
     let r = reports::leaks_with(input.reader()?, &a.filter(), a.n, &rules);
     print(&r, a.json, out)
+}
+
+/// `ebsym heap`: heaptrack's numbers, per stack sorted `by` a measure's name.
+pub fn heap(a: &ReportArgs, by: &str, suppress: &[PathBuf], out: &mut dyn Write) -> Result<()> {
+    let Some(by) = reports::HeapMeasure::parse(by) else {
+        bail!("--by {by}: one of allocations, bytes, temporary, peak, leaked");
+    };
+    let mut rules = reports::suppress::Suppressions::runtime();
+    for f in suppress {
+        rules.add_file(f).map_err(anyhow::Error::msg)?;
+    }
+    let input = symbolized_input(a, &a.trace)?;
+    let r = reports::heap_with(input.reader()?, &a.filter(), by, a.n, &rules);
+    json_or_text(a.json, &r, || r.to_text(), out)
 }
 
 pub fn folded(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {

@@ -150,6 +150,7 @@ const PROGRAMS: &[&str] = &[
     "clock_loop",
     "offcpu_blocks",
     "sampled_heap",
+    "heap_known",
     "syscalls",
     "runq_pair",
     "tcp_conns",
@@ -812,6 +813,19 @@ mod tests {
                     "kinds()",
                     "thread_churn()",
                     "child_blocks()",
+                ],
+            ),
+            (
+                "heap_known",
+                &[
+                    "run()",
+                    "leak_some()",
+                    "temp_loop()",
+                    "pairs()",
+                    "grow()",
+                    "hold_peak()",
+                    "hold_other()",
+                    "release_peak()",
                 ],
             ),
             (

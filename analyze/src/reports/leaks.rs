@@ -66,6 +66,17 @@ pub fn leaks_with(trace: impl Trace, filter: &Filter, n: usize, rules: &Suppress
 }
 
 impl LeakSink {
+    /// A sink that already holds `live`, the last event time `last_ns` and `allocs`
+    /// allocations counted: `ebsym heap` keeps the blocks itself and asks the leak report
+    /// for its classification of what is left.
+    pub(crate) fn from_parts(live: Outstanding, last_ns: u64, allocs: u64) -> Self {
+        LeakSink {
+            live,
+            last_ns,
+            allocs,
+        }
+    }
+
     /// The leak report of what the sink kept from the trace `l` was read into.
     pub(crate) fn report(
         self,

@@ -108,14 +108,13 @@ impl Live {
         }
     }
 
-    /// Frees the latest block at `address` allocated at or before `time`, if any.
+    /// Frees the latest block at `address` allocated at or before `time`, if any, and
+    /// returns it.
     #[inline]
-    fn free(&mut self, generation: u32, address: u64, time: u64) {
+    fn free(&mut self, generation: u32, address: u64, time: u64) -> Option<Block> {
         let g = self.generation(generation);
         let map = &mut self.generations[g].1;
-        let Some(&head) = map.get(&address) else {
-            return;
-        };
+        let &head = map.get(&address)?;
         // The last node with time <= `time`, and the one before it.
         let (mut prev, mut found) = (NONE, NONE);
         let mut at = head;
@@ -124,7 +123,7 @@ impl Live {
             at = self.nodes[at as usize].next;
         }
         if found == NONE {
-            return;
+            return None;
         }
         let next = self.nodes[found as usize].next;
         if prev == NONE {
@@ -137,6 +136,22 @@ impl Live {
             self.nodes[prev as usize].next = next;
         }
         self.free.push(found);
+        Some(self.nodes[found as usize].block)
+    }
+
+    /// The live blocks of one generation.
+    fn generation_blocks(&self, generation: u32) -> impl Iterator<Item = &Block> + '_ {
+        let map = self.index.get(&generation).map(|&i| &self.generations[i].1);
+        map.into_iter().flat_map(move |map| {
+            map.values().flat_map(move |&head| {
+                let mut at = head;
+                std::iter::from_fn(move || {
+                    let n = self.nodes.get(at as usize)?;
+                    at = n.next;
+                    Some(&n.block)
+                })
+            })
+        })
     }
 
     /// Every live block, with its generation.
@@ -175,6 +190,24 @@ impl Outstanding {
         &self.gauges
     }
 
+    /// A block allocated at `address` in `generation`.
+    #[inline]
+    pub(crate) fn alloc(&mut self, generation: u32, address: u64, b: Block) {
+        self.live.alloc(generation, address, b);
+    }
+
+    /// Frees the latest block at `address` of `generation` allocated at or before `time`,
+    /// and returns it (None: no such block was traced).
+    #[inline]
+    pub(crate) fn free(&mut self, generation: u32, address: u64, time: u64) -> Option<Block> {
+        self.live.free(generation, address, time)
+    }
+
+    /// The live blocks of one generation.
+    pub(crate) fn generation_blocks(&self, generation: u32) -> impl Iterator<Item = &Block> + '_ {
+        self.live.generation_blocks(generation)
+    }
+
     #[inline]
     pub(crate) fn event(&mut self, ev: &Event<'_>) {
         match ev {
@@ -188,7 +221,9 @@ impl Outstanding {
                     period: e.sample_period,
                 },
             ),
-            Event::Free(e) => self.live.free(e.generation, e.address, e.time_ns),
+            Event::Free(e) => {
+                self.live.free(e.generation, e.address, e.time_ns);
+            }
             Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r) => {
                 if let Some((count, bytes)) = r.live {
                     let g = self

@@ -364,7 +364,7 @@ impl Row {
 
 /// Frames in a row serialize with their fields in alphabetical order (a row's JSON has
 /// always been sorted that way), unlike [`Frame`]'s own order (used by `diff`).
-fn sorted_frames<S: Serializer>(frames: &[Frame], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn sorted_frames<S: Serializer>(frames: &[Frame], s: S) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Sorted<'a> {
         address: &'a str,

@@ -1,0 +1,240 @@
+//! `ebsym heap` (heaptrack's numbers) against heap_known (testdata), whose allocations,
+//! temporaries, peak and leaks are known exactly: recorded with the preloaded shim at
+//! `--sample-bytes 1` (every allocation of 14 bytes or more), the program's own stacks
+//! carry its numbers exactly, the totals are the rows' sums and the program's numbers plus
+//! the C++ runtime's few blocks; the sorting by each measure puts the function that owns it
+//! first. Sampled more coarsely, the report says it is not exact and gives no temporary
+//! count. Needs root (skips loudly without it; fails when CI=true).
+
+use crate::common;
+use common::{ebsym_path, expect_line, record, root, run};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+const FUNCTIONS: &[&str] = &[
+    "leak_some",
+    "temp_loop",
+    "pairs",
+    "grow",
+    "hold_peak",
+    "hold_other",
+];
+
+fn heap(trace: &std::path::Path, extra: &[&str]) -> (String, Value) {
+    let mut args = vec!["heap", trace.to_str().unwrap(), "--json", "-n", "100000"];
+    args.extend_from_slice(extra);
+    let out = run(&ebsym_path(), &args);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (text, v)
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// The first frame of `row` that is one of the program's functions ("other": the runtime).
+fn owner(row: &Value) -> String {
+    row["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["function"].as_str())
+        .map(|n| n.split('(').next().unwrap().to_string())
+        .find(|n| FUNCTIONS.contains(&n.as_str()))
+        .unwrap_or_else(|| "other".into())
+}
+
+fn sum(rows: &[Value], field: &str) -> u64 {
+    rows.iter().map(|r| r[field].as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn heap_counts_match_a_program_that_knows_them() {
+    if !root() {
+        return;
+    }
+    let rec = record(
+        "heap_known",
+        &[
+            "--alloc",
+            "--alloc-sampler",
+            "preload",
+            "--sample-bytes",
+            "1",
+        ],
+        &[],
+    );
+    let expect = expect_line(&rec.out, "heap_known");
+    let (text, r) = heap(&rec.trace, &[]);
+    assert!(
+        text.trim_start().starts_with("{\n  \"schema_version\""),
+        "schema_version first: {text}"
+    );
+    assert_eq!(r["kind"], "heap");
+    assert_eq!(r["by"], "allocations");
+    // Every allocation of the program is at least 32 bytes: kept with probability 1 at a
+    // 1-byte period. Only a tiny allocation of the runtime may make the report inexact.
+    for why in r["inexact"].as_array().unwrap() {
+        assert!(
+            why.as_str().unwrap().contains("smaller than 14 bytes"),
+            "not exact for another reason: {why}"
+        );
+    }
+    assert_eq!(
+        r["exact"].as_bool().unwrap(),
+        r["inexact"].as_array().unwrap().is_empty()
+    );
+    let rows = r["rows"].as_array().unwrap();
+    let t = &r["totals"];
+
+    // Per function: exactly the program's numbers.
+    let mut by: BTreeMap<String, [u64; 5]> = BTreeMap::new();
+    for row in rows {
+        let e = by.entry(owner(row)).or_default();
+        for (i, f) in [
+            "allocations",
+            "bytes",
+            "temporary",
+            "peak_bytes",
+            "leaked_bytes",
+        ]
+        .iter()
+        .enumerate()
+        {
+            e[i] += u(&row[*f]);
+        }
+    }
+    for f in FUNCTIONS {
+        let w = &expect["functions"][f];
+        let want = [
+            u(&w["calls"]),
+            u(&w["bytes"]),
+            u(&w["temporary"]),
+            u(&w["peak_bytes"]),
+            u(&w["leaked_bytes"]),
+        ];
+        assert_eq!(
+            by.get(*f).copied().unwrap_or_default(),
+            want,
+            "{f}: [allocations, bytes, temporary, peak_bytes, leaked_bytes]\n{r:#}"
+        );
+    }
+    let runtime = by.get("other").copied().unwrap_or_default();
+    assert!(
+        runtime[0] < 100,
+        "the runtime's allocations are few: {runtime:?}"
+    );
+    assert_eq!(runtime[4], 0, "the runtime's blocks are held, not leaked");
+
+    // Totals: the rows' sums; the program's numbers plus the runtime's.
+    assert_eq!(u(&t["calls"]), sum(rows, "allocations"));
+    assert_eq!(u(&t["calls"]), u(&expect["calls"]) + runtime[0]);
+    assert_eq!(u(&t["bytes"]), sum(rows, "bytes"));
+    assert_eq!(u(&t["temporary"]), sum(rows, "temporary"));
+    assert_eq!(u(&t["temporary"]), u(&expect["temporary"]) + runtime[2]);
+    let peak = u(&t["peak_bytes"]);
+    assert_eq!(
+        peak,
+        sum(rows, "peak_bytes"),
+        "the stacks at the peak add up"
+    );
+    let program_peak = u(&expect["peak_program_bytes"]);
+    assert!(
+        (program_peak..program_peak + (256 << 10)).contains(&peak),
+        "peak {peak}: the program's {program_peak} and the runtime's few blocks"
+    );
+    assert_eq!(u(&t["leaked_bytes"]), u(&expect["leaked_bytes"]));
+    assert_eq!(u(&t["leaked_count"]), 3);
+    assert!(
+        u(&t["held_bytes"]) > 0,
+        "libstdc++'s emergency pool is held"
+    );
+    assert_eq!(u(&t["leaked_bytes"]), sum(rows, "leaked_bytes"));
+    assert_eq!(u(&t["held_bytes"]), sum(rows, "held_bytes"));
+    let never_freed: u64 = rows.iter().map(|r| u(&r["lifetime"]["never_freed"])).sum();
+    assert_eq!(u(&t["frees"]) + never_freed, u(&t["calls"]));
+    assert!(u(&t["peak_time_ns"]) > 0);
+    let processes = r["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 1);
+    assert_eq!(u(&processes[0]["pid"]), u(&expect["pid"]));
+    assert_eq!(u(&processes[0]["peak_bytes"]), peak);
+    assert_eq!(u(&processes[0]["at_trace_peak_bytes"]), peak);
+
+    // Lifetimes: every freed block in a bucket, the leaks never freed.
+    for row in rows {
+        let freed: u64 = row["lifetime"]["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| u(&b["count"]))
+            .sum();
+        let nf = u(&row["lifetime"]["never_freed"]);
+        if owner(row) != "other" {
+            assert_eq!(freed + nf, u(&row["allocations"]), "{row:#}");
+        }
+        if owner(row) == "leak_some" {
+            assert_eq!((freed, nf), (0, 3));
+        }
+    }
+
+    // Each measure's first row is the function that owns it.
+    for (measure, first) in [
+        ("allocations", "temp_loop"),
+        ("bytes", "hold_peak"),
+        ("temporary", "temp_loop"),
+        ("peak", "hold_peak"),
+        ("leaked", "leak_some"),
+    ] {
+        let (_, s) = heap(&rec.trace, &["--by", measure]);
+        assert_eq!(s["by"], measure);
+        assert_eq!(owner(&s["rows"][0]), first, "--by {measure}: {s:#}");
+    }
+
+    // The text says the same.
+    let out = run(&ebsym_path(), &["heap", rec.trace.to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!("temporary allocations: {}", u(&t["temporary"]))),
+        "{text}"
+    );
+    assert!(text.contains(&format!("({peak} bytes)")), "{text}");
+    assert!(text.contains("temp_loop()"), "{text}");
+}
+
+/// Sampled by bytes, the numbers are estimates: the report says so, and gives no count of
+/// temporary allocations (the allocations between are not seen).
+#[test]
+fn heap_of_a_sampled_trace_says_it_is_not_exact() {
+    if !root() {
+        return;
+    }
+    let rec = record(
+        "heap_known",
+        &[
+            "--alloc",
+            "--alloc-sampler",
+            "preload",
+            "--sample-bytes",
+            "65536",
+        ],
+        &[],
+    );
+    let (_, r) = heap(&rec.trace, &[]);
+    assert_eq!(r["exact"], false, "{r:#}");
+    assert!(
+        r["inexact"][0]
+            .as_str()
+            .unwrap()
+            .contains("sampled by bytes"),
+        "{r:#}"
+    );
+    assert!(r["totals"]["temporary"].is_null(), "{r:#}");
+    assert!(r["rows"][0]["temporary"].is_null(), "{r:#}");
+    // The 1 MiB blocks are always sampled: the peak is there, an estimate.
+    assert!(u(&r["totals"]["peak_bytes"]) >= 8 << 20, "{r:#}");
+    let out = run(&ebsym_path(), &["heap", rec.trace.to_str().unwrap()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("NOT exact"), "{text}");
+    assert!(text.contains("temporary allocations: n/a"), "{text}");
+}
