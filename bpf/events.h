@@ -347,6 +347,7 @@ struct syscall_event {
 	__u32 nframes;
 	__u32 flags;
 	__u32 pad;
+	__u64 weight_ns;	/* the time it stands for (--syscalls-sample; 0: itself) */
 	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
 };

@@ -16,6 +16,12 @@ const volatile __u64 syscall_min_ns = 1000000;
 const volatile __u64 bio_min_ns = 0;
 const volatile __u64 runq_min_ns = 1000000;
 
+/* --syscalls-sample: the sampling unit, ns (0: every slow call kept). A call past the
+ * threshold but shorter than the unit is kept, with its stack, with probability
+ * duration/unit and stands for `unit` ns (duration / p); the histograms still count every
+ * call. At most 1 s (user space), so that the products below stay under 2^64. */
+const volatile __u64 syscall_unit_ns = 0;
+
 /* Bumped by user space when --max-cpu resumes a paused family of this object: state taken
  * before the pause (an entry whose exit came while paused) is stale then. */
 __u32 sys_epoch = 0;
@@ -194,6 +200,17 @@ static __always_inline void sys_exit_do(unsigned long long *ctx, struct pt_regs 
 		count(FAM_SYSCALL, CTR_FILTERED);
 		return;
 	}
+	__u64 weight = 0;
+	__u64 unit = syscall_unit_ns;
+	if (unit && d < unit) {
+		/* p = d/unit: r/2^32 < d/unit */
+		__u64 r = bpf_get_prandom_u32();
+		if (r * unit >= (d << 32)) {
+			count(FAM_SYSCALL, CTR_FILTERED);
+			return;
+		}
+		weight = unit;
+	}
 	if (!admit(FAM_SYSCALL))
 		return;
 	__u32 z = 0;
@@ -206,6 +223,7 @@ static __always_inline void sys_exit_do(unsigned long long *ctx, struct pt_regs 
 	e->ret = ret;
 	e->nr = nr;
 	e->flags = 0;
+	e->weight_ns = weight;
 	/* The user registers are still those of the entry: the caller's stack. */
 	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
 	n &= MAX_FRAMES - 1;

@@ -104,6 +104,11 @@ pub enum Fields {
     Syscall {
         nr: u32,
         ret: i64,
+        /// The time it stands for in totals (its duration unless `--syscalls-sample` kept
+        /// it with probability p: duration / p).
+        weight: u64,
+        /// The calls it stands for (1, or 1/p).
+        calls: u64,
     },
     Bio {
         dev: u32,
@@ -247,6 +252,8 @@ impl Event<'_> {
                 Fields::Syscall {
                     nr: e.nr,
                     ret: e.ret,
+                    weight: e.weight(),
+                    calls: e.calls(),
                 },
             ),
             Event::Bio(e) => v(
@@ -347,7 +354,8 @@ impl EventView {
             Fields::Bio { bytes, .. } => (d, bytes),
             Fields::Cpu { .. } | Fields::Tcp { .. } => (1, 0),
             Fields::OffCpu { weight, .. } => (weight, 0),
-            Fields::Func { .. } | Fields::Syscall { .. } => (d, 0),
+            Fields::Syscall { weight, .. } => (weight, 0),
+            Fields::Func { .. } => (d, 0),
             Fields::Runq { .. } => (d, 0),
         }
     }

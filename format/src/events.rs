@@ -253,6 +253,8 @@ family! {
         nr: u32 = plain(nr),
         duration_ns: u64 = plain(duration_ns),
         ret: i64 = plain(ret),
+        /// The time the call stands for (0: its duration; see the proto).
+        weight_ns: u64 = optional(weight_ns),
     }
 }
 
@@ -613,6 +615,32 @@ mod histogram_tests {
         let mut h = two_rows();
         h.nbuckets = vec![u32::MAX, u32::MAX];
         assert!(histogram_rows(&h).is_err());
+    }
+}
+
+/// What an event kept by a time-weighted sample stands for: (ns, events). `weight_ns` 0:
+/// itself, (duration, 1); else duration/p ns and 1/p events (rounded), p = duration/weight.
+pub fn weighted(duration_ns: u64, weight_ns: u64) -> (u64, u64) {
+    if weight_ns == 0 {
+        return (duration_ns, 1);
+    }
+    let n = if duration_ns == 0 || weight_ns <= duration_ns {
+        1
+    } else {
+        (weight_ns + duration_ns / 2) / duration_ns
+    };
+    (weight_ns, n)
+}
+
+impl SyscallEvent {
+    /// The time the call stands for in totals (see [`weighted`]).
+    pub fn weight(&self) -> u64 {
+        weighted(self.duration_ns, self.weight_ns).0
+    }
+
+    /// The calls it stands for: 1, or 1/p for a sampled call.
+    pub fn calls(&self) -> u64 {
+        weighted(self.duration_ns, self.weight_ns).1
     }
 }
 

@@ -96,6 +96,12 @@ pub struct RecordConfig {
     /// stack.
     #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "1000"))]
     pub syscalls: Option<u64>,
+    /// Slow-call sampling unit, microseconds (0: every call past --syscalls' threshold). A
+    /// slow call shorter than US is kept, with its stack, with probability duration/US and
+    /// stands for US of time in the totals (a time-weighted sample, as --offcpu-sample);
+    /// the latency histograms still count every call. At most 1 s.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
+    pub syscalls_sample: u64,
     /// Block I/O requests issued by the targets: device, sector, bytes, op, start to
     /// completion, the issuing stack; requests of at least MIN_US (default 0: all) kept as
     /// events, all counted in histograms per (process, device, op).

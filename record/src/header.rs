@@ -55,6 +55,7 @@ pub fn header(a: &RecordConfig) -> Header {
     }
     if let Some(us) = a.syscalls {
         opt("syscalls", us.to_string());
+        opt("syscalls-sample", a.syscalls_sample.to_string());
     }
     if let Some(us) = a.bio {
         opt("bio", us.to_string());

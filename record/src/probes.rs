@@ -81,6 +81,8 @@ pub struct ProbeConfig {
     /// --syscalls, --bio, --runq: the shortest call, request or wait kept as an event, ns
     /// (every one is counted in the kernel's histograms).
     pub syscall_min_ns: Option<u64>,
+    /// --syscalls-sample: the time-weighted sample's unit, ns (0: every slow call).
+    pub syscall_unit_ns: u64,
     pub bio_min_ns: Option<u64>,
     pub runq_min_ns: Option<u64>,
     /// --tcp.
@@ -775,6 +777,7 @@ impl<'obj> Probes<'obj> {
             ro.all_processes = cfg.all;
             ro.self_pid = std::process::id();
             ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
+            ro.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);

@@ -181,6 +181,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         offcpu_unit_ns: a.offcpu_sample * 1000,
         memgrowth: a.memgrowth,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
+        syscall_unit_ns: a.syscalls_sample * 1000,
         bio_min_ns: a.bio.map(|us| us * 1000),
         runq_min_ns: a.runq.map(|us| us * 1000),
         tcp: a.tcp,

@@ -233,7 +233,7 @@ pub(crate) fn describe(
             ];
             (name, fields)
         }
-        Fields::Syscall { nr, ret } => {
+        Fields::Syscall { nr, ret, .. } => {
             let (name, place) = (syscall_name(&l.header.arch, u64::from(nr)), place());
             let fields = vec![
                 Field::both("syscall", "Syscall", Text(name.clone())),

@@ -108,8 +108,15 @@ impl Sink for StackSink {
         {
             (n, a) = self.estimate.add(size, sample_period);
         }
-        if let Fields::OffCpu { blocks, .. } = v.fields {
-            n = blocks;
+        // an event kept by a time-weighted sample stands for n of its length
+        let mut lat = a;
+        match v.fields {
+            Fields::OffCpu { blocks, .. } => n = blocks,
+            Fields::Syscall { calls, .. } => {
+                n = calls;
+                lat = v.duration_ns.unwrap_or(0);
+            }
+            _ => {}
         }
         let g = self.by_stack.entry((v.stack, v.sub_key())).or_default();
         g.count += n;
@@ -124,7 +131,7 @@ impl Sink for StackSink {
                 | EventKind::Runq
         ) {
             let h = g.hists.get_or_insert_default();
-            h[0].record(a);
+            h[0].record_n(lat, n);
             if let Fields::Lock { hold_ns, .. } = v.fields {
                 h[1].record(hold_ns);
             }

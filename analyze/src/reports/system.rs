@@ -980,6 +980,7 @@ mod tests {
                 nr: 35,
                 duration_ns: d,
                 ret: 0,
+                weight_ns: 0,
             })
             .unwrap();
         }

@@ -187,6 +187,7 @@ fn everything_at_once_with_the_smallest_ring_buffer_loses_only_what_it_counts() 
             "--func",
             "shop::Catalog::lookup",
             "--syscalls=0",
+            "--syscalls-sample=0",
             "--bio",
             "--runq=0",
             "--tcp",

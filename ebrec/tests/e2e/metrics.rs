@@ -181,6 +181,7 @@ fn write_window(path: &Path) {
             nr: NANOSLEEP as u32,
             duration_ns: 5_000_000,
             ret: 0,
+            weight_ns: 0,
         })
         .unwrap();
     }

@@ -700,7 +700,7 @@ fn every_pprof_decodes_with_go_tool_pprof_and_pprof_format() {
     let recordings = [
         (
             "alloc_workload",
-            vec!["--alloc", "--cpu", "--syscalls=0"],
+            vec!["--alloc", "--cpu", "--syscalls=0", "--syscalls-sample=0"],
             vec![],
             vec!["alloc", "cpu", "syscall"],
         ),

@@ -302,7 +302,7 @@ fn syscalls_counted_exactly_with_slow_stacks_and_bpftrace_agrees() {
     let run = run_beside(
         "syscalls",
         &["--fast", "20000", "--sleeps", "8", "--sleep-ms", "5"],
-        &["--syscalls=1000"],
+        &["--syscalls=1000", "--syscalls-sample=0"],
         "tracepoint:raw_syscalls:sys_enter /pid == $PID/ { @start[tid] = nsecs; } \
          tracepoint:raw_syscalls:sys_exit /pid == $PID && @start[tid]/ { \
            @n[args->id] = count(); \
@@ -716,7 +716,7 @@ fn max_cpu_pauses_the_syscall_family_on_a_syscall_storm() {
     // budget pauses the family (a ProbeChange record), and the trace says so.
     let rec = common::record(
         "syscalls",
-        &["--syscalls", "--max-cpu", "0.5"],
+        &["--syscalls", "--syscalls-sample=0", "--max-cpu", "0.5"],
         &["--fast", "20000000", "--sleeps", "1"],
     );
     let mut paused = 0;
@@ -977,4 +977,66 @@ fn runq_and_bio_histograms_bucket_waits_as_their_events_say() {
     });
     let d: Vec<u64> = events.iter().map(|e| e.duration_ns).collect();
     check(&rec.trace, EventFamily::Bio, &d);
+}
+
+/// --syscalls-sample, the time-weighted sample of slow calls: 600 naps of 2 ms, past the
+/// 1 ms threshold and under the 10 ms unit, are each kept with their stack with probability
+/// 2/10 and stand for 10 ms and 5 naps, so `ebsym top` estimates the naps' count and time
+/// (within 30%; ~8% expected), while the latency histogram counts every one exactly.
+#[test]
+fn slow_syscalls_are_a_time_weighted_sample_and_the_histogram_exact() {
+    if !root() {
+        return;
+    }
+    const NAPS: u64 = 600;
+    let rec = common::record(
+        "syscalls",
+        &["--syscalls=1000", "--syscalls-sample=10000"],
+        &["--fast", "100", "--sleeps", &NAPS.to_string(), "--sleep-ms", "2"],
+    );
+    let expect = expect_line(&rec.out, "syscalls");
+    let timed: u64 = expect["sleep_durations_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    let t = rec.trace.to_str().unwrap();
+    let lat = ebsym_json(&["latency", t, "--kind", "syscall", "-n", "1000"]);
+    let ns = lat_row(&lat, "nanosleep").expect("a nanosleep row");
+    assert_eq!(ns["count"].as_u64(), Some(NAPS), "{ns}");
+    let top = ebsym_json(&["top", t, "--kind", "syscall", "-n", "1000"]);
+    let (mut count, mut total) = (0, 0);
+    for r in top["rows"].as_array().unwrap() {
+        if r["syscall"] == "nanosleep" {
+            count += r["count"].as_u64().unwrap();
+            total += r["total_ns"].as_u64().unwrap();
+        }
+    }
+    let cr = count as f64 / NAPS as f64;
+    let tr = total as f64 / timed as f64;
+    assert!((0.7..1.3).contains(&cr), "estimated {count} naps of {NAPS}");
+    assert!(
+        (0.7..1.3).contains(&tr),
+        "estimated {total} ns, the program timed {timed} ns"
+    );
+    // far fewer events than naps: the sample really sampled
+    let (mut events, mut weighted) = (0, 0);
+    let mut r = ebtrace_format::TraceReader::open(&rec.trace).unwrap();
+    for rec in r.by_ref() {
+        if let Some(ebtrace_format::proto::record::Kind::Syscalls(b)) = rec.kind {
+            use ebtrace_format::events::Family;
+            for e in b.decode().unwrap() {
+                if e.nr == 35 {
+                    events += 1;
+                    weighted += u64::from(e.weight_ns == 10_000_000);
+                }
+            }
+        }
+    }
+    assert!(
+        (NAPS / 10..=NAPS / 2).contains(&events),
+        "{events} naps kept of {NAPS}"
+    );
+    assert_eq!(weighted, events, "every kept nap stands for the unit");
 }

@@ -288,6 +288,7 @@ impl Session<'_> {
                     nr: e.nr,
                     duration_ns: e.duration_ns,
                     ret: e.ret,
+                    weight_ns: e.weight_ns,
                 })?;
                 self.kept[EventFamily::Syscall] += 1;
             }

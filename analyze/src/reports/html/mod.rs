@@ -222,6 +222,7 @@ impl Sink for ReportSink {
         // a block kept by --offcpu-sample stands for `blocks` of its length
         let (n, lat) = match v.fields {
             Fields::OffCpu { blocks, .. } => (blocks, v.duration_ns.unwrap_or(0)),
+            Fields::Syscall { calls, .. } => (calls, v.duration_ns.unwrap_or(0)),
             _ => (1, a),
         };
         let acc = &mut self.kinds[kind_index(v.kind)];
@@ -240,7 +241,7 @@ impl Sink for ReportSink {
                 v.kind,
                 EventKind::Syscall | EventKind::Bio | EventKind::Func
             ) {
-                acc.lat.entry(v.sub_key()).or_default().record(a);
+                acc.lat.entry(v.sub_key()).or_default().record_n(lat, n);
             }
         }
         // CPU samples are a density per thread, not timeline events.
