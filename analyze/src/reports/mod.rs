@@ -37,6 +37,7 @@ mod flamegraph;
 mod folded;
 pub mod heatmap;
 pub mod html;
+pub mod idle;
 mod kind;
 mod leaks;
 mod live;
@@ -60,6 +61,6 @@ pub use stacks::{stacks, stacks_from, stacks_with_inuse_from, StackValues, Stack
 pub use system::{system_latency_from, tcp_from, SystemLatencyReport, TcpReport};
 pub use text::{empty_note, losses_text};
 pub use top::{
-    top, top_from, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row,
-    RunqRow, SyscallRow, TcpStackRow,
+    top, top_from, top_with, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow,
+    Report, Row, RunqRow, SyscallRow, TcpStackRow,
 };

@@ -3,6 +3,7 @@
 //! `top`, folded stacks, flame graphs, pprof and diffs are made of).
 use super::kind::{EventKind, Measure};
 use super::live::Outstanding;
+use super::places::{condvar_op, mutex_op};
 use super::text::empty_note;
 use crate::event::Fields;
 use crate::hash::FastMap;
@@ -28,6 +29,15 @@ pub(crate) struct Agg {
     pub(crate) aggregated: bool,
     /// alloc: blocks and bytes still outstanding at the end (pprof's inuse_*).
     pub(crate) inuse: (u64, u64),
+    /// lock: recorded by the pthread_mutex_lock probes (--lock-mode uprobe).
+    pub(crate) uprobe: bool,
+    /// lock: some event said its futex op (all but --aggregate's counts).
+    pub(crate) op_known: bool,
+    /// lock: waits that were a mutex wait of a thread whose condvar wait had just ended
+    /// (the condvar's mutex, reacquired while another thread held it).
+    pub(crate) after_condvar: u64,
+    /// lock: condvar waits whose thread then waited for the condvar's mutex.
+    pub(crate) contended_reacquires: u64,
 }
 
 impl Agg {
@@ -47,7 +57,14 @@ pub(crate) struct StackSink {
     estimate: Estimator,
     /// alloc: the blocks not freed yet.
     outstanding: Option<Outstanding>,
+    /// lock: each thread's last wait: its key, when it ended, whether it was a condvar's.
+    last_lock: FastMap<(u32, u32), ((u64, u64), u64, bool)>,
 }
+
+/// How soon after a condvar wait ends a mutex wait of the same thread must begin to be
+/// its mutex reacquired: glibc's `pthread_cond_wait` locks the mutex right after the
+/// futex wait returns (microseconds, more only when preempted).
+pub(crate) const REACQUIRE_NS: u64 = 1_000_000;
 
 impl StackSink {
     /// Events of `kind`; with `inuse` (alloc), also the blocks each stack still has
@@ -59,6 +76,7 @@ impl StackSink {
             by_stack: FastMap::default(),
             estimate: Estimator::default(),
             outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
+            last_lock: FastMap::default(),
         }
     }
 
@@ -127,14 +145,42 @@ impl Sink for StackSink {
             }
         }
         if let Fields::Lock {
-            mutex, futex_op, ..
+            mutex,
+            futex_op,
+            source,
+            ..
         } = v.fields
         {
             g.mutex = mutex;
             g.futex_op = futex_op;
+            g.op_known = true;
+            g.uprobe |= source == ebtrace_format::proto::LockSource::Uprobe;
         }
         if let Some(w) = v.waker.filter(|w| w.stack != 0) {
             *g.wakers.entry(w.stack).or_default() += 1;
+        }
+        if let Fields::Lock { futex_op, .. } = v.fields {
+            // A condvar's mutex reacquired: a mutex wait of the thread whose condvar wait
+            // ended just before (events of a thread come in the order they ended).
+            let key = (v.stack, v.sub_key());
+            let end = v.time_ns + a;
+            let prev = self
+                .last_lock
+                .insert((v.generation, v.tid), (key, end, condvar_op(futex_op)));
+            if let Some((pkey, pend, true)) = prev {
+                if mutex_op(futex_op)
+                    && v.time_ns >= pend
+                    && v.time_ns - pend <= REACQUIRE_NS
+                    && pkey != key
+                {
+                    if let Some(g) = self.by_stack.get_mut(&key) {
+                        g.after_condvar += 1;
+                    }
+                    if let Some(p) = self.by_stack.get_mut(&pkey) {
+                        p.contended_reacquires += 1;
+                    }
+                }
+            }
         }
     }
 }
@@ -242,6 +288,10 @@ impl StackSink {
             }
             m.mutex = agg.mutex;
             m.futex_op = agg.futex_op;
+            m.uprobe |= agg.uprobe;
+            m.op_known |= agg.op_known;
+            m.after_condvar += agg.after_condvar;
+            m.contended_reacquires += agg.contended_reacquires;
             m.aggregated |= agg.aggregated;
             m.inuse.0 += agg.inuse.0;
             m.inuse.1 += agg.inuse.1;
