@@ -42,9 +42,37 @@ pub struct ReportArgs {
     /// Keep C++ names mangled.
     #[arg(long)]
     pub no_demangle: bool,
+    /// Also call idle the off-CPU blocks and lock waits under a frame whose function
+    /// matches PATTERN (repeatable): a glob (`*` any run, `?` one character, no regex)
+    /// against each frame's demangled function name, with and without its parameters;
+    /// `--idle '*Scheduler::wait_next*'`. Idle waits are shown after the others with
+    /// their reason, "--idle PATTERN" (top --kind offcpu|lock, locks, summary). A wait
+    /// for a mutex another thread holds is never idle.
+    #[arg(long = "idle", value_name = "PATTERN")]
+    pub idle: Vec<String>,
+    /// Turn off the default idle rules (epoll, poll and accept waits, a socket read at
+    /// the top of a connection loop, a thread pool's wait for a task, a timer thread's
+    /// sleep: docs/guide.md): every wait is then reported as work, but those --idle
+    /// names.
+    #[arg(long)]
+    pub no_idle_rules: bool,
 }
 
 impl ReportArgs {
+    /// The idle rules the options say: the defaults (unless --no-idle-rules) and each
+    /// --idle.
+    pub fn idle_rules(&self) -> Result<reports::idle::IdleRules> {
+        let mut r = if self.no_idle_rules {
+            reports::idle::IdleRules::none()
+        } else {
+            reports::idle::IdleRules::defaults()
+        };
+        for p in &self.idle {
+            r.add_pattern(p).map_err(anyhow::Error::msg)?;
+        }
+        Ok(r)
+    }
+
     /// The filter the options say.
     pub fn filter(&self) -> Filter {
         Filter {
@@ -154,8 +182,9 @@ fn json_or_text<T: serde::Serialize>(
 
 pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let by = measure(k, by)?;
+    let idle = a.idle_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::top_from(input.reader()?, k, by, &a.filter(), a.n);
+    let r = reports::top_with(input.reader()?, k, by, &a.filter(), a.n, &idle);
     print(&r, a.json, out)
 }
 
@@ -196,8 +225,9 @@ pub fn tcp(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
 
 /// `ebsym summary`: the top finding of each family.
 pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let idle = a.idle_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let s = reports::summary::summary_from(|| input.reader().ok(), &a.filter());
+    let s = reports::summary::summary_with(|| input.reader().ok(), &a.filter(), &idle);
     json_or_text(a.json, &s, || s.to_text(), out)
 }
 

@@ -164,6 +164,10 @@ pub(crate) fn wait_kind(
         return "mutex";
     }
     let has = |s: &str| frames.iter().any(|f| f.function.contains(s));
+    // pthread_join waits with FUTEX_WAIT_BITSET too: not a lock.
+    if has("pthread_join") || has("pthread_clockjoin") || has("pthread_timedjoin") {
+        return "other";
+    }
     let relock = has("lll_lock") || has("mutex_cond_lock");
     match (lock_kind(frames, futex_op.unwrap_or(u32::MAX)), futex_op) {
         ("condvar", Some(op)) if after_condvar || mutex_op(op) => "condvar_mutex",

@@ -59,6 +59,11 @@ pub(crate) struct StackSink {
     outstanding: Option<Outstanding>,
     /// lock: each thread's last wait: its key, when it ended, whether it was a condvar's.
     last_lock: FastMap<(u32, u32), ((u64, u64), u64, bool)>,
+    /// lock: (mutex wait's key, condvar wait's key) → times a thread's mutex wait began
+    /// within [`REACQUIRE_NS`] of the end of its condvar wait. [`StackSink::merge`] counts
+    /// those whose mutex wait is still inside the condvar wait (its frames say so) as the
+    /// condvar's mutex reacquired while another thread held it.
+    links: FastMap<((u64, u64), (u64, u64)), u64>,
 }
 
 /// How soon after a condvar wait ends a mutex wait of the same thread must begin to be
@@ -77,6 +82,7 @@ impl StackSink {
             estimate: Estimator::default(),
             outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
             last_lock: FastMap::default(),
+            links: FastMap::default(),
         }
     }
 
@@ -173,12 +179,7 @@ impl Sink for StackSink {
                     && v.time_ns - pend <= REACQUIRE_NS
                     && pkey != key
                 {
-                    if let Some(g) = self.by_stack.get_mut(&key) {
-                        g.after_condvar += 1;
-                    }
-                    if let Some(p) = self.by_stack.get_mut(&pkey) {
-                        p.contended_reacquires += 1;
-                    }
+                    *self.links.entry((key, pkey)).or_default() += 1;
                 }
             }
         }
@@ -256,6 +257,8 @@ impl StackSink {
         let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
         let mut keys: Vec<(u64, u64)> = self.by_stack.keys().copied().collect();
         keys.sort_unstable();
+        // Each stack key's merged key, for the links of lock waits.
+        let mut merged_key: HashMap<(u64, u64), Key> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
         let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
         for key in keys {
@@ -265,14 +268,16 @@ impl StackSink {
                 resolved = Some((key.0, f, m));
             }
             let (_, frames, mappings) = resolved.as_ref().unwrap();
-            let e = merged
-                .entry((key.1, frame_key(frames)))
-                .or_insert_with(|| Merged {
-                    sub: key.1,
-                    frames: frames.clone(),
-                    mappings: mappings.clone(),
-                    agg: Agg::default(),
-                });
+            let mk = (key.1, frame_key(frames));
+            if !self.links.is_empty() {
+                merged_key.insert(key, mk.clone());
+            }
+            let e = merged.entry(mk).or_insert_with(|| Merged {
+                sub: key.1,
+                frames: frames.clone(),
+                mappings: mappings.clone(),
+                agg: Agg::default(),
+            });
             let m = &mut e.agg;
             m.count += agg.count;
             m.a += agg.a;
@@ -299,8 +304,29 @@ impl StackSink {
                 *m.wakers.entry(w).or_default() += c;
             }
         }
+        for ((m, c), n) in std::mem::take(&mut self.links) {
+            let (Some(mk), Some(ck)) = (merged_key.get(&m), merged_key.get(&c)) else {
+                continue;
+            };
+            if !merged[mk]
+                .frames
+                .iter()
+                .any(|f| in_condvar_wait(&f.function))
+            {
+                continue;
+            }
+            merged.get_mut(mk).unwrap().agg.after_condvar += n;
+            merged.get_mut(ck).unwrap().agg.contended_reacquires += n;
+        }
         merged.into_values().collect()
     }
+}
+
+/// Whether a frame is a condition variable's wait (glibc's `pthread_cond_*wait`,
+/// libstdc++'s `condition_variable::wait*`): a mutex wait under it is the condvar's mutex
+/// reacquired.
+fn in_condvar_wait(function: &str) -> bool {
+    function.contains("pthread_cond_") || function.contains("condition_variable")
 }
 
 /// One merged stack and its values, for pprof, folded stacks and diffs.
