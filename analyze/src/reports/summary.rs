@@ -193,7 +193,8 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
 
 /// The finding of `rep`, the top stacks of `kind` (one of [`STACK_KINDS`]): the place
 /// with the most of the kind's measure among the waits that are not idle (for lock, among
-/// the contention first: a mutex another thread held, before a condvar's signal); the
+/// the waits for a mutex another thread held first, then the condvar waits that were
+/// contention); the
 /// idle waits' share said apart, by reason. Its share is of the whole total.
 fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
     let value = |r: &Row| -> u64 {
@@ -251,8 +252,14 @@ fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
     let total: u64 = rep.rows.iter().map(&value).sum();
     let idle_rows = || rep.rows.iter().filter(|r| r.idle_reason().is_some());
     let busy = || rep.rows.iter().filter(|r| r.idle_reason().is_none());
+    let mutexes = || {
+        busy().filter(
+            |r| matches!(r, Row::Lock(l) if matches!(l.wait_kind, "mutex" | "condvar_mutex")),
+        )
+    };
     let contended = || busy().filter(|r| matches!(r, Row::Lock(l) if l.contention));
-    let (subject, v, _) = largest(contended(), value, &place)
+    let (subject, v, _) = largest(mutexes(), value, &place)
+        .or_else(|| largest(contended(), value, &place))
         .or_else(|| largest(busy(), value, &place))
         .or_else(|| largest(idle_rows(), value, &place))?;
     let share = v as f64 / total.max(1) as f64;

@@ -461,7 +461,9 @@ pub fn top_from(
 }
 
 /// [`top_from`] with `idle` saying which offcpu and lock waits are idle: the waits inside
-/// work first (for lock, contention first), then the idle ones, each group by `by`.
+/// work first, then the idle ones, each group by `by`; for lock, within each, the waits
+/// for a mutex another thread held first (`wait_kind` mutex, condvar_mutex), then the
+/// condvar waits that were contention, then the rest.
 pub fn top_with(
     trace: impl Trace,
     kind: EventKind,
@@ -512,7 +514,7 @@ pub(crate) fn top_of(
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    let mut scored: Vec<((bool, bool, u64), Merged, Decision)> = Vec::with_capacity(merged.len());
+    let mut scored: Vec<((bool, u8, u64), Merged, Decision)> = Vec::with_capacity(merged.len());
     if matches!(kind, EventKind::Lock | EventKind::OffCpu) {
         totals.insert("idle_ns".into(), 0);
     }
@@ -545,13 +547,21 @@ pub(crate) fn top_of(
         if d.2.is_some() {
             *totals.entry("idle_ns".into()).or_default() += agg.a;
         }
-        if d.1 && kind == EventKind::Lock {
+        if d.1 && d.2.is_none() && kind == EventKind::Lock {
             *totals.entry("contention_wait_ns".into()).or_default() += agg.a;
         }
         // The waits inside work first (for lock, contention first), then the idle ones.
+        // Lock: a mutex another thread held first, then condvar waits that were
+        // contention, then the rest.
+        let tier = match d {
+            _ if kind != EventKind::Lock => 0,
+            ("mutex" | "condvar_mutex", ..) => 0,
+            (_, true, _) => 1,
+            _ => 2,
+        };
         let key = (
             d.2.is_some(),
-            !d.1 && kind == EventKind::Lock,
+            tier,
             u64::MAX - by.pick(kind, agg.count, agg.a, agg.b),
         );
         scored.push((key, m, d));
