@@ -17,6 +17,7 @@ mod export;
 mod faults;
 mod func_names;
 mod funcs;
+mod idle;
 mod layout;
 mod limits;
 mod metrics;
