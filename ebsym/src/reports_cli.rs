@@ -42,18 +42,22 @@ pub struct ReportArgs {
     /// Keep C++ names mangled.
     #[arg(long)]
     pub no_demangle: bool,
-    /// Also call idle the off-CPU blocks and lock waits under a frame whose function
-    /// matches PATTERN (repeatable): a glob (`*` any run, `?` one character, no regex)
-    /// against each frame's demangled function name, with and without its parameters;
-    /// `--idle '*Scheduler::wait_next*'`. Idle waits are shown after the others with
-    /// their reason, "--idle PATTERN" (top --kind offcpu|lock, locks, summary). A wait
-    /// for a mutex another thread holds is never idle.
+    /// Also call idle the waits under a frame whose function matches PATTERN (repeatable).
+    ///
+    /// PATTERN is a glob (`*` any run, `?` one character; not a regex) matched against each
+    /// frame's demangled function name, with and without its parameters, e.g. `--idle
+    /// '*Scheduler::wait_next*'`. Off-CPU blocks and lock waits it matches are shown after
+    /// the others with the reason "--idle PATTERN" (`top --kind offcpu|lock`, `locks`,
+    /// `summary`); the user's patterns are tried before the default rules. A wait for a
+    /// mutex another thread holds is never idle.
     #[arg(long = "idle", value_name = "PATTERN")]
     pub idle: Vec<String>,
-    /// Turn off the default idle rules (epoll, poll and accept waits, a socket read at
-    /// the top of a connection loop, a thread pool's wait for a task, a timer thread's
-    /// sleep: docs/guide.md): every wait is then reported as work, but those --idle
+    /// Turn off the default idle rules: every wait is reported as work, but those --idle
     /// names.
+    ///
+    /// The default rules (docs/guide.md, "Idle waits and contention"): epoll, poll and
+    /// accept waits, a socket read at the top of a connection loop, a thread pool's wait
+    /// for a task, a timer thread's sleep.
     #[arg(long)]
     pub no_idle_rules: bool,
 }
