@@ -650,7 +650,7 @@ fn contention_first_and_a_condvar_is_contention_only_when_its_mutex_was() {
         ],
         POOL_MU,
         0,
-        1 * MS,
+        MS,
     );
     let bytes2 = b.finish();
     let rep = top_with(

@@ -58,13 +58,16 @@ pub(crate) struct StackSink {
     /// alloc: the blocks not freed yet.
     outstanding: Option<Outstanding>,
     /// lock: each thread's last wait: its key, when it ended, whether it was a condvar's.
-    last_lock: FastMap<(u32, u32), ((u64, u64), u64, bool)>,
+    last_lock: FastMap<(u32, u32), (StackKey, u64, bool)>,
     /// lock: (mutex wait's key, condvar wait's key) → times a thread's mutex wait began
     /// within [`REACQUIRE_NS`] of the end of its condvar wait. [`StackSink::merge`] counts
     /// those whose mutex wait is still inside the condvar wait (its frames say so) as the
     /// condvar's mutex reacquired while another thread held it.
-    links: FastMap<((u64, u64), (u64, u64)), u64>,
+    links: FastMap<(StackKey, StackKey), u64>,
 }
+
+/// A stack id and sub-key (lock: the futex address): what [`StackSink`] aggregates under.
+type StackKey = (u64, u64);
 
 /// How soon after a condvar wait ends a mutex wait of the same thread must begin to be
 /// its mutex reacquired: glibc's `pthread_cond_wait` locks the mutex right after the
