@@ -111,6 +111,9 @@ enum Command {
     },
     /// Contended locks: waits (and holds, where recorded) per mutex and stack, with p99,
     /// the kind (mutex, condvar, other) and the stack of the thread that released it.
+    /// Contention first: waits for a mutex another thread held (wait_kind mutex,
+    /// condvar_mutex), then condvar waits whose mutex reacquire was contended, then the
+    /// rest; idle waits (a thread pool waiting for a task, --idle) last.
     ///
     /// Example: `ebsym locks trace.pb.zst --by hold`
     Locks {

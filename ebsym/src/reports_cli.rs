@@ -42,9 +42,41 @@ pub struct ReportArgs {
     /// Keep C++ names mangled.
     #[arg(long)]
     pub no_demangle: bool,
+    /// Also call idle the waits under a frame whose function matches PATTERN (repeatable).
+    ///
+    /// PATTERN is a glob (`*` any run, `?` one character; not a regex) matched against each
+    /// frame's demangled function name, with and without its parameters, e.g. `--idle
+    /// '*Scheduler::wait_next*'`. Off-CPU blocks and lock waits it matches are shown after
+    /// the others with the reason "--idle PATTERN" (`top --kind offcpu|lock`, `locks`,
+    /// `summary`); the user's patterns are tried before the default rules. A wait for a
+    /// mutex another thread holds is never idle.
+    #[arg(long = "idle", value_name = "PATTERN")]
+    pub idle: Vec<String>,
+    /// Turn off the default idle rules: every wait is reported as work, but those --idle
+    /// names.
+    ///
+    /// The default rules (docs/guide.md, "Idle waits and contention"): epoll, poll and
+    /// accept waits, a socket read at the top of a connection loop, a thread pool's wait
+    /// for a task, a timer thread's sleep.
+    #[arg(long)]
+    pub no_idle_rules: bool,
 }
 
 impl ReportArgs {
+    /// The idle rules the options say: the defaults (unless --no-idle-rules) and each
+    /// --idle.
+    pub fn idle_rules(&self) -> Result<reports::idle::IdleRules> {
+        let mut r = if self.no_idle_rules {
+            reports::idle::IdleRules::none()
+        } else {
+            reports::idle::IdleRules::defaults()
+        };
+        for p in &self.idle {
+            r.add_pattern(p).map_err(anyhow::Error::msg)?;
+        }
+        Ok(r)
+    }
+
     /// The filter the options say.
     pub fn filter(&self) -> Filter {
         Filter {
@@ -154,8 +186,9 @@ fn json_or_text<T: serde::Serialize>(
 
 pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
     let by = measure(k, by)?;
+    let idle = a.idle_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::top_from(input.reader()?, k, by, &a.filter(), a.n);
+    let r = reports::top_with(input.reader()?, k, by, &a.filter(), a.n, &idle);
     print(&r, a.json, out)
 }
 
@@ -206,8 +239,9 @@ pub fn threads(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
 
 /// `ebsym summary`: the top finding of each family.
 pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
+    let idle = a.idle_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let s = reports::summary::summary_from(|| input.reader().ok(), &a.filter());
+    let s = reports::summary::summary_with(|| input.reader().ok(), &a.filter(), &idle);
     json_or_text(a.json, &s, || s.to_text(), out)
 }
 

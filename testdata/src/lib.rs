@@ -154,6 +154,7 @@ const PROGRAMS: &[&str] = &[
     "syscalls",
     "runq_pair",
     "tcp_conns",
+    "idle_pool",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -635,6 +636,7 @@ mod tests {
                 "syscalls" => &["--fast", "10", "--sleeps", "1", "--sleep-ms", "1"],
                 "runq_pair" => &["--seconds", "0.05"],
                 "tcp_conns" => &["--conns", "1", "--hold-ms", "1", "--bytes", "100"],
+                "idle_pool" => &["--seconds", "0.05"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)

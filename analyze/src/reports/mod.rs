@@ -9,10 +9,11 @@
 //! (`ebtrace_format::family`).
 //!
 //! Values: alloc `count`, `bytes`; leaks `count`, `bytes`, `oldest_ns`, `alive`; locks `count`,
-//! `wait_ns`, `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `waker_frames`; func
+//! `wait_ns`, `wait_p99_ns`, `hold_ns`, `hold_p99_ns`, `mutex`, `kind`, `wait_kind`,
+//! `contention`, `idle`, `idle_reason`, `waker_frames`; func
 //! `count`, `total_ns`, `p50_ns`, `p90_ns`, `p99_ns`, `max_ns`, `function` (the probed
 //! function's demangled name, null if the trace does not say), `function_id`; cpu `count`;
-//! offcpu `count`, `total_ns`, `waker_frames` (the stack of the thread that most often ended
+//! offcpu `count`, `total_ns`, `idle`, `idle_reason` (see [`idle`]), `waker_frames` (the stack of the thread that most often ended
 //! these blocks; empty when woken by an interrupt); memgrowth `count`, `bytes` (brk, mmap and
 //! first-touch growth; releases — munmap, a shrinking brk — are not counted).
 //!
@@ -38,6 +39,7 @@ mod folded;
 pub mod heap;
 pub mod heatmap;
 pub mod html;
+pub mod idle;
 mod kind;
 mod leaks;
 mod live;
@@ -64,6 +66,6 @@ pub use system::{system_latency_from, tcp_from, SystemLatencyReport, TcpReport};
 pub use text::{empty_note, losses_text};
 pub use threads::{threads_from, ThreadsReport};
 pub use top::{
-    top, top_from, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow, Report, Row,
-    RunqRow, SyscallRow, TcpStackRow,
+    top, top_from, top_with, BioRow, BytesRow, CpuRow, FuncRow, LeakRow, LockRow, OffCpuRow,
+    Report, Row, RunqRow, SyscallRow, TcpStackRow,
 };

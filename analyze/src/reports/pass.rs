@@ -4,6 +4,7 @@
 //! from the losses of the reading; its own notes and unresolved frames are its own). What
 //! `ebsym report` and `ebsym summary` read a trace with.
 use super::heatmap::HeatPoint;
+use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
 use super::leaks::LeakSink;
 use super::stacks::{stacks_of, Merged, StackSink, Stacks};
@@ -81,6 +82,8 @@ pub(crate) struct Passed {
     tcp_report: Option<TcpReport>,
     points: BTreeMap<EventKind, PointSink>,
     leaks: Option<LeakSink>,
+    /// Which offcpu and lock waits [`Passed::top`] calls idle.
+    pub idle: IdleRules,
 }
 
 impl Passed {
@@ -121,6 +124,7 @@ impl Passed {
             tcp_report: None,
             points: sinks.points.into_iter().collect(),
             leaks: sinks.leaks,
+            idle: IdleRules::default(),
         }
     }
 
@@ -148,7 +152,15 @@ impl Passed {
     pub(crate) fn top(&mut self, kind: EventKind, by: Measure, n: usize) -> Report {
         let (merged, losses) = self.merged(kind);
         self.loaded.losses = losses;
-        top_of(&mut self.loaded, kind, by, &self.filter, merged, n)
+        top_of(
+            &mut self.loaded,
+            kind,
+            by,
+            &self.filter,
+            merged,
+            n,
+            &self.idle,
+        )
     }
 
     /// `stacks_from` of the trace: the merged stacks of `kind` with their values.

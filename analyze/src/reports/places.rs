@@ -134,3 +134,46 @@ pub(crate) fn lock_kind(frames: &[Frame], futex_op: u32) -> &'static str {
         }
     }
 }
+
+/// Whether a futex op is a mutex's wait: FUTEX_WAIT (glibc's `__lll_lock_wait`),
+/// FUTEX_LOCK_PI, FUTEX_LOCK_PI2.
+pub(crate) fn mutex_op(futex_op: u32) -> bool {
+    matches!(futex_op, 0 | 6 | 13)
+}
+
+/// Whether a futex op is a condition variable's wait for its signal: FUTEX_WAIT_BITSET
+/// (glibc's condvars since 2.25), FUTEX_WAIT_REQUEUE_PI (a PI mutex's condvar).
+pub(crate) fn condvar_op(futex_op: u32) -> bool {
+    matches!(futex_op, 9 | 11)
+}
+
+/// What a lock wait waits for, finer than [`lock_kind`]: "mutex" (a mutex another thread
+/// holds), "condvar" (a condition variable's signal), "condvar_mutex" (a condition
+/// variable's mutex, reacquired after the signal while another thread held it), "other".
+/// `futex_op`: None when not known (counted in the kernel, --aggregate: the frames
+/// decide); `uprobe`: recorded by the pthread_mutex_lock probes (a mutex, whatever the
+/// stack); `after_condvar`: the same thread's previous wait was a condvar's, ended just
+/// before this one began (see `StackSink`).
+pub(crate) fn wait_kind(
+    frames: &[Frame],
+    futex_op: Option<u32>,
+    uprobe: bool,
+    after_condvar: bool,
+) -> &'static str {
+    if uprobe {
+        return "mutex";
+    }
+    let has = |s: &str| frames.iter().any(|f| f.function.contains(s));
+    // pthread_join waits with FUTEX_WAIT_BITSET too: not a lock.
+    if has("pthread_join") || has("pthread_clockjoin") || has("pthread_timedjoin") {
+        return "other";
+    }
+    let relock = has("lll_lock") || has("mutex_cond_lock");
+    match (lock_kind(frames, futex_op.unwrap_or(u32::MAX)), futex_op) {
+        ("condvar", Some(op)) if after_condvar || mutex_op(op) => "condvar_mutex",
+        ("condvar", None) if after_condvar || relock => "condvar_mutex",
+        ("condvar", _) => "condvar",
+        ("mutex", _) if after_condvar => "condvar_mutex",
+        (k, _) => k,
+    }
+}

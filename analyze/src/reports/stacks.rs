@@ -3,6 +3,7 @@
 //! `top`, folded stacks, flame graphs, pprof and diffs are made of).
 use super::kind::{EventKind, Measure};
 use super::live::Outstanding;
+use super::places::{condvar_op, mutex_op};
 use super::text::empty_note;
 use crate::event::Fields;
 use crate::hash::FastMap;
@@ -28,6 +29,15 @@ pub(crate) struct Agg {
     pub(crate) aggregated: bool,
     /// alloc: blocks and bytes still outstanding at the end (pprof's inuse_*).
     pub(crate) inuse: (u64, u64),
+    /// lock: recorded by the pthread_mutex_lock probes (--lock-mode uprobe).
+    pub(crate) uprobe: bool,
+    /// lock: some event said its futex op (all but --aggregate's counts).
+    pub(crate) op_known: bool,
+    /// lock: waits that were a mutex wait of a thread whose condvar wait had just ended
+    /// (the condvar's mutex, reacquired while another thread held it).
+    pub(crate) after_condvar: u64,
+    /// lock: condvar waits whose thread then waited for the condvar's mutex.
+    pub(crate) contended_reacquires: u64,
 }
 
 impl Agg {
@@ -47,7 +57,22 @@ pub(crate) struct StackSink {
     estimate: Estimator,
     /// alloc: the blocks not freed yet.
     outstanding: Option<Outstanding>,
+    /// lock: each thread's last wait: its key, when it ended, whether it was a condvar's.
+    last_lock: FastMap<(u32, u32), (StackKey, u64, bool)>,
+    /// lock: (mutex wait's key, condvar wait's key) → times a thread's mutex wait began
+    /// within [`REACQUIRE_NS`] of the end of its condvar wait. [`StackSink::merge`] counts
+    /// those whose mutex wait is still inside the condvar wait (its frames say so) as the
+    /// condvar's mutex reacquired while another thread held it.
+    links: FastMap<(StackKey, StackKey), u64>,
 }
+
+/// A stack id and sub-key (lock: the futex address): what [`StackSink`] aggregates under.
+type StackKey = (u64, u64);
+
+/// How soon after a condvar wait ends a mutex wait of the same thread must begin to be
+/// its mutex reacquired: glibc's `pthread_cond_wait` locks the mutex right after the
+/// futex wait returns (microseconds, more only when preempted).
+pub(crate) const REACQUIRE_NS: u64 = 1_000_000;
 
 impl StackSink {
     /// Events of `kind`; with `inuse` (alloc), also the blocks each stack still has
@@ -59,6 +84,8 @@ impl StackSink {
             by_stack: FastMap::default(),
             estimate: Estimator::default(),
             outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
+            last_lock: FastMap::default(),
+            links: FastMap::default(),
         }
     }
 
@@ -137,14 +164,37 @@ impl Sink for StackSink {
             }
         }
         if let Fields::Lock {
-            mutex, futex_op, ..
+            mutex,
+            futex_op,
+            source,
+            ..
         } = v.fields
         {
             g.mutex = mutex;
             g.futex_op = futex_op;
+            g.op_known = true;
+            g.uprobe |= source == ebtrace_format::proto::LockSource::Uprobe;
         }
         if let Some(w) = v.waker.filter(|w| w.stack != 0) {
             *g.wakers.entry(w.stack).or_default() += 1;
+        }
+        if let Fields::Lock { futex_op, .. } = v.fields {
+            // A condvar's mutex reacquired: a mutex wait of the thread whose condvar wait
+            // ended just before (events of a thread come in the order they ended).
+            let key = (v.stack, v.sub_key());
+            let end = v.time_ns + a;
+            let prev = self
+                .last_lock
+                .insert((v.generation, v.tid), (key, end, condvar_op(futex_op)));
+            if let Some((pkey, pend, true)) = prev {
+                if mutex_op(futex_op)
+                    && v.time_ns >= pend
+                    && v.time_ns - pend <= REACQUIRE_NS
+                    && pkey != key
+                {
+                    *self.links.entry((key, pkey)).or_default() += 1;
+                }
+            }
         }
     }
 }
@@ -220,6 +270,8 @@ impl StackSink {
         let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
         let mut keys: Vec<(u64, u64)> = self.by_stack.keys().copied().collect();
         keys.sort_unstable();
+        // Each stack key's merged key, for the links of lock waits.
+        let mut merged_key: HashMap<(u64, u64), Key> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
         let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
         for key in keys {
@@ -229,14 +281,16 @@ impl StackSink {
                 resolved = Some((key.0, f, m));
             }
             let (_, frames, mappings) = resolved.as_ref().unwrap();
-            let e = merged
-                .entry((key.1, frame_key(frames)))
-                .or_insert_with(|| Merged {
-                    sub: key.1,
-                    frames: frames.clone(),
-                    mappings: mappings.clone(),
-                    agg: Agg::default(),
-                });
+            let mk = (key.1, frame_key(frames));
+            if !self.links.is_empty() {
+                merged_key.insert(key, mk.clone());
+            }
+            let e = merged.entry(mk).or_insert_with(|| Merged {
+                sub: key.1,
+                frames: frames.clone(),
+                mappings: mappings.clone(),
+                agg: Agg::default(),
+            });
             let m = &mut e.agg;
             m.count += agg.count;
             m.a += agg.a;
@@ -252,6 +306,10 @@ impl StackSink {
             }
             m.mutex = agg.mutex;
             m.futex_op = agg.futex_op;
+            m.uprobe |= agg.uprobe;
+            m.op_known |= agg.op_known;
+            m.after_condvar += agg.after_condvar;
+            m.contended_reacquires += agg.contended_reacquires;
             m.aggregated |= agg.aggregated;
             m.inuse.0 += agg.inuse.0;
             m.inuse.1 += agg.inuse.1;
@@ -259,8 +317,29 @@ impl StackSink {
                 *m.wakers.entry(w).or_default() += c;
             }
         }
+        for ((m, c), n) in std::mem::take(&mut self.links) {
+            let (Some(mk), Some(ck)) = (merged_key.get(&m), merged_key.get(&c)) else {
+                continue;
+            };
+            if !merged[mk]
+                .frames
+                .iter()
+                .any(|f| in_condvar_wait(&f.function))
+            {
+                continue;
+            }
+            merged.get_mut(mk).unwrap().agg.after_condvar += n;
+            merged.get_mut(ck).unwrap().agg.contended_reacquires += n;
+        }
         merged.into_values().collect()
     }
+}
+
+/// Whether a frame is a condition variable's wait (glibc's `pthread_cond_*wait`,
+/// libstdc++'s `condition_variable::wait*`): a mutex wait under it is the condvar's mutex
+/// reacquired.
+fn in_condvar_wait(function: &str) -> bool {
+    function.contains("pthread_cond_") || function.contains("condition_variable")
 }
 
 /// One merged stack and its values, for pprof, folded stacks and diffs.

@@ -1,6 +1,7 @@
 //! `ebsym summary` (and `ebrec diagnose`'s summary.txt/summary.json): the top finding of
 //! each family in a trace, one line each: "most off-CPU time: futex_wait in
 //! Queue::pop, 42% of 12.1 s", "slowest syscall: fsync p99 38.20 ms (120 calls)".
+use super::idle::IdleRules;
 use super::kind::EventKind;
 use super::pass::{Passed, Wants};
 use super::places::{core_kernel_place, leaf_in_place, user_place};
@@ -33,11 +34,18 @@ pub struct Finding {
     pub share: Option<f64>,
     /// The family's total, in `unit`.
     pub total: u64,
+    /// offcpu and lock: the share of the total that was idle waits (a thread waiting for
+    /// work, `reports::idle`), 0 to 1, shown apart from the finding; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_share: Option<f64>,
+    /// The idle share of each idle reason ("epoll wait": 0.4), 0 to 1 of the total.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub idle: BTreeMap<String, f64>,
 }
 
 /// Rows of `kind` grouped by `place`, with the measure summed: the largest group.
-fn largest(
-    rows: &[Row],
+fn largest<'a>(
+    rows: impl IntoIterator<Item = &'a Row>,
     by: impl Fn(&Row) -> u64,
     place: impl Fn(&Row) -> String,
 ) -> Option<(String, u64, u64)> {
@@ -77,9 +85,22 @@ pub(crate) fn wants() -> Wants {
 }
 
 /// The summary of the trace `open` opens (read once), of the events that pass `f`.
-pub fn summary_from<T: Trace>(mut open: impl FnMut() -> Option<T>, f: &Filter) -> Summary {
+pub fn summary_from<T: Trace>(open: impl FnMut() -> Option<T>, f: &Filter) -> Summary {
+    summary_with(open, f, &IdleRules::default())
+}
+
+/// [`summary_from`] with `idle` saying which offcpu and lock waits are idle.
+pub fn summary_with<T: Trace>(
+    mut open: impl FnMut() -> Option<T>,
+    f: &Filter,
+    idle: &IdleRules,
+) -> Summary {
     match open() {
-        Some(t) => summary_of(&mut Passed::read(t, f, &wants(), None)),
+        Some(t) => {
+            let mut p = Passed::read(t, f, &wants(), None);
+            p.idle = idle.clone();
+            summary_of(&mut p)
+        }
         None => Summary {
             findings: Vec::new(),
         },
@@ -141,6 +162,8 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
             unit: "ns",
             share: Some(r.total_ns as f64 / total.max(1) as f64),
             total,
+            idle_share: None,
+            idle: BTreeMap::new(),
         });
     }
     let rep = p.tcp();
@@ -161,13 +184,18 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
             unit: "count",
             share: Some(r.count as f64 / total.max(1) as f64),
             total,
+            idle_share: None,
+            idle: BTreeMap::new(),
         });
     }
     Summary { findings }
 }
 
 /// The finding of `rep`, the top stacks of `kind` (one of [`STACK_KINDS`]): the place
-/// with the most of the kind's measure.
+/// with the most of the kind's measure among the waits that are not idle (for lock, among
+/// the waits for a mutex another thread held first, then the condvar waits that were
+/// contention); the
+/// idle waits' share said apart, by reason. Its share is of the whole total.
 fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
     let value = |r: &Row| -> u64 {
         match r {
@@ -195,7 +223,15 @@ fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
         ),
         EventKind::Lock => (
             Box::new(|r: &Row| match r {
-                Row::Lock(l) => format!("{} {} in {}", l.kind, l.mutex, user_place(&l.frames)),
+                Row::Lock(l) => format!(
+                    "{} {} in {}",
+                    match l.wait_kind {
+                        "condvar_mutex" => "condvar's mutex",
+                        k => k,
+                    },
+                    l.mutex,
+                    user_place(&l.frames)
+                ),
                 _ => user_place(r.frames()),
             }),
             "ns",
@@ -213,21 +249,67 @@ fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
         ),
         _ => return None,
     };
-    let (subject, v, total) = largest(&rep.rows, value, place)?;
+    let total: u64 = rep.rows.iter().map(&value).sum();
+    let idle_rows = || rep.rows.iter().filter(|r| r.idle_reason().is_some());
+    let busy = || rep.rows.iter().filter(|r| r.idle_reason().is_none());
+    let mutexes = || {
+        busy().filter(
+            |r| matches!(r, Row::Lock(l) if matches!(l.wait_kind, "mutex" | "condvar_mutex")),
+        )
+    };
+    let contended = || busy().filter(|r| matches!(r, Row::Lock(l) if l.contention));
+    let (subject, v, _) = largest(mutexes(), value, &place)
+        .or_else(|| largest(contended(), value, &place))
+        .or_else(|| largest(busy(), value, &place))
+        .or_else(|| largest(idle_rows(), value, &place))?;
     let share = v as f64 / total.max(1) as f64;
     let amount = |x: u64| match unit {
         "ns" => human_ns(x),
         "bytes" => human_bytes(x),
         _ => format!("{x} samples"),
     };
+    let mut idle: BTreeMap<String, u64> = BTreeMap::new();
+    for r in idle_rows() {
+        *idle
+            .entry(r.idle_reason().unwrap().to_string())
+            .or_default() += value(r);
+    }
+    let idle_total: u64 = idle.values().sum();
+    let mut finding = if busy().any(|r| value(r) > 0) {
+        format!("{what}: {subject}, {} of {}", pct(share), amount(total))
+    } else {
+        format!(
+            "{what}: only idle waits, the most {subject}, {} of {}",
+            pct(share),
+            amount(total)
+        )
+    };
+    if idle_total > 0 {
+        let mut reasons: Vec<(&String, &u64)> = idle.iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let list: Vec<String> = reasons
+            .iter()
+            .map(|(r, v)| format!("{r} {}", pct(**v as f64 / total.max(1) as f64)))
+            .collect();
+        finding.push_str(&format!(
+            " (idle waits, {}, shown apart: {})",
+            pct(idle_total as f64 / total.max(1) as f64),
+            list.join(", ")
+        ));
+    }
     Some(Finding {
         family: kind.name().into(),
-        finding: format!("{what}: {subject}, {} of {}", pct(share), amount(total)),
+        finding,
         subject,
         value: v,
         unit,
         share: Some(share),
         total,
+        idle_share: (idle_total > 0).then(|| idle_total as f64 / total.max(1) as f64),
+        idle: idle
+            .into_iter()
+            .map(|(r, v)| (r, v as f64 / total.max(1) as f64))
+            .collect(),
     })
 }
 

@@ -1,8 +1,9 @@
 //! `ebsym top` (and `locks`, `latency`): the stacks of one kind sorted by a measure, and
 //! the [`Report`] with its typed [`Row`]s that `leaks` shares.
+use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
 use super::names::{bio_op_name, device_name, probed_name, syscall_name};
-use super::places::lock_kind;
+use super::places::{lock_kind, wait_kind};
 use super::stacks::{merge, Agg, Merged};
 use super::text::{empty_note, log2_text, losses_text};
 use crate::histogram::Log2Bin;
@@ -51,7 +52,11 @@ impl Report {
                 .into_iter()
                 .map(|(k, v)| format!("{k} {v}"))
                 .collect();
-            let _ = writeln!(s, "\n#{} {}", i + 1, vals.join("  "));
+            let idle = row
+                .idle_reason()
+                .map(|r| format!("[idle: {r}]  "))
+                .unwrap_or_default();
+            let _ = writeln!(s, "\n#{} {idle}{}", i + 1, vals.join("  "));
             if let Some(bins) = self.histograms.get(i).filter(|b| !b.is_empty()) {
                 s.push_str(&log2_text(bins));
             }
@@ -158,6 +163,10 @@ pub struct BytesRow {
 /// A row of `ebsym locks`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LockRow {
+    /// Whether these waits are contention: a mutex another thread held (`wait_kind`
+    /// mutex, condvar_mutex), or a condvar wait whose thread then waited for the
+    /// condvar's mutex (a contended reacquire); `ebsym locks` ranks these first.
+    pub contention: bool,
     pub count: u64,
     #[serde(serialize_with = "sorted_frames")]
     pub frames: Vec<Frame>,
@@ -166,10 +175,20 @@ pub struct LockRow {
     pub hold_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_p99_ns: Option<u64>,
+    /// Whether a rule says these are a thread waiting for work ([`IdleRules`]); shown
+    /// after the others.
+    pub idle: bool,
+    /// The rule that said so ("thread pool waiting for a task", "--idle PATTERN"); null
+    /// when not idle.
+    pub idle_reason: Option<String>,
     /// "mutex", "condvar" or "other".
     pub kind: &'static str,
     /// The lock's address, hex.
     pub mutex: String,
+    /// What the waits were for: "mutex", "condvar" (the condition's signal),
+    /// "condvar_mutex" (a condvar's mutex, reacquired after the signal while another
+    /// thread held it) or "other".
+    pub wait_kind: &'static str,
     pub wait_ns: u64,
     /// null when the waits were counted in the kernel (--aggregate): no per-wait values.
     pub wait_p99_ns: Option<u64>,
@@ -208,6 +227,11 @@ pub struct OffCpuRow {
     pub count: u64,
     #[serde(serialize_with = "sorted_frames")]
     pub frames: Vec<Frame>,
+    /// Whether a rule says these blocks are a thread waiting for work ([`IdleRules`]);
+    /// shown after the others.
+    pub idle: bool,
+    /// The rule that said so ("epoll wait", "--idle PATTERN"); null when not idle.
+    pub idle_reason: Option<String>,
     pub total_ns: u64,
     /// The stack of the thread that most often ended these blocks; empty when woken by an
     /// interrupt.
@@ -264,6 +288,15 @@ impl Row {
         }
     }
 
+    /// Why the row's waits are idle (offcpu and lock rows a rule matched).
+    pub fn idle_reason(&self) -> Option<&str> {
+        match self {
+            Row::OffCpu(r) => r.idle_reason.as_deref(),
+            Row::Lock(r) => r.idle_reason.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Events under the stack.
     pub fn count(&self) -> u64 {
         match self {
@@ -286,7 +319,10 @@ impl Row {
         match self {
             Row::Bytes(r) => vec![("bytes", num(r.bytes)), ("count", num(r.count))],
             Row::Lock(r) => {
-                let mut v = vec![("count", num(r.count))];
+                let mut v = vec![
+                    ("contention", r.contention.to_string()),
+                    ("count", num(r.count)),
+                ];
                 if let Some(h) = r.hold_ns {
                     v.push(("hold_ns", num(h)));
                 }
@@ -296,6 +332,7 @@ impl Row {
                 v.extend([
                     ("kind", r.kind.to_string()),
                     ("mutex", r.mutex.clone()),
+                    ("wait_kind", r.wait_kind.to_string()),
                     ("wait_ns", num(r.wait_ns)),
                     (
                         "wait_p99_ns",
@@ -420,8 +457,46 @@ pub fn top_from(
     filter: &Filter,
     n: usize,
 ) -> Report {
+    top_with(trace, kind, by, filter, n, &IdleRules::default())
+}
+
+/// [`top_from`] with `idle` saying which offcpu and lock waits are idle: the waits inside
+/// work first, then the idle ones, each group by `by`; for lock, within each, the waits
+/// for a mutex another thread held first (`wait_kind` mutex, condvar_mutex), then the
+/// condvar waits that were contention, then the rest.
+pub fn top_with(
+    trace: impl Trace,
+    kind: EventKind,
+    by: Measure,
+    filter: &Filter,
+    n: usize,
+    idle: &IdleRules,
+) -> Report {
     let (mut l, merged) = merge(trace, kind, filter, false);
-    top_of(&mut l, kind, by, filter, merged, n)
+    top_of(&mut l, kind, by, filter, merged, n, idle)
+}
+
+/// What [`top_of`] decides of a lock or offcpu stack before sorting: (wait kind,
+/// contention, idle reason).
+type Decision = (&'static str, bool, Option<String>);
+
+fn decide(kind: EventKind, m: &Merged, idle: &IdleRules) -> Decision {
+    match kind {
+        EventKind::Lock => {
+            let a = &m.agg;
+            let wk = wait_kind(
+                &m.frames,
+                a.op_known.then_some(a.futex_op),
+                a.uprobe,
+                a.after_condvar > 0 && a.after_condvar * 2 >= a.count,
+            );
+            let contended = matches!(wk, "mutex" | "condvar_mutex");
+            let contention = contended || (wk == "condvar" && a.contended_reacquires > 0);
+            (wk, contention, idle.classify(&m.frames, contended))
+        }
+        EventKind::OffCpu => ("", false, idle.classify(&m.frames, false)),
+        _ => ("", false, None),
+    }
 }
 
 /// The `n` stacks of `kind` with the most `by`, of `merged`, the stacks merged from the
@@ -433,13 +508,21 @@ pub(crate) fn top_of(
     filter: &Filter,
     merged: Vec<Merged>,
     n: usize,
+    idle: &IdleRules,
 ) -> Report {
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    let mut scored: Vec<(u64, Merged)> = Vec::with_capacity(merged.len());
+    let mut scored: Vec<((bool, u8, u64), Merged, Decision)> = Vec::with_capacity(merged.len());
+    if matches!(kind, EventKind::Lock | EventKind::OffCpu) {
+        totals.insert("idle_ns".into(), 0);
+    }
+    if kind == EventKind::Lock {
+        totals.insert("contention_wait_ns".into(), 0);
+    }
     for m in merged {
+        let d = decide(kind, &m, idle);
         let agg = &m.agg;
         *totals.entry("count".to_string()).or_default() += agg.count;
         match kind {
@@ -461,11 +544,31 @@ pub(crate) fn top_of(
             }
             EventKind::Cpu | EventKind::Tcp => {}
         }
-        scored.push((by.pick(kind, agg.count, agg.a, agg.b), m));
+        if d.2.is_some() {
+            *totals.entry("idle_ns".into()).or_default() += agg.a;
+        }
+        if d.1 && d.2.is_none() && kind == EventKind::Lock {
+            *totals.entry("contention_wait_ns".into()).or_default() += agg.a;
+        }
+        // The waits inside work first (for lock, contention first), then the idle ones.
+        // Lock: a mutex another thread held first, then condvar waits that were
+        // contention, then the rest.
+        let tier = match d {
+            _ if kind != EventKind::Lock => 0,
+            ("mutex" | "condvar_mutex", ..) => 0,
+            (_, true, _) => 1,
+            _ => 2,
+        };
+        let key = (
+            d.2.is_some(),
+            tier,
+            u64::MAX - by.pick(kind, agg.count, agg.a, agg.b),
+        );
+        scored.push((key, m, d));
     }
-    // Largest first; ties in a fixed order (the frames) so output is deterministic. Only
-    // the rows shown are rendered.
-    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.frames.cmp(&b.1.frames)));
+    // Largest first within each group; ties in a fixed order (the frames) so output is
+    // deterministic. Only the rows shown are rendered.
+    scored.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.frames.cmp(&b.1.frames)));
     let mut rows: Vec<Row> = Vec::with_capacity(n.min(scored.len()));
     let mut histograms = Vec::new();
     for (
@@ -473,6 +576,7 @@ pub(crate) fn top_of(
         Merged {
             sub, frames, agg, ..
         },
+        (wk, contention, idle_reason),
     ) in scored.into_iter().take(n)
     {
         rows.push(match kind {
@@ -485,7 +589,11 @@ pub(crate) fn top_of(
                 let waker_frames = top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default();
                 let held = agg.b > 0;
                 Row::Lock(LockRow {
+                    contention,
                     count: agg.count,
+                    idle: idle_reason.is_some(),
+                    idle_reason,
+                    wait_kind: wk,
                     hold_ns: held.then_some(agg.b),
                     hold_p99_ns: (held && !agg.aggregated).then(|| agg.hist(1).quantile(0.99)),
                     kind: lock_kind(&frames, agg.futex_op),
@@ -517,6 +625,8 @@ pub(crate) fn top_of(
             }),
             EventKind::OffCpu => Row::OffCpu(OffCpuRow {
                 count: agg.count,
+                idle: idle_reason.is_some(),
+                idle_reason,
                 total_ns: agg.a,
                 // The stack of the thread that most often ended these blocks.
                 waker_frames: top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default(),

@@ -18,6 +18,7 @@ mod faults;
 mod func_names;
 mod funcs;
 mod heap;
+mod idle;
 mod layout;
 mod limits;
 mod metrics;

@@ -761,6 +761,8 @@ fn locks_json(p: &mut Passed, present: &[EventKind], n: usize, int: &mut Interne
                 "stack": s, "waker": w, "count": x.count, "wait_ns": x.wait_ns,
                 "wait_p99_ns": x.wait_p99_ns, "hold_ns": x.hold_ns,
                 "hold_p99_ns": x.hold_p99_ns, "kind": x.kind, "mutex": x.mutex,
+                "wait_kind": x.wait_kind, "contention": x.contention,
+                "idle_reason": x.idle_reason,
             })
         })
         .collect()
