@@ -24,20 +24,30 @@ struct Node {
     next: u32,
 }
 
+/// The slab indexes of the oldest and the newest live block at an address.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    head: u32,
+    tail: u32,
+}
+
 /// The live blocks of the leak report.
 ///
-/// Each generation maps an address to the slab index of its oldest live block (16 bytes a
-/// bucket, so the table of tens of thousands of live blocks stays in the L2 cache: with the
-/// blocks in the table itself, lookups were cache misses and the report ran at 3–5 M
-/// events/s instead of 7–8). The blocks at one address are chained oldest first: usually
-/// one, two when an allocation reused the address before the free of the previous block was
-/// read (the writer puts a batch's allocations before its frees, and allocators hand a
-/// freed block straight back, so that is common). Freed slots are reused last-in first-out,
-/// so the slab's hot part is as small as the blocks that churn.
+/// Each generation maps an address to the slab indexes of its oldest and newest live blocks
+/// (16 bytes a bucket, so the table of tens of thousands of live blocks stays in the L2
+/// cache: with the blocks in the table itself, lookups were cache misses and the report ran
+/// at 3–5 M events/s instead of 7–8). The blocks at one address are chained oldest first:
+/// usually one, more when allocations reused the address before the free of the previous
+/// block was read (the writer puts a batch's allocations before its frees, and allocators
+/// hand a freed block straight back, so one address can gather a batch's thousands of
+/// allocations). An allocation in time order goes after the newest block in O(1), and a
+/// free in time order takes the oldest, so such chains cost nothing per event; only an
+/// allocation older than the newest block walks the chain. Freed slots are reused last-in
+/// first-out, so the slab's hot part is as small as the blocks that churn.
 #[derive(Debug, Default)]
 struct Live {
-    /// Per generation, address -> first node; the previous event's generation cached.
-    generations: Vec<(u32, FastMap<u64, u32>)>,
+    /// Per generation, address -> its chain; the previous event's generation cached.
+    generations: Vec<(u32, FastMap<u64, Chain>)>,
     last: usize,
     /// Generation -> index in `generations`.
     index: FastMap<u32, usize>,
@@ -84,19 +94,27 @@ impl Live {
         use std::collections::hash_map::Entry;
         let g = self.generation(generation);
         let (nodes, free) = (&mut self.nodes, &mut self.free);
-        let mut head = match self.generations[g].1.entry(address) {
+        let chain = match self.generations[g].1.entry(address) {
             Entry::Vacant(v) => {
-                v.insert(Self::node(nodes, free, b, NONE));
+                let i = Self::node(nodes, free, b, NONE);
+                v.insert(Chain { head: i, tail: i });
                 return;
             }
-            Entry::Occupied(o) => o,
+            Entry::Occupied(o) => o.into_mut(),
         };
-        let first = *head.get();
-        if b.time < nodes[first as usize].block.time {
-            head.insert(Self::node(nodes, free, b, first));
+        // In time order: after the newest block.
+        if b.time >= nodes[chain.tail as usize].block.time {
+            let i = Self::node(nodes, free, b, NONE);
+            nodes[chain.tail as usize].next = i;
+            chain.tail = i;
             return;
         }
-        let mut at = first;
+        if b.time < nodes[chain.head as usize].block.time {
+            chain.head = Self::node(nodes, free, b, chain.head);
+            return;
+        }
+        // Between two blocks (not after the tail): walk.
+        let mut at = chain.head;
         loop {
             let next = nodes[at as usize].next;
             if next == NONE || b.time < nodes[next as usize].block.time {
@@ -114,10 +132,10 @@ impl Live {
     fn free(&mut self, generation: u32, address: u64, time: u64) -> Option<Block> {
         let g = self.generation(generation);
         let map = &mut self.generations[g].1;
-        let &head = map.get(&address)?;
+        let chain = map.get_mut(&address)?;
         // The last node with time <= `time`, and the one before it.
         let (mut prev, mut found) = (NONE, NONE);
-        let mut at = head;
+        let mut at = chain.head;
         while at != NONE && self.nodes[at as usize].block.time <= time {
             (prev, found) = (found, at);
             at = self.nodes[at as usize].next;
@@ -130,10 +148,13 @@ impl Live {
             if next == NONE {
                 map.remove(&address);
             } else {
-                map.insert(address, next);
+                chain.head = next;
             }
         } else {
             self.nodes[prev as usize].next = next;
+            if next == NONE {
+                chain.tail = prev;
+            }
         }
         self.free.push(found);
         Some(self.nodes[found as usize].block)
@@ -143,8 +164,8 @@ impl Live {
     fn generation_blocks(&self, generation: u32) -> impl Iterator<Item = &Block> + '_ {
         let map = self.index.get(&generation).map(|&i| &self.generations[i].1);
         map.into_iter().flat_map(move |map| {
-            map.values().flat_map(move |&head| {
-                let mut at = head;
+            map.values().flat_map(move |chain| {
+                let mut at = chain.head;
                 std::iter::from_fn(move || {
                     let n = self.nodes.get(at as usize)?;
                     at = n.next;
@@ -157,8 +178,8 @@ impl Live {
     /// Every live block, with its generation.
     fn blocks(&self) -> impl Iterator<Item = (u32, &Block)> + '_ {
         self.generations.iter().flat_map(move |(generation, map)| {
-            map.values().flat_map(move |&head| {
-                let mut at = head;
+            map.values().flat_map(move |chain| {
+                let mut at = chain.head;
                 std::iter::from_fn(move || {
                     let n = self.nodes.get(at as usize)?;
                     at = n.next;
@@ -361,6 +382,42 @@ mod tests {
             // Slots are reused: no more than the most blocks ever live at once could need.
             assert!(live.nodes.len() - live.free.len() == naive.blocks().len());
         }
+    }
+
+    /// One address reused by a whole batch of allocations before the batch's frees are
+    /// read (what made the leak report quadratic): each free takes the oldest block, the
+    /// chain stays consistent through out-of-order allocations, and the last survives.
+    #[test]
+    fn a_batch_of_reuses_at_one_address_then_its_frees() {
+        let mut live = Live::default();
+        let b = |time, stack| Block {
+            time,
+            stack,
+            size: 64,
+            period: 0,
+        };
+        for i in 0..1000 {
+            live.alloc(1, 0x1000, b(10 * i, i));
+        }
+        live.alloc(1, 0x1000, b(5007, 5000)); // out of order, between two blocks
+        live.alloc(1, 0x1000, b(99_990, 9999)); // the newest, equal time: after it
+        for i in 0..999 {
+            let freed = live.free(1, 0x1000, 10 * i + 5).expect("a block");
+            assert_eq!(freed.stack, i);
+            if i == 500 {
+                assert_eq!(live.free(1, 0x1000, 5008).map(|b| b.stack), Some(5000));
+            }
+        }
+        assert_eq!(
+            live_blocks(&live),
+            [(1, 9990, 999, 64), (1, 99_990, 9999, 64)]
+        );
+        live.free(1, 0x1000, 99_995);
+        live.alloc(1, 0x1000, b(100_000, 7)); // after the new tail
+        assert_eq!(
+            live_blocks(&live),
+            [(1, 9990, 999, 64), (1, 100_000, 7, 64)]
+        );
     }
 
     /// A block allocated at an address whose previous block's free is read later (same

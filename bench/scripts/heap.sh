@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# heap.sh: heap profiling of every allocation against heaptrack, on leveldb's db_bench
+# fillrandom,readrandom (Debian source), in one run (issue 32).
+#
+# Rows, each db_bench on a fresh empty DB, one after the other:
+#   untraced                     db_bench alone
+#   heaptrack                    heaptrack -o H db_bench ... (LD_PRELOAD)
+#   ebrec --alloc                the uprobe path
+#   ebrec preload                ebrec --alloc --alloc-sampler preload --sample-bytes 1 (every
+#                                allocation, in process); allocations kept and lost from ebrec's
+#                                exit summary
+# then the analysis, wall time and peak RSS (/usr/bin/time): heaptrack_print (everything, its
+# defaults) on heaptrack's file against ebsym on the preload trace: symbolize (ebsym T -o S), then
+# `ebsym heap`, `ebsym leaks` and `ebsym report` on the symbolized trace. Last, heaptrack_print's
+# totals ("calls to allocation functions", "temporary memory allocations", "peak heap memory
+# consumption", "total memory leaked" and "suppressed leaks", printed with 4 significant digits)
+# beside `ebsym heap --json`'s totals (calls, temporary, peak_bytes, leaked_bytes + held_bytes),
+# with their ratio.
+#
+# Usage: bench/scripts/heap.sh            (as root)
+#   NUM=300000                db_bench --num (fillrandom writes and readrandom reads)
+#   BENCHMARKS=fillrandom,readrandom
+#   EBREC=target/release/ebrec, EBSYM=target/release/ebsym (of this checkout by default; build
+#                             them with cargo build --release -p ebrec -p ebtrace-ebsym)
+#   EBTRACE_BENCH_CACHE=DIR   where db_bench is built once (default /var/tmp/ebtrace-bench)
+#   KEEP=DIR                  keep heaptrack's file, the traces, the reports and logs there
+#   RESULTS_DIR=target/ebtrace-artifacts/bench   where the table is written (heap-DATE.txt)
+#   WAIT_IDLE_S=0             before each row, wait up to this long for the machine to be idle
+#
+# First run: builds db_bench as leveldb.sh does (build_db_bench in lib.sh: deb-src, build-dep,
+# apt-get source leveldb 1.23, RelWithDebInfo, -fno-omit-frame-pointer) and installs heaptrack,
+# time and python3 with apt. Later runs take about a minute at NUM=300000.
+#
+# Measured here on 2026-12-03 18:42 UTC (Debian 12, 2 vCPUs KVM that other sessions' builds kept
+# busy, glibc 2.36, gcc 12, leveldb 1.23), release ebrec/ebsym of branch heap at 014afd9; the
+# differences are explained in docs/benchmarks.md:
+#   (NUM=300000, heaptrack 1.4.0, 2 cores, kernel 6.18.44, CPU 100% busy before, run 81 s)
+#   run                                            wall s   x untr.  notes
+#   untraced                                         6.66      1.00
+#   heaptrack                                        7.41      1.11  data 1.5M
+#   ebrec --alloc (uprobes)                         25.13      3.77  trace 14182.0KiB; alloc kept 2119052 lost 0
+#   ebrec --alloc preload --sample-bytes 1          19.85      2.98  allocations 2117616 kept, 0 lost; trace 13119.4KiB
+#
+#   analysis                                       wall s peak RSS MB
+#   heaptrack_print (everything)                     0.53        56
+#   ebsym symbolize (preload trace)                 12.44       119
+#   ebsym heap (symbolized)                          2.44        64
+#   ebsym leaks (symbolized)                         1.24        69
+#   ebsym report (symbolized)                        4.78        78
+#
+#   totals                                          heaptrack   ebsym heap    ratio
+#   allocator calls                                   2172850      2118365   0.9749
+#   temporary allocations                              462129       448661   0.9709
+#   peak heap bytes                                  12310000     12306216   0.9997
+#   leaked bytes (ebsym: to act on)                      5660          600   0.1060
+#   suppressed (heaptrack) / held (ebsym) bytes            52        77460 1489.6154
+#   leaked + suppressed/held bytes                       5712        78060  13.6660
+#   (ebsym heap exact: False: 110551 allocations under 14 bytes sampled at --sample-bytes 1)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+
+NUM=${NUM:-300000}
+BENCHMARKS=${BENCHMARKS:-fillrandom,readrandom}
+repo=$(cd "$here/../.." && pwd)
+EBREC=${EBREC:-$repo/target/release/ebrec}
+EBSYM=${EBSYM:-$repo/target/release/ebsym}
+KEEP=${KEEP:-}
+RESULTS_DIR=${RESULTS_DIR:-$repo/target/ebtrace-artifacts/bench}
+
+need_root
+for b in "$EBREC" "$EBSYM"; do
+  [ -x "$b" ] || die "$b is missing: cargo build --release -p ebrec -p ebtrace-ebsym (or set EBREC/EBSYM)"
+done
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ebtrace-heap.XXXXXX")
+cleanup() {
+  bg_cleanup
+  if [ -n "$KEEP" ] && [ -d "$TMP" ]; then
+    mkdir -p "$KEEP" && cp -a "$TMP"/. "$KEEP"/ 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+build_db_bench
+apt_install heaptrack time python3
+
+bench_args=(--num="$NUM" --benchmarks="$BENCHMARKS")
+
+# timed NAME CMD...: runs CMD with stdout in $TMP/NAME.out and stderr in $TMP/NAME.log; wall
+# seconds and peak RSS (KiB) from /usr/bin/time in $TMP/NAME.time ("WALL RSS").
+timed() {
+  local name=$1
+  shift
+  wait_idle
+  log "$name: $*"
+  /usr/bin/time -f '%e %M' -o "$TMP/$name.time" "$@" >"$TMP/$name.out" 2>"$TMP/$name.log" ||
+    { tail -n 20 "$TMP/$name.log" >&2; die "$name failed (log kept with KEEP=DIR)"; }
+}
+wall() { awk '{ print $1 }' "$TMP/$1.time"; }
+rss_mb() { awk '{ printf "%.0f", $2 / 1024 }' "$TMP/$1.time"; }
+
+busy_check
+BUSY_BEFORE=$BUSY_PCT
+t_start=$SECONDS
+
+timed untraced "$DB_BENCH" --db="$TMP/db-untraced" "${bench_args[@]}"
+rm -rf "$TMP/db-untraced"
+timed heaptrack heaptrack -o "$TMP/ht" "$DB_BENCH" --db="$TMP/db-ht" "${bench_args[@]}"
+rm -rf "$TMP/db-ht"
+ht_file=$(ls "$TMP"/ht.* 2>/dev/null | head -n1)
+[ -n "$ht_file" ] || die "heaptrack wrote no data file (log: $TMP/heaptrack.log)"
+timed ebrec-uprobe "$EBREC" record --alloc -o "$TMP/up.pb.zst" -- "$DB_BENCH" --db="$TMP/db-up" "${bench_args[@]}"
+rm -rf "$TMP/db-up"
+timed ebrec-preload "$EBREC" record --alloc --alloc-sampler preload --sample-bytes 1 -o "$TMP/t.pb.zst" -- \
+  "$DB_BENCH" --db="$TMP/db-pre" "${bench_args[@]}"
+rm -rf "$TMP/db-pre"
+
+timed heaptrack_print heaptrack_print -f "$ht_file"
+timed symbolize "$EBSYM" "$TMP/t.pb.zst" -o "$TMP/t.sym.pb.zst"
+timed heap "$EBSYM" heap "$TMP/t.sym.pb.zst" --json
+timed leaks "$EBSYM" leaks "$TMP/t.sym.pb.zst"
+timed report "$EBSYM" report "$TMP/t.sym.pb.zst" -o "$TMP/report.html"
+run_s=$((SECONDS - t_start))
+
+# "ebrec:   alloc  kept N  lost N ..." of the exit summary: "kept N, lost N" (allocations).
+alloc_kept_lost() {
+  tr '\r' '\n' <"$1" | awk '/^ebrec: +alloc +kept +[0-9]+ +lost +[0-9]+/ { k = $4; l = $6 }
+    END { if (k == "") print "-"; else printf "%s kept, %s lost", k, l }'
+}
+
+mkdir -p "$RESULTS_DIR"
+out=$RESULTS_DIR/heap-$(date -u +%Y%m%d-%H%M).txt
+{
+  echo "leveldb db_bench $BENCHMARKS --num=$NUM, $(heaptrack --version 2>/dev/null | head -n1), $(nproc) cores, kernel $(uname -r), $(date -u '+%F %H:%M') UTC, commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo -), CPU ${BUSY_BEFORE}% busy before, run ${run_s}s"
+  printf '%-44s %8s %9s  %s\n' "run" "wall s" "x untr." "notes"
+  u=$(wall untraced)
+  printf '%-44s %8s %9s  %s\n' "untraced" "$u" "1.00" ""
+  printf '%-44s %8s %9s  %s\n' "heaptrack" "$(wall heaptrack)" "$(ratio "$(wall heaptrack)" "$u")" \
+    "data $(du -h "$ht_file" | cut -f1)"
+  ebrec_note "$TMP/up.pb.zst" "$TMP/ebrec-uprobe.log"
+  printf '%-44s %8s %9s  %s\n' "ebrec --alloc (uprobes)" "$(wall ebrec-uprobe)" \
+    "$(ratio "$(wall ebrec-uprobe)" "$u")" "$EBREC_NOTE"
+  ebrec_note "$TMP/t.pb.zst" "$TMP/ebrec-preload.log"
+  printf '%-44s %8s %9s  %s\n' "ebrec --alloc preload --sample-bytes 1" "$(wall ebrec-preload)" \
+    "$(ratio "$(wall ebrec-preload)" "$u")" "allocations $(alloc_kept_lost "$TMP/ebrec-preload.log"); $EBREC_NOTE"
+  echo
+  printf '%-44s %8s %9s\n' "analysis" "wall s" "peak RSS MB"
+  printf '%-44s %8s %9s\n' "heaptrack_print (everything)" "$(wall heaptrack_print)" "$(rss_mb heaptrack_print)"
+  printf '%-44s %8s %9s\n' "ebsym symbolize (preload trace)" "$(wall symbolize)" "$(rss_mb symbolize)"
+  for r in heap leaks report; do
+    printf '%-44s %8s %9s\n' "ebsym $r (symbolized)" "$(wall "$r")" "$(rss_mb "$r")"
+  done
+  echo
+  python3 - "$TMP/heaptrack_print.out" "$TMP/heap.out" <<'PY'
+import json, re, sys
+
+text = open(sys.argv[1]).read()
+heap = json.load(open(sys.argv[2]))
+t = heap["totals"]
+
+
+def grab(pat):
+    m = re.search(pat, text, re.M)
+    return m.group(1) if m else None
+
+
+def size(s):
+    # heaptrack_print's sizes: "10.33M", "5.34K", "52B" (powers of 1000).
+    m = re.match(r"^([0-9.]+)([KMGT]?)B?$", s or "")
+    return round(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(2)]) if m else None
+
+
+ht = {
+    "calls": int(grab(r"^calls to allocation functions: (\d+)") or 0),
+    "temporary": int(grab(r"^temporary memory allocations: (\d+)") or 0),
+    "peak": size(grab(r"^peak heap memory consumption: (\S+)")),
+    "leaked": size(grab(r"^total memory leaked: (\S+)")),
+    "suppressed": size(grab(r"^suppressed leaks: (\S+)")) or 0,
+}
+eb = {
+    "calls": t.get("calls"),
+    "temporary": t.get("temporary"),
+    "peak": t.get("peak_bytes"),
+    "leaked": t.get("leaked_bytes"),
+    "suppressed": t.get("held_bytes"),
+}
+W = "{:<44} {:>12} {:>12} {:>8}"
+print(W.format("totals", "heaptrack", "ebsym heap", "ratio"))
+names = {
+    "calls": "allocator calls",
+    "temporary": "temporary allocations",
+    "peak": "peak heap bytes",
+    "leaked": "leaked bytes (ebsym: to act on)",
+    "suppressed": "suppressed (heaptrack) / held (ebsym) bytes",
+}
+for k, name in names.items():
+    a, b = ht[k], eb[k]
+    r = f"{b / a:.4f}" if isinstance(a, (int, float)) and a and isinstance(b, (int, float)) else "-"
+    print(W.format(name, a if a is not None else "-", b if b is not None else "-", r))
+la, lb = (ht["leaked"] or 0) + ht["suppressed"], (eb["leaked"] or 0) + (eb["suppressed"] or 0)
+print(W.format("leaked + suppressed/held bytes", la, lb, f"{lb / la:.4f}" if la else "-"))
+print(f"(heaptrack_print prints sizes with 4 significant digits; ebsym heap exact: {heap.get('exact')}"
+      + ("; " + "; ".join(heap.get("inexact", [])) if heap.get("inexact") else "") + ")")
+PY
+} | tee "$out"
+echo "(written to $out; KEEP=DIR keeps heaptrack's file, the traces and the logs)"
