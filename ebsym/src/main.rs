@@ -187,7 +187,8 @@ enum Command {
         #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
         kind: Kind,
         /// The value of each stack: a measure of the kind (each kind's are listed under
-        /// --kind, the first being the default).
+        /// --kind, the first being the default); with --kind alloc also `ebsym heap`'s
+        /// temporary, peak (bytes live at the peak) and leaked (bytes, to act on).
         #[arg(long)]
         by: Option<String>,
     },
@@ -201,7 +202,8 @@ enum Command {
         #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
         kind: Kind,
         /// The widths: a measure of the kind (each kind's are listed under --kind, the
-        /// first being the default).
+        /// first being the default); with --kind alloc also `ebsym heap`'s temporary, peak
+        /// (bytes live at the peak) and leaked (bytes, to act on).
         #[arg(long)]
         by: Option<String>,
         /// The SVG to write.
