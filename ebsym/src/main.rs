@@ -200,7 +200,8 @@ enum Command {
         #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
         kind: Kind,
         /// The value of each stack: a measure of the kind (each kind's are listed under
-        /// --kind, the first being the default).
+        /// --kind, the first being the default); with --kind alloc also `ebsym heap`'s
+        /// temporary, peak (bytes live at the peak) and leaked (bytes, to act on).
         #[arg(long)]
         by: Option<String>,
     },
@@ -214,7 +215,8 @@ enum Command {
         #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
         kind: Kind,
         /// The widths: a measure of the kind (each kind's are listed under --kind, the
-        /// first being the default).
+        /// first being the default); with --kind alloc also `ebsym heap`'s temporary, peak
+        /// (bytes live at the peak) and leaked (bytes, to act on).
         #[arg(long)]
         by: Option<String>,
         /// The SVG to write.

@@ -156,9 +156,14 @@ fn measure(k: EventKind, by: Option<&str>) -> Result<Measure> {
         Some(by) => match k.parse_measure(by) {
             Some(m) => Ok(m),
             None => bail!(
-                "--by {by} does not apply to --kind {} (use one of: {})",
+                "--by {by} does not apply to --kind {} (use one of: {}{})",
                 k.name(),
-                k.measures().join(", ")
+                k.measures().join(", "),
+                if k == EventKind::Alloc {
+                    "; folded and flamegraph also temporary, peak, leaked"
+                } else {
+                    ""
+                }
             ),
         },
     }
@@ -312,7 +317,47 @@ pub fn heap(a: &ReportArgs, by: &str, suppress: &[PathBuf], out: &mut dyn Write)
     json_or_text(a.json, &r, || r.to_text(), out)
 }
 
+/// `--kind alloc --by temporary|peak|leaked`: a measure of `ebsym heap` rather than of the
+/// events, and the flame graph measure (unit) and title to draw it with.
+fn heap_measure(
+    k: EventKind,
+    by: Option<&str>,
+) -> Option<(reports::HeapMeasure, Measure, &'static str)> {
+    use reports::HeapMeasure as H;
+    match (k, by?) {
+        (EventKind::Alloc, "temporary") => {
+            Some((H::Temporary, Measure::Count, "Temporary allocations"))
+        }
+        (EventKind::Alloc, "peak") => {
+            Some((H::Peak, Measure::Bytes, "Bytes live at the heap's peak"))
+        }
+        (EventKind::Alloc, "leaked") => {
+            Some((H::Leaked, Measure::Bytes, "Leaked bytes (to act on)"))
+        }
+        _ => None,
+    }
+}
+
+/// The folded stacks of a heap measure (every stack of `ebsym heap`), its notes on
+/// stderr.
+fn heap_folded(a: &ReportArgs, by: reports::HeapMeasure) -> Result<Vec<String>> {
+    let input = symbolized_input(a, &a.trace)?;
+    let rules = reports::suppress::Suppressions::runtime();
+    let r = reports::heap_with(input.reader()?, &a.filter(), by, usize::MAX, &rules);
+    for why in r.inexact.iter().chain(&r.notes) {
+        eprintln!("ebsym: {why}");
+    }
+    eprint!("{}", reports::losses_text(&r.losses));
+    Ok(r.folded_lines(by))
+}
+
 pub fn folded(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    if let Some((hm, _, _)) = heap_measure(k, by) {
+        for l in heap_folded(a, hm)? {
+            writeln!(out, "{l}")?;
+        }
+        return Ok(());
+    }
     let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let f = reports::folded_from(input.reader()?, k, by, &a.filter());
@@ -333,6 +378,26 @@ pub fn flamegraph(
     title: Option<&str>,
     output: &Path,
 ) -> Result<()> {
+    if let Some((hm, m, name)) = heap_measure(k, by) {
+        let lines = heap_folded(a, hm)?;
+        if lines.is_empty() {
+            bail!(
+                "nothing to draw: no stack has {} bytes or allocations",
+                hm.name()
+            );
+        }
+        let f = std::fs::File::create(output)
+            .with_context(|| format!("cannot create {}", output.display()))?;
+        reports::flamegraph_by(
+            &lines,
+            k,
+            m,
+            Some(title.unwrap_or(name)),
+            std::io::BufWriter::new(f),
+        )?;
+        eprintln!("ebsym: wrote {} ({} stacks)", output.display(), lines.len());
+        return Ok(());
+    }
     let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let folded = reports::folded_from(input.reader()?, k, by, &a.filter());

@@ -845,6 +845,24 @@ impl HeapSink {
     }
 }
 
+impl HeapReport {
+    /// `root;…;leaf value` of every row with a non-zero `by` (rows that fold alike summed),
+    /// sorted: the folded stacks of a heap measure, for `ebsym folded` and `flamegraph
+    /// --by temporary|peak|leaked`. Complete only when the report kept every row.
+    pub fn folded_lines(&self, by: HeapMeasure) -> Vec<String> {
+        let mut lines: std::collections::BTreeMap<String, u64> = Default::default();
+        for r in &self.rows {
+            let v = by.pick(r);
+            if v > 0 {
+                *lines
+                    .entry(super::folded::folded_key(&r.frames))
+                    .or_default() += v;
+            }
+        }
+        lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect()
+    }
+}
+
 fn opt_num(v: Option<u64>) -> String {
     v.map_or_else(|| "n/a".into(), |v| v.to_string())
 }

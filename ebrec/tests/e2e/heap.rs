@@ -191,6 +191,25 @@ fn heap_counts_match_a_program_that_knows_them() {
         assert_eq!(owner(&s["rows"][0]), first, "--by {measure}: {s:#}");
     }
 
+    // The folded stacks of each heap measure add up to its total, and its owner is there.
+    for (measure, total, owner_fn) in [
+        ("temporary", u(&t["temporary"]), "temp_loop"),
+        ("peak", u(&t["peak_bytes"]), "hold_peak"),
+        ("leaked", u(&t["leaked_bytes"]), "leak_some"),
+    ] {
+        let trace = rec.trace.to_str().unwrap();
+        let out = run(
+            &ebsym_path(),
+            &["folded", trace, "--kind", "alloc", "--by", measure],
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let values = text
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap());
+        assert_eq!(values.sum::<u64>(), total, "folded --by {measure}:\n{text}");
+        assert!(text.contains(owner_fn), "folded --by {measure}:\n{text}");
+    }
+
     // The text says the same.
     let out = run(&ebsym_path(), &["heap", rec.trace.to_str().unwrap()]);
     let text = String::from_utf8(out.stdout).unwrap();
