@@ -135,6 +135,7 @@ impl Builder {
                 waker_tid: 0,
                 waker_stack: 0,
                 state: 1,
+                weight_ns: 0,
             })
             .unwrap();
     }

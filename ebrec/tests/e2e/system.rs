@@ -992,7 +992,14 @@ fn slow_syscalls_are_a_time_weighted_sample_and_the_histogram_exact() {
     let rec = common::record(
         "syscalls",
         &["--syscalls=1000", "--syscalls-sample=10000"],
-        &["--fast", "100", "--sleeps", &NAPS.to_string(), "--sleep-ms", "2"],
+        &[
+            "--fast",
+            "100",
+            "--sleeps",
+            &NAPS.to_string(),
+            "--sleep-ms",
+            "2",
+        ],
     );
     let expect = expect_line(&rec.out, "syscalls");
     let timed: u64 = expect["sleep_durations_ns"]
