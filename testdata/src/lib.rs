@@ -861,6 +861,15 @@ mod tests {
                     "tcpt::connect_refused(long*)",
                 ],
             ),
+            (
+                "idle_pool",
+                &[
+                    "run_idle_pool(double)",
+                    "net::accept_loop(int, std::atomic<long>*)",
+                    "net::event_loop(int, int, std::atomic<long>*)",
+                    "driver::submit_rounds(pool::ThreadPool*, contend::Ledger*, double)",
+                ],
+            ),
         ];
         assert_eq!(expected.len(), programs().len());
         for (program, functions) in expected {
