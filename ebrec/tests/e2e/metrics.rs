@@ -1160,13 +1160,13 @@ fn end_to_end(served: Served) {
             events.unwrap_or(0.0) >= waits as f64,
             "ebrec_events_total{{family=\"lock\"}} {events:?} < {waits} waits"
         );
-        // One fill gauge per ring buffer: --lock's, --offcpu's (profile.bpf.c) and
-        // --syscalls' (system.bpf.c), nothing else.
+        // One fill gauge per ring buffer: --lock's, --offcpu's (profile.bpf.c),
+        // --syscalls' (system.bpf.c) and the hub's (thread renames), nothing else.
         assert_eq!(
             prom_value(&prom_addr, "count(ebrec_ringbuf_fill_ratio)"),
-            Some(3.0)
+            Some(4.0)
         );
-        for ring in ["lock", "profile", "system"] {
+        for ring in ["lock", "profile", "system", "hub"] {
             let q = format!("ebrec_ringbuf_fill_ratio{{ringbuf=\"{ring}\"}}");
             let v = prom_value(&prom_addr, &q);
             assert!(v.is_some_and(|v| (0.0..=1.0).contains(&v)), "{q}: {v:?}");
