@@ -648,19 +648,11 @@ impl OffCpuEvent {
     /// The off-CPU time the block stands for in totals: its duration, or, for a block kept
     /// by `--offcpu-sample`'s time-weighted sample with probability p, duration / p.
     pub fn weight(&self) -> u64 {
-        if self.weight_ns == 0 {
-            self.duration_ns
-        } else {
-            self.weight_ns
-        }
+        weighted(self.duration_ns, self.weight_ns).0
     }
 
     /// The blocks it stands for: 1, or 1/p (rounded) for a sampled block.
     pub fn blocks(&self) -> u64 {
-        if self.weight_ns == 0 || self.duration_ns == 0 || self.weight_ns <= self.duration_ns {
-            1
-        } else {
-            (self.weight_ns + self.duration_ns / 2) / self.duration_ns
-        }
+        weighted(self.duration_ns, self.weight_ns).1
     }
 }
