@@ -205,6 +205,8 @@ struct mem_event {
 	struct event_header h;
 	__u64 size;
 	__u64 addr;
+	/* The bytes a page fault kept by --memgrowth-sample stands for (0: its size). */
+	__u64 weight;
 	__u32 kind;
 	__u32 nframes;
 	__u32 flags;

@@ -68,6 +68,9 @@ pub struct ProbeConfig {
     /// --offcpu-sample: the time-weighted sample's unit, ns (0: every block).
     pub offcpu_unit_ns: u64,
     pub memgrowth: bool,
+    /// --memgrowth-sample: the byte-weighted sample's unit for first-touch page faults, bytes
+    /// (0: every fault).
+    pub mem_fault_unit: u64,
     /// --func: integer arguments kept per call.
     pub func_args: u32,
     /// --func: whether any function is probed (the sites come later, per target).
@@ -727,6 +730,7 @@ impl<'obj> Probes<'obj> {
             ro.all_processes = cfg.all;
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
+            ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             agg_setup!(open, ro, cfg);
             if let Some(d) = open.maps.bss_data.as_deref_mut() {

@@ -180,6 +180,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
         offcpu_unit_ns: a.offcpu_sample * 1000,
         memgrowth: a.memgrowth,
+        mem_fault_unit: a.memgrowth_sample,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
         syscall_unit_ns: a.syscalls_sample * 1000,
         bio_min_ns: a.bio.map(|us| us * 1000),
