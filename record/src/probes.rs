@@ -284,6 +284,20 @@ struct ChainMember {
     active: bool,
 }
 
+/// The system calls a chain member acts on (None: every one); the hub tail-calls it for
+/// these only. Its program checks the number again (bpf/*.bpf.c: NR_FUTEX, NR_BRK, ...).
+fn chain_syscalls(member: u32) -> Option<&'static [u32]> {
+    const FUTEX: &[u32] = &[202];
+    const MEM: &[u32] = &[9, 11, 12]; // mmap, munmap, brk
+    const ACCEPT: &[u32] = &[43, 288]; // accept, accept4
+    match member {
+        m if m == CM_FUTEX_ENTER as u32 || m == CM_FUTEX_EXIT as u32 => Some(FUTEX),
+        m if m == CM_MEM_ENTER as u32 || m == CM_MEM_EXIT as u32 => Some(MEM),
+        m if m == CM_TCP_SYS_EXIT as u32 => Some(ACCEPT),
+        _ => None,
+    }
+}
+
 /// The chain member a program is, if it is one.
 fn chain_member(name: &str) -> Option<(u32, bool)> {
     Some(match name {
@@ -308,6 +322,8 @@ struct ChainMaps {
     exit: libbpf_rs::MapHandle,
     state: libbpf_rs::MapHandle,
     costs: libbpf_rs::MapHandle,
+    /// Per system call number, the slots whose member wants it (`chain_wants`).
+    wants: libbpf_rs::MapHandle,
 }
 
 impl ChainMaps {
@@ -342,6 +358,15 @@ impl ChainMaps {
                 &opts,
             )
             .context("creating the BPF map chain_costs")?,
+            wants: MapHandle::create(
+                MapType::Array,
+                Some("chain_wants"),
+                4,
+                4,
+                2 * CHAIN_NRS as u32,
+                &opts,
+            )
+            .context("creating the BPF map chain_wants")?,
         })
     }
 }
@@ -463,6 +488,7 @@ macro_rules! common_setup {
         $open.maps.sys_exit_chain.reuse_fd($chain.exit.as_fd())?;
         $open.maps.chain_state.reuse_fd($chain.state.as_fd())?;
         $open.maps.chain_costs.reuse_fd($chain.costs.as_fd())?;
+        $open.maps.chain_wants.reuse_fd($chain.wants.as_fd())?;
         if let Some(fds) = $cfi {
             $ro.cfi_mode = $cfg.cfi_mode;
             $ro.cfi_wakers = true;
@@ -1184,6 +1210,25 @@ impl<'obj> Probes<'obj> {
             }
             for slot in members.len()..CHAIN_SLOTS {
                 let _ = map.delete(&(slot as u32).to_ne_bytes());
+            }
+            // Each system call number's slots, for the hub's dispatch.
+            let mut wants = vec![0u32; CHAIN_NRS as usize];
+            for (slot, m) in members.iter().enumerate() {
+                match chain_syscalls(m.member) {
+                    Some(nrs) => nrs.iter().for_each(|&nr| wants[nr as usize] |= 1 << slot),
+                    None => wants.iter_mut().for_each(|w| *w |= 1 << slot),
+                }
+            }
+            let base = if exit { CHAIN_NRS as u32 } else { 0 };
+            for (nr, w) in wants.iter().enumerate() {
+                self.chain_maps
+                    .wants
+                    .update(
+                        &(base + nr as u32).to_ne_bytes(),
+                        &w.to_ne_bytes(),
+                        MapFlags::ANY,
+                    )
+                    .context("writing the system call chain's dispatch")?;
             }
         }
         Ok(())
