@@ -1608,14 +1608,22 @@ impl<'obj> Probes<'obj> {
     /// --offcpu: the blocks past the threshold so far, kept or left out by the sample, and
     /// their ns off the CPU (exact); None without the off-CPU programs.
     pub fn offcpu_seen(&self) -> Option<(u64, u64)> {
-        let b = self.profile.as_ref()?.maps.bss_data.as_deref()?;
-        // SAFETY: plain u64s in the mmapped .bss, written by the programs with atomic adds.
-        unsafe {
-            Some((
-                std::ptr::read_volatile(&b.offcpu_seen_blocks),
-                std::ptr::read_volatile(&b.offcpu_seen_ns),
-            ))
+        let p = self.profile.as_ref()?;
+        let cpus = p
+            .maps
+            .offcpu_seen
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let mut sum = (0u64, 0u64);
+        for v in cpus {
+            let word = |i: usize| {
+                v.get(i * 8..i * 8 + 8)
+                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
+            };
+            sum.0 += word(0);
+            sum.1 += word(1);
         }
+        Some(sum)
     }
 
     /// Sets the off-CPU threshold (shortest block kept, ns) while recording; each block is
