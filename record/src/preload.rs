@@ -76,6 +76,7 @@ pub fn child_env(
     period: u64,
     min: u64,
     no_free: bool,
+    ring_bytes: u32,
 ) -> Result<Vec<(OsString, OsString)>> {
     let mut preload = shim.as_os_str().to_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD") {
@@ -113,5 +114,15 @@ pub fn child_env(
     if no_free {
         env.push((OsString::from("EBTRACE_NO_FREE"), OsString::from("1")));
     }
+    // The sampler's ring buffer, handed over at release (targets::Launched::release_with):
+    // the shim reads its producer and consumer positions and waits while it is half full.
+    env.push((
+        OsString::from("EBTRACE_RING_FD"),
+        crate::targets::RELEASED_FD.to_string().into(),
+    ));
+    env.push((
+        OsString::from("EBTRACE_RING_BYTES"),
+        ring_bytes.to_string().into(),
+    ));
     Ok(env)
 }

@@ -1605,6 +1605,12 @@ impl<'obj> Probes<'obj> {
         }
     }
 
+    /// The preload sampler's ring buffer (`--alloc-sampler preload`), for the shim's
+    /// back-pressure; None without it.
+    pub fn sampler_ring(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.sampler.as_ref().map(|s| s.maps.events.as_fd())
+    }
+
     /// --offcpu: the blocks past the threshold so far, kept or left out by the sample, and
     /// their ns off the CPU (exact); None without the off-CPU programs.
     pub fn offcpu_seen(&self) -> Option<(u64, u64)> {

@@ -210,9 +210,13 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         None => None,
     };
     let env = match (&shim, cfg.preload_period) {
-        (Some(s), Some(period)) => {
-            crate::preload::child_env(&s.path, period, a.alloc.unwrap_or(0), a.no_free)?
-        }
+        (Some(s), Some(period)) => crate::preload::child_env(
+            &s.path,
+            period,
+            a.alloc.unwrap_or(0),
+            a.no_free,
+            cfg.ringbuf_bytes,
+        )?,
         _ => Vec::new(),
     };
     let mut launched = if a.command.is_empty() {
@@ -401,7 +405,9 @@ fn record_with(
         a.output.display()
     );
     if let Some(l) = launched.as_mut() {
-        l.release.take(); // closing our end lets the command exec
+        // The preload shim gets the sampler's ring buffer, to wait while it is half full
+        // (back-pressure) instead of losing events.
+        l.release_with(probes_ref.sampler_ring());
     }
 
     let started = Instant::now();
