@@ -35,6 +35,11 @@ pub enum Match {
         wait: &'static [&'static str],
         under: &'static [&'static str],
     },
+    /// Some frame is one of `wait`, and no user frame further from the leaf (a caller) is
+    /// a lock acquisition ([`LOCK_WAITS`]): an event loop's epoll or poll is idle, the same
+    /// wait inside a lock's sleep (PostgreSQL waits for a row lock in `ProcSleep` →
+    /// `WaitLatch` → `epoll_wait`) is contention.
+    NotInLock(&'static [&'static str]),
     /// A socket read at the top of a connection loop: some frame is one of `read`; then,
     /// walking the user frames from the leaf outwards and skipping the C/C++ runtime's
     /// frames (libc, libstdc++, …) and the read helpers (a name with `read`, `recv` or
@@ -65,6 +70,22 @@ const CONDVAR_WAIT: &[&str] = &[
     "*pthread_cond_clockwait*",
 ];
 
+/// Functions that acquire a lock or sleep until one is granted, as servers name them: an
+/// epoll or poll wait under one of them is a lock wait, not idle ([`Match::NotInLock`]).
+pub const LOCK_WAITS: &[&str] = &[
+    "*LockAcquire*",
+    "*lock_acquire*",
+    "*AcquireLock*",
+    "*acquire_lock*",
+    "*WaitOnLock*",
+    "*LockTableWait*",
+    "*LockWait*",
+    "*lock_wait*",
+    "ProcSleep",
+    "*Mutex*::*ock*",
+    "*mutex*lock*",
+];
+
 /// The default wait shapes, in the order they are tried.
 pub const DEFAULT_SHAPES: &[Shape] = &[
     Shape {
@@ -80,7 +101,7 @@ pub const DEFAULT_SHAPES: &[Shape] = &[
     },
     Shape {
         reason: "epoll wait",
-        matches: Match::Any(&[
+        matches: Match::NotInLock(&[
             "do_epoll_wait",
             "ep_poll",
             "*epoll_wait",
@@ -90,7 +111,7 @@ pub const DEFAULT_SHAPES: &[Shape] = &[
     },
     Shape {
         reason: "poll wait",
-        matches: Match::Any(&[
+        matches: Match::NotInLock(&[
             "do_sys_poll",
             "do_select",
             "core_sys_select",
@@ -232,6 +253,14 @@ impl Match {
     pub fn matches(&self, frames: &[Frame]) -> bool {
         match *self {
             Match::Any(names) => frames.iter().any(|f| any_of(names, &f.function)),
+            Match::NotInLock(wait) => {
+                let Some(i) = frames.iter().position(|f| any_of(wait, &f.function)) else {
+                    return false;
+                };
+                !frames[i + 1..]
+                    .iter()
+                    .any(|f| !is_kernel(f) && any_of(LOCK_WAITS, &f.function))
+            }
             Match::Under { wait, under } => {
                 let Some(i) = frames.iter().position(|f| any_of(wait, &f.function)) else {
                     return false;
@@ -459,5 +488,41 @@ mod tests {
         // --no-idle-rules: the default shapes are off.
         let epoll = [k("ep_poll"), u("EventLoop::run()")];
         assert_eq!(IdleRules::none().classify(&epoll, false), None);
+    }
+
+    /// epoll under a lock's sleep is contention; at the top of a read, idle.
+    #[test]
+    fn an_epoll_wait_in_a_lock_sleep_is_not_idle() {
+        // PostgreSQL (function names from its .dynsym): a backend waiting for its
+        // client's next query, and one waiting for a row lock another holds, both in
+        // epoll_wait under WaitEventSetWait.
+        let client = [
+            k("ep_poll"),
+            k("do_epoll_wait"),
+            libc("epoll_wait"),
+            u("WaitEventSetWait"),
+            u("secure_read"),
+            u("pq_recvbuf"),
+            u("pq_getbyte"),
+            u("PostgresMain"),
+        ];
+        assert_eq!(
+            IdleRules::defaults().classify(&client, false).as_deref(),
+            Some("epoll wait")
+        );
+        let row_lock = [
+            k("ep_poll"),
+            k("do_epoll_wait"),
+            libc("epoll_wait"),
+            u("WaitEventSetWait"),
+            u("WaitLatch"),
+            u("ProcSleep"),
+            u("WaitOnLock"),
+            u("LockAcquireExtended"),
+            u("XactLockTableWait"),
+            u("heapam_tuple_lock"),
+            u("PostgresMain"),
+        ];
+        assert_eq!(IdleRules::defaults().classify(&row_lock, false), None);
     }
 }
