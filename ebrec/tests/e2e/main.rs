@@ -25,6 +25,7 @@ mod metrics;
 mod named_frames;
 mod offcpu;
 mod packaging;
+mod postgres;
 mod preload;
 mod profile;
 mod push;
