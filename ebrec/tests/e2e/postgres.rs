@@ -168,12 +168,14 @@ impl Server {
 
     /// `ebrec diagnose -p POSTMASTER` for 4 s while pgbench runs `script` (started once
     /// diagnose says it records); the summary and the off-CPU top report.
-    fn diagnose(&self, name: &str, script: &str, clients: u32) -> (Value, Value) {
+    fn diagnose(&self, name: &str, script: &str, clients: u32, extra: &[&str]) -> (Value, Value) {
         let out = self.dir.path().join(name);
         let mut d = Command::new(env!("CARGO_BIN_EXE_ebrec"))
             .arg("diagnose")
             .args(["-p", &self.pid().to_string()])
-            .args(["--duration", "4", "--max-cpu", "50", "-o"])
+            .args(["--duration", "4", "--max-cpu", "50"])
+            .args(extra)
+            .arg("-o")
             .arg(&out)
             .arg("--ebsym")
             .arg(ebsym_path())
@@ -282,7 +284,7 @@ fn postgres_known_causes_are_the_findings() {
     pg.sql("CREATE TABLE log (id bigserial PRIMARY KEY, at timestamptz DEFAULT now());");
 
     // Hot row: the wait for the row lock, not idle.
-    let (summary, top) = pg.diagnose("hot", "UPDATE hot SET v = v + 1 WHERE id = 1;\n", 8);
+    let (summary, top) = pg.diagnose("hot", "UPDATE hot SET v = v + 1 WHERE id = 1;\n", 8, &[]);
     let off = finding(&summary, "offcpu");
     let idle = off["idle_share"].as_f64().unwrap_or(0.0);
     assert!(
@@ -296,7 +298,20 @@ fn postgres_known_causes_are_the_findings() {
     );
 
     // fsync-bound commits: the WAL flush at commit.
-    let (summary, top) = pg.diagnose("fsync", "INSERT INTO log DEFAULT VALUES;\n", 4);
+    // With one more idle shape of the user's (diagnose passes --idle to every report):
+    // the backends' waits for their client's next query, under pq_getbyte, are idle by
+    // it (the user's patterns come first).
+    let (summary, top) = pg.diagnose(
+        "fsync",
+        "INSERT INTO log DEFAULT VALUES;\n",
+        4,
+        &["--idle", "pq_getbyte"],
+    );
+    let off = finding(&summary, "offcpu");
+    assert!(
+        off["idle"]["--idle pq_getbyte"].as_f64().unwrap_or(0.0) > 0.0,
+        "{off:#}"
+    );
     let busy = first_busy_row(&top);
     assert!(
         busy.iter().any(|f| f == "XLogFlush"),
@@ -312,7 +327,7 @@ fn postgres_known_causes_are_the_findings() {
     );
 
     // Idle: clients that think between queries; the backends wait for them.
-    let (summary, _) = pg.diagnose("idle", "SELECT 1;\n\\sleep 20 ms\n", 4);
+    let (summary, _) = pg.diagnose("idle", "SELECT 1;\n\\sleep 20 ms\n", 4, &[]);
     let off = finding(&summary, "offcpu");
     let idle = off["idle_share"].as_f64().unwrap_or(0.0);
     assert!(
