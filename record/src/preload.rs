@@ -67,6 +67,10 @@ impl Drop for Shim {
     }
 }
 
+/// The descriptor number a launched command finds `targets::Launched::release_with`'s
+/// descriptor at (the preload shim's view of the sampler's ring buffer: `EBTRACE_RING_FD`).
+pub const RELEASED_FD: i32 = 1017;
+
 /// The environment the command gets on top of ebrec's: the shim first in LD_PRELOAD (the
 /// entries already there kept after it), the period, --alloc's threshold and --no-free.
 /// An LD_PRELOAD entry that is itself an allocator is refused: the shim forwards to glibc's
@@ -118,7 +122,7 @@ pub fn child_env(
     // the shim reads its producer and consumer positions and waits while it is half full.
     env.push((
         OsString::from("EBTRACE_RING_FD"),
-        crate::targets::RELEASED_FD.to_string().into(),
+        RELEASED_FD.to_string().into(),
     ));
     env.push((
         OsString::from("EBTRACE_RING_BYTES"),

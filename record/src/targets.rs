@@ -2,6 +2,7 @@
 //! the pids the probes are for, and what is attached in each (allocator, lock and `--func`
 //! uprobes, stack copies for `--stack-mode auto`).
 use crate::config::{FuncExitMode, RecordConfig};
+use crate::preload::RELEASED_FD;
 use crate::probes::{self, LockMode, ProbeConfig, Probes};
 use crate::{funcs, placement};
 use anyhow::{bail, Context, Result};
@@ -14,10 +15,6 @@ pub struct Launched {
     pub release: Option<std::os::fd::OwnedFd>,
     pub exe: PathBuf,
 }
-
-/// The descriptor number a launched command finds `Launched::release_with`'s descriptor at
-/// (the preload shim's view of the sampler's ring buffer: `EBTRACE_RING_FD`).
-pub const RELEASED_FD: i32 = 1017;
 
 impl Launched {
     /// Lets the command exec, handing it `fd` (as RELEASED_FD) if given.
