@@ -71,8 +71,9 @@ const CONDVAR_WAIT: &[&str] = &[
 ];
 
 /// Functions that acquire a lock or sleep until one is granted, as servers name them: an
-/// epoll or poll wait under one of them is a lock wait, not idle ([`Match::NotInLock`]).
-pub const LOCK_WAITS: &[&str] = &[
+/// epoll or poll wait under one of them is a lock wait, not idle ([`Match::NotInLock`]), and the summary names the wait after them
+/// ([`lock_place`]).
+pub(crate) const LOCK_WAITS: &[&str] = &[
     "*LockAcquire*",
     "*lock_acquire*",
     "*AcquireLock*",
@@ -85,6 +86,37 @@ pub const LOCK_WAITS: &[&str] = &[
     "*Mutex*::*ock*",
     "*mutex*lock*",
 ];
+
+/// Where a wait inside a lock acquisition is, named after the lock: the outermost user frame
+/// that is a [`LOCK_WAITS`] function and the named function that called it ("XactLockTableWait
+/// from heapam_tuple_lock" for a PostgreSQL row lock, whose leaf frames are the generic
+/// WaitEventSetWait, WaitLatch and ProcSleep); None when no frame acquires a lock.
+pub(crate) fn lock_place(frames: &[Frame]) -> Option<String> {
+    let user: Vec<&Frame> = frames.iter().filter(|f| !is_kernel(f)).collect();
+    // the service's own functions only: pthread_mutex_lock, or std::mutex::lock inlined
+    // from a system header, are the runtime's (the place is then the caller, as before)
+    let system_header = |f: &Frame| {
+        f.file
+            .as_deref()
+            .is_some_and(|p| p.starts_with("/usr/include/"))
+    };
+    let matches = |f: &Frame| {
+        !runtime(&f.module)
+            && !system_header(f)
+            && LOCK_WAITS.iter().any(|p| glob(p, short(&f.function)))
+    };
+    let i = user.iter().rposition(|f| matches(f))?;
+    let lock = short(&user[i].function).to_string();
+    // the caller: the next frame out with a name (not an address `module+0x…`)
+    let caller = user[i + 1..]
+        .iter()
+        .find(|f| !runtime(&f.module) && !f.function.contains("+0x"))
+        .map(|f| short(&f.function).to_string());
+    Some(match caller {
+        Some(c) => format!("{lock} from {c}"),
+        None => lock,
+    })
+}
 
 /// The default wait shapes, in the order they are tried.
 pub const DEFAULT_SHAPES: &[Shape] = &[
@@ -488,6 +520,36 @@ mod tests {
         // --no-idle-rules: the default shapes are off.
         let epoll = [k("ep_poll"), u("EventLoop::run()")];
         assert_eq!(IdleRules::none().classify(&epoll, false), None);
+    }
+
+    /// A wait inside a lock acquisition is named after the lock and its caller; the
+    /// runtime's own locking (pthread_mutex_lock) names nothing.
+    #[test]
+    fn a_lock_wait_is_named_after_the_lock() {
+        let row_lock = [
+            k("do_epoll_wait"),
+            libc("epoll_wait"),
+            u("WaitEventSetWait"),
+            u("WaitLatch"),
+            u("ProcSleep"),
+            u("postgres+0x45f000"),
+            u("LockAcquireExtended"),
+            u("XactLockTableWait"),
+            u("postgres+0x1e8646"),
+            u("heapam_tuple_lock"),
+            u("PostgresMain"),
+        ];
+        assert_eq!(
+            lock_place(&row_lock).as_deref(),
+            Some("XactLockTableWait from heapam_tuple_lock")
+        );
+        let mutex = [
+            k("futex_wait"),
+            libc("__lll_lock_wait"),
+            libc("pthread_mutex_lock"),
+            u("Ledger::post(int)"),
+        ];
+        assert_eq!(lock_place(&mutex), None);
     }
 
     /// epoll under a lock's sleep is contention; at the top of a read, idle.

@@ -291,6 +291,13 @@ fn postgres_known_causes_are_the_findings() {
         idle < 0.5,
         "hot row: {idle} of the off-CPU time idle: {off:#}"
     );
+    assert!(
+        off["subject"]
+            .as_str()
+            .unwrap()
+            .contains("XactLockTableWait"),
+        "hot row: the finding does not name the row lock: {off:#}"
+    );
     let busy = first_busy_row(&top);
     assert!(
         busy.iter().any(|f| f == "XactLockTableWait"),
@@ -311,6 +318,10 @@ fn postgres_known_causes_are_the_findings() {
     assert!(
         off["idle"]["--idle pq_getbyte"].as_f64().unwrap_or(0.0) > 0.0,
         "{off:#}"
+    );
+    assert!(
+        off["subject"].as_str().unwrap().contains("XLogFlush"),
+        "commits: the finding does not name the WAL flush: {off:#}"
     );
     let busy = first_busy_row(&top);
     assert!(
