@@ -177,6 +177,8 @@ family! {
         kind: AllocKind = enumeration(kind),
         /// Bytes per sample when sampled by bytes (0: not sampled; see the proto).
         sample_period: u64 = optional(sample_period),
+        /// 0: the system allocator; N: the Nth `--alloc-fn` (the header's `alloc-fn`).
+        allocator: u32 = optional(allocator),
     }
 }
 
@@ -186,6 +188,33 @@ family! {
         generation: u32 = plain(generation),
         tid: u32 = plain(tid),
         address: u64 = delta(address_delta),
+        /// The allocator whose block it was (`AllocEvent::allocator`).
+        allocator: u32 = optional(allocator),
+    }
+}
+
+/// The key of a block among a process's live blocks: its address, with the allocator's
+/// number (`--alloc-fn`; 0 for malloc's family) in the top byte. A custom allocator's blocks
+/// are a space of their own (an arena's first block is often at the address of the chunk
+/// malloc gave it), and user-space addresses are below 2^56.
+#[inline]
+pub fn block_key(address: u64, allocator: u32) -> u64 {
+    address ^ (u64::from(allocator) << 56)
+}
+
+impl AllocEvent {
+    /// [`block_key`] of the allocated block.
+    #[inline]
+    pub fn block(&self) -> u64 {
+        block_key(self.address, self.allocator)
+    }
+}
+
+impl FreeEvent {
+    /// [`block_key`] of the freed block.
+    #[inline]
+    pub fn block(&self) -> u64 {
+        block_key(self.address, self.allocator)
     }
 }
 
