@@ -351,6 +351,47 @@ fn a_custom_arena_is_profiled_as_malloc_is() {
     assert_eq!(allocators[1]["name"], ARENA, "{r:#}");
     assert_eq!(u(&allocators[1]["calls"]), u(&expect["calls"]), "{r:#}");
 
+    // pprof of heap's measures: five sample types adding up to heap's totals, the arena's
+    // samples labelled with it, its callers named.
+    let pb = rec.trace.with_file_name("heap.pb.gz");
+    run(
+        &ebsym_path(),
+        &[
+            "pprof",
+            rec.trace.to_str().unwrap(),
+            "--kind",
+            "alloc",
+            "--by",
+            "leaked",
+            "-o",
+            pb.to_str().unwrap(),
+        ],
+    );
+    if let Some(raw) = common::go_pprof_raw(&pb) {
+        assert_eq!(
+            raw.types,
+            [
+                "alloc_objects/count",
+                "alloc_space/bytes",
+                "temporary_objects/count",
+                "peak_space/bytes",
+                "leaked_space/bytes"
+            ]
+        );
+        let t = &r["totals"];
+        let want = ["calls", "bytes", "temporary", "peak_bytes", "leaked_bytes"]
+            .map(|f| u(&t[f]) as i64);
+        assert_eq!(raw.totals, want, "pprof totals against heap's");
+        assert!(
+            raw.labels.iter().any(|l| l.contains(ARENA)),
+            "{:?}",
+            raw.labels
+        );
+        for f in ["arena_leak()", "arena_temp()", "arena_keep()"] {
+            assert!(raw.names.iter().any(|n| n == f), "{f}: {:?}", raw.names);
+        }
+    }
+
     // leaks: the two blocks of arena_leak, to act on, with the arena named.
     let out = run(
         &ebsym_path(),
