@@ -361,7 +361,7 @@ fn losses_json(losses: &Losses) -> Value {
 /// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
 /// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
 /// (the differential flame graphs), twice as well. `name` is what the page calls the trace.
-pub fn report<R: Read, B: Read>(
+pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
     filter: &Filter,
@@ -397,7 +397,7 @@ fn wants(t0: u64, bucket_ns: u64) -> Wants {
 /// The page's data. The trace is read twice: once for `info` (whose span sets the time
 /// buckets before the first event), once for everything else ([`Passed`]); a base trace
 /// twice too (its info says which kinds it has, then their stacks).
-fn data<R: Read, B: Read>(
+fn data<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
     filter: &Filter,
@@ -797,12 +797,12 @@ fn heap_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Value
     // series (most bytes at any time), then to draw them.
     let mut raw_to: FastMap<u64, u32> = FastMap::default();
     for &(_, raw, _) in &tl.changes {
-        if !raw_to.contains_key(&raw) {
-            let id = int.raw(l, raw);
-            raw_to.insert(raw, id);
+        if let std::collections::hash_map::Entry::Vacant(v) = raw_to.entry(raw) {
+            v.insert(int.raw(l, raw));
         }
     }
-    let replay = |mut each: Box<dyn FnMut(usize, &FastMap<u32, u64>) + '_>| {
+    type Each<'a> = Box<dyn FnMut(usize, &FastMap<u32, u64>) + 'a>;
+    let replay = |mut each: Each<'_>| {
         let mut raw_live: FastMap<u64, u64> = FastMap::default();
         let mut cur: FastMap<u32, u64> = FastMap::default();
         let mut c = 0;
@@ -916,7 +916,7 @@ fn leaks_json(
 
 /// The differential flame graphs: per kind of either trace, stacks before (the base, read
 /// for its info, then once for the stacks of every such kind) and after.
-fn diff_json<B: Read>(
+fn diff_json<B: Read + Send>(
     base: &mut dyn FnMut() -> Option<TraceReader<B>>,
     base_name: Option<&str>,
     p: &mut Passed,
