@@ -66,7 +66,6 @@ fn alloc(time_ns: u64, generation: u32, stack: u64, size: u64, address: u64) -> 
         kind: pb::AllocKind::Malloc,
         sample_period: 0,
         allocator: 0,
-        allocator: 0,
     }
 }
 
@@ -76,7 +75,6 @@ fn free(time_ns: u64, generation: u32, address: u64) -> FreeEvent {
         generation,
         tid: 100 + generation,
         address,
-        allocator: 0,
         allocator: 0,
     }
 }

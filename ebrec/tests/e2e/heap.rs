@@ -379,8 +379,8 @@ fn a_custom_arena_is_profiled_as_malloc_is() {
             ]
         );
         let t = &r["totals"];
-        let want = ["calls", "bytes", "temporary", "peak_bytes", "leaked_bytes"]
-            .map(|f| u(&t[f]) as i64);
+        let want =
+            ["calls", "bytes", "temporary", "peak_bytes", "leaked_bytes"].map(|f| u(&t[f]) as i64);
         assert_eq!(raw.totals, want, "pprof totals against heap's");
         assert!(
             raw.labels.iter().any(|l| l.contains(ARENA)),
