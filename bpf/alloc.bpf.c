@@ -60,9 +60,21 @@ struct {
 	__type(value, struct alloc_slot);
 } inflight SEC(".maps");
 
+/* The same for the functions of --alloc-fn: an arena's allocate function that calls malloc
+ * to grow would otherwise lose its call to malloc's entry, which overwrites the slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct alloc_slot);
+} inflight_custom SEC(".maps");
+
+/* A block of `allocator` (0: the system allocator; N: the Nth --alloc-fn): each custom
+ * allocator's addresses are a space of their own (an arena's first block is often at the
+ * address of the chunk malloc gave the arena). */
 struct block_key {
 	__u32 pid;
-	__u32 pad;
+	__u32 allocator;
 	__u64 addr;
 };
 
@@ -140,13 +152,14 @@ static __always_inline void agg_unlive(__u32 pid, struct live_block *b)
 
 /* Returns 1 when the call's return matters (a slot was filled), 0 when it does not: a
  * session program then tells the kernel to skip the return probe. */
-static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __u64 arg)
+static __always_inline int enter_in(struct pt_regs *ctx, void *slots, __u32 kind,
+				    __u32 allocator, __u64 size, __u64 arg)
 {
 	count(FAM_ALLOC, CTR_HITS);
 	__u64 pt = bpf_get_current_pid_tgid();
 	bool old_traced = false;
 	if (!entry_only && (kind == AK_REALLOC || kind == AK_REALLOCARRAY)) {
-		struct block_key k = { .pid = pt >> 32, .addr = arg };
+		struct block_key k = { .pid = pt >> 32, .allocator = 0, .addr = arg };
 		old_traced = arg && bpf_map_lookup_elem(&live, &k);
 	}
 	bool keep = size >= min_size;
@@ -161,7 +174,7 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 		keep = false;
 	if (!keep && !old_traced)
 		return 0;
-	struct alloc_slot *slot = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
+	struct alloc_slot *slot = bpf_task_storage_get(slots, bpf_get_current_task_btf(), 0,
 						       BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!slot) {
 		count(FAM_ALLOC, CTR_LOST_MAP_FULL);
@@ -170,6 +183,8 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 	slot->active = 1;
 	struct alloc_event *e = &slot->e;
 	e->kind = kind;
+	e->allocator = allocator;
+	e->pad = 0;
 	e->size = keep ? size : 0;
 	e->arg = arg;
 	e->old_traced = old_traced;
@@ -190,6 +205,12 @@ static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __
 		return 0;
 	}
 	return 1;
+}
+
+/* A call of the system allocator. */
+static __always_inline int enter(struct pt_regs *ctx, __u32 kind, __u64 size, __u64 arg)
+{
+	return enter_in(ctx, &inflight, kind, 0, size, arg);
 }
 
 SEC("uprobe")
@@ -258,7 +279,7 @@ int BPF_UPROBE(pvalloc_enter, __u64 size)
 	return 0;
 }
 
-static __always_inline void send_free(__u32 pid, __u64 addr)
+static __always_inline void send_free(__u32 pid, __u64 addr, __u32 allocator)
 {
 	struct free_event *f = bpf_ringbuf_reserve(&events, sizeof(*f), 0);
 	if (!f) {
@@ -267,6 +288,8 @@ static __always_inline void send_free(__u32 pid, __u64 addr)
 	}
 	fill_header(&f->h, FAM_FREE);
 	f->addr = addr;
+	f->allocator = allocator;
+	f->pad = 0;
 	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
 }
 
@@ -285,14 +308,14 @@ static __always_inline bool untrack(__u32 pid, struct block_key *k)
 	if (aggregate)
 		agg_unlive(pid, &c);
 	else
-		send_free(pid, k->addr);
+		send_free(pid, k->addr, k->allocator);
 	return true;
 }
 
-static __always_inline void leave(__u64 ret)
+static __always_inline void leave_in(void *slots, __u64 ret)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	struct alloc_slot *slot = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0, 0);
+	struct alloc_slot *slot = bpf_task_storage_get(slots, bpf_get_current_task_btf(), 0, 0);
 	if (!slot || !slot->active)
 		return;
 	slot->active = 0;
@@ -309,7 +332,7 @@ static __always_inline void leave(__u64 ret)
 		untrack(pid, &k);
 	}
 	if (e->kind && addr) {
-		struct block_key k = { .pid = pid, .addr = addr };
+		struct block_key k = { .pid = pid, .allocator = e->allocator, .addr = addr };
 		bool tracked;
 		if (aggregate) {
 			tracked = agg_alloc(e, e->size, &k);
@@ -327,6 +350,11 @@ static __always_inline void leave(__u64 ret)
 	}
 }
 
+static __always_inline void leave(__u64 ret)
+{
+	leave_in(&inflight, ret);
+}
+
 SEC("uretprobe")
 int BPF_URETPROBE(alloc_return, __u64 ret)
 {
@@ -334,21 +362,86 @@ int BPF_URETPROBE(alloc_return, __u64 ret)
 	return 0;
 }
 
-static __always_inline void do_free(__u64 ptr)
+static __always_inline void do_free_of(__u64 ptr, __u32 allocator)
 {
 	if (!ptr)
 		return;
 	count(FAM_FREE, CTR_HITS);
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	struct block_key k = { .pid = pid, .addr = ptr };
+	struct block_key k = { .pid = pid, .allocator = allocator, .addr = ptr };
 	if (!untrack(pid, &k))
 		count(FAM_FREE, CTR_FILTERED);
+}
+
+static __always_inline void do_free(__u64 ptr)
+{
+	do_free_of(ptr, 0);
 }
 
 SEC("uprobe")
 int BPF_UPROBE(free_enter, __u64 ptr)
 {
 	do_free(ptr);
+	return 0;
+}
+
+/* --- --alloc-fn: a custom allocator's functions (classic uprobes) ---
+ *
+ * The cookie is (allocator << 8) | the index of the argument the program reads (0-based,
+ * in the integer argument registers: a member function's `this` is argument 0): the size
+ * for the allocation function, the pointer for the free function. The allocation's return
+ * runs `leave` on the custom slot; the events are the system allocator's, kind AK_CUSTOM,
+ * with the allocator's number. */
+static __always_inline __u64 arg_at(struct pt_regs *ctx, __u32 i)
+{
+	/* One read at a computed offset: the verifier refuses a load through a ctx pointer
+	 * moved by a variable, which is what a switch over PT_REGS_PARMn compiles to. */
+	__u32 off;
+	switch (i) {
+	case 0:
+		off = __builtin_offsetof(struct pt_regs, di);
+		break;
+	case 1:
+		off = __builtin_offsetof(struct pt_regs, si);
+		break;
+	case 2:
+		off = __builtin_offsetof(struct pt_regs, dx);
+		break;
+	case 3:
+		off = __builtin_offsetof(struct pt_regs, cx);
+		break;
+	case 4:
+		off = __builtin_offsetof(struct pt_regs, r8);
+		break;
+	default:
+		off = __builtin_offsetof(struct pt_regs, r9);
+		break;
+	}
+	__u64 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (void *)ctx + off);
+	return v;
+}
+
+SEC("uprobe")
+int custom_alloc_enter(struct pt_regs *ctx)
+{
+	__u64 c = bpf_get_attach_cookie(ctx);
+	enter_in(ctx, &inflight_custom, AK_CUSTOM, c >> 8, arg_at(ctx, c & 0xff), 0);
+	return 0;
+}
+
+SEC("uretprobe")
+int custom_alloc_return(struct pt_regs *ctx)
+{
+	leave_in(&inflight_custom, PT_REGS_RC(ctx));
+	return 0;
+}
+
+SEC("uprobe")
+int custom_free_enter(struct pt_regs *ctx)
+{
+	__u64 c = bpf_get_attach_cookie(ctx);
+	do_free_of(arg_at(ctx, c & 0xff), c >> 8);
 	return 0;
 }
 

@@ -64,12 +64,16 @@ struct alloc_event {
 	__u32 old_traced; /* in flight: realloc of a traced block */
 	__u64 copy_id;	/* the stack copy sent before this event (0: none) */
 	__u64 sample_period; /* --sample-bytes N in effect (0: not sampled by bytes) */
+	__u32 allocator; /* 0: the system allocator; N: the Nth --alloc-fn */
+	__u32 pad;
 	__u64 ips[MAX_FRAMES];
 };
 
 struct free_event {
 	struct event_header h;
 	__u64 addr;
+	__u32 allocator; /* whose block: alloc_event.allocator */
+	__u32 pad;
 };
 
 /* --aggregate: counters per (process, address space, family, stack) in BPF maps instead of

@@ -87,6 +87,8 @@ int BPF_UPROBE(sampled_alloc, __u64 addr, __u64 size, __u32 kind)
 	e->addr = addr;
 	e->arg = 0;
 	e->old_traced = 0;
+	e->allocator = 0;
+	e->pad = 0;
 	e->flags = 0;
 	e->sample_period = sample_period;
 	__u32 n = user_stack(ctx, e->ips, &e->flags, true);
@@ -131,6 +133,8 @@ int BPF_UPROBE(sampled_free, __u64 addr)
 	}
 	fill_header(&f->h, FAM_FREE);
 	f->addr = addr;
+	f->allocator = 0;
+	f->pad = 0;
 	bpf_ringbuf_submit(f, BPF_RB_NO_WAKEUP);
 	return 0;
 }

@@ -441,6 +441,7 @@ mod tests {
             generation: 2,
             tid: 3,
             address: 4,
+            allocator: 0,
         };
         assert_eq!(Event::Free(&free).view(), None);
         assert_eq!(Event::Free(&free).time_generation_tid(), (1, 2, 3));

@@ -17,7 +17,7 @@
 //! their samples labelled `pid`, `comm`), with [`Options`] for a backend that symbolizes
 //! by build-id (user frames as addresses in their mappings): what `ebrec push` sends.
 use crate::model::{Frame, MappingInfo};
-use crate::reports::{EventKind, Measure, Stacks};
+use crate::reports::{EventKind, HeapMeasure, Measure, Stacks};
 use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 use std::collections::HashMap;
 
@@ -390,6 +390,97 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
             (Some(a), Some(z)) => z.saturating_sub(a) as i64,
             _ => 0,
         },
+        period_type,
+        period: 1,
+        comment,
+        default_sample_type,
+        ..Default::default()
+    }
+}
+
+/// The sample types of a heap profile ([`heap_profile`]), each the measure of `ebsym heap`
+/// (and of `ebsym folded --kind alloc --by`) it holds: allocations, bytes, temporary, peak,
+/// leaked.
+pub const HEAP_SAMPLE_TYPES: [(&str, &str, HeapMeasure); 5] = [
+    ("alloc_objects", "count", HeapMeasure::Allocations),
+    ("alloc_space", "bytes", HeapMeasure::Bytes),
+    ("temporary_objects", "count", HeapMeasure::Temporary),
+    ("peak_space", "bytes", HeapMeasure::Peak),
+    ("leaked_space", "bytes", HeapMeasure::Leaked),
+];
+
+/// `ebsym pprof --kind alloc --by temporary|peak|leaked`: a profile of `ebsym heap`'s rows
+/// (every stack: make the report with `n` unbounded), one sample per row with the five
+/// values of [`HEAP_SAMPLE_TYPES`] (a measure the trace cannot say, such as temporary of a
+/// sampled trace, is 0 and left out of the types), `by`'s the default. Its samples carry the
+/// label `allocator` ("malloc" or an `--alloc-fn` NAME). Frames are names only (no mappings:
+/// the report merged stacks by their frames).
+pub fn heap_profile(r: &crate::reports::HeapReport, by: HeapMeasure) -> Profile {
+    let mut b = Builder::default();
+    b.string("");
+    let has_temporary = r.totals.temporary.is_some();
+    let has_peak = r.totals.peak_bytes.is_some();
+    let types: Vec<&(&str, &str, HeapMeasure)> = HEAP_SAMPLE_TYPES
+        .iter()
+        .filter(|(_, _, m)| match m {
+            HeapMeasure::Temporary => has_temporary,
+            HeapMeasure::Peak => has_peak,
+            HeapMeasure::Leaked => r.totals.leaked_bytes.is_some(),
+            _ => true,
+        })
+        .collect();
+    let sample_type: Vec<ValueType> = types
+        .iter()
+        .map(|(t, u, _)| ValueType {
+            r#type: b.string(t),
+            unit: b.string(u),
+        })
+        .collect();
+    let allocator_key = b.string("allocator");
+    let options = Options::default();
+    let mut samples = Vec::with_capacity(r.rows.len());
+    for row in &r.rows {
+        let location_id = chains(&row.frames)
+            .into_iter()
+            .map(|c| b.location(&row.frames[c], None, &options))
+            .collect();
+        let value = types
+            .iter()
+            .map(|(_, _, m)| match m {
+                HeapMeasure::Allocations => row.allocations,
+                HeapMeasure::Bytes => row.bytes,
+                HeapMeasure::Temporary => row.temporary.unwrap_or(0),
+                HeapMeasure::Peak => row.peak_bytes.unwrap_or(0),
+                HeapMeasure::Leaked => row.leaked_bytes,
+            } as i64)
+            .collect();
+        let label = vec![Label {
+            key: allocator_key,
+            str: b.string(&row.allocator),
+            ..Default::default()
+        }];
+        samples.push(Sample {
+            location_id,
+            value,
+            label,
+        });
+    }
+    let default_sample_type = types
+        .iter()
+        .find(|(_, _, m)| *m == by)
+        .map_or(0, |(t, _, _)| b.string(t));
+    let mut comment = vec![b.string(&format!("ebtrace heap profile (by {})", by.name()))];
+    for why in r.inexact.iter().chain(&r.notes) {
+        comment.push(b.string(why));
+    }
+    let period_type = sample_type.first().copied();
+    Profile {
+        sample_type,
+        sample: samples,
+        mapping: b.mappings,
+        location: b.locations,
+        function: b.functions,
+        string_table: b.strings,
         period_type,
         period: 1,
         comment,

@@ -108,6 +108,7 @@ fn write_shop(path: &Path, rounds: u64) {
                 address: addr,
                 kind: pb::AllocKind::Malloc,
                 sample_period: 0,
+                allocator: 0,
             })
             .unwrap();
             blocks.push(addr);
@@ -124,6 +125,7 @@ fn write_shop(path: &Path, rounds: u64) {
                 address: addr,
                 kind: pb::AllocKind::Malloc,
                 sample_period: 0,
+                allocator: 0,
             })
             .unwrap();
             if i == 0 {
@@ -137,6 +139,7 @@ fn write_shop(path: &Path, rounds: u64) {
                 generation: 1,
                 tid: 42,
                 address: b,
+                allocator: 0,
             })
             .unwrap();
         }

@@ -418,6 +418,9 @@ pub fn flamegraph(
 
 /// `ebsym pprof`: a gzip-compressed pprof profile of one kind.
 pub fn pprof(a: &ReportArgs, k: EventKind, by: Option<&str>, output: &Path) -> Result<()> {
+    if let Some((hm, _, _)) = heap_measure(k, by) {
+        return heap_pprof(a, hm, output);
+    }
     let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
     let st = reports::stacks_with_inuse_from(input.reader()?, k, &a.filter());
@@ -438,6 +441,36 @@ pub fn pprof(a: &ReportArgs, k: EventKind, by: Option<&str>, output: &Path) -> R
         profile.location.len(),
         profile.function.len(),
         profile.mapping.len()
+    );
+    Ok(())
+}
+
+/// `ebsym pprof --kind alloc --by temporary|peak|leaked`: the profile of `ebsym heap`'s
+/// measures per stack (allocations, bytes, temporary, peak, leaked), `by`'s the default.
+fn heap_pprof(a: &ReportArgs, by: reports::HeapMeasure, output: &Path) -> Result<()> {
+    let input = symbolized_input(a, &a.trace)?;
+    let rules = reports::suppress::Suppressions::runtime();
+    let r = reports::heap_with(input.reader()?, &a.filter(), by, usize::MAX, &rules);
+    for why in r.inexact.iter().chain(&r.notes) {
+        eprintln!("ebsym: {why}");
+    }
+    let profile = ebtrace_analyze::pprof::heap_profile(&r, by);
+    let f = std::fs::File::create(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    ebtrace_analyze::pprof::write_gz(&profile, &mut w)?;
+    w.flush()?;
+    eprint!("{}", reports::losses_text(&r.losses));
+    eprintln!(
+        "ebsym: wrote {} ({} samples, {} locations, {} functions; default sample type {})",
+        output.display(),
+        profile.sample.len(),
+        profile.location.len(),
+        profile.function.len(),
+        profile
+            .string_table
+            .get(profile.default_sample_type as usize)
+            .map_or("", String::as_str)
     );
     Ok(())
 }

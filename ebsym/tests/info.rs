@@ -65,6 +65,7 @@ fn alloc(time_ns: u64, generation: u32, stack: u64, size: u64, address: u64) -> 
         address,
         kind: pb::AllocKind::Malloc,
         sample_period: 0,
+        allocator: 0,
     }
 }
 
@@ -74,6 +75,7 @@ fn free(time_ns: u64, generation: u32, address: u64) -> FreeEvent {
         generation,
         tid: 100 + generation,
         address,
+        allocator: 0,
     }
 }
 

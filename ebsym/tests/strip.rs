@@ -65,6 +65,7 @@ fn write(path: &Path, copies: u64, fill: u8, trailer: bool) {
             address: 0x5000 + 64 * i as u64,
             kind: pb::AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })
         .unwrap();
     }

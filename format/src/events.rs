@@ -14,11 +14,20 @@ use ebtrace_proto::v1::{
 /// Running values that delta columns are relative to: the previous event's time, and the
 /// previous address *of the same thread* (allocators keep per-thread arenas, so addresses
 /// of one thread are close to each other while those of two threads are gigabytes apart).
+///
+/// The previous addresses are kept per thread in a small table searched from the thread
+/// last seen (most batches hold a few threads, and runs of one thread's events): a hash map
+/// per event was a tenth of a heap report's time.
 #[derive(Debug, Default, Clone)]
 pub struct Deltas {
     time: u64,
     addr: u64,
-    by_tid: std::collections::HashMap<u32, u64>,
+    /// (tid, its previous address).
+    by_tid: Vec<(u32, u64)>,
+    /// The index in `by_tid` of the thread last loaded.
+    last: usize,
+    /// Past 64 threads: tid -> index in `by_tid`.
+    index: std::collections::HashMap<u32, usize>,
 }
 
 impl Deltas {
@@ -26,12 +35,47 @@ impl Deltas {
         self.time = time;
         self.addr = 0;
         self.by_tid.clear();
+        self.index.clear();
+        self.last = 0;
     }
+    /// The index of `tid` in `by_tid`, added with address 0 when new.
+    #[inline]
+    fn slot(&mut self, tid: u32) -> usize {
+        if self.by_tid.get(self.last).is_some_and(|e| e.0 == tid) {
+            return self.last;
+        }
+        let i = if self.by_tid.len() <= 64 {
+            self.by_tid.iter().position(|e| e.0 == tid)
+        } else {
+            self.index.get(&tid).copied()
+        };
+        let i = i.unwrap_or_else(|| {
+            self.by_tid.push((tid, 0));
+            let i = self.by_tid.len() - 1;
+            if self.by_tid.len() == 65 {
+                self.index = self
+                    .by_tid
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.0, i))
+                    .collect();
+            } else if self.by_tid.len() > 65 {
+                self.index.insert(tid, i);
+            }
+            i
+        });
+        self.last = i;
+        i
+    }
+    #[inline]
     fn load(&mut self, tid: u32) {
-        self.addr = self.by_tid.get(&tid).copied().unwrap_or(0);
+        let i = self.slot(tid);
+        self.addr = self.by_tid[i].1;
     }
+    #[inline]
     fn store(&mut self, tid: u32) {
-        self.by_tid.insert(tid, self.addr);
+        let i = self.slot(tid);
+        self.by_tid[i].1 = self.addr;
     }
 }
 
@@ -177,6 +221,8 @@ family! {
         kind: AllocKind = enumeration(kind),
         /// Bytes per sample when sampled by bytes (0: not sampled; see the proto).
         sample_period: u64 = optional(sample_period),
+        /// 0: the system allocator; N: the Nth `--alloc-fn` (the header's `alloc-fn`).
+        allocator: u32 = optional(allocator),
     }
 }
 
@@ -186,6 +232,33 @@ family! {
         generation: u32 = plain(generation),
         tid: u32 = plain(tid),
         address: u64 = delta(address_delta),
+        /// The allocator whose block it was (`AllocEvent::allocator`).
+        allocator: u32 = optional(allocator),
+    }
+}
+
+/// The key of a block among a process's live blocks: its address, with the allocator's
+/// number (`--alloc-fn`; 0 for malloc's family) in the top byte. A custom allocator's blocks
+/// are a space of their own (an arena's first block is often at the address of the chunk
+/// malloc gave it), and user-space addresses are below 2^56.
+#[inline]
+pub fn block_key(address: u64, allocator: u32) -> u64 {
+    address ^ (u64::from(allocator) << 56)
+}
+
+impl AllocEvent {
+    /// [`block_key`] of the allocated block.
+    #[inline]
+    pub fn block(&self) -> u64 {
+        block_key(self.address, self.allocator)
+    }
+}
+
+impl FreeEvent {
+    /// [`block_key`] of the freed block.
+    #[inline]
+    pub fn block(&self) -> u64 {
+        block_key(self.address, self.allocator)
     }
 }
 
@@ -669,5 +742,35 @@ impl OffCpuEvent {
     /// The blocks it stands for: 1, or 1/p (rounded) for a sampled block.
     pub fn blocks(&self) -> u64 {
         weighted(self.duration_ns, self.weight_ns).1
+    }
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::*;
+
+    /// Addresses are deltas per thread: with a few threads (the table searched) and with
+    /// many (past 64, the index), in and out of runs, they come back as written.
+    #[test]
+    fn per_thread_deltas_round_trip_with_few_and_many_threads() {
+        for threads in [1u32, 3, 64, 65, 300] {
+            let mut b = FreeBatch::default();
+            let mut st = Deltas::default();
+            let evs: Vec<FreeEvent> = (0..2000u64)
+                .map(|i| FreeEvent {
+                    time_ns: 1000 + i,
+                    generation: 1,
+                    tid: ((i * 7919) % u64::from(threads)) as u32 + 10,
+                    address: 0x7f00_0000_0000
+                        + (i * 48) % 100_000
+                        + u64::from((i % 5) as u32) * (1 << 32),
+                    allocator: (i % 2) as u32,
+                })
+                .collect();
+            for e in &evs {
+                b.push(&mut st, e);
+            }
+            assert_eq!(b.decode().unwrap(), evs, "{threads} threads");
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! let mut w = TraceWriter::new(Vec::new(), Header::default(), WriterOptions::default()).unwrap();
 //! let stack = w.intern_stack(1, &[0x401000, 0x401234], &[], 0).unwrap();
 //! w.alloc(&AllocEvent { time_ns: 10, generation: 1, tid: 7, stack, size: 4096,
-//!                       address: 0x5000, kind: AllocKind::Malloc, sample_period: 0 }).unwrap();
+//!                       address: 0x5000, kind: AllocKind::Malloc, sample_period: 0, allocator: 0 }).unwrap();
 //! let bytes = w.finish(None).unwrap();
 //! let mut r = TraceReader::new(&bytes[..]).unwrap();
 //! let n = r.by_ref().count();

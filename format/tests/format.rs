@@ -215,6 +215,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             } else {
                 0
             },
+            allocator: if rng.random_bool(0.1) { 1 } else { 0 },
         };
         w.alloc(&a).unwrap();
         out.allocs.push(a);
@@ -223,6 +224,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             generation: 1,
             tid: 43,
             address: a.address,
+            allocator: 0,
         };
         w.free(&f).unwrap();
         out.frees.push(f);
@@ -575,6 +577,7 @@ fn files_are_created_0600_and_dropped_writers_keep_their_data() {
             address: 16,
             kind: pb::AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })
         .unwrap();
         // dropped without finish: no trailer, but the event is on disk

@@ -151,6 +151,7 @@ fn events(n: u64, chunk_bytes: usize, trailer: bool) -> Vec<u8> {
             address,
             kind: pb::AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })
         .unwrap();
         w.free(&FreeEvent {
@@ -158,6 +159,7 @@ fn events(n: u64, chunk_bytes: usize, trailer: bool) -> Vec<u8> {
             generation,
             tid,
             address,
+            allocator: 0,
         })
         .unwrap();
         w.lock(&LockEvent {

@@ -24,6 +24,7 @@ fn small_trace() -> (Vec<u8>, usize) {
             address: 0x1000 + 16 * i,
             kind: pb::AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })
         .unwrap();
     }

@@ -23,6 +23,18 @@ pub struct RecordConfig {
     /// tcmalloc); repeatable.
     #[cfg_attr(feature = "cli", arg(long, value_name = "PATH"))]
     pub alloc_lib: Vec<PathBuf>,
+    /// A custom allocator profiled as malloc is (repeatable): NAME its allocation function,
+    /// SIZE_ARG the 0-based index of its size argument (a member function's `this` is 0),
+    /// FREE_NAME its free function and PTR_ARG the index of the freed pointer (default 0).
+    /// Names as --func takes them (demangled, with or without parameters, or mangled), in
+    /// the target's executable or libraries: `Arena::Allocate:1:Arena::Free:1`. Needs
+    /// --alloc (uprobe sampler); its events are allocations with their own address space,
+    /// marked with the allocator in the reports.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "NAME:SIZE_ARG[:FREE_NAME[:PTR_ARG]]")
+    )]
+    pub alloc_fn: Vec<String>,
     /// Do not probe free: no leak report, but one uprobe trap less per allocation and free.
     #[cfg_attr(feature = "cli", arg(long))]
     pub no_free: bool,

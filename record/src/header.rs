@@ -38,6 +38,10 @@ pub fn header(a: &RecordConfig) -> Header {
         if a.no_free {
             opt("no-free", "true".into());
         }
+        // In order: allocator N of the events is the Nth.
+        for f in &a.alloc_fn {
+            opt("alloc-fn", f.clone());
+        }
     }
     if let Some(m) = a.lock {
         opt("lock", m.to_string());

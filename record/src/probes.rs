@@ -132,6 +132,18 @@ pub enum FuncExit {
 /// Cookie bit of an exit probe on a tail jump: the call's return value is not in %rax yet.
 const FUNC_EXIT_TAIL: u64 = 1 << 32;
 
+/// A function of a custom allocator (`--alloc-fn`) to probe.
+#[derive(Debug, Clone)]
+pub struct CustomSite {
+    pub site: Site,
+    /// The allocator's number (1-based, the order of `--alloc-fn`).
+    pub allocator: u32,
+    /// The index of the argument read: the size, or (`free`) the pointer.
+    pub arg: u32,
+    /// The free function (else the allocation function).
+    pub free: bool,
+}
+
 /// A function to probe in a binary.
 #[derive(Debug, Clone)]
 pub struct Site {
@@ -715,7 +727,9 @@ impl<'obj> Probes<'obj> {
                 // program type does not load before 6.13).
                 for mut p in open.open_object_mut().progs_mut() {
                     let name = p.name().to_string_lossy().into_owned();
-                    let uprobe = name.ends_with("_enter") || name == "alloc_return";
+                    // --alloc-fn's programs are classic uprobes in both modes.
+                    let uprobe = (name.ends_with("_enter") || name == "alloc_return")
+                        && !name.starts_with("custom_");
                     if name == "alloc_session" || name == "alloc_fork" {
                         p.set_autoload(cfg.alloc_sessions);
                     } else if uprobe {
@@ -1510,6 +1524,46 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// `--alloc-fn`: attaches a custom allocator's functions to `pid` (-1: every process),
+    /// as classic uprobes whatever `--alloc-probes` says (pausable like the allocator's). Its
+    /// allocation function gets the entry and (unless `--no-free`) the return program, the
+    /// free function the free program; the cookie is the allocator's number << 8 and the
+    /// index of the argument read.
+    pub fn attach_custom_alloc(&mut self, sites: &[CustomSite], pid: i32) -> Result<()> {
+        let Some(a) = &self.alloc else {
+            bail!("--alloc-fn needs --alloc");
+        };
+        let pr = &a.progs;
+        let alloc = ebtrace_proto::v1::EventFamily::Alloc;
+        for c in sites {
+            let cookie = (u64::from(c.allocator) << 8) | u64::from(c.arg);
+            let progs: Vec<(&libbpf_rs::ProgramMut<'_>, bool)> = if c.free {
+                vec![(&pr.custom_free_enter, false)]
+            } else if self.alloc_entry_only {
+                vec![(&pr.custom_alloc_enter, false)]
+            } else {
+                vec![
+                    (&pr.custom_alloc_enter, false),
+                    (&pr.custom_alloc_return, true),
+                ]
+            };
+            for (prog, ret) in progs {
+                attach_pausable(
+                    &mut self.trace_probes,
+                    &self.pausable,
+                    alloc,
+                    prog,
+                    &c.site,
+                    ret,
+                    pid,
+                    cookie,
+                )?;
+            }
+            self.attached.push(format!("{} (--alloc-fn)", c.site));
+        }
+        Ok(())
+    }
+
     /// --alloc-probes session: attaches the allocator session links to `pid` (-1: every
     /// process), one per library.
     pub fn attach_sessions(&self, pid: i32) -> Result<()> {
@@ -1940,6 +1994,9 @@ impl<'obj> Probes<'obj> {
                 "pvalloc_enter" => Some(&p.pvalloc_enter),
                 "free_enter" => Some(&p.free_enter),
                 "alloc_return" => Some(&p.alloc_return),
+                "custom_alloc_enter" => Some(&p.custom_alloc_enter),
+                "custom_alloc_return" => Some(&p.custom_alloc_return),
+                "custom_free_enter" => Some(&p.custom_free_enter),
                 _ => None,
             };
             if prog.is_some() {

@@ -94,6 +94,27 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
     if !func_specs.is_empty() && a.all {
         bail!("--func needs targets to resolve its names in: use -p PID or -- CMD, not --all");
     }
+    let alloc_fns: Vec<funcs::AllocFnSpec> = a
+        .alloc_fn
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_>>()?;
+    if !alloc_fns.is_empty() {
+        if a.alloc.is_none() {
+            bail!("--alloc-fn profiles a custom allocator beside malloc: add --alloc");
+        }
+        if a.alloc_sampler != AllocSampler::Uprobe {
+            bail!("--alloc-fn works with --alloc-sampler uprobe: the preloaded shim samples only malloc's family");
+        }
+        if a.all {
+            bail!(
+                "--alloc-fn needs targets to resolve its names in: use -p PID or -- CMD, not --all"
+            );
+        }
+        if alloc_fns.len() > 255 {
+            bail!("--alloc-fn: at most 255 custom allocators");
+        }
+    }
     if a.args > 0 && func_specs.is_empty() {
         bail!("--args applies to --func calls: add --func SPEC");
     }

@@ -218,6 +218,15 @@ pub fn attach(
             }
         }
         probes.attach_uprobes(&alloc_sites, &lock_sites, pid)?;
+        if cfg.alloc_min.is_some() && shim.is_none() && !a.alloc_fn.is_empty() {
+            let bins = match (&lookup_pid, &exe) {
+                (Some(p), _) => funcs::Binaries::of_pid(*p)?,
+                (None, Some(exe)) => funcs::Binaries::of_command(exe)?,
+                (None, None) => bail!("--alloc-fn needs a target process"),
+            };
+            let sites = custom_alloc_sites(a, &bins)?;
+            probes.attach_custom_alloc(&sites, pid)?;
+        }
         if !func_specs.is_empty() {
             let bins = match (&lookup_pid, &exe) {
                 (Some(p), _) => funcs::Binaries::of_pid(*p)?,
@@ -264,6 +273,45 @@ pub fn attach(
         }
     }
     Ok(probed)
+}
+
+/// The probe sites of `--alloc-fn`: each spec's allocation function and free function,
+/// numbered in order from 1; a name that resolves to nothing is the error.
+fn custom_alloc_sites(a: &RecordConfig, bins: &funcs::Binaries) -> Result<Vec<probes::CustomSite>> {
+    let mut out = Vec::new();
+    for (i, text) in a.alloc_fn.iter().enumerate() {
+        let spec: funcs::AllocFnSpec = text.parse()?;
+        let mut sides = vec![(&spec.alloc, spec.size_arg, false)];
+        if let Some((f, arg)) = &spec.free {
+            sides.push((f, *arg, true));
+        }
+        for (f, arg, free) in sides {
+            let found = bins
+                .resolve(f)
+                .with_context(|| format!("--alloc-fn '{text}'"))?;
+            for m in found {
+                if !a.quiet {
+                    eprintln!(
+                        "ebrec: --alloc-fn {text}: {} {m}",
+                        if free { "free" } else { "allocation" }
+                    );
+                }
+                out.push(probes::CustomSite {
+                    site: probes::Site::new(
+                        &m.path,
+                        m.demangled.clone(),
+                        m.file_offset,
+                        m.size,
+                        &placement::ARGS,
+                    ),
+                    allocator: i as u32 + 1,
+                    arg,
+                    free,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// How the end of `m`'s calls is caught (see `--func-exit` and `placement::exits`).

@@ -151,6 +151,7 @@ const PROGRAMS: &[&str] = &[
     "offcpu_blocks",
     "sampled_heap",
     "heap_known",
+    "arena_known",
     "syscalls",
     "runq_pair",
     "tcp_conns",
@@ -828,6 +829,20 @@ mod tests {
                     "hold_peak()",
                     "hold_other()",
                     "release_peak()",
+                ],
+            ),
+            (
+                "arena_known",
+                &[
+                    "pool::Arena::grow()",
+                    "pool::Arena::Allocate(unsigned long)",
+                    "pool::Arena::Free(void*)",
+                    "pool::Arena::release_chunks()",
+                    "arena_leak()",
+                    "arena_temp()",
+                    "arena_keep()",
+                    "arena_release()",
+                    "run()",
                 ],
             ),
             (

@@ -138,9 +138,24 @@ pub struct Lifetime {
     pub never_freed: u64,
 }
 
+/// One allocator's share of the totals: malloc's family, or a custom allocator of
+/// `ebrec record --alloc-fn` (its blocks are often inside blocks malloc gave it, so its
+/// bytes are counted in malloc's too).
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct HeapAllocator {
+    /// "malloc", or the NAME of `--alloc-fn NAME:SIZE_ARG[:FREE_NAME]`.
+    pub name: String,
+    pub calls: u64,
+    pub bytes: u64,
+    pub temporary: Option<u64>,
+    pub leaked_bytes: u64,
+}
+
 /// One stack of `ebsym heap`.
 #[derive(Debug, Clone, Serialize)]
 pub struct HeapRow {
+    /// Whose allocations: "malloc" (the system allocator) or a `--alloc-fn` NAME.
+    pub allocator: String,
     pub allocations: u64,
     pub bytes: u64,
     #[serde(serialize_with = "super::top::sorted_frames")]
@@ -170,6 +185,9 @@ pub struct HeapReport {
     pub exact: bool,
     pub inexact: Vec<String>,
     pub totals: HeapTotals,
+    /// The totals per allocator: "malloc" first, then each `--alloc-fn` in its order. The
+    /// totals above are their sums.
+    pub allocators: Vec<HeapAllocator>,
     /// Each process generation with allocations, largest peak first.
     pub processes: Vec<HeapProcess>,
     pub rows: Vec<HeapRow>,
@@ -225,6 +243,48 @@ struct StackStat {
     epoch: u64,
     /// Blocks freed, by log2 of their lifetime in ns (bucket i: [2^(i-1), 2^i), 0: 0 ns).
     lifetimes: Vec<u64>,
+    /// Its live bytes changed in the heap timeline's current bucket.
+    dirty: bool,
+}
+
+/// The heap over time (`ebsym report`'s chart): per time bucket, the bytes live at its end
+/// and the most live at once in it, and the stacks whose live bytes changed in it with their
+/// live bytes at its end (so a stack's bytes at any bucket are its last change's).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct HeapTimeline {
+    pub(crate) t0: u64,
+    pub(crate) bucket_ns: u64,
+    /// (bucket, live bytes at its end, most live bytes in it), buckets increasing.
+    pub(crate) totals: Vec<(u32, u64, u64)>,
+    /// (bucket, stack id, its live bytes at the bucket's end), buckets increasing.
+    pub(crate) changes: Vec<(u32, u64, u64)>,
+    cur: u32,
+    max_in: u64,
+    any: bool,
+    dirty: Vec<u64>,
+}
+
+impl HeapTimeline {
+    fn bucket(&self, t: u64) -> u32 {
+        u32::try_from(t.saturating_sub(self.t0) / self.bucket_ns.max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Closes the current bucket: its totals and its changed stacks.
+    fn flush(&mut self, stacks: &mut FastMap<u64, StackStat>, live_total: u64) {
+        if !self.any {
+            return;
+        }
+        self.totals
+            .push((self.cur, live_total, self.max_in.max(live_total)));
+        for id in self.dirty.drain(..) {
+            if let Some(s) = stacks.get_mut(&id) {
+                s.dirty = false;
+                self.changes.push((self.cur, id, s.live));
+            }
+        }
+        self.any = false;
+        self.max_in = live_total;
+    }
 }
 
 /// What one process generation has had.
@@ -306,6 +366,10 @@ pub(crate) struct HeapSink {
     sampled_small: u64,
     /// --aggregate rows of allocations.
     aggregated: u64,
+    /// The custom allocator of each stack id that had one (`--alloc-fn`).
+    allocators: FastMap<u64, u32>,
+    /// The heap over time, when asked for ([`HeapSink::with_timeline`]).
+    timeline: Option<HeapTimeline>,
 }
 
 impl Sink for HeapSink {
@@ -313,6 +377,10 @@ impl Sink for HeapSink {
     fn event(&mut self, ev: &Event<'_>) {
         match ev {
             Event::Alloc(e) => {
+                if e.allocator != 0 {
+                    self.allocators.insert(e.stack, e.allocator);
+                    self.live.note_allocator(e.stack, e.allocator);
+                }
                 self.alloc_events += 1;
                 self.last_ns = self.last_ns.max(e.time_ns);
                 self.max_alloc = self.max_alloc.max(e.time_ns);
@@ -324,7 +392,7 @@ impl Sink for HeapSink {
                         seq: self.seq,
                         generation: e.generation,
                         what: ALLOC,
-                        address: e.address,
+                        address: e.block(),
                         stack: e.stack,
                         size: e.size,
                         period: e.sample_period,
@@ -342,7 +410,7 @@ impl Sink for HeapSink {
                         seq: self.seq,
                         generation: e.generation,
                         what: FREE,
-                        address: e.address,
+                        address: e.block(),
                         stack: 0,
                         size: 0,
                         period: 0,
@@ -434,12 +502,50 @@ impl HeapSink {
         s
     }
 
+    /// A sink that also keeps the heap over time in buckets of `bucket_ns` from `t0`.
+    pub(crate) fn with_timeline(t0: u64, bucket_ns: u64) -> Self {
+        HeapSink {
+            timeline: Some(HeapTimeline {
+                t0,
+                bucket_ns,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The heap over time (empty unless made [`HeapSink::with_timeline`]).
+    pub(crate) fn take_timeline(&mut self) -> Option<HeapTimeline> {
+        self.timeline.take()
+    }
+
+    /// Marks stack `id` changed in the timeline's current bucket.
+    #[inline]
+    fn touched(timeline: &mut Option<HeapTimeline>, s: &mut StackStat, id: u64) {
+        if let Some(tl) = timeline {
+            if !s.dirty {
+                s.dirty = true;
+                tl.dirty.push(id);
+            }
+        }
+    }
+
     /// One event, in time order.
     fn take(&mut self, op: Op) {
         if op.time < self.taken_ns {
             self.late += 1;
         }
         self.taken_ns = self.taken_ns.max(op.time);
+        if let Some(tl) = &mut self.timeline {
+            let b = tl.bucket(op.time);
+            if b > tl.cur || !tl.any {
+                if b > tl.cur {
+                    tl.flush(&mut self.stacks, self.live_total);
+                    tl.cur = b;
+                }
+                tl.any = true;
+            }
+        }
         let epoch = self.epoch;
         let g = self.gens.entry(op.generation).or_insert_with(|| Gen {
             epoch,
@@ -464,6 +570,7 @@ impl HeapSink {
                 s.allocations += count;
                 s.bytes += bytes;
                 if !g.ended {
+                    Self::touched(&mut self.timeline, s, op.stack);
                     s.live += w;
                     g.live += w;
                     if g.live > g.peak {
@@ -471,6 +578,9 @@ impl HeapSink {
                         g.peak_time = op.time;
                     }
                     self.live_total += w;
+                    if let Some(tl) = &mut self.timeline {
+                        tl.max_in = tl.max_in.max(self.live_total);
+                    }
                     if self.live_total > self.peak {
                         self.peak = self.live_total;
                         self.peak_time = op.time;
@@ -515,6 +625,7 @@ impl HeapSink {
                 s.lifetimes[i] += 1;
                 if !ended {
                     let w = weight(b.size, b.period);
+                    Self::touched(&mut self.timeline, s, b.stack);
                     s.live = s.live.saturating_sub(w);
                     let g = self.gens.get_mut(&op.generation).expect("entered above");
                     g.live = g.live.saturating_sub(w);
@@ -531,6 +642,7 @@ impl HeapSink {
                 g.live = 0;
                 for b in self.live.generation_blocks(op.generation) {
                     let s = Self::stack(&mut self.stacks, b.stack, self.epoch);
+                    Self::touched(&mut self.timeline, s, b.stack);
                     s.live = s.live.saturating_sub(weight(b.size, b.period));
                 }
             }
@@ -561,8 +673,11 @@ pub fn heap_with(
 impl HeapSink {
     /// Takes every event still waiting, and brings each stack's and generation's bytes
     /// at the peak up to the last peak.
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.drain(true);
+        if let Some(tl) = &mut self.timeline {
+            tl.flush(&mut self.stacks, self.live_total);
+        }
         let epoch = self.epoch;
         for s in self.stacks.values_mut() {
             if s.epoch < epoch {
@@ -576,13 +691,26 @@ impl HeapSink {
     }
 
     fn report(
-        mut self,
+        self,
         l: &mut Loaded,
         filter: &Filter,
         by: HeapMeasure,
         n: usize,
         rules: &Suppressions,
     ) -> HeapReport {
+        self.report_and_leaks(l, filter, by, n, rules).0
+    }
+
+    /// The report, and the leak report (every row) it classified the blocks never freed
+    /// with: `ebsym report` shows both from one sink.
+    pub(crate) fn report_and_leaks(
+        mut self,
+        l: &mut Loaded,
+        filter: &Filter,
+        by: HeapMeasure,
+        n: usize,
+        rules: &Suppressions,
+    ) -> (HeapReport, super::top::Report) {
         let start = l.header.start_time_ns;
         let opt = |k: &str| {
             l.header
@@ -713,6 +841,7 @@ impl HeapSink {
 
         // Rows: stack ids merged by their frames, as `leaks` and `top` merge them.
         struct Acc {
+            allocator: u32,
             frames: Vec<Frame>,
             allocations: u64,
             bytes: u64,
@@ -728,6 +857,7 @@ impl HeapSink {
             let s = &self.stacks[&id];
             let frames = l.frames(id);
             let a = merged.entry(frame_key(&frames)).or_insert_with(|| Acc {
+                allocator: 0,
                 frames,
                 allocations: 0,
                 bytes: 0,
@@ -736,6 +866,9 @@ impl HeapSink {
                 lifetimes: Vec::new(),
                 never_freed: 0,
             });
+            a.allocator = a
+                .allocator
+                .max(self.allocators.get(&id).copied().unwrap_or(0));
             a.allocations += s.allocations;
             a.bytes += s.bytes;
             a.temporary += s.temporary;
@@ -748,11 +881,33 @@ impl HeapSink {
             }
             a.never_freed += never_freed.get(&id).copied().unwrap_or(0);
         }
+        let names = super::live::allocator_names(&l.header);
+        let mut allocators: Vec<HeapAllocator> = names
+            .iter()
+            .map(|n| HeapAllocator {
+                name: n.clone(),
+                temporary: has_temporary.then_some(0),
+                ..Default::default()
+            })
+            .collect();
         let mut rows: Vec<HeapRow> = merged
             .into_iter()
             .map(|(key, a)| {
                 let (leaked_bytes, held_bytes, held_by) =
                     leaked.remove(&key).unwrap_or((0, 0, None));
+                let i = a.allocator as usize;
+                while i >= allocators.len() {
+                    allocators.push(HeapAllocator {
+                        name: super::live::allocator_name(&names, allocators.len() as u32),
+                        temporary: has_temporary.then_some(0),
+                        ..Default::default()
+                    });
+                }
+                let t = &mut allocators[i];
+                t.calls += a.allocations;
+                t.bytes += a.bytes;
+                t.temporary = t.temporary.map(|v| v + a.temporary);
+                t.leaked_bytes += leaked_bytes;
                 let buckets = a
                     .lifetimes
                     .iter()
@@ -771,6 +926,7 @@ impl HeapSink {
                     })
                     .collect();
                 HeapRow {
+                    allocator: super::live::allocator_name(&names, a.allocator),
                     allocations: a.allocations,
                     bytes: a.bytes,
                     frames: a.frames,
@@ -831,17 +987,19 @@ impl HeapSink {
         if self.alloc_events == 0 {
             notes.insert(0, empty_note("alloc", filter, &l.losses));
         }
-        HeapReport {
+        let report = HeapReport {
             kind: "heap",
             by,
             exact: inexact.is_empty() && self.aggregated == 0,
             inexact,
             totals,
+            allocators,
             processes,
             rows,
             losses: l.losses.clone(),
             notes,
-        }
+        };
+        (report, leak)
     }
 }
 
@@ -917,6 +1075,19 @@ impl HeapReport {
             t.held_bytes.map_or_else(|| "n/a".into(), human_bytes),
             opt_num(t.held_count),
         );
+        if self.allocators.len() > 1 {
+            for a in &self.allocators {
+                let _ = writeln!(
+                    s,
+                    "  allocator {}: {} calls ({}), temporary {}, leaked {}",
+                    a.name,
+                    a.calls,
+                    human_bytes(a.bytes),
+                    opt_num(a.temporary),
+                    human_bytes(a.leaked_bytes)
+                );
+            }
+        }
         for why in &self.inexact {
             let _ = writeln!(s, "not exact: {why}");
         }
@@ -947,6 +1118,9 @@ impl HeapReport {
             ];
             if r.held_bytes > 0 {
                 vals.push(format!("held_bytes {}", r.held_bytes));
+            }
+            if r.allocator != "malloc" {
+                vals.push(format!("allocator {}", r.allocator));
             }
             let _ = writeln!(s, "\n#{} {}", i + 1, vals.join("  "));
             if let Some(h) = &r.held_by {
@@ -987,6 +1161,7 @@ mod tests {
             address,
             kind: AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         }
     }
 
@@ -996,6 +1171,7 @@ mod tests {
             generation: g,
             tid: 7,
             address,
+            allocator: 0,
         }
     }
 

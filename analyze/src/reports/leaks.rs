@@ -120,9 +120,9 @@ impl LeakSink {
             e.1 += bytes;
             e.2 = e.2.min(since);
         }
-        // (frames, alive) -> (frames, count, bytes, oldest time)
+        // (frames, alive, allocator) -> (frames, count, bytes, oldest time)
         type Group = (Vec<Frame>, u64, u64, u64);
-        let mut merged: BTreeMap<(FrameKey, bool), Group> = BTreeMap::new();
+        let mut merged: BTreeMap<(FrameKey, bool, u32), Group> = BTreeMap::new();
         for ((stack, generation), (count, bytes, oldest)) in by {
             let alive = l
                 .tables
@@ -131,17 +131,17 @@ impl LeakSink {
                 .is_some_and(|g| g.exit.is_none());
             let frames = l.frames(stack);
             let e = merged
-                .entry((frame_key(&frames), alive))
+                .entry((frame_key(&frames), alive, sink.live.allocator_of(stack)))
                 .or_insert((frames, 0, 0, u64::MAX));
             e.1 += count;
             e.2 += bytes;
             e.3 = e.3.min(oldest);
         }
         let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-        type Shown = (Option<String>, bool, Vec<Frame>, u64, u64, u64);
+        type Shown = (Option<String>, bool, Vec<Frame>, u64, u64, u64, u32);
         let mut rows: Vec<Shown> = merged
             .into_iter()
-            .map(|((_, alive), (frames, count, bytes, oldest))| {
+            .map(|((_, alive, allocator), (frames, count, bytes, oldest))| {
                 let held = rules.held_by(&frames);
                 let (c, b) = if held.is_some() {
                     ("held_count", "held_bytes")
@@ -150,7 +150,7 @@ impl LeakSink {
                 };
                 *totals.entry(c.to_string()).or_default() += count;
                 *totals.entry(b.to_string()).or_default() += bytes;
-                (held, alive, frames, count, bytes, oldest)
+                (held, alive, frames, count, bytes, oldest, allocator)
             })
             .collect();
         if !rows.is_empty() {
@@ -167,19 +167,23 @@ impl LeakSink {
                 .then_with(|| a.1.cmp(&b.1))
                 .then_with(|| a.0.cmp(&b.0))
         });
+        let names = super::live::allocator_names(&l.header);
         let rows: Vec<Row> = rows
             .into_iter()
             .take(n)
-            .map(|(held_by, alive, frames, count, bytes, oldest)| {
-                Row::Leak(LeakRow {
-                    alive,
-                    bytes,
-                    count,
-                    frames,
-                    held_by,
-                    oldest_ns: sink.last_ns.saturating_sub(oldest),
-                })
-            })
+            .map(
+                |(held_by, alive, frames, count, bytes, oldest, allocator)| {
+                    Row::Leak(LeakRow {
+                        allocator: super::live::allocator_name(&names, allocator),
+                        alive,
+                        bytes,
+                        count,
+                        frames,
+                        held_by,
+                        oldest_ns: sink.last_ns.saturating_sub(oldest),
+                    })
+                },
+            )
             .collect();
         if uncertain.0 > 0 {
             l.losses.damage.push(format!(

@@ -197,9 +197,22 @@ pub(crate) struct Outstanding {
     live: Live,
     /// --aggregate: the last live gauges per (stack, generation), and since when non-zero.
     gauges: BTreeMap<(u64, u32), (u64, u64, u64)>,
+    /// The custom allocator (`--alloc-fn`) of each stack id that had one.
+    allocators: FastMap<u64, u32>,
 }
 
 impl Outstanding {
+    /// Notes that stack `stack` allocated with custom allocator `allocator` (not 0).
+    #[inline]
+    pub(crate) fn note_allocator(&mut self, stack: u64, allocator: u32) {
+        self.allocators.insert(stack, allocator);
+    }
+
+    /// The allocator of stack `stack`: 0 (malloc's family) unless a custom one was noted.
+    pub(crate) fn allocator_of(&self, stack: u64) -> u32 {
+        self.allocators.get(&stack).copied().unwrap_or(0)
+    }
+
     /// Every live block, with its generation.
     pub(crate) fn blocks(&self) -> impl Iterator<Item = (u32, &Block)> + '_ {
         self.live.blocks()
@@ -232,18 +245,23 @@ impl Outstanding {
     #[inline]
     pub(crate) fn event(&mut self, ev: &Event<'_>) {
         match ev {
-            Event::Alloc(e) => self.live.alloc(
-                e.generation,
-                e.address,
-                Block {
-                    time: e.time_ns,
-                    stack: e.stack,
-                    size: e.size,
-                    period: e.sample_period,
-                },
-            ),
+            Event::Alloc(e) => {
+                if e.allocator != 0 {
+                    self.note_allocator(e.stack, e.allocator);
+                }
+                self.live.alloc(
+                    e.generation,
+                    e.block(),
+                    Block {
+                        time: e.time_ns,
+                        stack: e.stack,
+                        size: e.size,
+                        period: e.sample_period,
+                    },
+                )
+            }
             Event::Free(e) => {
-                self.live.free(e.generation, e.address, e.time_ns);
+                self.live.free(e.generation, e.block(), e.time_ns);
             }
             Event::Aggregated(ebtrace_format::proto::EventFamily::Alloc, r) => {
                 if let Some((count, bytes)) = r.live {
@@ -445,5 +463,76 @@ mod tests {
         live.free(1, 0x1000, 47);
         assert_eq!(live_blocks(&live), [(1, 50, 3, 64), (2, 50, 4, 64)]);
         assert_eq!(live.nodes.len(), 3, "slots reused");
+    }
+}
+
+/// The allocators of a trace by number: 0 "malloc" (the system allocator: malloc's family,
+/// operator new through it), then each `--alloc-fn`'s NAME in the order of the header's
+/// `alloc-fn` options.
+pub(crate) fn allocator_names(header: &ebtrace_format::proto::Header) -> Vec<String> {
+    let mut names = vec!["malloc".to_string()];
+    for o in header.options.iter().filter(|o| o.key == "alloc-fn") {
+        names.push(alloc_fn_name(&o.value));
+    }
+    names
+}
+
+/// NAME of `NAME:SIZE_ARG[:FREE_NAME[:PTR_ARG]]`: what comes before the first part that is
+/// a number (parts split at single `:` outside brackets; `::` is a scope).
+fn alloc_fn_name(spec: &str) -> String {
+    let b = spec.as_bytes();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'(' | b'[' | b'<' => depth += 1,
+            b')' | b']' | b'>' => depth -= 1,
+            b':' if depth == 0
+                && (i == 0 || b[i - 1] != b':')
+                && b.get(i + 1).is_none_or(|&n| n != b':') =>
+            {
+                let part = &spec[start..i];
+                if start > 0 && !part.is_empty() && part.bytes().all(|c| c.is_ascii_digit()) {
+                    return spec[..start - 1].to_string();
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    let part = &spec[start..];
+    if start > 0 && !part.is_empty() && part.bytes().all(|c| c.is_ascii_digit()) {
+        return spec[..start - 1].to_string();
+    }
+    spec.to_string()
+}
+
+/// The name of allocator `id` among `names` ([`allocator_names`]).
+pub(crate) fn allocator_name(names: &[String], id: u32) -> String {
+    names
+        .get(id as usize)
+        .cloned()
+        .unwrap_or_else(|| format!("allocator {id}"))
+}
+
+#[cfg(test)]
+mod allocator_tests {
+    #[test]
+    fn the_name_of_a_spec() {
+        for (spec, name) in [
+            (
+                "pool::Arena::Allocate:1:pool::Arena::Free:1",
+                "pool::Arena::Allocate",
+            ),
+            ("pool_alloc:0", "pool_alloc"),
+            ("libpool.so:pool_alloc:0:pool_free", "libpool.so:pool_alloc"),
+            (
+                "Arena::Allocate(unsigned long):1",
+                "Arena::Allocate(unsigned long)",
+            ),
+            ("odd", "odd"),
+        ] {
+            assert_eq!(super::alloc_fn_name(spec), name, "{spec}");
+        }
     }
 }

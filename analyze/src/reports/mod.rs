@@ -58,7 +58,7 @@ pub use crate::model::{Records, Trace};
 pub use diff::{diff, diff_from, diff_stacks, DiffReport, DiffRow};
 pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
 pub use folded::{folded, folded_from, folded_key, Folded};
-pub use heap::{heap_from, heap_with, HeapMeasure, HeapReport, HeapRow, HeapTotals};
+pub use heap::{heap_from, heap_with, HeapAllocator, HeapMeasure, HeapReport, HeapRow, HeapTotals};
 pub use kind::{EventKind, Measure};
 pub use leaks::{leaks, leaks_from, leaks_with};
 pub use stacks::{stacks, stacks_from, stacks_with_inuse_from, StackValues, Stacks};

@@ -3,6 +3,7 @@
 //! one [`Loaded`], with the losses it would have had reading the trace alone (each starts
 //! from the losses of the reading; its own notes and unresolved frames are its own). What
 //! `ebsym report` and `ebsym summary` read a trace with.
+use super::heap::{HeapMeasure, HeapReport, HeapSink, HeapTimeline};
 use super::heatmap::HeatPoint;
 use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
@@ -28,6 +29,10 @@ pub(crate) struct Wants {
     pub heat: Vec<EventKind>,
     /// The live blocks of the allocations ([`Passed::leaks`]).
     pub leaks: bool,
+    /// `ebsym heap`'s sink ([`Passed::heap`]), with the heap over time in buckets of
+    /// (start, bucket ns). Its live blocks also make [`Passed::leaks`] (leave `leaks`
+    /// false: one store of the live blocks).
+    pub heap: Option<(u64, u64)>,
 }
 
 /// The sinks of one pass, fed every event.
@@ -37,6 +42,7 @@ struct Sinks<'a> {
     tcp: Option<TcpSink>,
     points: Vec<(EventKind, PointSink)>,
     leaks: Option<LeakSink>,
+    heap: Option<HeapSink>,
     /// The caller's own sink (the HTML page's).
     also: Option<&'a mut dyn Sink>,
 }
@@ -61,6 +67,15 @@ impl Sink for Sinks<'_> {
         if let Some(s) = &mut self.leaks {
             s.event(ev);
         }
+        if let Some(s) = &mut self.heap {
+            s.event(ev);
+        }
+    }
+
+    fn generation_end(&mut self, generation: u32, time_ns: u64) {
+        if let Some(s) = &mut self.heap {
+            s.generation_end(generation, time_ns);
+        }
     }
 }
 
@@ -82,6 +97,9 @@ pub(crate) struct Passed {
     tcp_report: Option<TcpReport>,
     points: BTreeMap<EventKind, PointSink>,
     leaks: Option<LeakSink>,
+    heap: Option<HeapSink>,
+    /// The leak report the heap report made (every row), for [`Passed::leaks`].
+    heap_leaks: Option<Report>,
     /// Which offcpu and lock waits [`Passed::top`] calls idle.
     pub idle: IdleRules,
 }
@@ -109,6 +127,9 @@ impl Passed {
             tcp: wants.tcp.then(TcpSink::default),
             points: wants.heat.iter().map(|&k| (k, PointSink::new(k))).collect(),
             leaks: wants.leaks.then(LeakSink::default),
+            heap: wants
+                .heap
+                .map(|(t0, bucket_ns)| HeapSink::with_timeline(t0, bucket_ns)),
             also,
         };
         let loaded = Loaded::from_trace(trace, filter, &mut sinks);
@@ -124,6 +145,8 @@ impl Passed {
             tcp_report: None,
             points: sinks.points.into_iter().collect(),
             leaks: sinks.leaks,
+            heap: sinks.heap,
+            heap_leaks: None,
             idle: IdleRules::default(),
         }
     }
@@ -203,13 +226,34 @@ impl Passed {
             .points()
     }
 
-    /// `leaks_with` of the trace (once).
+    /// `leaks_with` of the trace (once): of its own sink, or the one the heap report
+    /// made ([`Passed::heap`] first).
     pub(crate) fn leaks(&mut self, n: usize, rules: &Suppressions) -> Report {
+        if let Some(mut r) = self.heap_leaks.take() {
+            r.rows.truncate(n);
+            return r;
+        }
         let sink = self
             .leaks
             .take()
             .expect("the pass kept the live blocks (once)");
         let filter = self.filter.clone();
         sink.report(self.fresh(), &filter, n, rules)
+    }
+
+    /// `heap_with` of the trace (once, every row), and the heap over time; the leak report
+    /// it classified the blocks with is kept for [`Passed::leaks`] (with the same `rules`).
+    pub(crate) fn heap(
+        &mut self,
+        by: HeapMeasure,
+        rules: &Suppressions,
+    ) -> (HeapReport, Option<HeapTimeline>) {
+        let mut sink = self.heap.take().expect("the pass kept the heap (once)");
+        sink.finish();
+        let timeline = sink.take_timeline();
+        let filter = self.filter.clone();
+        let (report, leaks) = sink.report_and_leaks(self.fresh(), &filter, by, usize::MAX, rules);
+        self.heap_leaks = Some(leaks);
+        (report, timeline)
     }
 }

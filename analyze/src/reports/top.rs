@@ -242,6 +242,9 @@ pub struct OffCpuRow {
 /// A row of `ebsym leaks`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LeakRow {
+    /// Whose blocks: "malloc" (the system allocator) or a custom allocator's NAME
+    /// (`ebrec record --alloc-fn NAME:SIZE_ARG[:FREE_NAME]`).
+    pub allocator: String,
     /// Whether the process was still alive at the end of the recording.
     pub alive: bool,
     pub bytes: u64,
@@ -357,11 +360,15 @@ impl Row {
             Row::Cpu(r) => vec![("count", num(r.count))],
             Row::OffCpu(r) => vec![("count", num(r.count)), ("total_ns", num(r.total_ns))],
             Row::Leak(r) => {
-                let mut v = vec![
+                let mut v = vec![];
+                if r.allocator != "malloc" {
+                    v.push(("allocator", r.allocator.clone()));
+                }
+                v.extend([
                     ("alive", r.alive.to_string()),
                     ("bytes", num(r.bytes)),
                     ("count", num(r.count)),
-                ];
+                ]);
                 if let Some(h) = &r.held_by {
                     v.push(("held_by", h.clone()));
                 }

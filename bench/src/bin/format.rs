@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
             address: e.address,
             kind: AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })?;
     }
     w.finish(None)?;

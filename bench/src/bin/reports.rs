@@ -102,6 +102,7 @@ fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
             address,
             kind: AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })?;
         events += 1;
         if a.site % 100 != 99 {
@@ -114,6 +115,7 @@ fn write_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
                 generation: 1,
                 tid: a.tid,
                 address: old,
+                allocator: 0,
             })?;
             events += 1;
             free_list[t].push(old);

@@ -257,3 +257,227 @@ fn heap_of_a_sampled_trace_says_it_is_not_exact() {
     assert!(text.contains("NOT exact"), "{text}");
     assert!(text.contains("temporary allocations: n/a"), "{text}");
 }
+
+/// `--alloc-fn`: arena_known's `pool::Arena` (a bump arena over malloc'd chunks) declared as
+/// an allocator is profiled as malloc is: `ebsym heap` and `leaks` show its allocations,
+/// temporaries and leaks exactly, under its callers, each row saying its allocator; the
+/// chunks it takes from malloc are malloc's rows, freed, though the first block of each
+/// chunk has the chunk's address (the arena's blocks are an address space of their own).
+#[test]
+fn a_custom_arena_is_profiled_as_malloc_is() {
+    if !root() {
+        return;
+    }
+    const ARENA: &str = "pool::Arena::Allocate";
+    const FNS: &[&str] = &[
+        "arena_leak",
+        "arena_temp",
+        "arena_keep",
+        "pool::Arena::grow",
+    ];
+    let rec = record(
+        "arena_known",
+        &[
+            "--alloc",
+            "--alloc-fn",
+            "pool::Arena::Allocate:1:pool::Arena::Free:1",
+        ],
+        &[],
+    );
+    let expect = expect_line(&rec.out, "arena_known");
+    let (_, r) = heap(&rec.trace, &[]);
+    let rows = r["rows"].as_array().unwrap();
+    let caller = |row: &Value| -> String {
+        row["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["function"].as_str())
+            .map(|n| n.split('(').next().unwrap().to_string())
+            .find(|n| FNS.contains(&n.as_str()))
+            .unwrap_or_else(|| "other".into())
+    };
+    let mut by: BTreeMap<(String, String), [u64; 4]> = BTreeMap::new();
+    for row in rows {
+        let alloc = row["allocator"].as_str().unwrap().to_string();
+        let e = by.entry((alloc, caller(row))).or_default();
+        for (i, f) in ["allocations", "bytes", "temporary", "leaked_bytes"]
+            .iter()
+            .enumerate()
+        {
+            e[i] += u(&row[*f]);
+        }
+    }
+    for f in ["arena_leak", "arena_temp", "arena_keep"] {
+        let w = &expect["functions"][f];
+        let want = [
+            u(&w["calls"]),
+            u(&w["bytes"]),
+            u(&w["temporary"]),
+            u(&w["leaked_bytes"]),
+        ];
+        assert_eq!(
+            by.get(&(ARENA.to_string(), f.to_string()))
+                .copied()
+                .unwrap_or_default(),
+            want,
+            "{f}: [allocations, bytes, temporary, leaked_bytes]\n{by:?}"
+        );
+    }
+    let arena: Vec<&Value> = rows.iter().filter(|r| r["allocator"] == ARENA).collect();
+    let arena_sum = |f: &str| arena.iter().map(|r| u(&r[f])).sum::<u64>();
+    assert_eq!(arena_sum("allocations"), u(&expect["calls"]), "{by:?}");
+    assert_eq!(arena_sum("bytes"), u(&expect["bytes"]));
+    assert_eq!(arena_sum("temporary"), u(&expect["temporary"]));
+    assert_eq!(arena_sum("leaked_bytes"), u(&expect["leaked_bytes"]));
+    // The arena's leaf frame is its allocation function.
+    for row in &arena {
+        let leaf = row["frames"][0]["function"].as_str().unwrap();
+        assert!(leaf.starts_with(ARENA), "{row:#}");
+    }
+    // The chunks: malloc's, from the arena's grow, every one freed.
+    let chunks = by
+        .get(&("malloc".to_string(), "pool::Arena::grow".to_string()))
+        .copied()
+        .unwrap_or_default();
+    assert_eq!(chunks[0], u(&expect["chunks"]), "{by:?}");
+    assert_eq!(chunks[3], 0, "the chunks are freed: {by:?}");
+    assert_eq!(
+        u(&r["totals"]["calls"]),
+        rows.iter().map(|r| u(&r["allocations"])).sum::<u64>()
+    );
+    let allocators = r["allocators"].as_array().unwrap();
+    assert_eq!(allocators[0]["name"], "malloc", "{r:#}");
+    assert_eq!(allocators[1]["name"], ARENA, "{r:#}");
+    assert_eq!(u(&allocators[1]["calls"]), u(&expect["calls"]), "{r:#}");
+
+    // pprof of heap's measures: five sample types adding up to heap's totals, the arena's
+    // samples labelled with it, its callers named.
+    let pb = rec.trace.with_file_name("heap.pb.gz");
+    run(
+        &ebsym_path(),
+        &[
+            "pprof",
+            rec.trace.to_str().unwrap(),
+            "--kind",
+            "alloc",
+            "--by",
+            "leaked",
+            "-o",
+            pb.to_str().unwrap(),
+        ],
+    );
+    if let Some(raw) = common::go_pprof_raw(&pb) {
+        assert_eq!(
+            raw.types,
+            [
+                "alloc_objects/count",
+                "alloc_space/bytes",
+                "temporary_objects/count",
+                "peak_space/bytes",
+                "leaked_space/bytes"
+            ]
+        );
+        let t = &r["totals"];
+        let want =
+            ["calls", "bytes", "temporary", "peak_bytes", "leaked_bytes"].map(|f| u(&t[f]) as i64);
+        assert_eq!(raw.totals, want, "pprof totals against heap's");
+        assert!(
+            raw.labels.iter().any(|l| l.contains(ARENA)),
+            "{:?}",
+            raw.labels
+        );
+        for f in ["arena_leak()", "arena_temp()", "arena_keep()"] {
+            assert!(raw.names.iter().any(|n| n == f), "{f}: {:?}", raw.names);
+        }
+    }
+
+    // leaks: the two blocks of arena_leak, to act on, with the arena named.
+    let out = run(
+        &ebsym_path(),
+        &["leaks", rec.trace.to_str().unwrap(), "--json"],
+    );
+    let l: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let arena_leaks: Vec<&Value> = l["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["allocator"] == ARENA)
+        .collect();
+    assert_eq!(arena_leaks.len(), 1, "{l:#}");
+    assert_eq!(
+        u(&arena_leaks[0]["count"]),
+        u(&expect["leaked_count"]),
+        "{l:#}"
+    );
+    assert_eq!(
+        u(&arena_leaks[0]["bytes"]),
+        u(&expect["leaked_bytes"]),
+        "{l:#}"
+    );
+    assert_eq!(caller(arena_leaks[0]), "arena_leak", "{l:#}");
+    assert!(arena_leaks[0]["held"] != true, "{l:#}");
+    let text =
+        String::from_utf8(run(&ebsym_path(), &["leaks", rec.trace.to_str().unwrap()]).stdout)
+            .unwrap();
+    assert!(text.contains("arena_leak()"), "{text}");
+    assert!(text.contains(ARENA), "{text}");
+}
+
+/// A bad `--alloc-fn` is a one-line error before anything runs: an unknown name (with the
+/// closest ones), an argument index past the six registers, no SIZE_ARG, no --alloc.
+#[test]
+fn a_bad_alloc_fn_is_a_one_line_error() {
+    if !root() {
+        return;
+    }
+    let prog =
+        ebtrace_testdata::build("arena_known", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    for (flags, want) in [
+        (
+            vec!["--alloc", "--alloc-fn", "pool::Arena::Alocate:1"],
+            "no function matches 'pool::Arena::Alocate'",
+        ),
+        (
+            vec![
+                "--alloc",
+                "--alloc-fn",
+                "pool::Arena::Allocate:1:pool::Arena::Fre:1",
+            ],
+            "no function matches 'pool::Arena::Fre'",
+        ),
+        (
+            vec!["--alloc", "--alloc-fn", "pool::Arena::Allocate:6"],
+            "SIZE_ARG 6 is not an argument index 0 to 5",
+        ),
+        (
+            vec!["--alloc", "--alloc-fn", "pool::Arena::Allocate"],
+            "no SIZE_ARG",
+        ),
+        (
+            vec!["--cpu", "--alloc-fn", "pool::Arena::Allocate:1"],
+            "add --alloc",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
+            .args(["record", "-q", "-o"])
+            .arg(&trace)
+            .args(&flags)
+            .arg("--")
+            .arg(&prog)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flags:?}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            e.starts_with("ebrec: ") && e.contains(want),
+            "{flags:?}: {e}"
+        );
+        assert_eq!(e.trim_end().lines().count(), 1, "{flags:?}: {e}");
+        if want.starts_with("no function") {
+            assert!(e.contains("closest: pool::Arena::"), "{e}");
+        }
+    }
+}

@@ -178,6 +178,41 @@ const { chromium } = require(require.resolve('playwright-core', { paths: [module
       out.range.cleared = Number(await page.getAttribute('#flame-total', 'data-total'));
     }
 
+    // The heap over time (a trace with allocations): what it drew, who held the peak (the
+    // button), and who held the heap at the peak's time (a click on the chart there).
+    if (await page.isVisible('#heap')) {
+      const rows = () => page.$$eval('table[data-table="heap-holders"] tbody tr',
+        (r) => r.map((tr) => Array.from(tr.children).map((td) => td.textContent)));
+      out.heap = { drawn: await page.evaluate(() => window.ebtraceReport.heap()), info: await page.textContent('#heap-info'),
+        legend: await page.$$eval('#heap-legend span', (s) => s.map((x) => x.textContent)) };
+      await page.click('#heap-peak');
+      out.heap.peak = { title: await page.textContent('#heap-holders h3'), rows: await rows() };
+      await page.locator('#heap-canvas').scrollIntoViewIfNeeded();
+      const box = await page.locator('#heap-canvas').boundingBox();
+      await page.mouse.click(box.x + out.heap.drawn.peak_x, box.y + box.height / 2);
+      out.heap.at_peak = { what: await page.getAttribute('#heap-holders', 'data-what'), title: await page.textContent('#heap-holders h3'), rows: await rows() };
+      // The last time bucket with bytes live (the process's blocks are gone after its exit).
+      // The last time bucket with bytes live and clear of the peak's line (the process's
+      // blocks are gone after its exit).
+      const pw = box.width - 78 - 12;
+      const last = await page.evaluate(([pw, peakX]) => {
+        const H = window.ebtraceReport.data.heap, n = H.total.length;
+        let b = n - 1;
+        while (b > 0 && (!H.total[b] || Math.abs(78 + (b + 0.5) / n * pw - peakX) < 8)) b--;
+        return { b, n, total: H.total[b], held: H.holders[b].reduce((a, h) => a + h[1], 0), holders: H.holders[b].length };
+      }, [pw, out.heap.drawn.peak_x]);
+      await page.mouse.click(box.x + 78 + (last.b + 0.5) / last.n * pw, box.y + box.height / 2);
+      out.heap.at_end = { bucket: last.b, total: last.total, held: last.held, holders: last.holders, what: await page.getAttribute('#heap-holders', 'data-what'), title: await page.textContent('#heap-holders h3'), rows: await rows() };
+      await page.click('#heap-peak');
+      const first = await page.$('table[data-table="heap-holders"] tbody tr');
+      if (first) {
+        await first.click();
+        out.heap.panel = await page.evaluate(() => Array.from(document.querySelectorAll('#stack-body li')).map((li) => li.dataset.fn));
+        await page.click('#stack-close').catch(() => {});
+      }
+      await shot('heap', '#heap');
+    }
+
     // The differential view (with --base).
     if (await page.isVisible('#flame-diff-label')) {
       await page.check('#flame-diff');

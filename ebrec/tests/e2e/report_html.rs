@@ -363,3 +363,118 @@ fn alloc_and_lock_reports_with_a_base_render_the_diff() {
         .iter()
         .any(|n| starts_fn(n, "Ledger::post")));
 }
+
+/// The heap over time of heap_known (every allocation, `--sample-bytes 1`): the chart has the
+/// peak `ebsym heap` reports, and who held it — from the button (the report's rows at the
+/// peak) and from a click on the chart at the peak's time — are hold_peak's 8 MiB first and
+/// hold_other's 1 MiB next; a holder's row opens its stack.
+#[test]
+fn heap_over_time_shows_the_peak_and_who_held_it() {
+    if !root() {
+        return;
+    }
+    let rec = common::record(
+        "heap_known",
+        &[
+            "--alloc",
+            "--alloc-sampler",
+            "preload",
+            "--sample-bytes",
+            "1",
+        ],
+        &[],
+    );
+    let heap: Value = serde_json::from_slice(
+        &run(
+            &ebsym_path(),
+            &["heap", rec.trace.to_str().unwrap(), "--json"],
+        )
+        .stdout,
+    )
+    .unwrap();
+    let peak = heap["totals"]["peak_bytes"].as_u64().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    report(&rec.trace, &html, &[]);
+    let Some(modules) = common::playwright() else {
+        return;
+    };
+    let v = browse(&modules, &html, "heap", &[]);
+    let h = &v["heap"];
+    assert!(h.is_object(), "no heap section: {v}");
+    assert!(h["drawn"]["series"].as_u64().unwrap() >= 2, "{h}");
+    assert!(h["drawn"]["peak_x"].as_f64().is_some(), "{h}");
+    let info = h["info"].as_str().unwrap();
+    assert!(
+        info.contains(&format!("({} bytes)", thousands(peak))),
+        "{info}"
+    );
+    let legend = strs(&h["legend"]);
+    assert!(legend.iter().any(|l| l.contains("hold_peak")), "{legend:?}");
+    // Who held the peak: the report's rows at that moment, largest first.
+    let rows = h["peak"]["rows"].as_array().unwrap();
+    let row = |i: usize| strs(&rows[i]);
+    assert!(row(0)[0].contains("hold_peak"), "{rows:?}");
+    assert_eq!(row(0)[1], "8.0 MiB", "{rows:?}");
+    assert!(row(1)[0].contains("hold_other"), "{rows:?}");
+    assert_eq!(row(1)[1], "1.0 MiB", "{rows:?}");
+    // A click on the chart at the peak's line: the same.
+    assert_eq!(h["at_peak"]["what"], "peak", "{h}");
+    assert_eq!(h["at_peak"]["rows"], h["peak"]["rows"], "{h}");
+    // A click at another time (the last one with bytes live, off the peak's line): the
+    // stacks holding them at that bucket's end.
+    let at_end = &h["at_end"];
+    assert_eq!(
+        at_end["what"],
+        format!("bucket {}", at_end["bucket"]),
+        "{h}"
+    );
+    let end = at_end["rows"].as_array().unwrap();
+    assert_eq!(
+        end.len() as u64,
+        at_end["holders"].as_u64().unwrap(),
+        "{at_end}"
+    );
+    assert!(!end.is_empty(), "{at_end}");
+    // The chart's bytes then are what the holders hold (heap_known has fewer than 10
+    // stacks live at once).
+    assert_eq!(at_end["held"], at_end["total"], "{at_end}");
+    let total = at_end["total"].as_u64().unwrap();
+    assert!(
+        at_end["title"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(": {} (", human(total))),
+        "{at_end}"
+    );
+    let panel = strs(&h["panel"]);
+    assert!(panel.iter().any(|f| starts_fn(f, "hold_peak")), "{panel:?}");
+}
+
+/// Bytes as the page prints them (fmtBytes).
+fn human(b: u64) -> String {
+    let u = ["B", "KiB", "MiB", "GiB"];
+    let (mut v, mut i) = (b as f64, 0);
+    while v >= 1024.0 && i < u.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", u[i])
+    }
+}
+
+/// `n` with thousands separators, as the page prints counts.
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -744,6 +744,7 @@ fn write_dwarf_trace(path: &Path, exe: &Path, captures: &[Capture]) {
             address: 0x1000 * (i as u64 + 1),
             kind: pb::AllocKind::Malloc,
             sample_period: 0,
+            allocator: 0,
         })
         .unwrap();
     }

@@ -59,12 +59,14 @@
 //! symbols and the names they are matched by, [`resolve`] finds the target's binaries and what
 //! a spec names in them, [`libsearch`] finds a command's libraries as ld.so would, and
 //! [`suggest`] the names closest to an unknown one.
+pub mod allocfn;
 mod libsearch;
 mod resolve;
 mod spec;
 mod suggest;
 mod symbols;
 
+pub use allocfn::AllocFnSpec;
 pub use resolve::{resolve_all, Binaries, FuncMatch};
 pub use spec::FuncSpec;
 

@@ -137,6 +137,7 @@ impl Session<'_> {
                     address: e.addr,
                     kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
                     sample_period: e.sample_period,
+                    allocator: e.allocator,
                 })?;
                 self.kept[EventFamily::Alloc] += 1;
             }
@@ -147,6 +148,7 @@ impl Session<'_> {
                     generation: g,
                     tid: h.tid,
                     address: e.addr,
+                    allocator: e.allocator,
                 })?;
                 self.kept[EventFamily::Free] += 1;
             }

@@ -362,7 +362,7 @@ fn losses_json(losses: &Losses) -> Value {
 /// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
 /// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
 /// (the differential flame graphs), twice as well. `name` is what the page calls the trace.
-pub fn report<R: Read, B: Read>(
+pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
     filter: &Filter,
@@ -379,7 +379,7 @@ pub fn report<R: Read, B: Read>(
 /// What the page's pass keeps besides its own sink: every kind's stacks (the summary, the
 /// latency and lock tables, the diffs), the kernel histograms and the connections (the
 /// summary, the latency table), the heat maps' points, the live blocks (leaks).
-fn wants() -> Wants {
+fn wants(t0: u64, bucket_ns: u64) -> Wants {
     let latency = [EventKind::Syscall, EventKind::Bio, EventKind::Runq];
     Wants {
         stacks: EventKind::ALL.to_vec(),
@@ -389,14 +389,16 @@ fn wants() -> Wants {
             .into_iter()
             .filter(|k| k.has_latency())
             .collect(),
-        leaks: true,
+        // The heap's sink keeps the live blocks for the leaks table too.
+        leaks: false,
+        heap: Some((t0, bucket_ns)),
     }
 }
 
 /// The page's data. The trace is read twice: once for `info` (whose span sets the time
 /// buckets before the first event), once for everything else ([`Passed`]); a base trace
 /// twice too (its info says which kinds it has, then their stacks).
-fn data<R: Read, B: Read>(
+fn data<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
     filter: &Filter,
@@ -423,8 +425,9 @@ fn data<R: Read, B: Read>(
     let header_start = header_start.unwrap_or(first);
     let t0 = header_start.min(if first == 0 { header_start } else { first });
     let span = last.saturating_sub(t0).max(1);
-    let mut sink = ReportSink::new(t0, span.div_ceil(TIME_BUCKETS).max(1));
-    let mut p = Passed::read(trace, filter, &wants(), Some(&mut sink));
+    let bucket_ns = span.div_ceil(TIME_BUCKETS).max(1);
+    let mut sink = ReportSink::new(t0, bucket_ns);
+    let mut p = Passed::read(trace, filter, &wants(t0, bucket_ns), Some(&mut sink));
     let end_rel = p
         .loaded
         .last_event_ns
@@ -464,6 +467,7 @@ fn data<R: Read, B: Read>(
     let heat = heatmaps_json(&mut p, &present, t0, end_rel);
     let latency = latency_json(&mut p, &present, &mut int);
     let locks = locks_json(&mut p, &present, n, &mut int);
+    let heap = heap_json(&mut p, &present, &mut int);
     let (leaks, leaks_note) = leaks_json(&mut p, &present, n, &mut int);
     let diff = match base {
         Some(base) => diff_json(base, base_name, &mut p, &present, filter, &mut int),
@@ -500,6 +504,7 @@ fn data<R: Read, B: Read>(
         "heatmaps": heat,
         "latency": latency,
         "locks": locks,
+        "heap": heap,
         "leaks": leaks,
         "leaks_note": leaks_note,
         "diff": diff,
@@ -769,6 +774,118 @@ fn locks_json(p: &mut Passed, present: &[EventKind], n: usize, int: &mut Interne
         .collect()
 }
 
+/// Stacks drawn in the heap chart, at most (the rest is "other").
+pub const HEAP_SERIES: usize = 8;
+/// Stacks listed per time bucket as holding the heap then, at most.
+pub const HEAP_HOLDERS: usize = 10;
+
+/// The heap over time (`ebsym heap`'s numbers per time bucket): the bytes live at each
+/// bucket's end and the most in it, stacked by the [`HEAP_SERIES`] stacks that held the
+/// most at some time (the rest "other"); per bucket the [`HEAP_HOLDERS`] stacks holding the
+/// most at its end; the peak (bytes, time) and the stacks that held it (`ebsym heap`'s
+/// `peak_bytes`). Null without allocations.
+fn heap_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Value {
+    if !present.contains(&EventKind::Alloc) {
+        return Value::Null;
+    }
+    let (rep, timeline) = p.heap(super::heap::HeapMeasure::Peak, &Suppressions::runtime());
+    let Some(tl) = timeline else {
+        return Value::Null;
+    };
+    let l = &mut p.loaded;
+    let buckets = tl.totals.last().map_or(0, |t| t.0 as usize + 1);
+    // The stacks' bytes at each bucket's end, by interned stack: replayed twice, to pick the
+    // series (most bytes at any time), then to draw them.
+    let mut raw_to: FastMap<u64, u32> = FastMap::default();
+    for &(_, raw, _) in &tl.changes {
+        if let std::collections::hash_map::Entry::Vacant(v) = raw_to.entry(raw) {
+            v.insert(int.raw(l, raw));
+        }
+    }
+    type Each<'a> = Box<dyn FnMut(usize, &FastMap<u32, u64>) + 'a>;
+    let replay = |mut each: Each<'_>| {
+        let mut raw_live: FastMap<u64, u64> = FastMap::default();
+        let mut cur: FastMap<u32, u64> = FastMap::default();
+        let mut c = 0;
+        for b in 0..buckets {
+            while c < tl.changes.len() && tl.changes[c].0 as usize == b {
+                let (_, raw, live) = tl.changes[c];
+                let old = raw_live.insert(raw, live).unwrap_or(0);
+                let e = cur.entry(raw_to[&raw]).or_default();
+                *e = (*e + live).saturating_sub(old);
+                c += 1;
+            }
+            each(b, &cur);
+        }
+    };
+    let mut most: FastMap<u32, u64> = FastMap::default();
+    replay(Box::new(|_, cur| {
+        for (&s, &v) in cur {
+            let m = most.entry(s).or_default();
+            *m = (*m).max(v);
+        }
+    }));
+    let mut series: Vec<(u32, u64)> = most.into_iter().filter(|&(_, v)| v > 0).collect();
+    series.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    series.truncate(HEAP_SERIES);
+    let mut values: Vec<Vec<u64>> = vec![vec![0; buckets]; series.len()];
+    let mut holders: Vec<Vec<[u64; 2]>> = vec![Vec::new(); buckets];
+    replay(Box::new(|b, cur| {
+        for (i, (s, _)) in series.iter().enumerate() {
+            values[i][b] = cur.get(s).copied().unwrap_or(0);
+        }
+        let mut top: Vec<(u32, u64)> = cur
+            .iter()
+            .filter(|(_, &v)| v > 0)
+            .map(|(&s, &v)| (s, v))
+            .collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        top.truncate(HEAP_HOLDERS);
+        holders[b] = top.into_iter().map(|(s, v)| [u64::from(s), v]).collect();
+    }));
+    let mut total = vec![0u64; buckets];
+    let mut max = vec![0u64; buckets];
+    let mut last = 0;
+    let mut t = 0;
+    for b in 0..buckets {
+        // A bucket without events holds what the one before it held.
+        if t < tl.totals.len() && tl.totals[t].0 as usize == b {
+            total[b] = tl.totals[t].1;
+            max[b] = tl.totals[t].2;
+            last = total[b];
+            t += 1;
+        } else {
+            total[b] = last;
+            max[b] = last;
+        }
+    }
+    let mut peak_holders: Vec<[u64; 2]> = rep
+        .rows
+        .iter()
+        .filter(|r| r.peak_bytes.unwrap_or(0) > 0)
+        .map(|r| [u64::from(int.stack(&r.frames)), r.peak_bytes.unwrap_or(0)])
+        .collect();
+    peak_holders.truncate(HEAP_HOLDERS);
+    let t = &rep.totals;
+    // The page's times are from its start; the report's peak time from the header's start.
+    let header_start = l.header.start_time_ns;
+    json!({
+        "bucket_ns": tl.bucket_ns,
+        "total": total,
+        "max": max,
+        "series": series.iter().zip(values).map(|((s, _), v)| json!({"stack": s, "values": v})).collect::<Vec<_>>(),
+        "holders": holders,
+        "peak_bytes": t.peak_bytes,
+        "peak_ns": t.peak_time_ns.map(|ns| (header_start + ns).saturating_sub(tl.t0)),
+        "peak_holders": peak_holders,
+        "calls": t.calls,
+        "temporary": t.temporary,
+        "leaked_bytes": t.leaked_bytes,
+        "exact": rep.exact,
+        "inexact": rep.inexact,
+    })
+}
+
 /// Leaks (the allocations outstanding at the end), and the note of the leak report.
 fn leaks_json(
     p: &mut Passed,
@@ -800,7 +917,7 @@ fn leaks_json(
 
 /// The differential flame graphs: per kind of either trace, stacks before (the base, read
 /// for its info, then once for the stacks of every such kind) and after.
-fn diff_json<B: Read>(
+fn diff_json<B: Read + Send>(
     base: &mut dyn FnMut() -> Option<TraceReader<B>>,
     base_name: Option<&str>,
     p: &mut Passed,

@@ -784,6 +784,109 @@
     rg.appendChild(table('range', [{ k: 'kind' }, numCol('count'), { k: 'total' }, nsCol('p50', 'p50 ≤'), nsCol('p99', 'p99 ≤'), nsCol('max', 'max ≤')], rows2, null));
   }
 
+  // ---------- heap over time ----------
+  // D.heap (html/mod.rs, heap_json): per time bucket the bytes live at its end (total) and
+  // the most in it (max), the series of the stacks that held the most, per bucket the
+  // stacks holding the most (holders), the peak and who held it (peak_holders).
+  var HEAP_COLORS = ['#d68a1a', '#5b7fb8', '#3c9a4a', '#c0392b', '#8e5bb8', '#1a9c9c', '#b8860b', '#e0559b'];
+  var HP = { left: 78, right: 12, top: 12, bottom: 22, h: 260 };
+  var heapDrawn = null;
+  function setupHeap() {
+    var H = D.heap;
+    if (!H || !H.total || !H.total.length) return;
+    $('heap').hidden = false;
+    var info = 'peak ' + (H.peak_bytes === null || H.peak_bytes === undefined ? 'n/a' : fmtBytes(H.peak_bytes) + ' (' + thousands(H.peak_bytes) + ' bytes) at ' + fmtSec(H.peak_ns)) +
+      ' · ' + thousands(H.calls) + ' allocator calls' + (H.temporary === null || H.temporary === undefined ? '' : ', ' + thousands(H.temporary) + ' temporary') +
+      (H.leaked_bytes ? ' · ' + fmtBytes(H.leaked_bytes) + ' leaked' : '') + (H.exact ? '' : ' · NOT exact: ' + (H.inexact || []).join('; '));
+    $('heap-info').textContent = info;
+    var lg = $('heap-legend');
+    H.series.forEach(function (s, i) {
+      var sp = el('span', { 'data-stack': s.stack });
+      sp.appendChild(el('i', { style: 'background:' + HEAP_COLORS[i % HEAP_COLORS.length] }));
+      sp.appendChild(document.createTextNode(place(s.stack)));
+      sp.title = place(s.stack);
+      lg.appendChild(sp);
+    });
+    var o = el('span'); o.appendChild(el('i', { style: 'background:#c9ced6' })); o.appendChild(document.createTextNode('other')); lg.appendChild(o);
+    var c = $('heap-canvas');
+    c.addEventListener('click', function (ev) {
+      var r = c.getBoundingClientRect(), pw = r.width - HP.left - HP.right, x = ev.clientX - r.left;
+      // On the peak's line: who held the peak itself (a bucket's end may be after it).
+      if (heapDrawn && heapDrawn.peak_x !== null && Math.abs(x - heapDrawn.peak_x) <= 4) { heapPeak(); return; }
+      var b = Math.floor((x - HP.left) / pw * H.total.length);
+      if (b >= 0 && b < H.total.length) heapAt(b);
+    });
+    $('heap-peak').addEventListener('click', heapPeak);
+    $('heap-peak').disabled = !(H.peak_holders && H.peak_holders.length);
+    drawHeap();
+    window.addEventListener('resize', drawHeap);
+  }
+  function drawHeap() {
+    var H = D.heap, c = $('heap-canvas');
+    var W = c.clientWidth || 900, Ht = HP.h, dpr = window.devicePixelRatio || 1;
+    c.width = W * dpr; c.height = Ht * dpr; c.style.height = Ht + 'px';
+    var g = c.getContext('2d');
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.clearRect(0, 0, W, Ht);
+    var n = H.total.length, pw = W - HP.left - HP.right, ph = Ht - HP.top - HP.bottom;
+    var top = Math.max(1, H.peak_bytes || 0);
+    H.max.forEach(function (v) { if (v > top) top = v; });
+    var y = function (v) { return HP.top + ph - v / top * ph; };
+    var bw = pw / n;
+    for (var b = 0; b < n; b++) {
+      var x = HP.left + b * bw, acc = 0;
+      H.series.forEach(function (s, i) {
+        var v = s.values[b];
+        if (!v) return;
+        g.fillStyle = HEAP_COLORS[i % HEAP_COLORS.length];
+        g.fillRect(x, y(acc + v), Math.max(1, bw), y(acc) - y(acc + v));
+        acc += v;
+      });
+      var other = H.total[b] - acc;
+      if (other > 0) { g.fillStyle = '#c9ced6'; g.fillRect(x, y(acc + other), Math.max(1, bw), y(acc) - y(acc + other)); }
+    }
+    // The most live within each bucket.
+    g.strokeStyle = '#333'; g.lineWidth = 1; g.beginPath();
+    for (b = 0; b < n; b++) { var xx = HP.left + (b + 0.5) * bw; if (b) g.lineTo(xx, y(H.max[b])); else g.moveTo(xx, y(H.max[b])); }
+    g.stroke();
+    // Axes.
+    g.fillStyle = '#5b6573'; g.font = '10px system-ui, sans-serif';
+    for (var i = 0; i <= 4; i++) {
+      var v = top * i / 4;
+      g.fillText(fmtBytes(v), 2, y(v) + 3);
+      g.fillRect(HP.left - 3, y(v), 3, 1);
+      var t = n * H.bucket_ns * i / 4;
+      g.fillText(fmtSec(t), HP.left + pw * i / 4 - (i === 4 ? 44 : 0), Ht - 6);
+    }
+    var peakX = null;
+    if (H.peak_ns !== null && H.peak_ns !== undefined && H.peak_bytes) {
+      peakX = HP.left + H.peak_ns / (n * H.bucket_ns) * pw;
+      g.strokeStyle = '#d0021b'; g.lineWidth = 2; g.beginPath(); g.moveTo(peakX, HP.top); g.lineTo(peakX, HP.top + ph); g.stroke();
+      g.fillStyle = '#d0021b'; g.font = 'bold 11px system-ui, sans-serif';
+      var label = 'peak ' + fmtBytes(H.peak_bytes);
+      g.fillText(label, Math.min(peakX + 4, W - HP.right - g.measureText(label).width), HP.top + 10);
+    }
+    heapDrawn = { buckets: n, top: top, peak_x: peakX, series: H.series.length };
+  }
+  function heapHolders(title, list, what) {
+    var d = $('heap-holders');
+    d.textContent = '';
+    d.setAttribute('data-what', what);
+    d.appendChild(el('h3', null, title));
+    var rows = list.map(function (p) { return { stack: p[0], where: place(p[0]), bytes: p[1] }; });
+    if (!rows.length) { d.appendChild(el('div', { class: 'notes' }, 'nothing was live then')); return; }
+    d.appendChild(table('heap-holders', [{ k: 'where', fn: true }, { k: 'bytes', num: true, f: fmtBytes }], rows,
+      function (r) { showStacks('live ' + fmtBytes(r.bytes), [{ title: 'allocated at', stack: r.stack }]); }));
+  }
+  function heapAt(b) {
+    var H = D.heap, end = (b + 1) * H.bucket_ns;
+    heapHolders('Live at ' + fmtSec(end) + ': ' + fmtBytes(H.total[b]) + ' (the stacks holding the most)', H.holders[b] || [], 'bucket ' + b);
+  }
+  function heapPeak() {
+    var H = D.heap;
+    heapHolders('Who held the peak: ' + fmtBytes(H.peak_bytes) + ' at ' + fmtSec(H.peak_ns), H.peak_holders || [], 'peak');
+  }
+
   // ---------- start ----------
   function start() {
     renderSummary();
@@ -791,11 +894,13 @@
     drawTimeline();
     setupFlameControls();
     setupHeatmaps();
+    setupHeap();
     renderTables();
     // For scripts and tests: the state, what the timeline drew, and a way to select.
     window.ebtraceReport = {
       data: D, state: state, setRange: setRange, selectKind: selectKind,
       timeline: function () { return drawnInfo; },
+      heap: function () { return heapDrawn; }, heapAt: heapAt, heapPeak: heapPeak,
       setView: function (a, b) { TL.view = [a, b]; drawTimeline(); }
     };
     document.body.setAttribute('data-ready', '1');
