@@ -13,6 +13,10 @@
 //! build-ids and file names, the first (id 1) a traced process's main executable, as pprof
 //! and the backends that symbolize by mapping expect.
 //!
+//! Each sample carries a `thread` label: the name of the thread its events are of (a
+//! stack of several threads is one sample per thread name, `ebsym pprof`), for pprof's
+//! `-tagfocus thread=worker` and the backends' label filters.
+//!
 //! [`profile_of_parts`] is the same profile made of several parts (say one per process,
 //! their samples labelled `pid`, `comm`), with [`Options`] for a backend that symbolizes
 //! by build-id (user frames as addresses in their mappings): what `ebrec push` sends.
@@ -341,6 +345,15 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
         } else {
             Vec::new()
         };
+        // The stack's thread (split by thread name: `stacks_by_thread_from`), else the
+        // threads it mixes, as `top` names them.
+        if let Some(t) = &s.thread {
+            label.push(Label {
+                key: b.string("thread"),
+                str: b.string(t),
+                ..Default::default()
+            });
+        }
         for (k, v) in part_labels {
             label.push(Label {
                 key: b.string(k),

@@ -15,7 +15,7 @@
 use anyhow::{Context, Result};
 use ebtrace_analyze::model::{Event, Filter, Loaded, Records, Sink};
 use ebtrace_analyze::pprof::{self, Part};
-use ebtrace_analyze::reports::{stacks_with_inuse_from, EventKind};
+use ebtrace_analyze::reports::{stacks_by_thread_from, EventKind};
 use ebtrace_format::proto::Record;
 use ebtrace_format::TraceReader;
 use std::collections::{BTreeMap, HashMap};
@@ -216,7 +216,7 @@ pub fn window_profiles(path: &Path, options: &Options) -> Result<(WindowInfo, Ve
             .into_iter()
             .map(|(f, labels)| {
                 (
-                    stacks_with_inuse_from(Records(records.iter().cloned()), kind, &f),
+                    stacks_by_thread_from(Records(records.iter().cloned()), kind, &f),
                     labels,
                 )
             })

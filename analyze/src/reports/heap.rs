@@ -194,6 +194,7 @@ struct Op {
     stack: u64,
     size: u64,
     period: u64,
+    tid: u32,
 }
 
 impl Op {
@@ -328,6 +329,7 @@ impl Sink for HeapSink {
                         stack: e.stack,
                         size: e.size,
                         period: e.sample_period,
+                        tid: e.tid,
                     },
                 );
             }
@@ -346,6 +348,7 @@ impl Sink for HeapSink {
                         stack: 0,
                         size: 0,
                         period: 0,
+                        tid: 0,
                     },
                 );
             }
@@ -379,6 +382,7 @@ impl Sink for HeapSink {
                 stack: 0,
                 size: 0,
                 period: 0,
+                tid: 0,
             },
         );
     }
@@ -488,7 +492,8 @@ impl HeapSink {
                         time: op.time,
                         stack: op.stack,
                         size: op.size,
-                        period: op.period,
+                        period: super::live::period32(op.period),
+                        tid: op.tid,
                     },
                 );
             }
@@ -514,7 +519,7 @@ impl HeapSink {
                 }
                 s.lifetimes[i] += 1;
                 if !ended {
-                    let w = weight(b.size, b.period);
+                    let w = weight(b.size, u64::from(b.period));
                     s.live = s.live.saturating_sub(w);
                     let g = self.gens.get_mut(&op.generation).expect("entered above");
                     g.live = g.live.saturating_sub(w);
@@ -531,7 +536,7 @@ impl HeapSink {
                 g.live = 0;
                 for b in self.live.generation_blocks(op.generation) {
                     let s = Self::stack(&mut self.stacks, b.stack, self.epoch);
-                    s.live = s.live.saturating_sub(weight(b.size, b.period));
+                    s.live = s.live.saturating_sub(weight(b.size, u64::from(b.period)));
                 }
             }
         }

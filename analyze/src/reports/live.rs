@@ -10,8 +10,16 @@ pub(crate) struct Block {
     pub(crate) time: u64,
     pub(crate) stack: u64,
     pub(crate) size: u64,
-    /// Bytes per sample when the allocation was sampled by bytes (0: not sampled).
-    pub(crate) period: u64,
+    /// Bytes per sample when the allocation was sampled by bytes (0: not sampled; a
+    /// period past 4 GiB, never used, would read as 4 GiB).
+    pub(crate) period: u32,
+    /// The thread that allocated it (0: not known).
+    pub(crate) tid: u32,
+}
+
+/// A sampling period as [`Block`] keeps it.
+pub(crate) fn period32(period: u64) -> u32 {
+    u32::try_from(period).unwrap_or(u32::MAX)
 }
 
 /// No next block.
@@ -239,7 +247,8 @@ impl Outstanding {
                     time: e.time_ns,
                     stack: e.stack,
                     size: e.size,
-                    period: e.sample_period,
+                    period: period32(e.sample_period),
+                    tid: e.tid,
                 },
             ),
             Event::Free(e) => {
@@ -273,7 +282,7 @@ impl Outstanding {
             if pauses.iter().any(|&(start, _)| b.time < start) {
                 continue;
             }
-            let (c, bytes) = est.add(b.size, b.period);
+            let (c, bytes) = est.add(b.size, u64::from(b.period));
             let e = out.entry(b.stack).or_default();
             e.0 += c;
             e.1 += bytes;
@@ -367,6 +376,7 @@ mod tests {
                         stack: i,
                         size: rnd(4096),
                         period: 0,
+                        tid: 0,
                     };
                     live.alloc(g, a, b);
                     naive.alloc(g, a, b);
@@ -395,6 +405,7 @@ mod tests {
             stack,
             size: 64,
             period: 0,
+            tid: 0,
         };
         for i in 0..1000 {
             live.alloc(1, 0x1000, b(10 * i, i));
@@ -430,6 +441,7 @@ mod tests {
             stack,
             size: 64,
             period: 0,
+            tid: 0,
         };
         live.alloc(1, 0x1000, b(10, 1));
         live.alloc(1, 0x1000, b(30, 2)); // reuse, allocated after the free at 20

@@ -11,6 +11,7 @@ use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::top::{top_of, Report};
+use super::wrappers::WrapperRules;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
 
@@ -84,6 +85,9 @@ pub(crate) struct Passed {
     leaks: Option<LeakSink>,
     /// Which offcpu and lock waits [`Passed::top`] calls idle.
     pub idle: IdleRules,
+    /// Which frames of an allocation's stack are allocator wrappers (the summary's alloc
+    /// finding names the site past them).
+    pub wrappers: WrapperRules,
 }
 
 impl Passed {
@@ -125,6 +129,7 @@ impl Passed {
             points: sinks.points.into_iter().collect(),
             leaks: sinks.leaks,
             idle: IdleRules::default(),
+            wrappers: WrapperRules::default(),
         }
     }
 
