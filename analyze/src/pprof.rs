@@ -169,13 +169,18 @@ impl Builder {
                 .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
                 .collect()
         };
+        // Named from DWARF: functions, files, lines and inline frames; from a symbol table
+        // only (the agent's Pyroscope pushes): functions.
+        let named = !lines.is_empty() && !(chain.len() == 1 && unresolved(&chain[0]));
         let symbolized = !lines.is_empty() && chain.iter().any(|f| f.file.is_some());
-        if symbolized && mapping_id != 0 {
+        if named && mapping_id != 0 {
             let m = &mut self.mappings[mapping_id as usize - 1];
             m.has_functions = true;
-            m.has_filenames = true;
-            m.has_line_numbers = true;
-            m.has_inline_frames = true;
+            if symbolized {
+                m.has_filenames = true;
+                m.has_line_numbers = true;
+                m.has_inline_frames = true;
+            }
         }
         let key = (mapping_id, address, lines);
         if let Some(&id) = self.location_ids.get(&key) {

@@ -645,7 +645,11 @@ fn html_report(
     let mut open_base = || base_input.as_ref().and_then(|b| b.reader().ok());
     let name = a.trace.display().to_string();
     let base_name = base.map(|b| b.display().to_string());
-    let (html, stats) = ebtrace_analyze::reports::html::report(
+    let rules = ebtrace_analyze::reports::html::PageRules {
+        idle: a.idle_rules()?,
+        wrappers: a.wrapper_rules()?,
+    };
+    let (html, stats) = ebtrace_analyze::reports::html::report_with(
         &mut open,
         base.is_some()
             .then_some(&mut open_base as &mut dyn FnMut() -> Option<_>),
@@ -653,6 +657,7 @@ fn html_report(
         &name,
         base_name.as_deref(),
         a.n.max(100),
+        &rules,
     );
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
     let capped: Vec<String> = stats
