@@ -692,6 +692,36 @@ mod tests {
         ));
     }
 
+    /// `symbols_only`: the binary's own symbol table names its functions, one frame an
+    /// address, no line, though the binary has DWARF.
+    #[test]
+    fn symbols_only_names_from_the_symbol_table_and_reads_no_dwarf() {
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let sym = obj
+            .symbols()
+            .find(|s| s.kind() == object::SymbolKind::Text && s.size() > 16)
+            .unwrap();
+        let only = Symbolizer {
+            options: Options {
+                symbols_only: true,
+                ..Options::default()
+            },
+        };
+        let m = only.open_binary(&exe);
+        assert_eq!(m.status, Ok(Source::Symtab));
+        let frames = m.resolve(sym.address() + sym.size() / 2).unwrap();
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        let f = &frames[0];
+        assert!(f.from_symtab && f.line == 0, "{f:?}");
+        assert!(f.function.as_ref().is_some_and(|n| !n.is_empty()), "{f:?}");
+        assert_eq!(
+            Symbolizer::default().open_binary(&exe).status,
+            Ok(Source::Dwarf)
+        );
+    }
+
     /// `resolve_many` gives the same answers on 1 and 3 threads as `resolve` one by one,
     /// repeated addresses included (on this test binary's own DWARF).
     #[test]
