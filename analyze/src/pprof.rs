@@ -171,7 +171,7 @@ impl Builder {
         };
         // Named from DWARF: functions, files, lines and inline frames; from a symbol table
         // only (the agent's Pyroscope pushes): functions.
-        let named = !lines.is_empty() && !(chain.len() == 1 && unresolved(&chain[0]));
+        let named = !(lines.is_empty() || (chain.len() == 1 && unresolved(&chain[0])));
         let symbolized = !lines.is_empty() && chain.iter().any(|f| f.file.is_some());
         if named && mapping_id != 0 {
             let m = &mut self.mappings[mapping_id as usize - 1];

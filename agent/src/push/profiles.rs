@@ -92,8 +92,10 @@ impl Sink for Survey {
 fn records(path: &Path, options: &Options) -> Result<Vec<Record>> {
     let symbolized = || ebtrace_symbolize::trace::is_symbolized(path).unwrap_or(false);
     if (options.symbolize || options.symbols_only) && !symbolized() {
-        let mut o = ebtrace_symbolize::Options::default();
-        o.symbols_only = !options.symbolize;
+        let mut o = ebtrace_symbolize::Options {
+            symbols_only: !options.symbolize,
+            ..Default::default()
+        };
         o.locator.debug_dirs = options.debug_dirs.clone();
         let urls = ebtrace_symbolize::debuginfod::urls_from_env();
         if options.symbolize && !urls.is_empty() {

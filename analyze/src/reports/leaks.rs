@@ -172,18 +172,19 @@ impl LeakSink {
         }
         // (frames, alive, thread group) -> the row
         let mut merged: BTreeMap<(FrameKey, bool, String), Acc> = BTreeMap::new();
-        let mut frames_of: HashMap<u64, Vec<Frame>> = HashMap::new();
+        // Each (stack, generation)'s frames, resolved once (as the losses count them).
+        let mut frames_of: HashMap<(u64, u32), Vec<Frame>> = HashMap::new();
         for ((stack, generation, tid), (count, bytes, oldest)) in by {
             let alive = l
                 .tables
                 .generations
                 .get(&generation)
                 .is_some_and(|g| g.exit.is_none());
-            let frames = match frames_of.get(&stack) {
+            let frames = match frames_of.get(&(stack, generation)) {
                 Some(f) => f.clone(),
                 None => {
                     let f = l.frames(stack);
-                    frames_of.insert(stack, f.clone());
+                    frames_of.insert((stack, generation), f.clone());
                     f
                 }
             };

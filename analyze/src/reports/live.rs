@@ -272,18 +272,20 @@ impl Outstanding {
         }
     }
 
-    /// Stack id -> (blocks, bytes) outstanding (estimates when sampled by bytes), leaving
-    /// out the blocks allocated before a pause of the allocator probes (their free may
-    /// have come while paused).
-    pub(crate) fn by_stack(&self, pauses: &[(u64, u64)]) -> FastMap<u64, (u64, u64)> {
-        let mut out: FastMap<u64, (u64, u64)> = FastMap::default();
+    /// (stack id, thread) -> (blocks, bytes) outstanding (estimates when sampled by
+    /// bytes), the thread `generation << 32 | tid` of the allocation (0 for --aggregate's
+    /// gauges, which have none), leaving out the blocks allocated before a pause of the
+    /// allocator probes (their free may have come while paused).
+    pub(crate) fn by_stack_thread(&self, pauses: &[(u64, u64)]) -> FastMap<(u64, u64), (u64, u64)> {
+        let mut out: FastMap<(u64, u64), (u64, u64)> = FastMap::default();
         let mut est = Estimator::default();
-        for (_, b) in self.live.blocks() {
+        for (generation, b) in self.live.blocks() {
             if pauses.iter().any(|&(start, _)| b.time < start) {
                 continue;
             }
             let (c, bytes) = est.add(b.size, u64::from(b.period));
-            let e = out.entry(b.stack).or_default();
+            let thread = (u64::from(generation) << 32) | u64::from(b.tid);
+            let e = out.entry((b.stack, thread)).or_default();
             e.0 += c;
             e.1 += bytes;
         }
@@ -291,7 +293,7 @@ impl Outstanding {
             if count == 0 || pauses.iter().any(|&(start, _)| since < start) {
                 continue;
             }
-            let e = out.entry(stack).or_default();
+            let e = out.entry((stack, 0)).or_default();
             e.0 += count;
             e.1 += bytes;
         }

@@ -295,18 +295,15 @@ impl StackSink {
                 .iter()
                 .any(|o| o.key == "no-free" && o.value == "true");
             if !no_free {
-                for (stack, inuse) in o.by_stack(&l.alloc_pauses) {
+                for ((stack, thread), inuse) in o.by_stack_thread(&l.alloc_pauses) {
+                    let thread = match self.split {
+                        ThreadSplit::None => 0,
+                        _ => thread,
+                    };
                     // Only stacks the filter let through have allocations here.
-                    // (Split by thread, the outstanding blocks go with the stack's
-                    // first thread: pprof's inuse values are per stack.)
-                    if let Some(g) = self
-                        .by_stack
-                        .iter_mut()
-                        .filter(|(k, _)| k.0 == stack && k.1 == 0)
-                        .min_by_key(|(k, _)| k.2)
-                        .map(|(_, g)| g)
-                    {
-                        g.inuse = inuse;
+                    if let Some(g) = self.by_stack.get_mut(&(stack, 0, thread)) {
+                        g.inuse.0 += inuse.0;
+                        g.inuse.1 += inuse.1;
                     }
                 }
             }
