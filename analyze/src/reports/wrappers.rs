@@ -15,8 +15,9 @@
 //!    function that, in every allocation stack it is in, is the site rules 1 to 3 give and
 //!    calls an allocator by name itself (the frame below it is one of rules 2 and 3:
 //!    `malloc`, `operator new`, an inlined `std::allocator<T>::allocate`; not a libstdc++
-//!    string or container growing), and that is called there from at least two distinct
-//!    functions. A function that allocates for one caller only is that caller's helper
+//!    string or container growing) from one place (one line: it passes the request on,
+//!    it does not allocate here and there), and that is called there from at least two
+//!    distinct functions. A function that allocates for one caller only is that caller's helper
 //!    and stays the site; one that also appears further up some stack does more than pass
 //!    a size on, and stays too.
 //!
@@ -73,6 +74,54 @@ pub const DEFAULT_WRAPPERS: &[&str] = &[
     "tcmalloc::*",
     "mi_*alloc*",
     "mi_new*",
+    // Well-known programs' and libraries' own allocators: the xmalloc family (GNU),
+    // GLib, OpenSSL, PostgreSQL's memory contexts, MySQL/MariaDB, SQLite, Redis, nginx.
+    "xmalloc",
+    "xcalloc",
+    "xrealloc",
+    "xstrdup",
+    "xzalloc",
+    "g_malloc*",
+    "g_try_malloc*",
+    "g_realloc*",
+    "g_try_realloc*",
+    "g_slice_alloc*",
+    "g_strdup",
+    "g_memdup*",
+    "CRYPTO_malloc",
+    "CRYPTO_zalloc",
+    "CRYPTO_realloc",
+    "CRYPTO_strdup",
+    "palloc",
+    "palloc0",
+    "palloc_extended",
+    "repalloc*",
+    "MemoryContextAlloc*",
+    "AllocSetAlloc*",
+    "AllocSetRealloc",
+    "GenerationAlloc*",
+    "SlabAlloc*",
+    "BumpAlloc*",
+    "pstrdup",
+    "my_malloc",
+    "my_realloc",
+    "my_strdup",
+    "my_strndup",
+    "my_memdup",
+    "my_multi_malloc*",
+    "alloc_root",
+    "sqlite3Malloc*",
+    "sqlite3DbMalloc*",
+    "sqlite3Realloc",
+    "zmalloc*",
+    "zcalloc*",
+    "zrealloc*",
+    "ztrymalloc*",
+    "ngx_alloc",
+    "ngx_calloc",
+    "ngx_palloc*",
+    "ngx_pnalloc",
+    "ngx_pcalloc",
     // ebrec's preloaded allocation sampler (--alloc-sampler preload).
     "ebtrace_*",
 ];
@@ -201,7 +250,8 @@ impl WrapperRules {
     /// Learns the program's own wrappers from `stacks` (the allocation stacks of a report,
     /// leaf first): a function is one when, in every stack it is in, it is the site the
     /// other rules give and its frame is directly above an allocator by name (it calls the
-    /// allocator itself), and its callers there are at least two distinct functions.
+    /// allocator itself), always from the same line, and its callers there are at least
+    /// two distinct functions.
     /// Nothing is learnt without the default rules.
     pub fn learn<'a>(&mut self, stacks: impl IntoIterator<Item = &'a [Frame]>) {
         if !self.defaults {
@@ -210,6 +260,8 @@ impl WrapperRules {
         #[derive(Default)]
         struct Seen {
             callers: BTreeSet<String>,
+            /// The places (file, line) it calls the allocator from.
+            calls: BTreeSet<(Option<String>, Option<u32>)>,
             elsewhere: bool,
         }
         let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
@@ -231,6 +283,7 @@ impl WrapperRules {
                 }
                 let s = seen.entry(f.function.clone()).or_default();
                 if Some(i) == direct {
+                    s.calls.insert((f.file.clone(), f.line));
                     if let Some(c) = frames[i + 1..].iter().find(|c| !is_kernel(c)) {
                         s.callers.insert(c.function.clone());
                     }
@@ -241,7 +294,7 @@ impl WrapperRules {
         }
         self.learnt = seen
             .into_iter()
-            .filter(|(_, s)| !s.elsewhere && s.callers.len() >= 2)
+            .filter(|(_, s)| !s.elsewhere && s.calls.len() == 1 && s.callers.len() >= 2)
             .map(|(f, _)| f)
             .collect();
     }
@@ -369,7 +422,21 @@ mod tests {
                 app("main"),
             ]
         };
+        // list_push allocates at two places (the node, its data): not only a wrapper.
+        let at = |line: u32, caller: &str| {
+            vec![
+                libc("malloc"),
+                Frame {
+                    line: Some(line),
+                    ..app("list_push(List*, void*)")
+                },
+                app(caller),
+                app("main"),
+            ]
+        };
         let stacks = [
+            at(10, "a()"),
+            at(12, "b()"),
             quote("Json::str()"),
             quote("Json::prefix()"),
             my("parse_headers()"),
@@ -383,22 +450,23 @@ mod tests {
         let mut r = WrapperRules::defaults();
         r.learn(stacks.iter().map(|s| s.as_slice()));
         assert_eq!(r.learnt().collect::<Vec<_>>(), ["my_alloc(unsigned long)"]);
-        assert_eq!(site(&r, &stacks[0]), "Json::quote(char const*)");
-        assert_eq!(site(&r, &stacks[2]), "parse_headers()");
-        assert_eq!(site(&r, &stacks[3]), "read_body()");
+        assert_eq!(site(&r, &stacks[0]), "list_push(List*, void*)");
+        assert_eq!(site(&r, &stacks[2]), "Json::quote(char const*)");
+        assert_eq!(site(&r, &stacks[4]), "parse_headers()");
+        assert_eq!(site(&r, &stacks[5]), "read_body()");
         // helper has one caller: it is the site. builder is also above grow: it is not
         // only a wrapper.
         assert_eq!(site(&r, &one_caller), "helper()");
         assert_eq!(site(&r, &also_above), "builder()");
         assert_eq!(
-            r.site(&stacks[2]).unwrap().1,
+            r.site(&stacks[4]).unwrap().1,
             ["malloc", "my_alloc(unsigned long)"]
         );
         // --no-wrapper-rules: nothing learnt.
         let mut r = WrapperRules::none();
         r.learn(stacks.iter().map(|s| s.as_slice()));
         assert_eq!(r.learnt().count(), 0);
-        assert_eq!(site(&r, &stacks[2]), "my_alloc(unsigned long)");
-        assert_eq!(site_place(&r, &stacks[2]), "my_alloc");
+        assert_eq!(site(&r, &stacks[4]), "my_alloc(unsigned long)");
+        assert_eq!(site_place(&r, &stacks[4]), "my_alloc");
     }
 }
