@@ -75,8 +75,9 @@ pub struct ReportArgs {
     /// PATTERN is a glob (`*` any run, `?` one character; not a regex) matched against
     /// each frame's demangled function name, with and without its parameters, as --idle's.
     /// Wrappers by default (docs/guide.md, "Blame the caller"): the C/C++ runtime's frames,
-    /// the malloc family, operator new, the std::allocator chains, and the program's own
-    /// functions that only pass a request on for two or more callers.
+    /// the malloc family, operator new, the std::allocator chains, well-known programs'
+    /// allocators (xmalloc, g_malloc, palloc, my_malloc, …), and the program's own
+    /// functions that only pass a request on, from one line, for two or more callers.
     #[arg(long = "wrapper", value_name = "PATTERN")]
     pub wrappers: Vec<String>,
     /// Turn off the default wrapper rules (the allocator names and the program's own
