@@ -49,13 +49,31 @@ struct {
 	__type(value, __u32);
 } sys_exit_chain SEC(".maps");
 
-/* Per CPU, the chain in progress: the next slot, and (timed) when the last member began.
- * The raw syscall tracepoints do not nest on a CPU. */
+/* Per CPU, the chain in progress: the slots still to run for this call, and (timed) when
+ * the last member began. The raw syscall tracepoints do not nest on a CPU. */
 struct chain_pos {
-	__u32 pos;
+	__u32 mask;
 	__u32 pad;
 	__u64 t;
 };
+
+/* Per system call number, the slots whose member wants it (bit i: slot i), written by user
+ * space with the slots: a member that serves a few calls (futex, brk/mmap/munmap, accept)
+ * is not even tail-called for the others. Members still check the number themselves (the
+ * masks are an optimization, and briefly stale while user space rewrites the slots). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * CHAIN_NRS);
+	__type(key, __u32);
+	__type(value, __u32);
+} chain_wants SEC(".maps");
+
+/* The index of the lowest bit set of a non-zero mask of CHAIN_SLOTS (8) bits. */
+static __always_inline __u32 chain_lowest(__u32 mask)
+{
+	__u32 low = mask & -mask;
+	return ((low & 0xf0) ? 4 : 0) + ((low & 0xcc) ? 2 : 0) + ((low & 0xaa) ? 1 : 0);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -97,8 +115,11 @@ static __always_inline void chain_next(void *ctx, void *chain, __u32 member)
 		}
 		c->t = now;
 	}
-	c->pos += 1;
-	bpf_tail_call(ctx, chain, c->pos);
+	__u32 mask = c->mask;
+	if (!mask)
+		return;
+	c->mask = mask & (mask - 1);
+	bpf_tail_call(ctx, chain, chain_lowest(mask));
 }
 
 static __always_inline void fill_header(struct event_header *h, __u32 type)

@@ -28,6 +28,9 @@
 #define CHAIN_MEMBERS 9
 /* Slots of each chain's program array (at most 3 enter and 6 exit members). */
 #define CHAIN_SLOTS 8
+/* System call numbers with a slot mask of their own in `chain_wants` (enter chain: key nr,
+ * exit chain: CHAIN_NRS + nr); a larger number runs every member. */
+#define CHAIN_NRS 512
 
 /* Counter slots of the per-CPU `counters` array: family * CTR_STRIDE + counter. */
 enum counter {
@@ -205,6 +208,8 @@ struct mem_event {
 	struct event_header h;
 	__u64 size;
 	__u64 addr;
+	/* The bytes a page fault kept by --memgrowth-sample stands for (0: its size). */
+	__u64 weight;
 	__u32 kind;
 	__u32 nframes;
 	__u32 flags;

@@ -6,20 +6,32 @@
  * that was not even traced. Now one program on each tracepoint checks the target once and
  * tail-calls the families' programs in turn (the program arrays `sys_enter_chain` and
  * `sys_exit_chain`, filled by user space with the members of the families recorded, in a
- * fixed order); a process that is not a target pays one dispatch and one lookup. */
+ * fixed order); a process that is not a target pays one dispatch and one lookup. Of a
+ * target's call, only the members that want its number run (chain_wants): futex's for
+ * futex, memgrowth's for brk, mmap and munmap, TCP's for accept. */
 #include "common.bpf.h"
 #include "targets.bpf.h"
 
-static __always_inline void chain_start(void *ctx, void *chain)
+/* Runs the members of `chain` that want system call `nr` (chain_wants at `base` + nr). */
+static __always_inline void chain_start(void *ctx, void *chain, __u32 base, __u64 nr)
 {
 	__u32 z = 0;
 	struct chain_pos *c = bpf_map_lookup_elem(&chain_state, &z);
 	if (!c)
 		return;
-	c->pos = 0;
+	__u32 mask = (1U << CHAIN_SLOTS) - 1;
+	if (nr < CHAIN_NRS) {
+		__u32 key = base + (__u32)nr;
+		__u32 *w = bpf_map_lookup_elem(&chain_wants, &key);
+		if (w)
+			mask = *w;
+	}
+	if (!mask)
+		return;
+	c->mask = mask & (mask - 1);
 	if (chain_timed)
 		c->t = bpf_ktime_get_ns();
-	bpf_tail_call(ctx, chain, 0);
+	bpf_tail_call(ctx, chain, chain_lowest(mask));
 }
 
 SEC("tp_btf/sys_enter")
@@ -27,7 +39,7 @@ int BPF_PROG(hub_sys_enter, struct pt_regs *regs, long id)
 {
 	if (!is_target(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	chain_start(ctx, &sys_enter_chain);
+	chain_start(ctx, &sys_enter_chain, 0, (__u64)id);
 	return 0;
 }
 
@@ -36,7 +48,7 @@ int BPF_PROG(hub_sys_exit, struct pt_regs *regs, long ret)
 {
 	if (!is_target(bpf_get_current_pid_tgid() >> 32))
 		return 0;
-	chain_start(ctx, &sys_exit_chain);
+	chain_start(ctx, &sys_exit_chain, CHAIN_NRS, (__u64)regs->orig_ax);
 	return 0;
 }
 

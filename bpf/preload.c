@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "families.h"
@@ -91,6 +92,16 @@ static uint64_t period;	    /* EBTRACE_SAMPLE_BYTES: mean bytes between samples 
 static uint64_t min_bytes;  /* EBTRACE_MIN_BYTES: --alloc=MIN, smaller samples are dropped */
 static int track_frees = 1; /* EBTRACE_NO_FREE=1: --no-free */
 static int configured;	    /* 1 once the above are read */
+/* Back-pressure: the sampler's ring buffer, mapped read-only (ebrec hands its descriptor to
+ * the command: EBTRACE_RING_FD, EBTRACE_RING_BYTES). Before a sampled event the shim reads
+ * the kernel's producer position and ebrec's consumer position, and while more than half of
+ * the ring is unread it waits for ebrec to read (ebrec reads every 10-100 ms): at any
+ * allocation rate the program slows down to what the recorder keeps up with, instead of
+ * events being lost. If the consumer makes no progress for 2 s (ebrec stopped, or is
+ * stuck), the shim stops waiting for good; what the ring cannot take is then lost and
+ * counted, as without it. */
+static const volatile uint64_t *ring_cons, *ring_prod;
+static uint64_t ring_high;
 static int forked;	    /* a child after fork: the *_forked probe sites */
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
@@ -119,6 +130,19 @@ static int configure(void)
 	/* for measuring: the plain-nop sites (one trap each) instead of the optimizable ones */
 	if (env_u64("EBTRACE_TRAP_SITES", 0))
 		forked = 1;
+	uint64_t ring_fd = env_u64("EBTRACE_RING_FD", 0), ring_bytes = env_u64("EBTRACE_RING_BYTES", 0);
+	/* EBTRACE_NO_BACKPRESSURE=1: never wait (for measuring what the ring alone loses) */
+	if (ring_fd && ring_bytes >= 4096 && ring_fd < 65536 &&
+	    !env_u64("EBTRACE_NO_BACKPRESSURE", 0)) {
+		long page = sysconf(_SC_PAGESIZE);
+		/* the consumer page, then the producer page (read-only, as any reader may) */
+		void *m = mmap(NULL, 2 * (size_t)page, PROT_READ, MAP_SHARED, (int)ring_fd, 0);
+		if (m != MAP_FAILED) {
+			ring_cons = (const volatile uint64_t *)m;
+			ring_prod = (const volatile uint64_t *)((char *)m + page);
+			ring_high = ring_bytes / 2;
+		}
+	}
 	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
 	return 1;
 }
@@ -370,12 +394,48 @@ __attribute__((constructor)) static void shim_init(void)
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
+/* --- back-pressure --- */
+
+static __attribute__((noinline)) void ring_wait(void)
+{
+	uint64_t last = __atomic_load_n(ring_cons, __ATOMIC_ACQUIRE);
+	unsigned idle = 0;
+	for (;;) {
+		struct timespec ts100us = { 0, 100000 };
+		nanosleep(&ts100us, NULL);
+		uint64_t c = __atomic_load_n(ring_cons, __ATOMIC_ACQUIRE);
+		uint64_t p = __atomic_load_n(ring_prod, __ATOMIC_ACQUIRE);
+		if (p - c < ring_high / 2)
+			return;
+		if (c != last) {
+			last = c;
+			idle = 0;
+		} else if (++idle >= 20000) { /* 2 s without a read: stop waiting */
+			__atomic_store_n(&ring_prod, NULL, __ATOMIC_RELEASE);
+			return;
+		}
+	}
+}
+
+/* Before a sampled event: wait while the ring is more than half full. */
+static inline void ring_check(void)
+{
+	const volatile uint64_t *prod = __atomic_load_n(&ring_prod, __ATOMIC_ACQUIRE);
+	if (LIKELY(!prod))
+		return;
+	uint64_t p = __atomic_load_n(prod, __ATOMIC_ACQUIRE);
+	uint64_t c = __atomic_load_n(ring_cons, __ATOMIC_ACQUIRE);
+	if (UNLIKELY(p - c >= ring_high))
+		ring_wait();
+}
+
 /* --- the interposed functions --- */
 
 static __attribute__((noinline)) void *report(void *p, size_t size, unsigned kind)
 {
 	if (!p || !remember(p))
 		return p;
+	ring_check();
 	if (UNLIKELY(forked))
 		return ebtrace_sampled_alloc_forked(p, size, kind);
 	return ebtrace_sampled_alloc(p, size, kind);
@@ -383,6 +443,7 @@ static __attribute__((noinline)) void *report(void *p, size_t size, unsigned kin
 
 static __attribute__((noinline)) void sampled_free(void *p)
 {
+	ring_check();
 	if (forked)
 		ebtrace_sampled_free_forked(p);
 	else
@@ -485,6 +546,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
 	*out = p;
 	if (LIKELY(!s) || !remember(p))
 		return 0;
+	ring_check();
 	if (UNLIKELY(forked))
 		return ebtrace_sampled_alloc_rc_forked(p, size, AK_POSIX_MEMALIGN);
 	return ebtrace_sampled_alloc_rc(p, size, AK_POSIX_MEMALIGN);

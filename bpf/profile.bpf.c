@@ -14,7 +14,8 @@
  *   unwinding through) ages out of the LRU map.
  * - memgrowth (--memgrowth): brk, mmap and munmap (raw syscall tracepoints) and user page
  *   faults on pages not present (first touch), each with its user stack: growth at the
- *   cost of a tracepoint, not of a trap per malloc.
+ *   cost of a tracepoint, not of a trap per malloc; the faults a byte-weighted sample
+ *   (--memgrowth-sample).
  *
  * User space loads only the programs of the chosen families (autoload).
  */
@@ -33,15 +34,32 @@ __u64 offcpu_min_ns = 0;
  * blocks left out cost a timestamp: no stack is taken. Writable like offcpu_min_ns; user space
  * keeps it at most 1 s (the products below stay under 2^64). */
 __u64 offcpu_unit_ns = 0;
-/* Every block past the threshold, kept or left out by the sample: count and ns (exact). */
-__u64 offcpu_seen_blocks = 0;
-__u64 offcpu_seen_ns = 0;
+/* Every block past the threshold, kept or left out by the sample: count and ns (exact).
+ * Per CPU: two atomic adds on one shared line at every block cost a cache-line transfer
+ * between the CPUs a busy server switches on; user space sums the CPUs. */
+struct offcpu_seen {
+	__u64 blocks;
+	__u64 ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct offcpu_seen);
+} offcpu_seen SEC(".maps");
 /* Bumped by user space when --max-cpu resumes a paused off-CPU family: per-task state from
  * before the pause (a switch-out whose switch-in was not seen) is never paired with what
  * comes after. */
 __u32 offcpu_epoch = 0;
 const volatile __u32 func_args = 0;
 const volatile __u64 page_size = 4096;
+/* --memgrowth-sample: the byte-weighted sample's unit (0, or at most a page: every first-touch
+ * fault is kept). A fault of one page is kept, with its stack, with probability
+ * page_size/unit and stands for `unit` bytes in the totals (an unbiased estimate per stack,
+ * as tcmalloc samples allocations); brk, mmap and munmap are rare and all kept. At most
+ * 1 GiB (user space), so that the product below stays under 2^64. */
+const volatile __u64 mem_fault_unit = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -302,8 +320,12 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 		count(FAM_OFFCPU, CTR_FILTERED);
 		return 0;
 	}
-	__sync_fetch_and_add(&offcpu_seen_blocks, 1);
-	__sync_fetch_and_add(&offcpu_seen_ns, d);
+	__u32 z = 0;
+	struct offcpu_seen *seen = bpf_map_lookup_elem(&offcpu_seen, &z);
+	if (seen) {
+		seen->blocks += 1;
+		seen->ns += d;
+	}
 	__u8 decided = b->decided;
 	if (decided == OFFCPU_SAMPLED_OUT || (decided == 0 && !offcpu_sample(b, d))) {
 		count(FAM_OFFCPU, CTR_HITS);
@@ -655,7 +677,8 @@ struct {
 	__type(value, struct mem_call);
 } mem_calls SEC(".maps");
 
-static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 size)
+static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 size,
+				     __u64 weight)
 {
 	if (!admit(FAM_MEM_GROWTH))
 		return;
@@ -667,6 +690,7 @@ static __always_inline void mem_emit(void *ctx, __u32 kind, __u64 addr, __u64 si
 	e->kind = kind;
 	e->addr = addr;
 	e->size = size;
+	e->weight = weight;
 	e->flags = 0;
 	__u32 n = user_stack(ctx, e->ips, &e->flags, false);
 	if (n > MAX_FRAMES)
@@ -727,15 +751,15 @@ static __always_inline void mem_exit_do(unsigned long long *ctx, struct pt_regs 
 	if (c.nr == NR_BRK) {
 		__u64 now = ret;
 		if (now > c.addr)
-			mem_emit(ctx, MK_BRK, c.addr, now - c.addr);
+			mem_emit(ctx, MK_BRK, c.addr, now - c.addr, 0);
 		else if (now < c.addr) /* a shrinking break releases memory */
-			mem_emit(ctx, MK_MUNMAP, now, c.addr - now);
+			mem_emit(ctx, MK_MUNMAP, now, c.addr - now, 0);
 		else
 			count(FAM_MEM_GROWTH, CTR_FILTERED); /* brk(0): a query */
 	} else if (c.nr == NR_MMAP && (unsigned long)ret < (unsigned long)-4095L) {
-		mem_emit(ctx, MK_MMAP, ret, c.len);
+		mem_emit(ctx, MK_MMAP, ret, c.len, 0);
 	} else if (c.nr == NR_MUNMAP && ret == 0) {
-		mem_emit(ctx, MK_MUNMAP, c.addr, c.len);
+		mem_emit(ctx, MK_MUNMAP, c.addr, c.len, 0);
 	} else {
 		count(FAM_MEM_GROWTH, CTR_FILTERED); /* failed: nothing changed */
 	}
@@ -765,6 +789,17 @@ int BPF_PROG(mem_fault, unsigned long address, struct pt_regs *regs, unsigned lo
 	if (!is_target(pt >> 32))
 		return 0;
 	count(FAM_MEM_GROWTH, CTR_HITS);
-	mem_emit(ctx, MK_PAGE_FAULT, address & ~(page_size - 1), page_size);
+	__u64 weight = 0;
+	__u64 unit = mem_fault_unit;
+	if (unit > page_size) {
+		/* p = page_size/unit: r/2^32 < page_size/unit */
+		__u64 r = bpf_get_prandom_u32();
+		if (r * unit >= (page_size << 32)) {
+			count(FAM_MEM_GROWTH, CTR_FILTERED);
+			return 0;
+		}
+		weight = unit;
+	}
+	mem_emit(ctx, MK_PAGE_FAULT, address & ~(page_size - 1), page_size, weight);
 	return 0;
 }

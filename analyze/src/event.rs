@@ -100,6 +100,11 @@ pub enum Fields {
         kind: MemGrowthKind,
         size: u64,
         address: u64,
+        /// The bytes it stands for in totals (its size unless `--memgrowth-sample` kept a
+        /// page fault with probability p: size / p).
+        weight: u64,
+        /// The events it stands for (1, or 1/p).
+        count: u64,
     },
     Syscall {
         nr: u32,
@@ -240,6 +245,8 @@ impl Event<'_> {
                     kind: e.kind,
                     size: e.size,
                     address: e.address,
+                    weight: e.bytes(),
+                    count: e.count(),
                 },
             ),
             Event::Syscall(e) => v(
@@ -343,13 +350,15 @@ impl EventView {
     }
 
     /// The two values a stack sums of its events, as `Measure::pick` reads them: first
-    /// the bytes (alloc, memgrowth: as recorded, not scaled by a sampling), the duration
+    /// the bytes (alloc: as recorded, not scaled by its sampling; memgrowth: what a sampled
+    /// fault stands for), the duration
     /// (lock: the wait) or 1 (cpu, tcp); second the lock's hold and the request's bytes
     /// of a bio, else 0.
     pub fn values(&self) -> (u64, u64) {
         let d = self.duration_ns.unwrap_or(0);
         match self.fields {
-            Fields::Alloc { size, .. } | Fields::MemGrowth { size, .. } => (size, 0),
+            Fields::Alloc { size, .. } => (size, 0),
+            Fields::MemGrowth { weight, .. } => (weight, 0),
             Fields::Lock { hold_ns, .. } => (d, hold_ns),
             Fields::Bio { bytes, .. } => (d, bytes),
             Fields::Cpu { .. } | Fields::Tcp { .. } => (1, 0),

@@ -109,6 +109,11 @@ pub struct Losses {
     /// themselves).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offcpu_sampled: Option<u64>,
+    /// First-touch page faults kept by `--memgrowth-sample`'s byte-weighted sample (each
+    /// standing for the unit's bytes and 1/p faults): memory growth per stack is an
+    /// estimate. The events that were sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memgrowth_sampled: Option<u64>,
     /// Families counted in the kernel (--aggregate), with the events counted: there is no
     /// per-event timeline for them (no times within an interval, no threads, no addresses).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -361,6 +366,11 @@ impl Loaded {
                                 if let Event::OffCpu(o) = &ev {
                                     if o.weight_ns != 0 {
                                         *self.losses.offcpu_sampled.get_or_insert(0) += 1;
+                                    }
+                                }
+                                if let Event::MemGrowth(m) = &ev {
+                                    if m.weight != 0 {
+                                        *self.losses.memgrowth_sampled.get_or_insert(0) += 1;
                                     }
                                 }
                                 let t = ev.time_generation_tid().0;

@@ -931,6 +931,7 @@ fn write_misc(path: &Path) {
             kind,
             size,
             address: 0x7000_0000 + t,
+            weight: 0,
         })
         .unwrap();
     }

@@ -139,6 +139,14 @@ pub struct DiagnoseArgs {
     /// Debug files for ebsym (as `ebsym --debug-dir`; repeatable).
     #[arg(long)]
     pub debug_dir: Vec<PathBuf>,
+    /// One more idle wait shape for the reports (as `ebsym --idle`: a glob on a frame's
+    /// function; repeatable): waits under it are shown apart from the findings.
+    #[arg(long, value_name = "PATTERN")]
+    pub idle: Vec<String>,
+    /// No default idle rules in the reports (as `ebsym --no-idle-rules`): every wait is a
+    /// finding but the --idle patterns'.
+    #[arg(long)]
+    pub no_idle_rules: bool,
     /// The command to start and diagnose.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,

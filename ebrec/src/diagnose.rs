@@ -164,8 +164,20 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
     } else {
         t
     };
+    // The idle rules the reports classify waits with (every report takes them).
+    let mut idle: Vec<OsString> = Vec::new();
+    for p in &a.idle {
+        idle.push("--idle".into());
+        idle.push(p.into());
+    }
+    if a.no_idle_rules {
+        idle.push("--no-idle-rules".into());
+    }
     let with = |mut v: Vec<OsString>| {
         v.insert(1, input.clone());
+        if v[0] != "info" {
+            v.extend(idle.iter().cloned());
+        }
         v
     };
     ebsym(

@@ -241,6 +241,8 @@ family! {
         kind: MemGrowthKind = enumeration(kind),
         size: u64 = plain(size),
         address: u64 = delta(address_delta),
+        /// The bytes a sampled page fault stands for (0: its size; see the proto).
+        weight: u64 = optional(weight),
     }
 }
 
@@ -641,6 +643,19 @@ impl SyscallEvent {
     /// The calls it stands for: 1, or 1/p for a sampled call.
     pub fn calls(&self) -> u64 {
         weighted(self.duration_ns, self.weight_ns).1
+    }
+}
+
+impl MemGrowthEvent {
+    /// The bytes the event stands for in totals: its size, or, for a first-touch fault kept
+    /// by `--memgrowth-sample`'s byte-weighted sample with probability p, size / p.
+    pub fn bytes(&self) -> u64 {
+        weighted(self.size, self.weight).0
+    }
+
+    /// The events it stands for: 1, or 1/p (rounded) for a sampled fault.
+    pub fn count(&self) -> u64 {
+        weighted(self.size, self.weight).1
     }
 }
 

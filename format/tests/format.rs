@@ -284,6 +284,8 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             kind: pb::MemGrowthKind::PageFault,
             size: 4096,
             address: u64::MAX - i as u64,
+            // the optional column, on some events (a sampled fault)
+            weight: if i % 3 == 0 { 65536 } else { 0 },
         };
         w.mem_growth(&m).unwrap();
         out.mem.push(m);

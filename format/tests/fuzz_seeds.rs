@@ -214,6 +214,7 @@ fn events(n: u64, chunk_bytes: usize, trailer: bool) -> Vec<u8> {
             kind: pb::MemGrowthKind::Brk,
             size: 4096,
             address: 0x5555_0000 + i * 4096,
+            weight: 0,
         })
         .unwrap();
     }

@@ -91,6 +91,13 @@ pub struct RecordConfig {
     /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
     #[cfg_attr(feature = "cli", arg(long))]
     pub memgrowth: bool,
+    /// Page-fault sampling unit, bytes (0: every first-touch fault). A fault of one page is
+    /// kept, with its stack, with probability PAGE/BYTES and stands for BYTES in the totals
+    /// (a byte-weighted sample, as heap profilers sample allocations: a stack that touches
+    /// much new memory is never missed, the many single pages cost a tracepoint each, no
+    /// stack); brk, mmap and munmap are all kept. At most 1 GiB.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "BYTES", default_value_t = 65536, value_parser = clap::value_parser!(u64).range(0..=1 << 30)))]
+    pub memgrowth_sample: u64,
     /// Every system call counted in a latency histogram per (process, syscall) in the
     /// kernel; calls of at least MIN_US microseconds (default 1000) kept with the caller's
     /// stack.

@@ -52,6 +52,7 @@ pub fn header(a: &RecordConfig) -> Header {
     }
     if a.memgrowth {
         opt("memgrowth", "true".into());
+        opt("memgrowth-sample", a.memgrowth_sample.to_string());
     }
     if let Some(us) = a.syscalls {
         opt("syscalls", us.to_string());

@@ -67,6 +67,10 @@ impl Drop for Shim {
     }
 }
 
+/// The descriptor number a launched command finds `targets::Launched::release_with`'s
+/// descriptor at (the preload shim's view of the sampler's ring buffer: `EBTRACE_RING_FD`).
+pub const RELEASED_FD: i32 = 1017;
+
 /// The environment the command gets on top of ebrec's: the shim first in LD_PRELOAD (the
 /// entries already there kept after it), the period, --alloc's threshold and --no-free.
 /// An LD_PRELOAD entry that is itself an allocator is refused: the shim forwards to glibc's
@@ -76,6 +80,7 @@ pub fn child_env(
     period: u64,
     min: u64,
     no_free: bool,
+    ring_bytes: u32,
 ) -> Result<Vec<(OsString, OsString)>> {
     let mut preload = shim.as_os_str().to_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD") {
@@ -113,5 +118,15 @@ pub fn child_env(
     if no_free {
         env.push((OsString::from("EBTRACE_NO_FREE"), OsString::from("1")));
     }
+    // The sampler's ring buffer, handed over at release (targets::Launched::release_with):
+    // the shim reads its producer and consumer positions and waits while it is half full.
+    env.push((
+        OsString::from("EBTRACE_RING_FD"),
+        RELEASED_FD.to_string().into(),
+    ));
+    env.push((
+        OsString::from("EBTRACE_RING_BYTES"),
+        ring_bytes.to_string().into(),
+    ));
     Ok(env)
 }

@@ -68,6 +68,9 @@ pub struct ProbeConfig {
     /// --offcpu-sample: the time-weighted sample's unit, ns (0: every block).
     pub offcpu_unit_ns: u64,
     pub memgrowth: bool,
+    /// --memgrowth-sample: the byte-weighted sample's unit for first-touch page faults, bytes
+    /// (0: every fault).
+    pub mem_fault_unit: u64,
     /// --func: integer arguments kept per call.
     pub func_args: u32,
     /// --func: whether any function is probed (the sites come later, per target).
@@ -281,6 +284,20 @@ struct ChainMember {
     active: bool,
 }
 
+/// The system calls a chain member acts on (None: every one); the hub tail-calls it for
+/// these only. Its program checks the number again (bpf/*.bpf.c: NR_FUTEX, NR_BRK, ...).
+fn chain_syscalls(member: u32) -> Option<&'static [u32]> {
+    const FUTEX: &[u32] = &[202];
+    const MEM: &[u32] = &[9, 11, 12]; // mmap, munmap, brk
+    const ACCEPT: &[u32] = &[43, 288]; // accept, accept4
+    match member {
+        m if m == CM_FUTEX_ENTER as u32 || m == CM_FUTEX_EXIT as u32 => Some(FUTEX),
+        m if m == CM_MEM_ENTER as u32 || m == CM_MEM_EXIT as u32 => Some(MEM),
+        m if m == CM_TCP_SYS_EXIT as u32 => Some(ACCEPT),
+        _ => None,
+    }
+}
+
 /// The chain member a program is, if it is one.
 fn chain_member(name: &str) -> Option<(u32, bool)> {
     Some(match name {
@@ -305,6 +322,8 @@ struct ChainMaps {
     exit: libbpf_rs::MapHandle,
     state: libbpf_rs::MapHandle,
     costs: libbpf_rs::MapHandle,
+    /// Per system call number, the slots whose member wants it (`chain_wants`).
+    wants: libbpf_rs::MapHandle,
 }
 
 impl ChainMaps {
@@ -339,6 +358,15 @@ impl ChainMaps {
                 &opts,
             )
             .context("creating the BPF map chain_costs")?,
+            wants: MapHandle::create(
+                MapType::Array,
+                Some("chain_wants"),
+                4,
+                4,
+                2 * CHAIN_NRS as u32,
+                &opts,
+            )
+            .context("creating the BPF map chain_wants")?,
         })
     }
 }
@@ -460,6 +488,7 @@ macro_rules! common_setup {
         $open.maps.sys_exit_chain.reuse_fd($chain.exit.as_fd())?;
         $open.maps.chain_state.reuse_fd($chain.state.as_fd())?;
         $open.maps.chain_costs.reuse_fd($chain.costs.as_fd())?;
+        $open.maps.chain_wants.reuse_fd($chain.wants.as_fd())?;
         if let Some(fds) = $cfi {
             $ro.cfi_mode = $cfg.cfi_mode;
             $ro.cfi_wakers = true;
@@ -727,6 +756,7 @@ impl<'obj> Probes<'obj> {
             ro.all_processes = cfg.all;
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
+            ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             agg_setup!(open, ro, cfg);
             if let Some(d) = open.maps.bss_data.as_deref_mut() {
@@ -1181,6 +1211,25 @@ impl<'obj> Probes<'obj> {
             for slot in members.len()..CHAIN_SLOTS {
                 let _ = map.delete(&(slot as u32).to_ne_bytes());
             }
+            // Each system call number's slots, for the hub's dispatch.
+            let mut wants = vec![0u32; CHAIN_NRS as usize];
+            for (slot, m) in members.iter().enumerate() {
+                match chain_syscalls(m.member) {
+                    Some(nrs) => nrs.iter().for_each(|&nr| wants[nr as usize] |= 1 << slot),
+                    None => wants.iter_mut().for_each(|w| *w |= 1 << slot),
+                }
+            }
+            let base = if exit { CHAIN_NRS as u32 } else { 0 };
+            for (nr, w) in wants.iter().enumerate() {
+                self.chain_maps
+                    .wants
+                    .update(
+                        &(base + nr as u32).to_ne_bytes(),
+                        &w.to_ne_bytes(),
+                        MapFlags::ANY,
+                    )
+                    .context("writing the system call chain's dispatch")?;
+            }
         }
         Ok(())
     }
@@ -1556,17 +1605,31 @@ impl<'obj> Probes<'obj> {
         }
     }
 
+    /// The preload sampler's ring buffer (`--alloc-sampler preload`), for the shim's
+    /// back-pressure; None without it.
+    pub fn sampler_ring(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.sampler.as_ref().map(|s| s.maps.events.as_fd())
+    }
+
     /// --offcpu: the blocks past the threshold so far, kept or left out by the sample, and
     /// their ns off the CPU (exact); None without the off-CPU programs.
     pub fn offcpu_seen(&self) -> Option<(u64, u64)> {
-        let b = self.profile.as_ref()?.maps.bss_data.as_deref()?;
-        // SAFETY: plain u64s in the mmapped .bss, written by the programs with atomic adds.
-        unsafe {
-            Some((
-                std::ptr::read_volatile(&b.offcpu_seen_blocks),
-                std::ptr::read_volatile(&b.offcpu_seen_ns),
-            ))
+        let p = self.profile.as_ref()?;
+        let cpus = p
+            .maps
+            .offcpu_seen
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let mut sum = (0u64, 0u64);
+        for v in cpus {
+            let word = |i: usize| {
+                v.get(i * 8..i * 8 + 8)
+                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
+            };
+            sum.0 += word(0);
+            sum.1 += word(1);
         }
+        Some(sum)
     }
 
     /// Sets the off-CPU threshold (shortest block kept, ns) while recording; each block is

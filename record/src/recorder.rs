@@ -180,6 +180,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
         offcpu_unit_ns: a.offcpu_sample * 1000,
         memgrowth: a.memgrowth,
+        mem_fault_unit: a.memgrowth_sample,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
         syscall_unit_ns: a.syscalls_sample * 1000,
         bio_min_ns: a.bio.map(|us| us * 1000),
@@ -209,9 +210,13 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         None => None,
     };
     let env = match (&shim, cfg.preload_period) {
-        (Some(s), Some(period)) => {
-            crate::preload::child_env(&s.path, period, a.alloc.unwrap_or(0), a.no_free)?
-        }
+        (Some(s), Some(period)) => crate::preload::child_env(
+            &s.path,
+            period,
+            a.alloc.unwrap_or(0),
+            a.no_free,
+            cfg.ringbuf_bytes,
+        )?,
         _ => Vec::new(),
     };
     let mut launched = if a.command.is_empty() {
@@ -400,7 +405,9 @@ fn record_with(
         a.output.display()
     );
     if let Some(l) = launched.as_mut() {
-        l.release.take(); // closing our end lets the command exec
+        // The preload shim gets the sampler's ring buffer, to wait while it is half full
+        // (back-pressure) instead of losing events.
+        l.release_with(probes_ref.sampler_ring());
     }
 
     let started = Instant::now();

@@ -2,6 +2,7 @@
 //! the pids the probes are for, and what is attached in each (allocator, lock and `--func`
 //! uprobes, stack copies for `--stack-mode auto`).
 use crate::config::{FuncExitMode, RecordConfig};
+use crate::preload::RELEASED_FD;
 use crate::probes::{self, LockMode, ProbeConfig, Probes};
 use crate::{funcs, placement};
 use anyhow::{bail, Context, Result};
@@ -13,6 +14,40 @@ pub struct Launched {
     pub pid: u32,
     pub release: Option<std::os::fd::OwnedFd>,
     pub exe: PathBuf,
+}
+
+impl Launched {
+    /// Lets the command exec, handing it `fd` (as RELEASED_FD) if given.
+    pub fn release_with(&mut self, fd: Option<std::os::fd::BorrowedFd<'_>>) {
+        use std::os::fd::AsRawFd;
+        let Some(sock) = self.release.take() else {
+            return;
+        };
+        let Some(fd) = fd else {
+            return; // closing our end releases it
+        };
+        let mut byte = 1u8;
+        let mut iov = libc::iovec {
+            iov_base: (&mut byte as *mut u8).cast(),
+            iov_len: 1,
+        };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: plain structs filled as cmsg(3) says; the buffers outlive the call.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
+            // a failure leaves the command without the descriptor (no back-pressure)
+            let _ = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+        }
+    }
 }
 
 impl std::fmt::Debug for Launched {
@@ -58,10 +93,26 @@ pub fn launch(cmd: &[OsString], env: &[(OsString, OsString)]) -> Result<Launched
     let mut envp: Vec<*const libc::c_char> = vars.iter().map(|v| v.as_ptr()).collect();
     envp.push(std::ptr::null());
     let mut fds = [0; 2];
+    // A socket pair, not a pipe: the release may carry a descriptor (`release_with`).
     // SAFETY: fds is a valid out array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe: {}", std::io::Error::last_os_error());
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        bail!("socketpair: {}", std::io::Error::last_os_error());
     }
+    // The child's receive buffers, made before fork (nothing allocates after it).
+    let mut byte = 0u8;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut cbuf = [0u64; 8];
     // SAFETY: ebrec is single-threaded here; the child only calls async-signal-safe
     // functions (read, close, execve, write, _exit) before exec.
     let pid = unsafe { libc::fork() };
@@ -71,9 +122,24 @@ pub fn launch(cmd: &[OsString], env: &[(OsString, OsString)]) -> Result<Launched
     if pid == 0 {
         unsafe {
             libc::close(fds[1]);
-            let mut b = 0u8;
-            // Wait until the parent has attached (it closes its end).
-            while libc::read(fds[0], (&mut b as *mut u8).cast(), 1) < 0 {}
+            // Wait until the parent has attached: it sends a byte, maybe with a
+            // descriptor for the command (RELEASED_FD), or closes its end.
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+            while libc::recvmsg(fds[0], &mut msg, 0) < 0 {}
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            if !c.is_null()
+                && (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SCM_RIGHTS
+            {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const i32);
+                // dup2 clears close-on-exec: the command (and its children) keep it
+                libc::dup2(fd, RELEASED_FD);
+                libc::close(fd);
+            }
             libc::close(fds[0]);
             libc::execve(file.as_ptr(), argv.as_ptr(), envp.as_ptr());
             let msg = b"ebrec: cannot execute the command\n";

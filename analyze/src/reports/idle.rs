@@ -35,6 +35,11 @@ pub enum Match {
         wait: &'static [&'static str],
         under: &'static [&'static str],
     },
+    /// Some frame is one of `wait`, and no user frame further from the leaf (a caller) is
+    /// a lock acquisition ([`LOCK_WAITS`]): an event loop's epoll or poll is idle, the same
+    /// wait inside a lock's sleep (PostgreSQL waits for a row lock in `ProcSleep` →
+    /// `WaitLatch` → `epoll_wait`) is contention.
+    NotInLock(&'static [&'static str]),
     /// A socket read at the top of a connection loop: some frame is one of `read`; then,
     /// walking the user frames from the leaf outwards and skipping the C/C++ runtime's
     /// frames (libc, libstdc++, …) and the read helpers (a name with `read`, `recv` or
@@ -65,6 +70,54 @@ const CONDVAR_WAIT: &[&str] = &[
     "*pthread_cond_clockwait*",
 ];
 
+/// Functions that acquire a lock or sleep until one is granted, as servers name them: an
+/// epoll or poll wait under one of them is a lock wait, not idle ([`Match::NotInLock`]), and the summary names the wait after them
+/// ([`lock_place`]).
+pub(crate) const LOCK_WAITS: &[&str] = &[
+    "*LockAcquire*",
+    "*lock_acquire*",
+    "*AcquireLock*",
+    "*acquire_lock*",
+    "*WaitOnLock*",
+    "*LockTableWait*",
+    "*LockWait*",
+    "*lock_wait*",
+    "ProcSleep",
+    "*Mutex*::*ock*",
+    "*mutex*lock*",
+];
+
+/// Where a wait inside a lock acquisition is, named after the lock: the outermost user frame
+/// that is a [`LOCK_WAITS`] function and the named function that called it ("XactLockTableWait
+/// from heapam_tuple_lock" for a PostgreSQL row lock, whose leaf frames are the generic
+/// WaitEventSetWait, WaitLatch and ProcSleep); None when no frame acquires a lock.
+pub(crate) fn lock_place(frames: &[Frame]) -> Option<String> {
+    let user: Vec<&Frame> = frames.iter().filter(|f| !is_kernel(f)).collect();
+    // the service's own functions only: pthread_mutex_lock, or std::mutex::lock inlined
+    // from a system header, are the runtime's (the place is then the caller, as before)
+    let system_header = |f: &Frame| {
+        f.file
+            .as_deref()
+            .is_some_and(|p| p.starts_with("/usr/include/"))
+    };
+    let matches = |f: &Frame| {
+        !runtime(&f.module)
+            && !system_header(f)
+            && LOCK_WAITS.iter().any(|p| glob(p, short(&f.function)))
+    };
+    let i = user.iter().rposition(|f| matches(f))?;
+    let lock = short(&user[i].function).to_string();
+    // the caller: the next frame out with a name (not an address `module+0x…`)
+    let caller = user[i + 1..]
+        .iter()
+        .find(|f| !runtime(&f.module) && !f.function.contains("+0x"))
+        .map(|f| short(&f.function).to_string());
+    Some(match caller {
+        Some(c) => format!("{lock} from {c}"),
+        None => lock,
+    })
+}
+
 /// The default wait shapes, in the order they are tried.
 pub const DEFAULT_SHAPES: &[Shape] = &[
     Shape {
@@ -80,7 +133,7 @@ pub const DEFAULT_SHAPES: &[Shape] = &[
     },
     Shape {
         reason: "epoll wait",
-        matches: Match::Any(&[
+        matches: Match::NotInLock(&[
             "do_epoll_wait",
             "ep_poll",
             "*epoll_wait",
@@ -90,7 +143,7 @@ pub const DEFAULT_SHAPES: &[Shape] = &[
     },
     Shape {
         reason: "poll wait",
-        matches: Match::Any(&[
+        matches: Match::NotInLock(&[
             "do_sys_poll",
             "do_select",
             "core_sys_select",
@@ -232,6 +285,14 @@ impl Match {
     pub fn matches(&self, frames: &[Frame]) -> bool {
         match *self {
             Match::Any(names) => frames.iter().any(|f| any_of(names, &f.function)),
+            Match::NotInLock(wait) => {
+                let Some(i) = frames.iter().position(|f| any_of(wait, &f.function)) else {
+                    return false;
+                };
+                !frames[i + 1..]
+                    .iter()
+                    .any(|f| !is_kernel(f) && any_of(LOCK_WAITS, &f.function))
+            }
             Match::Under { wait, under } => {
                 let Some(i) = frames.iter().position(|f| any_of(wait, &f.function)) else {
                     return false;
@@ -459,5 +520,71 @@ mod tests {
         // --no-idle-rules: the default shapes are off.
         let epoll = [k("ep_poll"), u("EventLoop::run()")];
         assert_eq!(IdleRules::none().classify(&epoll, false), None);
+    }
+
+    /// A wait inside a lock acquisition is named after the lock and its caller; the
+    /// runtime's own locking (pthread_mutex_lock) names nothing.
+    #[test]
+    fn a_lock_wait_is_named_after_the_lock() {
+        let row_lock = [
+            k("do_epoll_wait"),
+            libc("epoll_wait"),
+            u("WaitEventSetWait"),
+            u("WaitLatch"),
+            u("ProcSleep"),
+            u("postgres+0x45f000"),
+            u("LockAcquireExtended"),
+            u("XactLockTableWait"),
+            u("postgres+0x1e8646"),
+            u("heapam_tuple_lock"),
+            u("PostgresMain"),
+        ];
+        assert_eq!(
+            lock_place(&row_lock).as_deref(),
+            Some("XactLockTableWait from heapam_tuple_lock")
+        );
+        let mutex = [
+            k("futex_wait"),
+            libc("__lll_lock_wait"),
+            libc("pthread_mutex_lock"),
+            u("Ledger::post(int)"),
+        ];
+        assert_eq!(lock_place(&mutex), None);
+    }
+
+    /// epoll under a lock's sleep is contention; at the top of a read, idle.
+    #[test]
+    fn an_epoll_wait_in_a_lock_sleep_is_not_idle() {
+        // PostgreSQL (function names from its .dynsym): a backend waiting for its
+        // client's next query, and one waiting for a row lock another holds, both in
+        // epoll_wait under WaitEventSetWait.
+        let client = [
+            k("ep_poll"),
+            k("do_epoll_wait"),
+            libc("epoll_wait"),
+            u("WaitEventSetWait"),
+            u("secure_read"),
+            u("pq_recvbuf"),
+            u("pq_getbyte"),
+            u("PostgresMain"),
+        ];
+        assert_eq!(
+            IdleRules::defaults().classify(&client, false).as_deref(),
+            Some("epoll wait")
+        );
+        let row_lock = [
+            k("ep_poll"),
+            k("do_epoll_wait"),
+            libc("epoll_wait"),
+            u("WaitEventSetWait"),
+            u("WaitLatch"),
+            u("ProcSleep"),
+            u("WaitOnLock"),
+            u("LockAcquireExtended"),
+            u("XactLockTableWait"),
+            u("heapam_tuple_lock"),
+            u("PostgresMain"),
+        ];
+        assert_eq!(IdleRules::defaults().classify(&row_lock, false), None);
     }
 }

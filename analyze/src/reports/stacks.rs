@@ -160,6 +160,7 @@ impl Sink for StackSink {
         let mut lat = a;
         match v.fields {
             Fields::OffCpu { blocks, .. } => n = blocks,
+            Fields::MemGrowth { count, .. } => n = count,
             Fields::Syscall { calls, .. } => {
                 n = calls;
                 lat = v.duration_ns.unwrap_or(0);

@@ -1,6 +1,7 @@
 //! `ebsym summary` (and `ebrec diagnose`'s summary.txt/summary.json): the top finding of
 //! each family in a trace, one line each: "most off-CPU time: futex_wait in
 //! Queue::pop, 42% of 12.1 s", "slowest syscall: fsync p99 38.20 ms (120 calls)".
+use super::idle::lock_place;
 use super::idle::IdleRules;
 use super::kind::EventKind;
 use super::pass::{Passed, Wants};
@@ -233,9 +234,14 @@ fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Opti
             "most CPU",
         ),
         EventKind::OffCpu => (
-            Box::new(|r: &Row| match core_kernel_place(r.frames()) {
-                Some(k) => format!("{k} in {}", user_place(r.frames())),
-                None => user_place(r.frames()),
+            // a wait inside a lock acquisition is named after the lock, not after the
+            // generic wait functions under it
+            Box::new(|r: &Row| {
+                let user = lock_place(r.frames()).unwrap_or_else(|| user_place(r.frames()));
+                match core_kernel_place(r.frames()) {
+                    Some(k) => format!("{k} in {user}"),
+                    None => user,
+                }
             }),
             "ns",
             "most off-CPU time",
@@ -249,7 +255,7 @@ fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Opti
                         k => k,
                     },
                     l.mutex,
-                    user_place(&l.frames)
+                    lock_place(&l.frames).unwrap_or_else(|| user_place(&l.frames))
                 ),
                 _ => user_place(r.frames()),
             }),

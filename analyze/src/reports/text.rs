@@ -93,6 +93,12 @@ pub fn losses_text(l: &Losses) -> String {
             "estimates: off-CPU blocks shorter than --offcpu-sample's unit are a time-weighted sample ({n} sampled blocks, each kept with probability length/unit): off-CPU times and counts are scaled by 1/p; longer blocks are all kept"
         );
     }
+    if let Some(n) = l.memgrowth_sampled {
+        let _ = writeln!(
+            s,
+            "estimates: first-touch page faults are a byte-weighted sample (--memgrowth-sample; {n} sampled faults, each kept with probability page/unit): memory growth and fault counts are scaled by 1/p; brk, mmap and munmap are all kept"
+        );
+    }
     if !l.aggregated.is_empty() {
         let v: Vec<String> = l
             .aggregated

@@ -1,8 +1,9 @@
 //! The system call chain (bpf/hub.bpf.c): with every family that works at raw sys_enter and
 //! sys_exit on, one hub program per tracepoint sees every system call of the machine and
-//! runs the families' programs only for the target's: each member runs exactly once per
-//! target call, the same number of times as every other member of its chain, and never for
-//! another process's calls (a second `syscalls` running beside, untraced, makes far more).
+//! runs the families' programs only for the target's: a member that serves every call runs
+//! exactly once per target call, one that serves a few (futex, brk/mmap/munmap, accept) only
+//! for those (the hub's per-number dispatch), and none for another process's calls (a
+//! second `syscalls` running beside, untraced, makes far more).
 use crate::common;
 
 use common::*;
@@ -81,24 +82,32 @@ fn one_hub_per_tracepoint_runs_each_family_for_the_targets_calls_only() {
         (20_020..25_000).contains(&target),
         "sys_enter ran {target} times: {err}"
     );
-    // Every member of a chain ran once per target call.
-    for m in ["futex_enter", "mem_enter"] {
-        assert_eq!(get(m), target, "{m}: {err}");
-    }
     let exits = get("sys_exit");
     assert!(
         exits + 2 >= target && exits <= target,
         "sys_exit {exits}: {err}"
     );
-    for m in [
-        "futex_exit",
-        "mem_exit",
-        "offcpu_sys_exit",
-        "runq_sys_exit",
-        "tcp_sys_exit",
-    ] {
+    // The members for every call ran once per target call.
+    for m in ["offcpu_sys_exit", "runq_sys_exit"] {
         assert_eq!(get(m), exits, "{m}: {err}");
     }
+    // The others only for their calls: brk, mmap and munmap (the loader's and libc's, a
+    // few dozen; at least one), futex (hardly any in one thread), accept (none). A program
+    // that ran 0 times has no line.
+    let runs_of = |name: &str| runs.get(name).copied().unwrap_or(0);
+    let mem = runs_of("mem_enter");
+    assert!((1..=500).contains(&mem), "mem_enter ran {mem} times: {err}");
+    assert!(runs_of("mem_exit").abs_diff(mem) <= 1, "{err}");
+    assert!(runs_of("futex_enter") <= 50, "{err}");
+    assert!(runs_of("futex_exit") <= runs_of("futex_enter"), "{err}");
+    assert_eq!(runs_of("tcp_sys_exit"), 0, "{err}");
+    // memgrowth still saw the mappings (its events are its calls' exits).
+    assert!(
+        err.lines().any(|l| l.contains("memgrowth")
+            && l.contains("kept")
+            && !l.contains("kept         0")),
+        "{err}"
+    );
     // The hubs saw the other process's calls too, and stopped them.
     assert!(beside_calls >= 200_000, "{beside_calls}");
     let hub = get("hub_sys_enter");

@@ -26,6 +26,7 @@ mod metrics;
 mod named_frames;
 mod offcpu;
 mod packaging;
+mod postgres;
 mod preload;
 mod profile;
 mod push;

@@ -274,6 +274,7 @@ impl Session<'_> {
                     kind: MemGrowthKind::try_from(e.kind as i32).unwrap_or_default(),
                     size: e.size,
                     address: e.addr,
+                    weight: e.weight,
                 })?;
                 self.kept[EventFamily::MemGrowth] += 1;
             }
