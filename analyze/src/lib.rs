@@ -24,6 +24,7 @@
 //! `"schema_version": JSON_SCHEMA_VERSION`.
 
 pub mod event;
+pub mod glob;
 pub mod hash;
 pub mod histogram;
 pub mod info;

@@ -17,6 +17,11 @@ pub struct Filter {
     pub pids: Vec<u32>,
     pub tids: Vec<u32>,
     pub comms: Vec<String>,
+    /// Only threads whose name matches one of these globs (`*` any run, `?` one
+    /// character): the name the trace gives the thread at the event's time (its Thread
+    /// records), the process's comm for a thread it does not name. Events of no thread
+    /// (the kernel's histograms, --aggregate's counts) do not pass.
+    pub threads: Vec<String>,
     /// Seconds into the trace (from the header's start time).
     pub from: Option<f64>,
     pub to: Option<f64>,
@@ -28,6 +33,7 @@ impl Filter {
         self.pids.is_empty()
             && self.tids.is_empty()
             && self.comms.is_empty()
+            && self.threads.is_empty()
             && self.from.is_none()
             && self.to.is_none()
     }
@@ -291,6 +297,15 @@ impl Loaded {
                 return false;
             }
         }
+        if !f.threads.is_empty() {
+            if tid == 0 {
+                return false;
+            }
+            let name = self.thread_name_at(generation, tid, time);
+            if !f.threads.iter().any(|p| crate::glob::glob(p, &name)) {
+                return false;
+            }
+        }
         if !f.pids.is_empty() || !f.comms.is_empty() {
             let Some(g) = self.tables.generations.get(&generation) else {
                 return false;
@@ -517,6 +532,30 @@ impl Loaded {
             }
             _ => {}
         }
+    }
+
+    /// The name of thread `tid` of `generation` at `time_ns` (the last one given then), else
+    /// its process's comm ("" when the trace names neither).
+    pub fn thread_name_at(&self, generation: u32, tid: u32, time_ns: u64) -> String {
+        match self.tables.thread_name(generation, tid, time_ns) {
+            Some(n) => String::from_utf8_lossy(n).into_owned(),
+            None => self.comm(generation),
+        }
+    }
+
+    /// The name of thread `tid` of `generation`: the last one the trace gives it, else its
+    /// process's comm (what `ebsym threads` groups by and the rows' `thread` say).
+    pub fn thread_name(&self, generation: u32, tid: u32) -> String {
+        self.thread_name_at(generation, tid, u64::MAX)
+    }
+
+    /// The comm of process generation `generation` ("" when the trace does not say).
+    pub fn comm(&self, generation: u32) -> String {
+        self.tables
+            .generations
+            .get(&generation)
+            .map(|g| self.tables.string(g.process.comm).into_owned())
+            .unwrap_or_default()
     }
 
     /// The pid of process generation `generation` (0 when the trace does not say).

@@ -13,6 +13,10 @@
 //! build-ids and file names, the first (id 1) a traced process's main executable, as pprof
 //! and the backends that symbolize by mapping expect.
 //!
+//! Each sample carries a `thread` label: the name of the thread its events are of (a
+//! stack of several threads is one sample per thread name, `ebsym pprof`), for pprof's
+//! `-tagfocus thread=worker` and the backends' label filters.
+//!
 //! [`profile_of_parts`] is the same profile made of several parts (say one per process,
 //! their samples labelled `pid`, `comm`), with [`Options`] for a backend that symbolizes
 //! by build-id (user frames as addresses in their mappings): what `ebrec push` sends.
@@ -165,13 +169,18 @@ impl Builder {
                 .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
                 .collect()
         };
+        // Named from DWARF: functions, files, lines and inline frames; from a symbol table
+        // only (the agent's Pyroscope pushes): functions.
+        let named = !(lines.is_empty() || (chain.len() == 1 && unresolved(&chain[0])));
         let symbolized = !lines.is_empty() && chain.iter().any(|f| f.file.is_some());
-        if symbolized && mapping_id != 0 {
+        if named && mapping_id != 0 {
             let m = &mut self.mappings[mapping_id as usize - 1];
             m.has_functions = true;
-            m.has_filenames = true;
-            m.has_line_numbers = true;
-            m.has_inline_frames = true;
+            if symbolized {
+                m.has_filenames = true;
+                m.has_line_numbers = true;
+                m.has_inline_frames = true;
+            }
         }
         let key = (mapping_id, address, lines);
         if let Some(&id) = self.location_ids.get(&key) {
@@ -341,6 +350,15 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
         } else {
             Vec::new()
         };
+        // The stack's thread (split by thread name: `stacks_by_thread_from`), else the
+        // threads it mixes, as `top` names them.
+        if let Some(t) = &s.thread {
+            label.push(Label {
+                key: b.string("thread"),
+                str: b.string(t),
+                ..Default::default()
+            });
+        }
         for (k, v) in part_labels {
             label.push(Label {
                 key: b.string(k),

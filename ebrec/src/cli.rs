@@ -147,6 +147,15 @@ pub struct DiagnoseArgs {
     /// finding but the --idle patterns'.
     #[arg(long)]
     pub no_idle_rules: bool,
+    /// One more allocator wrapper for the reports (as `ebsym --wrapper`: a glob on a
+    /// frame's function; repeatable): the alloc finding and `--by site` name the caller
+    /// past it.
+    #[arg(long, value_name = "PATTERN")]
+    pub wrapper: Vec<String>,
+    /// No default wrapper rules in the reports (as `ebsym --no-wrapper-rules`): only the
+    /// C/C++ runtime's frames and the --wrapper patterns are folded.
+    #[arg(long)]
+    pub no_wrapper_rules: bool,
     /// The command to start and diagnose.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,

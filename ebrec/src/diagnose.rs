@@ -164,7 +164,8 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
     } else {
         t
     };
-    // The idle rules the reports classify waits with (every report takes them).
+    // The idle rules the reports classify waits with, and the wrapper rules (every report
+    // takes them).
     let mut idle: Vec<OsString> = Vec::new();
     for p in &a.idle {
         idle.push("--idle".into());
@@ -172,6 +173,14 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
     }
     if a.no_idle_rules {
         idle.push("--no-idle-rules".into());
+    }
+    // And the allocator wrappers the alloc finding looks past.
+    for p in &a.wrapper {
+        idle.push("--wrapper".into());
+        idle.push(p.into());
+    }
+    if a.no_wrapper_rules {
+        idle.push("--no-wrapper-rules".into());
     }
     let with = |mut v: Vec<OsString>| {
         v.insert(1, input.clone());

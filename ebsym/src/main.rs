@@ -64,7 +64,11 @@ enum Command {
         #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
         kind: Kind,
         /// What to sort by: a measure of the kind (each kind's are listed under --kind, the
-        /// first being the default).
+        /// first being the default); and what a row is, comma-separated: `stack` (the
+        /// default), `thread` (a stack of one thread group, the names' digits folded:
+        /// `worker-*`) or, for alloc, `site` (the stacks merged by their allocation site,
+        /// the first frame past the allocator wrappers; see --wrapper).
+        /// Example: `--by site`, `--by thread,count`
         #[arg(long)]
         by: Option<String>,
     },
@@ -86,6 +90,11 @@ enum Command {
         /// shown apart, held by the pattern's line.
         #[arg(long = "suppress", value_name = "FILE")]
         suppress: Vec<PathBuf>,
+        /// What a row is: `stack` (the default), `thread` (a stack of one thread group) or
+        /// `site` (the stacks merged by their allocation site, the first frame past the
+        /// allocator wrappers; see --wrapper). Example: `--by site`
+        #[arg(long, value_parser = ["stack", "thread", "site"])]
+        by: Option<String>,
     },
     /// heaptrack's numbers: allocator calls, temporary allocations (freed with no other
     /// allocation or free of the process in between), the peak of live bytes and the stacks
@@ -636,7 +645,11 @@ fn html_report(
     let mut open_base = || base_input.as_ref().and_then(|b| b.reader().ok());
     let name = a.trace.display().to_string();
     let base_name = base.map(|b| b.display().to_string());
-    let (html, stats) = ebtrace_analyze::reports::html::report(
+    let rules = ebtrace_analyze::reports::html::PageRules {
+        idle: a.idle_rules()?,
+        wrappers: a.wrapper_rules()?,
+    };
+    let (html, stats) = ebtrace_analyze::reports::html::report_with(
         &mut open,
         base.is_some()
             .then_some(&mut open_base as &mut dyn FnMut() -> Option<_>),
@@ -644,6 +657,7 @@ fn html_report(
         &name,
         base_name.as_deref(),
         a.n.max(100),
+        &rules,
     );
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
     let capped: Vec<String> = stats
@@ -686,7 +700,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Top { args, kind, by } => {
             reports_cli::top(&args, kind.0, by.as_deref(), &mut out)?
         }
-        Command::Leaks { args, suppress } => reports_cli::leaks(&args, &suppress, &mut out)?,
+        Command::Leaks { args, suppress, by } => {
+            reports_cli::leaks(&args, &suppress, by.as_deref(), &mut out)?
+        }
         Command::Heap { args, by, suppress } => reports_cli::heap(&args, &by, &suppress, &mut out)?,
         Command::Locks { args, by } => {
             reports_cli::top(&args, EventKind::Lock, by.as_deref(), &mut out)?

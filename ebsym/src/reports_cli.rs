@@ -24,6 +24,14 @@ pub struct ReportArgs {
     /// Only processes with this comm (repeatable).
     #[arg(long = "comm", value_name = "COMM")]
     pub comms: Vec<String>,
+    /// Only threads whose name matches PATTERN (repeatable), e.g. `--thread 'worker-*'`.
+    ///
+    /// A glob (`*` any run, `?` one character; not a regex) matched against the name the
+    /// trace gives the thread when the event happened (its comm, as pthread_setname_np or
+    /// prctl set it), the process's comm for a thread the trace does not name. The kernel's
+    /// histograms and --aggregate's counts belong to no thread and are left out.
+    #[arg(long = "thread", value_name = "PATTERN")]
+    pub threads: Vec<String>,
     /// Only events at least this many seconds into the trace.
     #[arg(long, value_name = "SECONDS")]
     pub from: Option<f64>,
@@ -60,6 +68,23 @@ pub struct ReportArgs {
     /// for a task, a timer thread's sleep.
     #[arg(long)]
     pub no_idle_rules: bool,
+    /// Also call an allocator wrapper every frame whose function matches PATTERN
+    /// (repeatable): `--by site` rows and the summary's allocation finding name the first frame
+    /// past the wrappers, e.g. `--wrapper 'Arena::*'`.
+    ///
+    /// PATTERN is a glob (`*` any run, `?` one character; not a regex) matched against
+    /// each frame's demangled function name, with and without its parameters, as --idle's.
+    /// Wrappers by default (docs/guide.md, "Blame the caller"): the C/C++ runtime's frames,
+    /// the malloc family, operator new, the std::allocator chains, well-known programs'
+    /// allocators (xmalloc, g_malloc, palloc, my_malloc, …), and the program's own
+    /// functions that only pass a request on, from one line, for two or more callers.
+    #[arg(long = "wrapper", value_name = "PATTERN")]
+    pub wrappers: Vec<String>,
+    /// Turn off the default wrapper rules (the allocator names and the program's own
+    /// wrappers recognised by shape): only the C/C++ runtime's frames and --wrapper's
+    /// patterns are folded.
+    #[arg(long)]
+    pub no_wrapper_rules: bool,
 }
 
 impl ReportArgs {
@@ -77,12 +102,27 @@ impl ReportArgs {
         Ok(r)
     }
 
+    /// The wrapper rules the options say: the defaults (unless --no-wrapper-rules) and
+    /// each --wrapper.
+    pub fn wrapper_rules(&self) -> Result<reports::WrapperRules> {
+        let mut r = if self.no_wrapper_rules {
+            reports::WrapperRules::none()
+        } else {
+            reports::WrapperRules::defaults()
+        };
+        for p in &self.wrappers {
+            r.add_pattern(p).map_err(anyhow::Error::msg)?;
+        }
+        Ok(r)
+    }
+
     /// The filter the options say.
     pub fn filter(&self) -> Filter {
         Filter {
             pids: self.pids.clone(),
             tids: self.tids.clone(),
             comms: self.comms.clone(),
+            threads: self.threads.clone(),
             from: self.from,
             to: self.to,
         }
@@ -189,11 +229,43 @@ fn json_or_text<T: serde::Serialize>(
     Ok(())
 }
 
+/// `top`'s `--by`: a measure of kind `k`, a grouping of the rows (`stack`, `thread`,
+/// `site`), or both, comma-separated (`--by site,count`).
+fn measure_and_group(k: EventKind, by: Option<&str>) -> Result<(Measure, reports::Group)> {
+    let (mut m, mut g) = (None, None);
+    for word in by.into_iter().flat_map(|b| b.split(',')).map(str::trim) {
+        match reports::Group::parse(word) {
+            Some(_) if g.is_some() => bail!("--by {}: one grouping at most", by.unwrap()),
+            Some(x) => g = Some(x),
+            None if m.is_some() => bail!("--by {}: one measure at most", by.unwrap()),
+            None => m = Some(measure(k, Some(word))?),
+        }
+    }
+    let g = g.unwrap_or_default();
+    if g == reports::Group::Site && k != EventKind::Alloc {
+        bail!(
+            "--by site is for --kind alloc (allocation sites; also ebsym leaks --by site), not --kind {}",
+            k.name()
+        );
+    }
+    Ok((m.unwrap_or_else(|| k.default_measure()), g))
+}
+
 pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
-    let by = measure(k, by)?;
+    let (by, group) = measure_and_group(k, by)?;
     let idle = a.idle_rules()?;
+    let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::top_with(input.reader()?, k, by, &a.filter(), a.n, &idle);
+    let r = reports::top_grouped(
+        input.reader()?,
+        k,
+        by,
+        &a.filter(),
+        a.n,
+        &idle,
+        group,
+        &wrappers,
+    );
     print(&r, a.json, out)
 }
 
@@ -245,8 +317,9 @@ pub fn threads(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
 /// `ebsym summary`: the top finding of each family.
 pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let idle = a.idle_rules()?;
+    let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let s = reports::summary::summary_with(|| input.reader().ok(), &a.filter(), &idle);
+    let s = reports::summary::summary_rules(|| input.reader().ok(), &a.filter(), &idle, &wrappers);
     json_or_text(a.json, &s, || s.to_text(), out)
 }
 
@@ -293,13 +366,24 @@ pub fn heatmap(
     Ok(())
 }
 
-pub fn leaks(a: &ReportArgs, suppress: &[PathBuf], out: &mut dyn Write) -> Result<()> {
+pub fn leaks(
+    a: &ReportArgs,
+    suppress: &[PathBuf],
+    by: Option<&str>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let group = match by {
+        None => reports::Group::Stack,
+        Some(w) => reports::Group::parse(w)
+            .with_context(|| format!("--by {w}: one of stack, thread, site"))?,
+    };
     let mut rules = reports::suppress::Suppressions::runtime();
     for f in suppress {
         rules.add_file(f).map_err(anyhow::Error::msg)?;
     }
+    let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::leaks_with(input.reader()?, &a.filter(), a.n, &rules);
+    let r = reports::leaks_grouped(input.reader()?, &a.filter(), a.n, &rules, group, &wrappers);
     print(&r, a.json, out)
 }
 
@@ -423,7 +507,7 @@ pub fn pprof(a: &ReportArgs, k: EventKind, by: Option<&str>, output: &Path) -> R
     }
     let by = measure(k, by)?;
     let input = symbolized_input(a, &a.trace)?;
-    let st = reports::stacks_with_inuse_from(input.reader()?, k, &a.filter());
+    let st = reports::stacks_by_thread_from(input.reader()?, k, &a.filter());
     if let Some(note) = &st.note {
         eprintln!("ebsym: {note} (writing an empty profile)");
     }

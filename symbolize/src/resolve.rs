@@ -117,6 +117,11 @@ pub struct Options {
     /// are dropped once unwound: the output keeps the unwound frames (`UnwoundStack`) and
     /// holds no target memory.
     pub keep_stack_copies: bool,
+    /// Name functions from the binaries' own ELF symbol tables only (`.symtab`, else
+    /// `.dynsym`, of the file at the recorded path): no DWARF, no debug file, so no file,
+    /// line or inlined frames. What the agent's Pyroscope pushes use by default, as
+    /// Grafana's eBPF profiler does: cheap, and names where the binaries are not stripped.
+    pub symbols_only: bool,
 }
 
 impl Default for Options {
@@ -126,6 +131,7 @@ impl Default for Options {
             demangle: true,
             binutils_files: false,
             keep_stack_copies: false,
+            symbols_only: false,
         }
     }
 }
@@ -240,7 +246,11 @@ impl Symbolizer {
                 .collect();
         }
         let mut bad = None;
-        if let Some(d) = &located.debug {
+        let debug = located
+            .debug
+            .as_ref()
+            .filter(|_| !self.options.symbols_only);
+        if let Some(d) = debug {
             let places = SplitDwarfPlaces {
                 dwo_dirs: located.dwo_dirs.clone(),
             };
@@ -279,7 +289,7 @@ impl Symbolizer {
                     reason: Reason::BadFile,
                     detail: Some(detail),
                 })
-            } else if located.binary.is_some() || located.debug.is_some() {
+            } else if located.binary.is_some() || debug.is_some() {
                 Err(Unresolved {
                     reason: Reason::NoSymbol,
                     detail: Some("no DWARF and no symbol table".into()),
@@ -680,6 +690,36 @@ mod tests {
             "operator[]",
             "_ZNSt8__detail9_Map_baseIiEclEOi"
         ));
+    }
+
+    /// `symbols_only`: the binary's own symbol table names its functions, one frame an
+    /// address, no line, though the binary has DWARF.
+    #[test]
+    fn symbols_only_names_from_the_symbol_table_and_reads_no_dwarf() {
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let sym = obj
+            .symbols()
+            .find(|s| s.kind() == object::SymbolKind::Text && s.size() > 16)
+            .unwrap();
+        let only = Symbolizer {
+            options: Options {
+                symbols_only: true,
+                ..Options::default()
+            },
+        };
+        let m = only.open_binary(&exe);
+        assert_eq!(m.status, Ok(Source::Symtab));
+        let frames = m.resolve(sym.address() + sym.size() / 2).unwrap();
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        let f = &frames[0];
+        assert!(f.from_symtab && f.line == 0, "{f:?}");
+        assert!(f.function.as_ref().is_some_and(|n| !n.is_empty()), "{f:?}");
+        assert_eq!(
+            Symbolizer::default().open_binary(&exe).status,
+            Ok(Source::Dwarf)
+        );
     }
 
     /// `resolve_many` gives the same answers on 1 and 3 threads as `resolve` one by one,

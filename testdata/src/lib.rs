@@ -156,6 +156,7 @@ const PROGRAMS: &[&str] = &[
     "runq_pair",
     "tcp_conns",
     "idle_pool",
+    "alloc_wrapper",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -473,6 +474,20 @@ mod tests {
             assert_eq!(workload["program"], "alloc_workload");
             assert_eq!(forker["pid"], workload["pid"], "exec keeps the pid");
         });
+    }
+
+    #[test]
+    fn alloc_wrapper_reports_its_sites() {
+        let exe = build("alloc_wrapper", Variant::FramePointer).unwrap();
+        let e = run_one(&exe, &[]);
+        assert_eq!(e["program"], "alloc_wrapper");
+        let s = &e["sites"];
+        assert_eq!(u(&s["parse_headers"]["calls"]), 300);
+        assert_eq!(u(&s["parse_headers"]["bytes"]), 300 * 48);
+        assert_eq!(u(&s["read_body"]["bytes"]), 120 * 2000);
+        assert_eq!(u(&s["read_body"]["leaked_bytes"]), 5 * 2000);
+        assert_eq!(u(&s["new_records"]["bytes"]), 40 * 96);
+        assert_eq!(s["read_body"]["thread"], "body-1");
     }
 
     #[test]
@@ -883,6 +898,17 @@ mod tests {
                     "net::accept_loop(int, std::atomic<long>*)",
                     "net::event_loop(int, int, std::atomic<long>*)",
                     "driver::submit_rounds(pool::ThreadPool*, contend::Ledger*, double)",
+                ],
+            ),
+            (
+                "alloc_wrapper",
+                &[
+                    "my_alloc(unsigned long)",
+                    "pool_take(unsigned long)",
+                    "parse_headers()",
+                    "read_body()",
+                    "build_index()",
+                    "new_records()",
                 ],
             ),
         ];

@@ -34,7 +34,8 @@ pub struct PushConfig {
     /// Credentials and headers: lines `basic USER:PASSWORD`, `bearer TOKEN`, `tenant ID`,
     /// `header NAME: VALUE`.
     pub auth_file: Option<PathBuf>,
-    /// Symbolize on this host (default: addresses and build-ids; the backend symbolizes).
+    /// Symbolize on this host, with DWARF (default: addresses and build-ids, the backend
+    /// symbolizes; Pyroscope's profiles named from the ELF symbol tables).
     pub symbolize: bool,
     pub debug_dirs: Vec<PathBuf>,
     /// Labels of every profile (host and kernel are added).
@@ -775,6 +776,11 @@ pub struct Window {
     pub labels: Vec<(String, String)>,
     pub info: profiles::WindowInfo,
     pub profiles: Vec<profiles::KindProfile>,
+    /// The same profiles with user frames named from the host's ELF symbol tables (no
+    /// DWARF), addresses and build-ids kept: what Pyroscope is sent (its ingest does not
+    /// symbolize native frames). None when `profiles` are symbolized already, or no
+    /// backend is Pyroscope.
+    pub named: Option<Vec<profiles::KindProfile>>,
 }
 
 impl Window {
@@ -805,21 +811,43 @@ fn service_name(s: &str) -> String {
     }
 }
 
+/// Sets the window's bounds (`from_ns`, `until_ns`) as the profiles' time and duration,
+/// and gzips them.
+fn seal(profiles: &mut [profiles::KindProfile], p: &Pending) -> Result<()> {
+    for kp in profiles {
+        kp.profile.time_nanos = p.from_ns as i64;
+        kp.profile.duration_nanos = p.until_ns.saturating_sub(p.from_ns) as i64;
+        kp.gz.clear();
+        ebtrace_analyze::pprof::write_gz(&kp.profile, &mut kp.gz)?;
+    }
+    Ok(())
+}
+
 fn convert(s: &Shared, p: &Pending) -> Result<Window> {
     let (info, mut profiles) = profiles::window_profiles(
         &p.path,
         &profiles::Options {
             symbolize: s.cfg.symbolize,
             debug_dirs: s.cfg.debug_dirs.clone(),
+            symbols_only: false,
         },
     )?;
-    // The window's bounds are the profiles' time and duration.
-    for kp in &mut profiles {
-        kp.profile.time_nanos = p.from_ns as i64;
-        kp.profile.duration_nanos = p.until_ns.saturating_sub(p.from_ns) as i64;
-        kp.gz.clear();
-        ebtrace_analyze::pprof::write_gz(&kp.profile, &mut kp.gz)?;
-    }
+    seal(&mut profiles, p)?;
+    // Pyroscope does not symbolize native frames: it gets names from the symbol tables.
+    let pyroscope = s.backends.iter().any(|b| b.endpoint.api == Api::Pyroscope);
+    let named = if pyroscope && !info.symbolized {
+        let (_, mut named) = profiles::window_profiles(
+            &p.path,
+            &profiles::Options {
+                symbols_only: true,
+                ..Default::default()
+            },
+        )?;
+        seal(&mut named, p)?;
+        Some(named)
+    } else {
+        None
+    };
     let service = service_name(
         s.cfg
             .service
@@ -857,6 +885,7 @@ fn convert(s: &Shared, p: &Pending) -> Result<Window> {
         labels,
         info,
         profiles,
+        named,
     })
 }
 
@@ -1084,8 +1113,10 @@ pub struct ProfileFlags {
     /// env=prod, region=eu-west-1). Repeatable.
     #[cfg_attr(feature = "cli", arg(long = "label", value_name = "K=V", value_parser = parse_label))]
     pub labels: Vec<(String, String)>,
-    /// Symbolize on this host before pushing (default: profiles go with build-ids and
-    /// mappings, and the backend symbolizes).
+    /// Symbolize on this host before pushing, with DWARF (default: profiles go to Parca
+    /// and OTLP with build-ids and mappings, and the backend symbolizes; to Pyroscope, which
+    /// does not symbolize native frames, named from the binaries' ELF symbol tables, their
+    /// addresses and build-ids kept).
     #[cfg_attr(feature = "cli", arg(long))]
     pub symbolize: bool,
     /// Debug files for --symbolize (as ebsym's --debug-dir). Repeatable.
@@ -1333,6 +1364,7 @@ mod tests {
             labels: Vec::new(),
             info: Default::default(),
             profiles: Vec::new(),
+            named: None,
         };
         let reqs: Vec<Request> = (0..100)
             .map(|i| Request {

@@ -11,11 +11,14 @@
 //! Unsymbolized (the default), user frames are addresses in mappings with build-ids (the
 //! backend symbolizes, as Parca does), kernel frames keep their kallsyms names. With
 //! `symbolize`, the window is symbolized in memory first, as ebsym does, with the
-//! symbolizer library (loaded only then).
+//! symbolizer library (loaded only then). With `symbols_only` (what Pyroscope, which does
+//! not symbolize native frames, is sent by default), user frames are named from the
+//! host's binaries' ELF symbol tables (`.symtab`/`.dynsym`, no DWARF), each Location
+//! keeping its address and mapping (build-id) for a backend that can do better.
 use anyhow::{Context, Result};
 use ebtrace_analyze::model::{Event, Filter, Loaded, Records, Sink};
 use ebtrace_analyze::pprof::{self, Part};
-use ebtrace_analyze::reports::{stacks_with_inuse_from, EventKind};
+use ebtrace_analyze::reports::{stacks_by_thread_from, EventKind};
 use ebtrace_format::proto::Record;
 use ebtrace_format::TraceReader;
 use std::collections::{BTreeMap, HashMap};
@@ -31,6 +34,8 @@ pub struct Options {
     pub symbolize: bool,
     /// Debug files for `symbolize` (as ebsym's --debug-dir).
     pub debug_dirs: Vec<PathBuf>,
+    /// Without `symbolize`: name user frames from the binaries' ELF symbol tables only.
+    pub symbols_only: bool,
 }
 
 /// The profile of one kind in a window.
@@ -86,11 +91,14 @@ impl Sink for Survey {
 /// The records of the window at `path`, symbolized in memory first with `symbolize`.
 fn records(path: &Path, options: &Options) -> Result<Vec<Record>> {
     let symbolized = || ebtrace_symbolize::trace::is_symbolized(path).unwrap_or(false);
-    if options.symbolize && !symbolized() {
-        let mut o = ebtrace_symbolize::Options::default();
+    if (options.symbolize || options.symbols_only) && !symbolized() {
+        let mut o = ebtrace_symbolize::Options {
+            symbols_only: !options.symbolize,
+            ..Default::default()
+        };
         o.locator.debug_dirs = options.debug_dirs.clone();
         let urls = ebtrace_symbolize::debuginfod::urls_from_env();
-        if !urls.is_empty() {
+        if options.symbolize && !urls.is_empty() {
             use ebtrace_symbolize::debuginfod::{Client, Config};
             o.locator.debuginfod = Some(std::sync::Arc::new(Client::new(Config::new(urls))));
         }
@@ -216,7 +224,7 @@ pub fn window_profiles(path: &Path, options: &Options) -> Result<(WindowInfo, Ve
             .into_iter()
             .map(|(f, labels)| {
                 (
-                    stacks_with_inuse_from(Records(records.iter().cloned()), kind, &f),
+                    stacks_by_thread_from(Records(records.iter().cloned()), kind, &f),
                     labels,
                 )
             })

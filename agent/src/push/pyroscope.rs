@@ -148,7 +148,9 @@ pub fn multipart(fields: &[(&str, &str, &str, &[u8])]) -> (Vec<u8>, String) {
 
 /// One request per kind.
 pub fn requests(w: &Window) -> Vec<Request> {
-    w.profiles
+    w.named
+        .as_ref()
+        .unwrap_or(&w.profiles)
         .iter()
         .map(|kp| {
             let config = sample_types_json(kp.kind, &kp.profile);

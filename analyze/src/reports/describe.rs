@@ -270,7 +270,14 @@ pub(crate) fn describe(
             "alloc".to_string(),
             vec![
                 Field::arg("size", Bytes(size)),
-                Field::arg("in", Text(place())),
+                // The allocation site: past the allocator wrappers, by their names.
+                Field::arg(
+                    "in",
+                    Text(super::wrappers::site_place(
+                        &super::wrappers::WrapperRules::default(),
+                        frames,
+                    )),
+                ),
             ],
         ),
         Fields::Cpu { cpu } => (leaf(frames), vec![Field::arg("cpu", Integer(cpu.into()))]),

@@ -212,6 +212,7 @@ struct Op {
     stack: u64,
     size: u64,
     period: u64,
+    tid: u32,
 }
 
 impl Op {
@@ -396,6 +397,7 @@ impl Sink for HeapSink {
                         stack: e.stack,
                         size: e.size,
                         period: e.sample_period,
+                        tid: e.tid,
                     },
                 );
             }
@@ -414,6 +416,7 @@ impl Sink for HeapSink {
                         stack: 0,
                         size: 0,
                         period: 0,
+                        tid: 0,
                     },
                 );
             }
@@ -447,6 +450,7 @@ impl Sink for HeapSink {
                 stack: 0,
                 size: 0,
                 period: 0,
+                tid: 0,
             },
         );
     }
@@ -598,7 +602,8 @@ impl HeapSink {
                         time: op.time,
                         stack: op.stack,
                         size: op.size,
-                        period: op.period,
+                        period: super::live::period32(op.period),
+                        tid: op.tid,
                     },
                 );
             }
@@ -624,7 +629,7 @@ impl HeapSink {
                 }
                 s.lifetimes[i] += 1;
                 if !ended {
-                    let w = weight(b.size, b.period);
+                    let w = weight(b.size, u64::from(b.period));
                     Self::touched(&mut self.timeline, s, b.stack);
                     s.live = s.live.saturating_sub(w);
                     let g = self.gens.get_mut(&op.generation).expect("entered above");
@@ -643,7 +648,7 @@ impl HeapSink {
                 for b in self.live.generation_blocks(op.generation) {
                     let s = Self::stack(&mut self.stacks, b.stack, self.epoch);
                     Self::touched(&mut self.timeline, s, b.stack);
-                    s.live = s.live.saturating_sub(weight(b.size, b.period));
+                    s.live = s.live.saturating_sub(weight(b.size, u64::from(b.period)));
                 }
             }
         }

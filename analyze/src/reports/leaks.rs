@@ -5,10 +5,12 @@ use super::live::Outstanding;
 use super::stacks::{frame_key, FrameKey};
 use super::suppress::Suppressions;
 use super::text::empty_note;
-use super::top::{LeakRow, Report, Row};
+use super::threads::{fold_digits, label_of};
+use super::top::{Group, LeakRow, Report, Row};
+use super::wrappers::{Site, WrapperRules};
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Sink, Trace};
 use ebtrace_format::TraceReader;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 /// What the leak report keeps while the trace streams by: the live blocks, the last time
@@ -60,9 +62,31 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
 /// first (largest first), then the held ones; the totals `count` and `bytes` are the leaks',
 /// `held_count` and `held_bytes` the held blocks'.
 pub fn leaks_with(trace: impl Trace, filter: &Filter, n: usize, rules: &Suppressions) -> Report {
+    leaks_grouped(
+        trace,
+        filter,
+        n,
+        rules,
+        Group::Stack,
+        &WrapperRules::default(),
+    )
+}
+
+/// [`leaks_with`] with rows grouped as `group` says: per stack and thread group
+/// (`Group::Thread`), or per allocation site and whether the process was alive
+/// (`Group::Site`: the stacks merged by the first frame that is no allocator wrapper of
+/// `wrappers`, and of those it learns from the leaked stacks).
+pub fn leaks_grouped(
+    trace: impl Trace,
+    filter: &Filter,
+    n: usize,
+    rules: &Suppressions,
+    group: Group,
+    wrappers: &WrapperRules,
+) -> Report {
     let mut sink = LeakSink::default();
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
-    sink.report(&mut l, filter, n, rules)
+    sink.report_grouped(&mut l, filter, n, rules, group, wrappers)
 }
 
 impl LeakSink {
@@ -85,22 +109,37 @@ impl LeakSink {
         n: usize,
         rules: &Suppressions,
     ) -> Report {
+        self.report_grouped(l, filter, n, rules, Group::Stack, &WrapperRules::default())
+    }
+
+    /// [`LeakSink::report`] with rows grouped as [`leaks_grouped`] says.
+    pub(crate) fn report_grouped(
+        self,
+        l: &mut Loaded,
+        filter: &Filter,
+        n: usize,
+        rules: &Suppressions,
+        group: Group,
+        wrappers: &WrapperRules,
+    ) -> Report {
         let sink = self;
-        // (stack, generation) -> (count, bytes, oldest time)
-        let mut by: BTreeMap<(u64, u32), (u64, u64, u64)> = BTreeMap::new();
+        // (stack, generation, tid or 0) -> (count, bytes, oldest time)
+        let mut by: BTreeMap<(u64, u32, u32), (u64, u64, u64)> = BTreeMap::new();
         let mut est = Estimator::default();
         // A block allocated before a pause of the allocator probes (--max-cpu) may have been
         // freed while they were off: set aside, not called a leak.
         let mut uncertain = (0u64, 0u64);
         for (generation, b) in sink.live.blocks() {
             if l.alloc_pauses.iter().any(|&(start, _)| b.time < start) {
-                let (c, bytes) = est.add(b.size, b.period);
+                let (c, bytes) = est.add(b.size, u64::from(b.period));
                 uncertain.0 += c;
                 uncertain.1 += bytes;
                 continue;
             }
-            let e = by.entry((b.stack, generation)).or_insert((0, 0, u64::MAX));
-            let (count, bytes) = est.add(b.size, b.period);
+            let e = by
+                .entry((b.stack, generation, b.tid))
+                .or_insert((0, 0, u64::MAX));
+            let (count, bytes) = est.add(b.size, u64::from(b.period));
             e.0 += count;
             e.1 += bytes;
             e.2 = e.2.min(b.time);
@@ -115,34 +154,156 @@ impl LeakSink {
                 uncertain.1 += bytes;
                 continue;
             }
-            let e = by.entry(key).or_insert((0, 0, u64::MAX));
+            let e = by.entry((key.0, key.1, 0)).or_insert((0, 0, u64::MAX));
             e.0 += count;
             e.1 += bytes;
             e.2 = e.2.min(since);
         }
-        // (frames, alive, allocator) -> (frames, count, bytes, oldest time)
-        type Group = (Vec<Frame>, u64, u64, u64);
-        let mut merged: BTreeMap<(FrameKey, bool, u32), Group> = BTreeMap::new();
-        for ((stack, generation), (count, bytes, oldest)) in by {
+        /// A row so far: its frames, count, bytes, oldest time, blocks per thread.
+        struct Acc {
+            frames: Vec<Frame>,
+            count: u64,
+            bytes: u64,
+            oldest: u64,
+            threads: HashMap<(u32, u32), u64>,
+            site: Option<Site>,
+            /// What keeps the blocks by design (decided on the whole stack).
+            held: Option<String>,
+            /// The allocator (0: malloc's family; else an --alloc-fn's index + 1).
+            allocator: u32,
+        }
+        // (frames, alive, thread group, allocator) -> the row
+        let mut merged: BTreeMap<(FrameKey, bool, String, u32), Acc> = BTreeMap::new();
+        // Each (stack, generation)'s frames, resolved once (as the losses count them).
+        let mut frames_of: HashMap<(u64, u32), Vec<Frame>> = HashMap::new();
+        for ((stack, generation, tid), (count, bytes, oldest)) in by {
             let alive = l
                 .tables
                 .generations
                 .get(&generation)
                 .is_some_and(|g| g.exit.is_none());
-            let frames = l.frames(stack);
+            let frames = match frames_of.get(&(stack, generation)) {
+                Some(f) => f.clone(),
+                None => {
+                    let f = l.frames(stack);
+                    frames_of.insert((stack, generation), f.clone());
+                    f
+                }
+            };
+            let thread = if group == Group::Thread && tid != 0 {
+                fold_digits(&l.thread_name(generation, tid))
+            } else {
+                String::new()
+            };
             let e = merged
-                .entry((frame_key(&frames), alive, sink.live.allocator_of(stack)))
-                .or_insert((frames, 0, 0, u64::MAX));
-            e.1 += count;
-            e.2 += bytes;
-            e.3 = e.3.min(oldest);
+                .entry((
+                    frame_key(&frames),
+                    alive,
+                    thread,
+                    sink.live.allocator_of(stack),
+                ))
+                .or_insert_with(|| Acc {
+                    allocator: sink.live.allocator_of(stack),
+                    held: rules.held_by(&frames),
+                    frames,
+                    count: 0,
+                    bytes: 0,
+                    oldest: u64::MAX,
+                    threads: HashMap::new(),
+                    site: None,
+                });
+            e.count += count;
+            e.bytes += bytes;
+            e.oldest = e.oldest.min(oldest);
+            if tid != 0 {
+                *e.threads.entry((generation, tid)).or_default() += count;
+            }
         }
+        let mut learnt = None;
+        let merged: Vec<(bool, Acc)> = if group == Group::Site {
+            let mut w = wrappers.clone();
+            w.learn(merged.values().map(|a| a.frames.as_slice()));
+            learnt = Some(w.learnt().map(String::from).collect::<Vec<_>>());
+            // (site, alive) -> the row: the heaviest stack's frames from the site out
+            type SiteKey = (FrameKey, bool, Option<String>, u32);
+            let mut sites: BTreeMap<SiteKey, (Acc, u64)> = BTreeMap::new();
+            for ((_, alive, _, _), mut a) in merged {
+                let (i, ws) = w.site(&a.frames).unwrap_or((0, Vec::new()));
+                a.frames.drain(..i.min(a.frames.len()));
+                let key = (
+                    frame_key(&a.frames[..a.frames.len().min(1)]),
+                    alive,
+                    a.held.clone(),
+                    a.allocator,
+                );
+                let Some((s, best)) = sites.get_mut(&key) else {
+                    let f = a.frames.first();
+                    a.site = Some(Site {
+                        file: f.and_then(|f| f.file.clone()),
+                        function: f.map_or_else(|| "(no stack)".into(), |f| f.function.clone()),
+                        line: f.and_then(|f| f.line),
+                        module: f.map(|f| f.module.clone()).unwrap_or_default(),
+                        stacks: 1,
+                        wrappers: ws,
+                    });
+                    let best = a.bytes;
+                    sites.insert(key, (a, best));
+                    continue;
+                };
+                let site = s.site.as_mut().expect("set at insertion");
+                site.stacks += 1;
+                for w in ws {
+                    if !site.wrappers.contains(&w) {
+                        site.wrappers.push(w);
+                    }
+                }
+                s.count += a.count;
+                s.bytes += a.bytes;
+                s.oldest = s.oldest.min(a.oldest);
+                for (t, c) in a.threads {
+                    *s.threads.entry(t).or_default() += c;
+                }
+                if a.bytes > *best {
+                    *best = a.bytes;
+                    s.frames = a.frames;
+                }
+            }
+            sites
+                .into_iter()
+                .map(|((_, alive, _, _), (a, _))| (alive, a))
+                .collect()
+        } else {
+            merged
+                .into_iter()
+                .map(|((_, alive, _, _), a)| (alive, a))
+                .collect()
+        };
         let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-        type Shown = (Option<String>, bool, Vec<Frame>, u64, u64, u64, u32);
+        type Shown = (
+            Option<String>,
+            bool,
+            Vec<Frame>,
+            u64,
+            u64,
+            u64,
+            Option<Site>,
+            Option<String>,
+            u32,
+        );
         let mut rows: Vec<Shown> = merged
             .into_iter()
-            .map(|((_, alive, allocator), (frames, count, bytes, oldest))| {
-                let held = rules.held_by(&frames);
+            .map(|(alive, a)| {
+                let Acc {
+                    frames,
+                    count,
+                    bytes,
+                    oldest,
+                    threads,
+                    site,
+                    held,
+                    allocator,
+                } = a;
+                let thread = label_of(l, &threads);
                 let (c, b) = if held.is_some() {
                     ("held_count", "held_bytes")
                 } else {
@@ -150,7 +311,9 @@ impl LeakSink {
                 };
                 *totals.entry(c.to_string()).or_default() += count;
                 *totals.entry(b.to_string()).or_default() += bytes;
-                (held, alive, frames, count, bytes, oldest, allocator)
+                (
+                    held, alive, frames, count, bytes, oldest, site, thread, allocator,
+                )
             })
             .collect();
         if !rows.is_empty() {
@@ -166,13 +329,14 @@ impl LeakSink {
                 .then_with(|| a.2.cmp(&b.2))
                 .then_with(|| a.1.cmp(&b.1))
                 .then_with(|| a.0.cmp(&b.0))
+                .then_with(|| a.7.cmp(&b.7))
         });
         let names = super::live::allocator_names(&l.header);
         let rows: Vec<Row> = rows
             .into_iter()
             .take(n)
             .map(
-                |(held_by, alive, frames, count, bytes, oldest, allocator)| {
+                |(held_by, alive, frames, count, bytes, oldest, site, thread, allocator)| {
                     Row::Leak(LeakRow {
                         allocator: super::live::allocator_name(&names, allocator),
                         alive,
@@ -181,6 +345,8 @@ impl LeakSink {
                         frames,
                         held_by,
                         oldest_ns: sink.last_ns.saturating_sub(oldest),
+                        site,
+                        thread,
                     })
                 },
             )
@@ -232,6 +398,8 @@ impl LeakSink {
         Report {
             kind: "leaks".into(),
             by: Measure::Bytes,
+            group: group.name(),
+            wrappers_learnt: learnt,
             totals,
             losses: l.losses.clone(),
             rows,

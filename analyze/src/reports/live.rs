@@ -10,8 +10,16 @@ pub(crate) struct Block {
     pub(crate) time: u64,
     pub(crate) stack: u64,
     pub(crate) size: u64,
-    /// Bytes per sample when the allocation was sampled by bytes (0: not sampled).
-    pub(crate) period: u64,
+    /// Bytes per sample when the allocation was sampled by bytes (0: not sampled; a
+    /// period past 4 GiB, never used, would read as 4 GiB).
+    pub(crate) period: u32,
+    /// The thread that allocated it (0: not known).
+    pub(crate) tid: u32,
+}
+
+/// A sampling period as [`Block`] keeps it.
+pub(crate) fn period32(period: u64) -> u32 {
+    u32::try_from(period).unwrap_or(u32::MAX)
 }
 
 /// No next block.
@@ -256,7 +264,8 @@ impl Outstanding {
                         time: e.time_ns,
                         stack: e.stack,
                         size: e.size,
-                        period: e.sample_period,
+                        period: period32(e.sample_period),
+                        tid: e.tid,
                     },
                 )
             }
@@ -281,18 +290,20 @@ impl Outstanding {
         }
     }
 
-    /// Stack id -> (blocks, bytes) outstanding (estimates when sampled by bytes), leaving
-    /// out the blocks allocated before a pause of the allocator probes (their free may
-    /// have come while paused).
-    pub(crate) fn by_stack(&self, pauses: &[(u64, u64)]) -> FastMap<u64, (u64, u64)> {
-        let mut out: FastMap<u64, (u64, u64)> = FastMap::default();
+    /// (stack id, thread) -> (blocks, bytes) outstanding (estimates when sampled by
+    /// bytes), the thread `generation << 32 | tid` of the allocation (0 for --aggregate's
+    /// gauges, which have none), leaving out the blocks allocated before a pause of the
+    /// allocator probes (their free may have come while paused).
+    pub(crate) fn by_stack_thread(&self, pauses: &[(u64, u64)]) -> FastMap<(u64, u64), (u64, u64)> {
+        let mut out: FastMap<(u64, u64), (u64, u64)> = FastMap::default();
         let mut est = Estimator::default();
-        for (_, b) in self.live.blocks() {
+        for (generation, b) in self.live.blocks() {
             if pauses.iter().any(|&(start, _)| b.time < start) {
                 continue;
             }
-            let (c, bytes) = est.add(b.size, b.period);
-            let e = out.entry(b.stack).or_default();
+            let (c, bytes) = est.add(b.size, u64::from(b.period));
+            let thread = (u64::from(generation) << 32) | u64::from(b.tid);
+            let e = out.entry((b.stack, thread)).or_default();
             e.0 += c;
             e.1 += bytes;
         }
@@ -300,7 +311,7 @@ impl Outstanding {
             if count == 0 || pauses.iter().any(|&(start, _)| since < start) {
                 continue;
             }
-            let e = out.entry(stack).or_default();
+            let e = out.entry((stack, 0)).or_default();
             e.0 += count;
             e.1 += bytes;
         }
@@ -385,6 +396,7 @@ mod tests {
                         stack: i,
                         size: rnd(4096),
                         period: 0,
+                        tid: 0,
                     };
                     live.alloc(g, a, b);
                     naive.alloc(g, a, b);
@@ -413,6 +425,7 @@ mod tests {
             stack,
             size: 64,
             period: 0,
+            tid: 0,
         };
         for i in 0..1000 {
             live.alloc(1, 0x1000, b(10 * i, i));
@@ -448,6 +461,7 @@ mod tests {
             stack,
             size: 64,
             period: 0,
+            tid: 0,
         };
         live.alloc(1, 0x1000, b(10, 1));
         live.alloc(1, 0x1000, b(30, 2)); // reuse, allocated after the free at 20

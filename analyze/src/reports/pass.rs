@@ -12,6 +12,7 @@ use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::top::{top_of, Report};
+use super::wrappers::WrapperRules;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
 
@@ -102,6 +103,9 @@ pub(crate) struct Passed {
     heap_leaks: Option<Report>,
     /// Which offcpu and lock waits [`Passed::top`] calls idle.
     pub idle: IdleRules,
+    /// Which frames of an allocation's stack are allocator wrappers (the summary's alloc
+    /// finding names the site past them).
+    pub wrappers: WrapperRules,
 }
 
 impl Passed {
@@ -148,6 +152,7 @@ impl Passed {
             heap: sinks.heap,
             heap_leaks: None,
             idle: IdleRules::default(),
+            wrappers: WrapperRules::default(),
         }
     }
 

@@ -38,6 +38,8 @@ pub(crate) struct Agg {
     pub(crate) after_condvar: u64,
     /// lock: condvar waits whose thread then waited for the condvar's mutex.
     pub(crate) contended_reacquires: u64,
+    /// Events per thread (generation, tid): what the row's `thread` is named from.
+    pub(crate) threads: FastMap<(u32, u32), u64>,
 }
 
 impl Agg {
@@ -49,11 +51,23 @@ impl Agg {
     }
 }
 
+/// Whether the stacks of a report are split by thread: one row (or pprof sample) per
+/// stack and thread name (`Name`), or per stack and thread group (`Group`: the names
+/// with their digits folded, `worker-*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ThreadSplit {
+    #[default]
+    None,
+    Name,
+    Group,
+}
+
 /// The per-stack aggregation of one kind while the trace streams by ([`StackSink::merge`]
 /// then merges stacks that symbolize alike).
 pub(crate) struct StackSink {
     kind: EventKind,
-    by_stack: FastMap<(u64, u64), Agg>,
+    split: ThreadSplit,
+    by_stack: FastMap<StackKey, Agg>,
     estimate: Estimator,
     /// alloc: the blocks not freed yet.
     outstanding: Option<Outstanding>,
@@ -66,8 +80,9 @@ pub(crate) struct StackSink {
     links: FastMap<(StackKey, StackKey), u64>,
 }
 
-/// A stack id and sub-key (lock: the futex address): what [`StackSink`] aggregates under.
-type StackKey = (u64, u64);
+/// A stack id, sub-key (lock: the futex address) and, when split by thread, the thread
+/// (generation << 32 | tid; else 0): what [`StackSink`] aggregates under.
+type StackKey = (u64, u64, u64);
 
 /// How soon after a condvar wait ends a mutex wait of the same thread must begin to be
 /// its mutex reacquired: glibc's `pthread_cond_wait` locks the mutex right after the
@@ -79,8 +94,14 @@ impl StackSink {
     /// outstanding at the end (pprof's inuse_*: a live-block store the other reports need
     /// not pay for).
     pub(crate) fn new(kind: EventKind, inuse: bool) -> Self {
+        Self::split(kind, inuse, ThreadSplit::None)
+    }
+
+    /// [`StackSink::new`], the stacks split by thread as `split` says.
+    pub(crate) fn split(kind: EventKind, inuse: bool, split: ThreadSplit) -> Self {
         StackSink {
             kind,
+            split,
             by_stack: FastMap::default(),
             estimate: Estimator::default(),
             outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
@@ -94,7 +115,7 @@ impl StackSink {
         if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
             return; // a row for its live gauges only
         }
-        let g = self.by_stack.entry((r.stack, r.mutex)).or_default();
+        let g = self.by_stack.entry((r.stack, r.mutex, 0)).or_default();
         g.aggregated = true;
         g.count += r.count;
         g.a += if self.kind == EventKind::Cpu {
@@ -146,7 +167,17 @@ impl Sink for StackSink {
             }
             _ => {}
         }
-        let g = self.by_stack.entry((v.stack, v.sub_key())).or_default();
+        let thread = match self.split {
+            ThreadSplit::None => 0,
+            _ => (u64::from(v.generation) << 32) | u64::from(v.tid),
+        };
+        let g = self
+            .by_stack
+            .entry((v.stack, v.sub_key(), thread))
+            .or_default();
+        if v.tid != 0 {
+            *g.threads.entry((v.generation, v.tid)).or_default() += n;
+        }
         g.count += n;
         g.a += a;
         g.b += b;
@@ -182,7 +213,7 @@ impl Sink for StackSink {
         if let Fields::Lock { futex_op, .. } = v.fields {
             // A condvar's mutex reacquired: a mutex wait of the thread whose condvar wait
             // ended just before (events of a thread come in the order they ended).
-            let key = (v.stack, v.sub_key());
+            let key = (v.stack, v.sub_key(), thread);
             let end = v.time_ns + a;
             let prev = self
                 .last_lock
@@ -217,6 +248,11 @@ pub(crate) fn frame_key(frames: &[Frame]) -> FrameKey {
 #[derive(Clone)]
 pub(crate) struct Merged {
     pub(crate) sub: u64,
+    /// The threads whose events these are ([`super::threads::thread_label`]); None when
+    /// no event says (--aggregate's counts).
+    pub(crate) thread: Option<String>,
+    /// `--by site`: the allocation site the stacks were merged under.
+    pub(crate) site: Option<super::wrappers::Site>,
     pub(crate) frames: Vec<Frame>,
     pub(crate) mappings: Vec<Option<MappingInfo>>,
     pub(crate) agg: Agg,
@@ -230,7 +266,18 @@ pub(crate) fn merge(
     filter: &Filter,
     inuse: bool,
 ) -> (Loaded, Vec<Merged>) {
-    let mut sink = StackSink::new(kind, inuse);
+    merge_split(trace, kind, filter, inuse, ThreadSplit::None)
+}
+
+/// [`merge`], the stacks split by thread as `split` says.
+pub(crate) fn merge_split(
+    trace: impl Trace,
+    kind: EventKind,
+    filter: &Filter,
+    inuse: bool,
+    split: ThreadSplit,
+) -> (Loaded, Vec<Merged>) {
+    let mut sink = StackSink::split(kind, inuse, split);
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
     let merged = sink.merge(&mut l);
     (l, merged)
@@ -249,10 +296,15 @@ impl StackSink {
                 .iter()
                 .any(|o| o.key == "no-free" && o.value == "true");
             if !no_free {
-                for (stack, inuse) in o.by_stack(&l.alloc_pauses) {
+                for ((stack, thread), inuse) in o.by_stack_thread(&l.alloc_pauses) {
+                    let thread = match self.split {
+                        ThreadSplit::None => 0,
+                        _ => thread,
+                    };
                     // Only stacks the filter let through have allocations here.
-                    if let Some(g) = self.by_stack.get_mut(&(stack, 0)) {
-                        g.inuse = inuse;
+                    if let Some(g) = self.by_stack.get_mut(&(stack, 0, thread)) {
+                        g.inuse.0 += inuse.0;
+                        g.inuse.1 += inuse.1;
                     }
                 }
             }
@@ -267,12 +319,12 @@ impl StackSink {
         }
         let notes = super::budget::notes(l, kind);
         l.losses.damage.extend(notes);
-        type Key = (u64, FrameKey);
+        type Key = (u64, String, FrameKey);
         let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
-        let mut keys: Vec<(u64, u64)> = self.by_stack.keys().copied().collect();
+        let mut keys: Vec<StackKey> = self.by_stack.keys().copied().collect();
         keys.sort_unstable();
         // Each stack key's merged key, for the links of lock waits.
-        let mut merged_key: HashMap<(u64, u64), Key> = HashMap::new();
+        let mut merged_key: HashMap<StackKey, Key> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
         let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
         for key in keys {
@@ -282,12 +334,26 @@ impl StackSink {
                 resolved = Some((key.0, f, m));
             }
             let (_, frames, mappings) = resolved.as_ref().unwrap();
-            let mk = (key.1, frame_key(frames));
+            let thread = match self.split {
+                ThreadSplit::None => String::new(),
+                _ if key.2 == 0 => String::new(),
+                split => {
+                    let name = l.thread_name((key.2 >> 32) as u32, key.2 as u32);
+                    if split == ThreadSplit::Group {
+                        super::threads::fold_digits(&name)
+                    } else {
+                        name
+                    }
+                }
+            };
+            let mk = (key.1, thread, frame_key(frames));
             if !self.links.is_empty() {
                 merged_key.insert(key, mk.clone());
             }
             let e = merged.entry(mk).or_insert_with(|| Merged {
                 sub: key.1,
+                thread: None,
+                site: None,
                 frames: frames.clone(),
                 mappings: mappings.clone(),
                 agg: Agg::default(),
@@ -317,6 +383,9 @@ impl StackSink {
             for (w, c) in agg.wakers {
                 *m.wakers.entry(w).or_default() += c;
             }
+            for (t, c) in agg.threads {
+                *m.threads.entry(t).or_default() += c;
+            }
         }
         for ((m, c), n) in std::mem::take(&mut self.links) {
             let (Some(mk), Some(ck)) = (merged_key.get(&m), merged_key.get(&c)) else {
@@ -332,7 +401,13 @@ impl StackSink {
             merged.get_mut(mk).unwrap().agg.after_condvar += n;
             merged.get_mut(ck).unwrap().agg.contended_reacquires += n;
         }
-        merged.into_values().collect()
+        merged
+            .into_values()
+            .map(|mut m| {
+                m.thread = super::threads::label_of(l, &m.agg.threads);
+                m
+            })
+            .collect()
     }
 }
 
@@ -352,6 +427,9 @@ pub struct StackValues {
     pub mappings: Vec<Option<MappingInfo>>,
     /// lock: the mutex; func: the probed function id; else 0.
     pub sub: u64,
+    /// The threads whose events these are: one name, a group (`worker-*`) or a list
+    /// ([`super::threads::thread_label`]); None when no event says.
+    pub thread: Option<String>,
     /// Events.
     pub count: u64,
     /// alloc and memgrowth: bytes; lock: wait ns; func and offcpu: total ns; cpu: samples.
@@ -415,6 +493,13 @@ pub fn stacks_with_inuse_from(trace: impl Trace, kind: EventKind, filter: &Filte
     stacks_with(trace, kind, filter, true)
 }
 
+/// [`stacks_with_inuse_from`] split by thread name: one [`StackValues`] per stack and
+/// thread name, its `thread` that name (what pprof labels its samples with).
+pub fn stacks_by_thread_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stacks {
+    let (l, merged) = merge_split(trace, kind, filter, true, ThreadSplit::Name);
+    stacks_of(&l, kind, filter, merged)
+}
+
 fn stacks_with(trace: impl Trace, kind: EventKind, filter: &Filter, inuse: bool) -> Stacks {
     let (l, merged) = merge(trace, kind, filter, inuse);
     stacks_of(&l, kind, filter, merged)
@@ -447,6 +532,7 @@ pub(crate) fn stacks_of(
                 frames: m.frames,
                 mappings: m.mappings,
                 sub: m.sub,
+                thread: m.thread,
                 count: m.agg.count,
                 total: m.agg.a,
                 hold: m.agg.b,

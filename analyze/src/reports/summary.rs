@@ -8,6 +8,7 @@ use super::pass::{Passed, Wants};
 use super::places::{core_kernel_place, leaf_in_place, user_place};
 use super::text::{human_bytes, human_ns, pct};
 use super::top::{Report, Row};
+use super::wrappers::{site_place, WrapperRules};
 use crate::model::{Filter, Trace};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -92,14 +93,26 @@ pub fn summary_from<T: Trace>(open: impl FnMut() -> Option<T>, f: &Filter) -> Su
 
 /// [`summary_from`] with `idle` saying which offcpu and lock waits are idle.
 pub fn summary_with<T: Trace>(
+    open: impl FnMut() -> Option<T>,
+    f: &Filter,
+    idle: &IdleRules,
+) -> Summary {
+    summary_rules(open, f, idle, &WrapperRules::default())
+}
+
+/// [`summary_with`] with `wrappers` saying which frames of an allocation's stack are
+/// allocator wrappers: the alloc finding names the site they lead to.
+pub fn summary_rules<T: Trace>(
     mut open: impl FnMut() -> Option<T>,
     f: &Filter,
     idle: &IdleRules,
+    wrappers: &WrapperRules,
 ) -> Summary {
     match open() {
         Some(t) => {
             let mut p = Passed::read(t, f, &wants(), None);
             p.idle = idle.clone();
+            p.wrappers = wrappers.clone();
             summary_of(&mut p)
         }
         None => Summary {
@@ -113,7 +126,11 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
     let mut findings = Vec::new();
     for kind in STACK_KINDS {
         let rep = p.top(kind, kind.default_measure(), usize::MAX);
-        findings.extend(stack_finding(kind, &rep));
+        let mut wrappers = p.wrappers.clone();
+        if kind == EventKind::Alloc {
+            wrappers.learn(rep.rows.iter().map(|r| r.frames()));
+        }
+        findings.extend(stack_finding(kind, &rep, &wrappers));
     }
     for kind in LATENCY_KINDS {
         let rep = p.latency(kind);
@@ -197,7 +214,9 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
 /// the waits for a mutex another thread held first, then the condvar waits that were
 /// contention); the
 /// idle waits' share said apart, by reason. Its share is of the whole total.
-fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
+/// The alloc finding's place is the allocation site: the first frame of the stack that is
+/// no allocator wrapper of `wrappers` ([`super::wrappers`]).
+fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Option<Finding> {
     let value = |r: &Row| -> u64 {
         match r {
             Row::Cpu(x) => x.count,
@@ -249,7 +268,10 @@ fn stack_finding(kind: EventKind, rep: &Report) -> Option<Finding> {
             "most memory growth",
         ),
         EventKind::Alloc => (
-            Box::new(|r: &Row| user_place(r.frames())),
+            {
+                let w = wrappers.clone();
+                Box::new(move |r: &Row| site_place(&w, r.frames()))
+            },
             "bytes",
             "most allocated",
         ),

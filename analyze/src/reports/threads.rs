@@ -132,6 +132,59 @@ pub fn fold_digits(name: &str) -> String {
     out
 }
 
+/// How many thread groups a row's `thread` names before "+N more".
+const LABEL_GROUPS: usize = 3;
+
+/// The `thread` of a report row, from the names of the threads whose events it holds
+/// and their events: the name when there is one (`sleeper`); the group when the names
+/// fold alike (`pingpong-1`, `pingpong-2` -> `pingpong-*`); else the groups, most events
+/// first (a group of one name by its name), at most three, then "+N more":
+/// `reader, pingpong-*, writer +1 more`. None without names.
+pub fn thread_label(names: &[(String, u64)]) -> Option<String> {
+    // group -> (events, the names in it)
+    let mut groups: BTreeMap<String, (u64, Vec<&str>)> = BTreeMap::new();
+    for (name, n) in names {
+        let g = groups.entry(fold_digits(name)).or_default();
+        g.0 += n;
+        if !g.1.contains(&name.as_str()) {
+            g.1.push(name);
+        }
+    }
+    let mut groups: Vec<(String, u64, Vec<&str>)> =
+        groups.into_iter().map(|(k, (n, v))| (k, n, v)).collect();
+    groups.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let shown: Vec<String> = groups
+        .iter()
+        .take(LABEL_GROUPS)
+        .map(|(g, _, names)| match names.as_slice() {
+            [one] => one.to_string(),
+            _ => g.clone(),
+        })
+        .collect();
+    if shown.is_empty() {
+        return None;
+    }
+    let mut label = shown.join(", ");
+    if groups.len() > LABEL_GROUPS {
+        label.push_str(&format!(" +{} more", groups.len() - LABEL_GROUPS));
+    }
+    Some(label)
+}
+
+/// [`thread_label`] of events counted per thread (generation, tid), each thread named
+/// by [`Loaded::thread_name`].
+pub(crate) fn label_of<S: std::hash::BuildHasher>(
+    l: &Loaded,
+    threads: &HashMap<(u32, u32), u64, S>,
+) -> Option<String> {
+    let mut names: BTreeMap<String, u64> = BTreeMap::new();
+    for (&(generation, tid), &n) in threads {
+        *names.entry(l.thread_name(generation, tid)).or_default() += n;
+    }
+    let names: Vec<(String, u64)> = names.into_iter().collect();
+    thread_label(&names)
+}
+
 #[derive(Default)]
 struct PerThread {
     cpu_samples: u64,
@@ -468,6 +521,31 @@ impl ThreadsReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_is_labelled_by_its_name_its_group_or_its_groups() {
+        let l = |v: &[(&str, u64)]| {
+            thread_label(
+                &v.iter()
+                    .map(|(n, c)| (n.to_string(), *c))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(l(&[]), None);
+        assert_eq!(l(&[("sleeper", 3)]).as_deref(), Some("sleeper"));
+        assert_eq!(
+            l(&[("pingpong-1", 3), ("pingpong-2", 5)]).as_deref(),
+            Some("pingpong-*")
+        );
+        assert_eq!(
+            l(&[("reader", 1), ("pingpong-1", 3), ("pingpong-2", 5)]).as_deref(),
+            Some("pingpong-*, reader")
+        );
+        assert_eq!(
+            l(&[("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 4)]).as_deref(),
+            Some("d, e, c +2 more")
+        );
+    }
 
     #[test]
     fn digits_fold_to_a_star() {

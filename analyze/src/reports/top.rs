@@ -4,8 +4,9 @@ use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
 use super::names::{bio_op_name, device_name, probed_name, syscall_name};
 use super::places::{lock_kind, wait_kind};
-use super::stacks::{merge, Agg, Merged};
+use super::stacks::{merge, merge_split, Agg, Merged, ThreadSplit};
 use super::text::{empty_note, log2_text, losses_text};
+use super::wrappers::{Site, WrapperRules};
 use crate::histogram::Log2Bin;
 use crate::model::{Filter, Frame, Loaded, Losses, Trace};
 use ebtrace_format::TraceReader;
@@ -19,6 +20,15 @@ pub struct Report {
     /// The event kind's name, or "leaks".
     pub kind: String,
     pub by: Measure,
+    /// What a row is when not a stack: "site" (`--by site`: the allocation sites, stacks
+    /// merged by the first frame that is no allocator wrapper) or "thread" (`--by thread`:
+    /// a stack of one thread group); absent for stacks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<&'static str>,
+    /// `--by site`: the program's own functions recognised as allocator wrappers by their
+    /// shape (docs/guide.md, "Blame the caller"), folded into their callers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wrappers_learnt: Option<Vec<String>>,
     pub totals: BTreeMap<String, u64>,
     pub losses: Losses,
     pub rows: Vec<Row>,
@@ -57,6 +67,19 @@ impl Report {
                 .map(|r| format!("[idle: {r}]  "))
                 .unwrap_or_default();
             let _ = writeln!(s, "\n#{} {idle}{}", i + 1, vals.join("  "));
+            if let Some(site) = row.site() {
+                let _ = writeln!(
+                    s,
+                    "  site (of {} stack{}), through {}:",
+                    site.stacks,
+                    if site.stacks == 1 { "" } else { "s" },
+                    if site.wrappers.is_empty() {
+                        "no wrapper".to_string()
+                    } else {
+                        site.wrappers.join(" <- ")
+                    }
+                );
+            }
             if let Some(bins) = self.histograms.get(i).filter(|b| !b.is_empty()) {
                 s.push_str(&log2_text(bins));
             }
@@ -111,6 +134,8 @@ pub struct SyscallRow {
     pub p50_ns: u64,
     pub p99_ns: u64,
     pub syscall: String,
+    /// The threads of these events (see `BytesRow::thread`).
+    pub thread: Option<String>,
     pub total_ns: u64,
 }
 
@@ -126,6 +151,8 @@ pub struct BioRow {
     pub op: &'static str,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// The threads of these events (see `BytesRow::thread`).
+    pub thread: Option<String>,
     pub total_ns: u64,
 }
 
@@ -138,6 +165,8 @@ pub struct RunqRow {
     pub max_ns: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
+    /// The threads of these events (see `BytesRow::thread`).
+    pub thread: Option<String>,
     pub total_ns: u64,
 }
 
@@ -149,6 +178,8 @@ pub struct TcpStackRow {
     pub frames: Vec<Frame>,
     /// "connect" or "accept".
     pub kind: &'static str,
+    /// The threads of these events (see `BytesRow::thread`).
+    pub thread: Option<String>,
 }
 
 /// A row of `top --kind alloc` or `--kind memgrowth`.
@@ -156,8 +187,19 @@ pub struct TcpStackRow {
 pub struct BytesRow {
     pub bytes: u64,
     pub count: u64,
+    /// Leaf first; with `--by site`, from the site outwards (the wrappers left out), of
+    /// the row's heaviest stack.
     #[serde(serialize_with = "sorted_frames")]
     pub frames: Vec<Frame>,
+    /// `--by site`: the allocation site, the wrappers folded into it and the stacks
+    /// merged; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<Site>,
+    /// The threads whose events these are: the thread's name (the last the trace gives
+    /// it, else its process's comm); the group when several threads' names fold alike
+    /// (`worker-*`); else the groups, most events first, at most three then "+N more"
+    /// (`reader, pingpong-*`). null when no event says (--aggregate's counts).
+    pub thread: Option<String>,
 }
 
 /// A row of `ebsym locks`.
@@ -185,6 +227,8 @@ pub struct LockRow {
     pub kind: &'static str,
     /// The lock's address, hex.
     pub mutex: String,
+    /// The threads that waited (see `BytesRow::thread`).
+    pub thread: Option<String>,
     /// What the waits were for: "mutex", "condvar" (the condition's signal),
     /// "condvar_mutex" (a condvar's mutex, reacquired after the signal while another
     /// thread held it) or "other".
@@ -210,6 +254,8 @@ pub struct FuncRow {
     pub p50_ns: u64,
     pub p90_ns: u64,
     pub p99_ns: u64,
+    /// The threads that made these calls (see `BytesRow::thread`).
+    pub thread: Option<String>,
     pub total_ns: u64,
 }
 
@@ -219,6 +265,8 @@ pub struct CpuRow {
     pub count: u64,
     #[serde(serialize_with = "sorted_frames")]
     pub frames: Vec<Frame>,
+    /// The threads sampled (see `BytesRow::thread`).
+    pub thread: Option<String>,
 }
 
 /// A row of `top --kind offcpu`.
@@ -232,6 +280,8 @@ pub struct OffCpuRow {
     pub idle: bool,
     /// The rule that said so ("epoll wait", "--idle PATTERN"); null when not idle.
     pub idle_reason: Option<String>,
+    /// The threads that blocked (see `BytesRow::thread`).
+    pub thread: Option<String>,
     pub total_ns: u64,
     /// The stack of the thread that most often ended these blocks; empty when woken by an
     /// interrupt.
@@ -258,6 +308,11 @@ pub struct LeakRow {
     pub held_by: Option<String>,
     /// Age of the oldest block at the end of the recording.
     pub oldest_ns: u64,
+    /// `--by site`: the allocation site (see `BytesRow::site`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<Site>,
+    /// The threads that allocated these blocks (see `BytesRow::thread`).
+    pub thread: Option<String>,
 }
 
 /// A row's scalar value, as the text shows it.
@@ -291,6 +346,31 @@ impl Row {
         }
     }
 
+    /// The threads of the row's events (see [`BytesRow::thread`]).
+    pub fn thread(&self) -> Option<&str> {
+        match self {
+            Row::Bytes(r) => r.thread.as_deref(),
+            Row::Lock(r) => r.thread.as_deref(),
+            Row::Func(r) => r.thread.as_deref(),
+            Row::Cpu(r) => r.thread.as_deref(),
+            Row::OffCpu(r) => r.thread.as_deref(),
+            Row::Leak(r) => r.thread.as_deref(),
+            Row::Syscall(r) => r.thread.as_deref(),
+            Row::Bio(r) => r.thread.as_deref(),
+            Row::Runq(r) => r.thread.as_deref(),
+            Row::Tcp(r) => r.thread.as_deref(),
+        }
+    }
+
+    /// The allocation site of a `--by site` row.
+    pub fn site(&self) -> Option<&Site> {
+        match self {
+            Row::Bytes(r) => r.site.as_ref(),
+            Row::Leak(r) => r.site.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Why the row's waits are idle (offcpu and lock rows a rule matched).
     pub fn idle_reason(&self) -> Option<&str> {
         match self {
@@ -319,6 +399,17 @@ impl Row {
     /// The values other than the stacks, named as in the JSON and in its order (strings
     /// as they are, a missing function name as `null`): what the text's row line shows.
     pub fn values(&self) -> Vec<(&'static str, String)> {
+        let mut v = self.own_values();
+        if let Some(t) = self.thread() {
+            // In the JSON's alphabetical order: before total_ns (and the lock's wait_*),
+            // after the others.
+            let at = v.iter().position(|(k, _)| *k > "thread").unwrap_or(v.len());
+            v.insert(at, ("thread", t.to_string()));
+        }
+        v
+    }
+
+    fn own_values(&self) -> Vec<(&'static str, String)> {
         match self {
             Row::Bytes(r) => vec![("bytes", num(r.bytes)), ("count", num(r.count))],
             Row::Lock(r) => {
@@ -483,6 +574,149 @@ pub fn top_with(
     top_of(&mut l, kind, by, filter, merged, n, idle)
 }
 
+/// What a row of `top` (or `leaks`) is: a stack (the default), a stack of one thread
+/// group (`--by thread`), or an allocation site (`--by site`, alloc only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Group {
+    #[default]
+    Stack,
+    Thread,
+    Site,
+}
+
+impl Group {
+    /// `--by`'s word for it: "stack", "thread", "site".
+    pub fn parse(word: &str) -> Option<Group> {
+        match word {
+            "stack" => Some(Group::Stack),
+            "thread" => Some(Group::Thread),
+            "site" => Some(Group::Site),
+            _ => None,
+        }
+    }
+
+    /// The report's `group` (None for stacks).
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Group::Stack => None,
+            Group::Thread => Some("thread"),
+            Group::Site => Some("site"),
+        }
+    }
+}
+
+/// [`top_with`] with rows grouped as `group` says: `Group::Thread`, a row per stack and
+/// thread group; `Group::Site` (alloc and memgrowth), a row per allocation site, the
+/// wrappers `wrappers` (and what it learns from the stacks) name folded into it.
+#[allow(clippy::too_many_arguments)]
+pub fn top_grouped(
+    trace: impl Trace,
+    kind: EventKind,
+    by: Measure,
+    filter: &Filter,
+    n: usize,
+    idle: &IdleRules,
+    group: Group,
+    wrappers: &WrapperRules,
+) -> Report {
+    let split = if group == Group::Thread {
+        ThreadSplit::Group
+    } else {
+        ThreadSplit::None
+    };
+    let (mut l, merged) = merge_split(trace, kind, filter, false, split);
+    let mut learnt = None;
+    let merged = if group == Group::Site {
+        let mut w = wrappers.clone();
+        w.learn(merged.iter().map(|m| m.frames.as_slice()));
+        learnt = Some(w.learnt().map(String::from).collect());
+        by_site(&l, merged, &w)
+    } else {
+        merged
+    };
+    let mut r = top_of(&mut l, kind, by, filter, merged, n, idle);
+    r.group = group.name();
+    r.wrappers_learnt = learnt;
+    r
+}
+
+/// The stacks of `merged` merged by allocation site ([`WrapperRules::site`]): each
+/// site's row has the sum of its stacks, the frames of the heaviest from the site
+/// outwards, and the threads of all.
+pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> Vec<Merged> {
+    /// A site's row so far: its merged stack, the weight of its heaviest stack, the
+    /// wrappers folded, the stacks merged.
+    struct Acc {
+        m: Merged,
+        best: u64,
+        wrappers: Vec<String>,
+        stacks: u64,
+    }
+    type Key = (String, Option<String>, Option<u32>);
+    let mut sites: BTreeMap<Key, Acc> = BTreeMap::new();
+    for mut m in merged {
+        let (i, wrappers) = rules.site(&m.frames).unwrap_or((0, Vec::new()));
+        let key: Key = m
+            .frames
+            .get(i)
+            .map(|f| (f.function.clone(), f.file.clone(), f.line))
+            .unwrap_or_default();
+        // From the site outwards.
+        m.frames.drain(..i.min(m.frames.len()));
+        m.mappings.drain(..i.min(m.mappings.len()));
+        let weight = m.agg.a.max(m.agg.count);
+        let Some(acc) = sites.get_mut(&key) else {
+            sites.insert(
+                key,
+                Acc {
+                    m,
+                    best: weight,
+                    wrappers,
+                    stacks: 1,
+                },
+            );
+            continue;
+        };
+        acc.stacks += 1;
+        for w in wrappers {
+            if !acc.wrappers.contains(&w) {
+                acc.wrappers.push(w);
+            }
+        }
+        let a = &mut acc.m.agg;
+        a.count += m.agg.count;
+        a.a += m.agg.a;
+        a.b += m.agg.b;
+        a.inuse.0 += m.agg.inuse.0;
+        a.inuse.1 += m.agg.inuse.1;
+        for (t, c) in m.agg.threads {
+            *a.threads.entry(t).or_default() += c;
+        }
+        if weight > acc.best {
+            acc.best = weight;
+            acc.m.frames = m.frames;
+            acc.m.mappings = m.mappings;
+        }
+    }
+    sites
+        .into_values()
+        .map(|acc| {
+            let mut m = acc.m;
+            let f = m.frames.first();
+            m.site = Some(Site {
+                file: f.and_then(|f| f.file.clone()),
+                function: f.map_or_else(|| "(no stack)".into(), |f| f.function.clone()),
+                line: f.and_then(|f| f.line),
+                module: f.map(|f| f.module.clone()).unwrap_or_default(),
+                stacks: acc.stacks,
+                wrappers: acc.wrappers,
+            });
+            m.thread = super::threads::label_of(l, &m.agg.threads);
+            m
+        })
+        .collect()
+}
+
 /// What [`top_of`] decides of a lock or offcpu stack before sorting: (wait kind,
 /// contention, idle reason).
 type Decision = (&'static str, bool, Option<String>);
@@ -581,7 +815,12 @@ pub(crate) fn top_of(
     for (
         _,
         Merged {
-            sub, frames, agg, ..
+            sub,
+            frames,
+            agg,
+            thread,
+            site,
+            ..
         },
         (wk, contention, idle_reason),
     ) in scored.into_iter().take(n)
@@ -591,6 +830,8 @@ pub(crate) fn top_of(
                 bytes: agg.a,
                 count: agg.count,
                 frames,
+                site,
+                thread,
             }),
             EventKind::Lock => {
                 let waker_frames = top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default();
@@ -605,6 +846,7 @@ pub(crate) fn top_of(
                     hold_p99_ns: (held && !agg.aggregated).then(|| agg.hist(1).quantile(0.99)),
                     kind: lock_kind(&frames, agg.futex_op),
                     mutex: format!("{:#x}", agg.mutex),
+                    thread,
                     wait_ns: agg.a,
                     wait_p99_ns: (!agg.aggregated).then(|| agg.hist(0).quantile(0.99)),
                     waker_frames,
@@ -623,17 +865,20 @@ pub(crate) fn top_of(
                     p50_ns: h.quantile(0.5),
                     p90_ns: h.quantile(0.9),
                     p99_ns: h.quantile(0.99),
+                    thread,
                     total_ns: agg.a,
                 })
             }
             EventKind::Cpu => Row::Cpu(CpuRow {
                 count: agg.count,
                 frames,
+                thread,
             }),
             EventKind::OffCpu => Row::OffCpu(OffCpuRow {
                 count: agg.count,
                 idle: idle_reason.is_some(),
                 idle_reason,
+                thread,
                 total_ns: agg.a,
                 // The stack of the thread that most often ended these blocks.
                 waker_frames: top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default(),
@@ -649,6 +894,7 @@ pub(crate) fn top_of(
                     p50_ns: h.quantile(0.5),
                     p99_ns: h.quantile(0.99),
                     syscall: syscall_name(&l.header.arch, sub),
+                    thread,
                     total_ns: agg.a,
                 })
             }
@@ -663,6 +909,7 @@ pub(crate) fn top_of(
                     op: bio_op_name(sub as u32),
                     p50_ns: h.quantile(0.5),
                     p99_ns: h.quantile(0.99),
+                    thread,
                     total_ns: agg.a,
                 })
             }
@@ -674,6 +921,7 @@ pub(crate) fn top_of(
                     max_ns: h.max(),
                     p50_ns: h.quantile(0.5),
                     p99_ns: h.quantile(0.99),
+                    thread,
                     total_ns: agg.a,
                 })
             }
@@ -685,12 +933,15 @@ pub(crate) fn top_of(
                 } else {
                     "connect"
                 },
+                thread,
             }),
         });
     }
     Report {
         kind: kind.name().into(),
         by,
+        group: None,
+        wrappers_learnt: None,
         totals,
         losses: l.losses.clone(),
         rows,

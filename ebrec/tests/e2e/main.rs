@@ -9,6 +9,7 @@ mod agent;
 mod aggregate;
 mod alloc_cost;
 mod budget;
+mod callers;
 mod cfi;
 mod chain;
 mod containers;

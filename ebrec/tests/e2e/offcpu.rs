@@ -446,4 +446,60 @@ fn threads_report_names_the_threads_and_where_their_time_goes() {
     assert_eq!(names, ["pingpong-1", "pingpong-2"]);
     // the ping-pong runs on the CPU and waits in the run queue: both are seen
     assert!(pp["on_cpu_ns"].as_u64().unwrap() > 0, "{pp:#}");
+
+    // The report rows carry the thread: each block's row its thread's name.
+    let top = ebsym_json(&["top", t, "--kind", "offcpu", "-n", "100"]);
+    let rows = top["rows"].as_array().unwrap();
+    for (func, name) in [
+        ("offcpu::sleeper_a", "sleeper"),
+        ("offcpu::reader_b", "reader"),
+        ("offcpu::writer_c", "writer"),
+    ] {
+        let row = rows
+            .iter()
+            .find(|r| user(&frames(r, "frames")).iter().any(|f| is_fn(f, func)))
+            .unwrap_or_else(|| panic!("no row in {func}: {top:#}"));
+        assert_eq!(row["thread"], name, "{row:#}");
+    }
+    // --thread: the ping-pong group's samples only, each row one of its threads.
+    let cpu = ebsym_json(&["top", t, "--kind", "cpu", "-n", "1000"]);
+    let pp_cpu = ebsym_json(&[
+        "top",
+        t,
+        "--kind",
+        "cpu",
+        "--thread",
+        "pingpong-*",
+        "-n",
+        "1000",
+    ]);
+    let n = |r: &Value| r["totals"]["count"].as_u64().unwrap();
+    assert!(n(&pp_cpu) > 0 && n(&pp_cpu) <= n(&cpu), "{pp_cpu:#}");
+    for r in pp_cpu["rows"].as_array().unwrap() {
+        let th = r["thread"].as_str().unwrap();
+        assert!(
+            ["pingpong-1", "pingpong-2", "pingpong-*"].contains(&th),
+            "{r:#}"
+        );
+    }
+    // --by thread: a stack of one group a row; the sums are the whole.
+    let by = ebsym_json(&["top", t, "--kind", "cpu", "--by", "thread", "-n", "100000"]);
+    assert_eq!(by["group"], "thread");
+    assert_eq!(n(&by), n(&cpu));
+    for r in by["rows"].as_array().unwrap() {
+        let th = r["thread"].as_str().unwrap();
+        assert!(!th.contains(", "), "one group a row: {r:#}");
+    }
+    // pprof: every sample labelled with its thread (go tool pprof's own reader).
+    let out = rec.trace.with_extension("offcpu.pb.gz");
+    common::run(
+        &common::ebsym_path(),
+        &["pprof", t, "--kind", "offcpu", "-o", out.to_str().unwrap()],
+    );
+    if let Some(raw) = common::go_pprof_raw(&out) {
+        for name in ["sleeper", "reader", "writer"] {
+            let l = format!("thread:[{name}]");
+            assert!(raw.labels.contains(&l), "{l} not in {:?}", raw.labels);
+        }
+    }
 }

@@ -141,7 +141,20 @@ fn pprof_format_decoded(pb: &Path) -> Option<Value> {
 }
 
 /// The checks of a pushed pprof of `kind` (cpu or offcpu) that every backend shares.
-fn check_pprof(pb: &Path, kind: &str, symbolized: bool) {
+/// How a pushed profile's user frames are named.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Names {
+    /// Addresses in mappings with build-ids: the backend symbolizes (Parca, OTLP).
+    Addresses,
+    /// Function names from the binaries' ELF symbol tables, addresses kept, no file or
+    /// line (Pyroscope's default).
+    Symtab,
+    /// Symbolized on this host with DWARF (--symbolize).
+    Dwarf,
+}
+
+fn check_pprof(pb: &Path, kind: &str, names: Names) {
+    let symbolized = names != Names::Addresses;
     let rec = recording();
     let Some(raw) = go_pprof_raw(pb) else { return };
     if let Some(v) = pprof_format_decoded(pb) {
@@ -167,16 +180,24 @@ fn check_pprof(pb: &Path, kind: &str, symbolized: bool) {
                 .any(|m| m["filename"] == bin && m["build_id"] == want.as_str()),
             "{kind}: pprof-format sees no mapping of {bin} with its build-id"
         );
-        if !symbolized {
-            // The program's own frames go as addresses: no lines for the backend to trust.
-            for l in v["locations"].as_array().unwrap() {
-                if l["mapping"]["filename"] == bin {
-                    assert_eq!(
-                        l["lines"].as_array().map_or(0, |x| x.len()),
-                        0,
-                        "{kind}: {l}"
-                    );
+        for l in v["locations"].as_array().unwrap() {
+            if l["mapping"]["filename"] != bin {
+                continue;
+            }
+            let lines = l["lines"].as_array().map_or(&[][..], |x| x.as_slice());
+            match names {
+                // The program's own frames go as addresses: no lines for the backend to
+                // trust.
+                Names::Addresses => assert_eq!(lines.len(), 0, "{kind}: {l}"),
+                // A name from the symbol table, the address kept for a backend that can
+                // do better; no file or line (no DWARF read).
+                Names::Symtab => {
+                    assert_ne!(l["address"], "0", "{kind}: {l}");
+                    assert_eq!(lines.len(), 1, "{kind}: {l}");
+                    assert_eq!(lines[0]["file"], "", "{kind}: {l}");
+                    assert_eq!(lines[0]["line"], 0, "{kind}: {l}");
                 }
+                Names::Dwarf => {}
             }
         }
     }
@@ -213,6 +234,13 @@ fn check_pprof(pb: &Path, kind: &str, symbolized: bool) {
         raw.labels.iter().any(|l| l == "comm:[offcpu_blocks-f]"),
         "{kind}: no comm label"
     );
+    // Each sample is one thread's, labelled with its name.
+    if kind == "offcpu" {
+        for t in ["sleeper", "reader", "writer"] {
+            let l = format!("thread:[{t}]");
+            assert!(raw.labels.contains(&l), "{kind}: no {l}: {:?}", raw.labels);
+        }
+    }
     let ours = raw
         .names
         .iter()
@@ -310,7 +338,9 @@ fn pyroscope_takes_each_kind_with_labels_and_sample_type_config() {
             }
             k => panic!("unexpected kind {k}"),
         }
-        check_pprof(pb.as_ref().unwrap(), kind, false);
+        // Pyroscope does not symbolize native frames: they come named from the symbol
+        // tables.
+        check_pprof(pb.as_ref().unwrap(), kind, Names::Symtab);
     }
     // A group-readable auth file is taken, with a warning; an unknown line is refused.
     std::fs::set_permissions(&auth, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -347,7 +377,7 @@ fn pyroscope_with_symbolize_names_the_functions() {
             .to_string();
         // The default service: the busiest process's comm.
         assert_eq!(meta["labels"]["service_name"], "offcpu_blocks-f");
-        check_pprof(pb.as_ref().unwrap(), &kind, true);
+        check_pprof(pb.as_ref().unwrap(), &kind, Names::Dwarf);
     }
 }
 
@@ -371,7 +401,7 @@ fn parca_takes_a_write_raw_over_grpc_web() {
         assert_eq!(meta["labels"]["host"], hostname().as_str());
         assert_eq!(meta["labels"]["kernel"], kernel().as_str());
         assert_eq!(meta["normalized"], false);
-        check_pprof(pb.as_ref().unwrap(), kind, false);
+        check_pprof(pb.as_ref().unwrap(), kind, Names::Addresses);
     }
     let s = server("parca", "", 60);
     push_ok(&["--push", &s.url("parca"), "--symbolize"]);
@@ -381,7 +411,7 @@ fn parca_takes_a_write_raw_over_grpc_web() {
             .unwrap()
             .strip_prefix("ebrec_")
             .unwrap();
-        check_pprof(pb.as_ref().unwrap(), kind, true);
+        check_pprof(pb.as_ref().unwrap(), kind, Names::Dwarf);
     }
 }
 

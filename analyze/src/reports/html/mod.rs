@@ -19,12 +19,14 @@
 //! (`pass.rs`). A base trace is read for its info, then once for its stacks.
 use super::diff::diff_stacks;
 use super::heatmap::{build, HeatmapOptions};
+use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
 use super::names::{bio_name, function_name, syscall_name};
 use super::pass::{Passed, Wants};
 use super::summary::summary_of;
 use super::suppress::Suppressions;
 use super::top::Row;
+use super::wrappers::WrapperRules;
 use crate::event::{EventView, Fields, Waker};
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
@@ -370,7 +372,36 @@ pub fn report<R: Read + Send, B: Read + Send>(
     base_name: Option<&str>,
     n: usize,
 ) -> (String, HtmlStats) {
-    let data = data(open, base, filter, name, base_name, n);
+    report_with(
+        open,
+        base,
+        filter,
+        name,
+        base_name,
+        n,
+        &PageRules::default(),
+    )
+}
+
+/// The rules the page's summary and tables decide with: which waits are idle, which
+/// frames of an allocation are allocator wrappers (the defaults unless the user says).
+#[derive(Debug, Clone, Default)]
+pub struct PageRules {
+    pub idle: IdleRules,
+    pub wrappers: WrapperRules,
+}
+
+/// [`report`] with `rules` (`ebsym report --idle`, `--wrapper`).
+pub fn report_with<R: Read + Send, B: Read + Send>(
+    open: &mut dyn FnMut() -> Option<TraceReader<R>>,
+    base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
+    filter: &Filter,
+    name: &str,
+    base_name: Option<&str>,
+    n: usize,
+    rules: &PageRules,
+) -> (String, HtmlStats) {
+    let data = data(open, base, filter, name, base_name, n, rules);
     let (html, mut stats) = render(&data);
     stats.bytes = html.len();
     (html, stats)
@@ -405,6 +436,7 @@ fn data<R: Read + Send, B: Read + Send>(
     name: &str,
     base_name: Option<&str>,
     n: usize,
+    rules: &PageRules,
 ) -> Value {
     let (info, header_start) = match open() {
         Some(r) => {
@@ -428,6 +460,8 @@ fn data<R: Read + Send, B: Read + Send>(
     let bucket_ns = span.div_ceil(TIME_BUCKETS).max(1);
     let mut sink = ReportSink::new(t0, bucket_ns);
     let mut p = Passed::read(trace, filter, &wants(t0, bucket_ns), Some(&mut sink));
+    p.idle = rules.idle.clone();
+    p.wrappers = rules.wrappers.clone();
     let end_rel = p
         .loaded
         .last_event_ns
