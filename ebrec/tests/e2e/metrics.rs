@@ -941,7 +941,16 @@ fn end_to_end(served: Served) {
         Served::ByTest => cmd.args(["-p", &lock_pid.to_string(), "-p", &sys_pid.to_string()]),
     };
     let mut agent = cmd
-        .args(["--lock", "--offcpu", "--syscalls", "--duration", "120"])
+        // every off-CPU block (the 5 ms naps are under --offcpu-sample's 10 ms unit: a
+        // sample of them would make the count below a random one)
+        .args([
+            "--lock",
+            "--offcpu",
+            "--offcpu-sample=0",
+            "--syscalls",
+            "--duration",
+            "120",
+        ])
         .arg("-o")
         .arg(&output)
         .stderr(Stdio::piped())

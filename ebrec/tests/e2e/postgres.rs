@@ -285,12 +285,10 @@ fn postgres_known_causes_are_the_findings() {
 
     // Hot row: the wait for the row lock, not idle.
     let (summary, top) = pg.diagnose("hot", "UPDATE hot SET v = v + 1 WHERE id = 1;\n", 8, &[]);
+    // The busiest wait that is not idle is the row lock (with the old idle rules it was
+    // idle, and the finding named another wait). The postmaster's select loop, idle, is a
+    // share of the total that depends on how long the clients ran: not asserted.
     let off = finding(&summary, "offcpu");
-    let idle = off["idle_share"].as_f64().unwrap_or(0.0);
-    assert!(
-        idle < 0.5,
-        "hot row: {idle} of the off-CPU time idle: {off:#}"
-    );
     assert!(
         off["subject"]
             .as_str()
