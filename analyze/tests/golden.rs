@@ -1204,6 +1204,7 @@ fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
         "shop",
         Some("misc"),
         20,
+        &reports::html::PageRules::default(),
     );
     assert!(html.contains("ebtrace report: shop"));
     assert_eq!(stats.kinds, ["alloc", "lock"]);

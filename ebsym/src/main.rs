@@ -649,7 +649,7 @@ fn html_report(
         idle: a.idle_rules()?,
         wrappers: a.wrapper_rules()?,
     };
-    let (html, stats) = ebtrace_analyze::reports::html::report_with(
+    let (html, stats) = ebtrace_analyze::reports::html::report(
         &mut open,
         base.is_some()
             .then_some(&mut open_base as &mut dyn FnMut() -> Option<_>),

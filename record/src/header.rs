@@ -38,9 +38,14 @@ pub fn header(a: &RecordConfig) -> Header {
         if a.no_free {
             opt("no-free", "true".into());
         }
-        // In order: allocator N of the events is the Nth.
+        // In order: allocator N of the events is the Nth; its NAME (what the reports call
+        // it) beside the spec, so that a reader need not parse specs.
         for f in &a.alloc_fn {
             opt("alloc-fn", f.clone());
+            let name = f
+                .parse::<crate::funcs::allocfn::AllocFnSpec>()
+                .map_or_else(|_| f.clone(), |s| s.name);
+            opt("alloc-fn-name", name);
         }
     }
     if let Some(m) = a.lock {

@@ -482,43 +482,13 @@ mod tests {
 
 /// The allocators of a trace by number: 0 "malloc" (the system allocator: malloc's family,
 /// operator new through it), then each `--alloc-fn`'s NAME in the order of the header's
-/// `alloc-fn` options.
+/// `alloc-fn-name` options (written by the recorder, which parsed the specs).
 pub(crate) fn allocator_names(header: &ebtrace_format::proto::Header) -> Vec<String> {
     let mut names = vec!["malloc".to_string()];
-    for o in header.options.iter().filter(|o| o.key == "alloc-fn") {
-        names.push(alloc_fn_name(&o.value));
+    for o in header.options.iter().filter(|o| o.key == "alloc-fn-name") {
+        names.push(o.value.clone());
     }
     names
-}
-
-/// NAME of `NAME:SIZE_ARG[:FREE_NAME[:PTR_ARG]]`: what comes before the first part that is
-/// a number (parts split at single `:` outside brackets; `::` is a scope).
-fn alloc_fn_name(spec: &str) -> String {
-    let b = spec.as_bytes();
-    let mut depth = 0i32;
-    let mut start = 0;
-    for (i, &c) in b.iter().enumerate() {
-        match c {
-            b'(' | b'[' | b'<' => depth += 1,
-            b')' | b']' | b'>' => depth -= 1,
-            b':' if depth == 0
-                && (i == 0 || b[i - 1] != b':')
-                && b.get(i + 1).is_none_or(|&n| n != b':') =>
-            {
-                let part = &spec[start..i];
-                if start > 0 && !part.is_empty() && part.bytes().all(|c| c.is_ascii_digit()) {
-                    return spec[..start - 1].to_string();
-                }
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    let part = &spec[start..];
-    if start > 0 && !part.is_empty() && part.bytes().all(|c| c.is_ascii_digit()) {
-        return spec[..start - 1].to_string();
-    }
-    spec.to_string()
 }
 
 /// The name of allocator `id` among `names` ([`allocator_names`]).
@@ -527,26 +497,4 @@ pub(crate) fn allocator_name(names: &[String], id: u32) -> String {
         .get(id as usize)
         .cloned()
         .unwrap_or_else(|| format!("allocator {id}"))
-}
-
-#[cfg(test)]
-mod allocator_tests {
-    #[test]
-    fn the_name_of_a_spec() {
-        for (spec, name) in [
-            (
-                "pool::Arena::Allocate:1:pool::Arena::Free:1",
-                "pool::Arena::Allocate",
-            ),
-            ("pool_alloc:0", "pool_alloc"),
-            ("libpool.so:pool_alloc:0:pool_free", "libpool.so:pool_alloc"),
-            (
-                "Arena::Allocate(unsigned long):1",
-                "Arena::Allocate(unsigned long)",
-            ),
-            ("odd", "odd"),
-        ] {
-            assert_eq!(super::alloc_fn_name(spec), name, "{spec}");
-        }
-    }
 }

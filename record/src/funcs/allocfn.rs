@@ -29,6 +29,8 @@ pub const MAX_ARG: u32 = 5;
 pub struct AllocFnSpec {
     /// As the user wrote it.
     pub text: String,
+    /// NAME as the user wrote it (what the reports call the allocator).
+    pub name: String,
     /// The allocation function.
     pub alloc: FuncSpec,
     /// The index of its size argument.
@@ -95,7 +97,8 @@ impl FromStr for AllocFnSpec {
         let Some(i) = p.iter().position(|x| is_number(x)).filter(|&i| i > 0) else {
             bail!("--alloc-fn '{text}': no SIZE_ARG: NAME:SIZE_ARG[:FREE_NAME[:PTR_ARG]], SIZE_ARG the 0-based index of the size argument (a member function's `this` is 0)");
         };
-        let alloc = name(text, "NAME", &p[..i].join(":"))?;
+        let alloc_name = p[..i].join(":");
+        let alloc = name(text, "NAME", &alloc_name)?;
         let size_arg = index(text, "SIZE_ARG", p[i])?;
         let rest = &p[i + 1..];
         let free = match rest {
@@ -108,6 +111,7 @@ impl FromStr for AllocFnSpec {
         };
         Ok(AllocFnSpec {
             text: text.to_string(),
+            name: alloc_name,
             alloc,
             size_arg,
             free,
@@ -119,6 +123,24 @@ impl FromStr for AllocFnSpec {
 mod tests {
     use super::*;
     use crate::funcs::spec::What;
+
+    #[test]
+    fn the_name_of_a_spec() {
+        for (text, want) in [
+            (
+                "pool::Arena::Allocate:1:pool::Arena::Free:1",
+                "pool::Arena::Allocate",
+            ),
+            ("pool_alloc:0", "pool_alloc"),
+            ("libpool.so:pool_alloc:0:pool_free", "libpool.so:pool_alloc"),
+            (
+                "Arena::Allocate(unsigned long):1",
+                "Arena::Allocate(unsigned long)",
+            ),
+        ] {
+            assert_eq!(spec(text).name, want, "{text}");
+        }
+    }
 
     fn spec(s: &str) -> AllocFnSpec {
         s.parse().unwrap()

@@ -361,28 +361,6 @@ fn losses_json(losses: &Losses) -> Value {
     serde_json::to_value(losses).unwrap_or(Value::Null)
 }
 
-/// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
-/// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
-/// (the differential flame graphs), twice as well. `name` is what the page calls the trace.
-pub fn report<R: Read + Send, B: Read + Send>(
-    open: &mut dyn FnMut() -> Option<TraceReader<R>>,
-    base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
-    filter: &Filter,
-    name: &str,
-    base_name: Option<&str>,
-    n: usize,
-) -> (String, HtmlStats) {
-    report_with(
-        open,
-        base,
-        filter,
-        name,
-        base_name,
-        n,
-        &PageRules::default(),
-    )
-}
-
 /// The rules the page's summary and tables decide with: which waits are idle, which
 /// frames of an allocation are allocator wrappers (the defaults unless the user says).
 #[derive(Debug, Clone, Default)]
@@ -391,8 +369,11 @@ pub struct PageRules {
     pub wrappers: WrapperRules,
 }
 
-/// [`report`] with `rules` (`ebsym report --idle`, `--wrapper`).
-pub fn report_with<R: Read + Send, B: Read + Send>(
+/// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
+/// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
+/// (the differential flame graphs), twice as well. `name` is what the page calls the trace;
+/// `rules` the idle and wrapper rules (`ebsym report --idle`, `--wrapper`).
+pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
     filter: &Filter,
