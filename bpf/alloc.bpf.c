@@ -28,8 +28,11 @@ static __always_inline bool sampled_by_bytes(__u64 size, __u64 *period)
 {
 	__u64 mean = sample_bytes;
 	*period = mean;
-	if (!mean)
+	if (mean <= 1) {
+		/* off, or --sample-bytes 1: every allocation, each standing for itself */
+		*period = 0;
 		return true;
+	}
 	__u32 z = 0;
 	__s64 *left = bpf_map_lookup_elem(&sample_left, &z);
 	if (!left)

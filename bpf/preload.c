@@ -202,6 +202,13 @@ static __attribute__((noinline)) int sample_slow(size_t size)
 		ts.left = UINT64_MAX; /* sampling off: never here again in practice */
 		return 0;
 	}
+	if (period == 1) {
+		/* --sample-bytes 1: every allocation, malloc(0) and 1-byte ones too (an
+		 * exponential draw of mean 1 would skip a third of the 1-byte ones); the
+		 * counter stays 0, so every call comes here */
+		ts.left = 0;
+		return size >= min_bytes;
+	}
 	if (ts.rng == 0) {
 		/* first call of the thread: start the counter; this call is sampled if it
 		 * crosses the first draw (memoryless: as if the counter had always run) */

@@ -803,7 +803,9 @@ impl<'obj> Probes<'obj> {
                     .open(sampler_obj)
                     .map_err(|e| load_error("allocation sampler", e))?;
                 let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-                ro.sample_period = period;
+                // --sample-bytes 1 keeps every allocation (the shim samples none away):
+                // the events say they are not sampled, so reports count them exactly.
+                ro.sample_period = if period == 1 { 0 } else { period };
                 common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
                 Some(
                     open.load()

@@ -9,6 +9,8 @@
 //   main -> run() ->
 //     leak_some()    3 x malloc(1000), never freed: leaked, to act on
 //     temp_loop()    1000 x { malloc(48); free } : 1000 temporary
+//     tiny()         400 x { malloc(0..7); free }: 400 temporary, 1,400 bytes; what a
+//                    sampler of bytes would mostly miss (--sample-bytes 1 keeps them all)
 //     pairs()        500 x { a = malloc(80); b = malloc(96); free(a); free(b) }: none
 //                    temporary (b comes between a and its free; a free before b's)
 //     grow()         200 x { p = malloc(32); p = realloc(p, 4096); free(p) }: realloc is a
@@ -31,6 +33,8 @@
 namespace {
 constexpr int kLeaks = 3, kLeakSize = 1000;
 constexpr int kTemps = 1000, kTempSize = 48;
+constexpr int kTiny = 400;  // sizes 0, 1, ..., 7 in turn
+constexpr int64_t kTinyBytes = int64_t(kTiny) / 8 * (0 + 1 + 2 + 3 + 4 + 5 + 6 + 7);
 constexpr int kPairs = 500, kPairA = 80, kPairB = 96;
 constexpr int kGrows = 200, kGrowFrom = 32, kGrowTo = 4096;
 constexpr int kPeak = 8, kPeakSize = 1 << 20;
@@ -63,6 +67,18 @@ EBT_NOINLINE void temp_loop() {
     void* p = malloc(kTempSize);
     if (!p) abort();
     touch(p, kTempSize);
+    free(p);
+  }
+  ebt::no_tail_call();
+}
+
+EBT_NOINLINE void tiny() {
+  for (int i = 0; i < kTiny; i++) {
+    size_t n = size_t(i % 8);
+    void* p = malloc(n);
+    if (!p) abort();
+    if (n) touch(p, n);
+    ebt::escape(p);
     free(p);
   }
   ebt::no_tail_call();
@@ -121,6 +137,7 @@ EBT_NOINLINE void release_peak() {
 EBT_NOINLINE void run() {
   leak_some();
   temp_loop();
+  tiny();
   pairs();
   grow();
   hold_peak();
@@ -152,8 +169,8 @@ int main(int argc, char** argv) {
   if (wait) ebt::wait_for_sigusr1();
   run();
   const int64_t leaked = int64_t(kLeaks) * kLeakSize;
-  const int64_t calls = kLeaks + kTemps + 2 * kPairs + 2 * kGrows + kPeak + kOther;
-  const int64_t temporary = kTemps + 2 * kGrows;
+  const int64_t calls = kLeaks + kTemps + kTiny + 2 * kPairs + 2 * kGrows + kPeak + kOther;
+  const int64_t temporary = kTemps + kTiny + 2 * kGrows;
   const int64_t peak = leaked + int64_t(kPeak) * kPeakSize + int64_t(kOther) * kOtherSize;
   ebt::Json j;
   j.begin_object()
@@ -167,6 +184,7 @@ int main(int argc, char** argv) {
       .begin_object("functions");
   site(j, "leak_some", kLeaks, leaked, 0, leaked, leaked);
   site(j, "temp_loop", kTemps, int64_t(kTemps) * kTempSize, kTemps, 0, 0);
+  site(j, "tiny", kTiny, kTinyBytes, kTiny, 0, 0);
   site(j, "pairs", 2 * kPairs, int64_t(kPairs) * (kPairA + kPairB), 0, 0, 0);
   site(j, "grow", 2 * kGrows, int64_t(kGrows) * (kGrowFrom + kGrowTo), 2 * kGrows, 0, 0);
   site(j, "hold_peak", kPeak, int64_t(kPeak) * kPeakSize, 0, int64_t(kPeak) * kPeakSize, 0);

@@ -1,6 +1,6 @@
 //! `ebsym heap` (heaptrack's numbers) against heap_known (testdata), whose allocations,
 //! temporaries, peak and leaks are known exactly: recorded with the preloaded shim at
-//! `--sample-bytes 1` (every allocation of 14 bytes or more), the program's own stacks
+//! `--sample-bytes 1` (every allocation, malloc(0) and 1-byte ones too), the program's own stacks
 //! carry its numbers exactly, the totals are the rows' sums and the program's numbers plus
 //! the C++ runtime's few blocks; the sorting by each measure puts the function that owns it
 //! first. Sampled more coarsely, the report says it is not exact and gives no temporary
@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 const FUNCTIONS: &[&str] = &[
     "leak_some",
     "temp_loop",
+    "tiny",
     "pairs",
     "grow",
     "hold_peak",
@@ -73,18 +74,10 @@ fn heap_counts_match_a_program_that_knows_them() {
     );
     assert_eq!(r["kind"], "heap");
     assert_eq!(r["by"], "allocations");
-    // Every allocation of the program is at least 32 bytes: kept with probability 1 at a
-    // 1-byte period. Only a tiny allocation of the runtime may make the report inexact.
-    for why in r["inexact"].as_array().unwrap() {
-        assert!(
-            why.as_str().unwrap().contains("smaller than 14 bytes"),
-            "not exact for another reason: {why}"
-        );
-    }
-    assert_eq!(
-        r["exact"].as_bool().unwrap(),
-        r["inexact"].as_array().unwrap().is_empty()
-    );
+    // `--sample-bytes 1` keeps every allocation, tiny()'s 0- to 7-byte ones too: the
+    // report is exact.
+    assert_eq!(r["exact"], true, "{:#}", r["inexact"]);
+    assert!(r["inexact"].as_array().unwrap().is_empty(), "{r:#}");
     let rows = r["rows"].as_array().unwrap();
     let t = &r["totals"];
 
