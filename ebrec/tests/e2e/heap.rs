@@ -10,6 +10,7 @@ use crate::common;
 use common::{ebsym_path, expect_line, record, root, run};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::process::Command;
 
 const FUNCTIONS: &[&str] = &[
     "leak_some",
@@ -473,4 +474,149 @@ fn a_bad_alloc_fn_is_a_one_line_error() {
             assert!(e.contains("closest: pool::Arena::"), "{e}");
         }
     }
+}
+
+/// A real C++ program from Debian source beside heaptrack, on the same command: ninja 1.11
+/// (built by scripts/test through bench/scripts/corpus.sh) printing the commands of a
+/// generated manifest of 5,000 objects (`ninja -t commands`: one thread, the same
+/// allocations at every run). heaptrack_print's totals and `ebsym heap`'s of a preload
+/// recording at `--sample-bytes 1` agree within the issue's bounds: calls within 1%,
+/// temporary, peak and leaked bytes within 2% (measured: calls and peak equal, temporary
+/// one apart; heaptrack's leaks are ebsym's to act on plus stdout's buffer, which ebsym
+/// holds as the runtime's).
+#[test]
+fn heap_of_ninja_agrees_with_heaptrack() {
+    if !root() {
+        return;
+    }
+    let ci = std::env::var("CI").as_deref() == Ok("true");
+    let cache = std::env::var_os("EBTRACE_BENCH_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/var/tmp/ebtrace-bench".into());
+    let ninja = cache.join("corpus/ninja/build/ninja");
+    let heaptrack = std::path::Path::new("/usr/bin/heaptrack");
+    for (what, p) in [
+        ("ninja (CORPUS=ninja bench/scripts/corpus.sh)", &*ninja),
+        ("heaptrack (scripts/setup test)", heaptrack),
+    ] {
+        if !p.exists() {
+            assert!(!ci, "{what} is missing at {}, and CI=true", p.display());
+            eprintln!("*** SKIPPED: {what} is missing at {} ***", p.display());
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = String::from(
+        "rule cc\n  command = g++ -O2 -c $in -o $out\nrule ar\n  command = ar rcs $out $in\n\
+         rule link\n  command = g++ -o $out $in\n",
+    );
+    let mut libs = Vec::new();
+    for l in 0..50 {
+        let mut objs = Vec::new();
+        for i in 0..100 {
+            let o = format!("obj/lib{l}/f{i}.o");
+            m += &format!(
+                "build {o}: cc src/lib{l}/f{i}.cc | include/h{l}.h include/h{}.h include/common.h\n",
+                (l + 1) % 50
+            );
+            objs.push(o);
+        }
+        m += &format!("build lib/lib{l}.a: ar {}\n", objs.join(" "));
+        libs.push(format!("lib/lib{l}.a"));
+    }
+    m += &format!("build app: link {}\ndefault app\n", libs.join(" "));
+    std::fs::write(dir.path().join("build.ninja"), m).unwrap();
+    let ninja_args = ["-C", dir.path().to_str().unwrap(), "-t", "commands"];
+
+    // heaptrack
+    let ht = dir.path().join("ht");
+    let out = Command::new(heaptrack)
+        .arg("-o")
+        .arg(&ht)
+        .arg(&ninja)
+        .args(ninja_args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "heaptrack: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("ht."))
+        .expect("heaptrack wrote its file");
+    let out = run(
+        std::path::Path::new("/usr/bin/heaptrack_print"),
+        &["-f", file.to_str().unwrap()],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // "calls to allocation functions: 4980016 (872921/s)", "peak heap memory consumption:
+    // 73.75M" (4 significant digits, powers of 1000)
+    let total = |label: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no '{label}' in heaptrack_print's output:\n{text}"));
+        let v = line[label.len()..]
+            .trim_start_matches(':')
+            .split_whitespace()
+            .next()
+            .unwrap();
+        let (num, mul) = match v.chars().last().unwrap() {
+            'K' => (&v[..v.len() - 1], 1e3),
+            'M' => (&v[..v.len() - 1], 1e6),
+            'G' => (&v[..v.len() - 1], 1e9),
+            'B' => (&v[..v.len() - 1], 1.0),
+            _ => (v, 1.0),
+        };
+        num.parse::<f64>().unwrap() * mul
+    };
+    let ht_calls = total("calls to allocation functions");
+    let ht_temp = total("temporary memory allocations");
+    let ht_peak = total("peak heap memory consumption");
+    let ht_leaked = total("total memory leaked");
+
+    // ebrec, every allocation in process
+    let trace = dir.path().join("t.pb.zst");
+    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .args([
+            "--alloc",
+            "--alloc-sampler",
+            "preload",
+            "--sample-bytes",
+            "1",
+            "--",
+        ])
+        .arg(&ninja)
+        .args(ninja_args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ebrec: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, r) = heap(&trace, &[]);
+    assert_eq!(r["exact"], true, "{r:#}");
+    let t = &r["totals"];
+    let ours = |f: &str| u(&t[f]) as f64;
+    let near = |what: &str, ours: f64, theirs: f64, within: f64| {
+        let d = (ours - theirs).abs() / theirs.max(1.0);
+        assert!(
+            d <= within,
+            "{what}: ebsym {ours} against heaptrack {theirs} ({:.2}% apart, more than {:.0}%)\n\
+             heaptrack_print:\n{text}\nebsym heap: {t:#}",
+            d * 100.0,
+            within * 100.0
+        );
+    };
+    assert!(ht_calls > 50_000.0, "ninja allocated little: {text}");
+    near("calls", ours("calls"), ht_calls, 0.01);
+    near("temporary", ours("temporary"), ht_temp, 0.02);
+    near("peak bytes", ours("peak_bytes"), ht_peak, 0.02);
+    near("leaked bytes", ours("leaked_bytes"), ht_leaked, 0.02);
 }
