@@ -18,8 +18,14 @@
 # with their ratio.
 #
 # Usage: bench/scripts/heap.sh            (as root)
+#   PROGRAM=db_bench          or ninja: ninja 1.11 (Debian source, bench/scripts/corpus.sh)
+#                             printing the commands of a generated manifest (`ninja -t
+#                             commands`): one thread, the same allocations at every run, so
+#                             the totals compare like for like (db_bench's depend on how far
+#                             its background compaction got)
 #   NUM=300000                db_bench --num (fillrandom writes and readrandom reads)
 #   BENCHMARKS=fillrandom,readrandom
+#   OBJECTS=100000            ninja: the manifest's objects (100 per library)
 #   EBREC=target/release/ebrec, EBSYM=target/release/ebsym (of this checkout by default; build
 #                             them with cargo build --release -p ebrec -p ebtrace-ebsym)
 #   EBTRACE_BENCH_CACHE=DIR   where db_bench is built once (default /var/tmp/ebtrace-bench)
@@ -56,14 +62,35 @@
 #   suppressed (heaptrack) / held (ebsym) bytes            52        77460 1489.6154
 #   leaked + suppressed/held bytes                       5712        78060  13.6660
 #   (ebsym heap exact: False: 110551 allocations under 14 bytes sampled at --sample-bytes 1)
+#
+# PROGRAM=ninja on 2026-12-04 04:20 UTC (release ebrec/ebsym of 342c181, a build beside it):
+#   ninja 1.11 -t commands of a manifest of 100000 objects, heaptrack 1.4.0, CPU 51% busy before
+#   run                                            wall s   x untr.  notes
+#   untraced                                         0.74      1.00
+#   heaptrack                                        4.41      5.96  data 40K
+#   ebrec --alloc (uprobes)                         59.42     80.30  alloc kept 4718001 lost 0; free kept 2775054 lost 894372
+#   ebrec --alloc preload --sample-bytes 1          19.56     26.43  alloc kept 4718001 lost 0; free kept 3629863 lost 0
+#   heaptrack_print (everything)                     0.85        55
+#   ebsym symbolize (preload trace)                 10.81       142
+#   ebsym heap (symbolized)                          2.48       177
+#   ebsym leaks (symbolized)                         1.56       195
+#   ebsym report (symbolized)                        5.16       217
+#   allocator calls                                   4718001      4718001   1.0000
+#   temporary allocations                              178286       178285   1.0000
+#   peak heap bytes                                  73750000     73750844   1.0000
+#   leaked bytes (ebsym: to act on)                  62570000     62562581   0.9999
+#   suppressed (heaptrack) / held (ebsym) bytes             0        76800        -
+#   (ebsym heap exact: True)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
+PROGRAM=${PROGRAM:-db_bench}
 NUM=${NUM:-300000}
 BENCHMARKS=${BENCHMARKS:-fillrandom,readrandom}
+OBJECTS=${OBJECTS:-100000}
 repo=$(cd "$here/../.." && pwd)
 EBREC=${EBREC:-$repo/target/release/ebrec}
 EBSYM=${EBSYM:-$repo/target/release/ebsym}
@@ -86,10 +113,42 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-build_db_bench
 apt_install heaptrack time python3
+case "$PROGRAM" in
+  db_bench)
+    build_db_bench
+    what="leveldb db_bench $BENCHMARKS --num=$NUM"
+    ;;
+  ninja)
+    CORPUS=ninja "$here/corpus.sh" >/dev/null
+    NINJA=${EBTRACE_BENCH_CACHE:-/var/tmp/ebtrace-bench}/corpus/ninja/build/ninja
+    [ -x "$NINJA" ] || die "ninja was not built (bench/scripts/corpus.sh)"
+    mkdir -p "$TMP/nj"
+    python3 - "$TMP/nj/build.ninja" "$OBJECTS" <<'PY'
+import sys
+libs = max(1, int(sys.argv[2]) // 100)
+with open(sys.argv[1], "w") as f:
+    f.write("rule cc\n  command = g++ -O2 -c $in -o $out\nrule ar\n  command = ar rcs $out $in\n"
+            "rule link\n  command = g++ -o $out $in\n")
+    for l in range(libs):
+        objs = [f"obj/lib{l}/f{i}.o" for i in range(100)]
+        for i, o in enumerate(objs):
+            f.write(f"build {o}: cc src/lib{l}/f{i}.cc | include/h{l}.h include/h{(l + 1) % libs}.h include/common.h\n")
+        f.write(f"build lib/lib{l}.a: ar {' '.join(objs)}\n")
+    f.write("build app: link " + " ".join(f"lib/lib{l}.a" for l in range(libs)) + "\ndefault app\n")
+PY
+    what="ninja 1.11 -t commands of a manifest of $OBJECTS objects"
+    ;;
+  *) die "PROGRAM is db_bench or ninja, not '$PROGRAM'" ;;
+esac
 
-bench_args=(--num="$NUM" --benchmarks="$BENCHMARKS")
+# cmd TAG: the program's command line in the array `cmd` (db_bench: on a fresh DB of its own)
+cmd() {
+  case "$PROGRAM" in
+    db_bench) cmd=("$DB_BENCH" --db="$TMP/db-$1" --num="$NUM" --benchmarks="$BENCHMARKS") ;;
+    ninja) cmd=("$NINJA" -C "$TMP/nj" -t commands) ;;
+  esac
+}
 
 # timed NAME CMD...: runs CMD with stdout in $TMP/NAME.out and stderr in $TMP/NAME.log; wall
 # seconds and peak RSS (KiB) from /usr/bin/time in $TMP/NAME.time ("WALL RSS").
@@ -108,16 +167,20 @@ busy_check
 BUSY_BEFORE=$BUSY_PCT
 t_start=$SECONDS
 
-timed untraced "$DB_BENCH" --db="$TMP/db-untraced" "${bench_args[@]}"
+cmd untraced
+timed untraced "${cmd[@]}"
 rm -rf "$TMP/db-untraced"
-timed heaptrack heaptrack -o "$TMP/ht" "$DB_BENCH" --db="$TMP/db-ht" "${bench_args[@]}"
+cmd ht
+timed heaptrack heaptrack -o "$TMP/ht" "${cmd[@]}"
 rm -rf "$TMP/db-ht"
 ht_file=$(ls "$TMP"/ht.* 2>/dev/null | head -n1)
 [ -n "$ht_file" ] || die "heaptrack wrote no data file (log: $TMP/heaptrack.log)"
-timed ebrec-uprobe "$EBREC" record --alloc -o "$TMP/up.pb.zst" -- "$DB_BENCH" --db="$TMP/db-up" "${bench_args[@]}"
+cmd up
+timed ebrec-uprobe "$EBREC" record --alloc -o "$TMP/up.pb.zst" -- "${cmd[@]}"
 rm -rf "$TMP/db-up"
+cmd pre
 timed ebrec-preload "$EBREC" record --alloc --alloc-sampler preload --sample-bytes 1 -o "$TMP/t.pb.zst" -- \
-  "$DB_BENCH" --db="$TMP/db-pre" "${bench_args[@]}"
+  "${cmd[@]}"
 rm -rf "$TMP/db-pre"
 
 timed heaptrack_print heaptrack_print -f "$ht_file"
@@ -127,16 +190,10 @@ timed leaks "$EBSYM" leaks "$TMP/t.sym.pb.zst"
 timed report "$EBSYM" report "$TMP/t.sym.pb.zst" -o "$TMP/report.html"
 run_s=$((SECONDS - t_start))
 
-# "ebrec:   alloc  kept N  lost N ..." of the exit summary: "kept N, lost N" (allocations).
-alloc_kept_lost() {
-  tr '\r' '\n' <"$1" | awk '/^ebrec: +alloc +kept +[0-9]+ +lost +[0-9]+/ { k = $4; l = $6 }
-    END { if (k == "") print "-"; else printf "%s kept, %s lost", k, l }'
-}
-
 mkdir -p "$RESULTS_DIR"
 out=$RESULTS_DIR/heap-$(date -u +%Y%m%d-%H%M).txt
 {
-  echo "leveldb db_bench $BENCHMARKS --num=$NUM, $(heaptrack --version 2>/dev/null | head -n1), $(nproc) cores, kernel $(uname -r), $(date -u '+%F %H:%M') UTC, commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo -), CPU ${BUSY_BEFORE}% busy before, run ${run_s}s"
+  echo "$what, $(heaptrack --version 2>/dev/null | head -n1), $(nproc) cores, kernel $(uname -r), $(date -u '+%F %H:%M') UTC, commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo -), CPU ${BUSY_BEFORE}% busy before, run ${run_s}s"
   printf '%-44s %8s %9s  %s\n' "run" "wall s" "x untr." "notes"
   u=$(wall untraced)
   printf '%-44s %8s %9s  %s\n' "untraced" "$u" "1.00" ""
@@ -147,7 +204,7 @@ out=$RESULTS_DIR/heap-$(date -u +%Y%m%d-%H%M).txt
     "$(ratio "$(wall ebrec-uprobe)" "$u")" "$EBREC_NOTE"
   ebrec_note "$TMP/t.pb.zst" "$TMP/ebrec-preload.log"
   printf '%-44s %8s %9s  %s\n' "ebrec --alloc preload --sample-bytes 1" "$(wall ebrec-preload)" \
-    "$(ratio "$(wall ebrec-preload)" "$u")" "allocations $(alloc_kept_lost "$TMP/ebrec-preload.log"); $EBREC_NOTE"
+    "$(ratio "$(wall ebrec-preload)" "$u")" "$EBREC_NOTE"
   echo
   printf '%-44s %8s %9s\n' "analysis" "wall s" "peak RSS MB"
   printf '%-44s %8s %9s\n' "heaptrack_print (everything)" "$(wall heaptrack_print)" "$(rss_mb heaptrack_print)"
