@@ -58,7 +58,8 @@ pub struct RecordConfig {
     pub alloc_sampler: AllocSampler,
     /// Sample allocations by bytes: on average one event per N bytes allocated (an
     /// allocation of S bytes is kept with probability 1 - exp(-S/N)); reports scale the
-    /// events back and say they are estimates. Default with --alloc-sampler preload: 524288.
+    /// events back and say they are estimates. 1 keeps every allocation (exact counts).
+    /// Default with --alloc-sampler preload: 524288.
     #[cfg_attr(feature = "cli", arg(long, value_name = "N"))]
     pub sample_bytes: Option<u64>,
     /// Count in the kernel instead of sending an event per call, per process and stack, in

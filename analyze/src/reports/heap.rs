@@ -749,7 +749,7 @@ impl HeapSink {
             ));
         } else if self.sampled_small > 0 {
             inexact.push(format!(
-                "{} allocations smaller than 14 bytes were recorded at --sample-bytes 1, which keeps an allocation of s bytes with probability 1 - e^-s: some tiny allocations may be missing, and those seen are scaled",
+                "{} allocations smaller than 14 bytes were recorded at --sample-bytes 1 by an ebrec that kept an allocation of s bytes with probability 1 - e^-s there (today's keeps them all): some tiny allocations may be missing, and those seen are scaled",
                 self.sampled_small
             ));
         }
