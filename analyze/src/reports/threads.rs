@@ -260,7 +260,7 @@ pub struct GroupRow {
     /// The thread names folded (`worker-*`); the process's comm for threads the trace does
     /// not name.
     pub thread: String,
-    /// The names in the group, as given (at most 8).
+    /// The names in the group, as given (at most 8), in thread order (generation, tid).
     pub names: Vec<String>,
     pub threads: u64,
     /// Wall time of the group: each thread's span in the trace (first to last event),
@@ -345,7 +345,10 @@ fn report(sink: ThreadsSink, l: &mut Loaded) -> ThreadsReport {
         }
     }
     let mut groups: BTreeMap<(u32, String, String), Acc> = BTreeMap::new();
-    for ((generation, tid), t) in sink.threads {
+    // in thread order: a group's names are the same from one report to the next
+    let mut threads: Vec<((u32, u32), PerThread)> = sink.threads.into_iter().collect();
+    threads.sort_unstable_by_key(|t| t.0);
+    for ((generation, tid), t) in threads {
         let (pid, comm) = l
             .tables
             .generations
@@ -388,7 +391,11 @@ fn report(sink: ThreadsSink, l: &mut Loaded) -> ThreadsReport {
         let mut offcpu: Vec<CauseRow> = by_cause
             .into_iter()
             .map(|(cause, (blocks, ns, mut stacks))| {
-                stacks.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.frames.cmp(&b.frames)));
+                stacks.sort_by(|a, b| {
+                    b.ns.cmp(&a.ns)
+                        .then(a.frames.cmp(&b.frames))
+                        .then(b.blocks.cmp(&a.blocks))
+                });
                 stacks.truncate(3);
                 CauseRow {
                     cause,
