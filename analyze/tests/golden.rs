@@ -1220,3 +1220,63 @@ fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
     assert_eq!(opened, 1);
     assert_eq!(summary.findings.len(), 2, "{summary:?}");
 }
+
+/// The summary's thread groups and the page's Threads section are `ebsym threads`' rows,
+/// made from the one pass each already reads the trace with.
+#[test]
+fn the_summary_and_the_page_show_where_each_thread_groups_time_goes() {
+    use ebtrace_format::TraceReader;
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("misc.pb.zst");
+    write_misc(&trace);
+    let bytes = std::fs::read(&trace).unwrap();
+    let all = Filter::default();
+    let threads = reports::threads_from(TraceReader::new(bytes.as_slice()).unwrap(), &all);
+    let mut opened = 0;
+    let summary = reports::summary::summary_from(
+        || {
+            opened += 1;
+            TraceReader::new(bytes.as_slice()).ok()
+        },
+        &all,
+    );
+    assert_eq!(opened, 1);
+    // tid 42's off-CPU blocks: 5 + 7 + 1 + 40 + 2 + 0.1 µs, none of them a known cause
+    // (no kernel stacks)
+    let g = &threads.groups[0];
+    assert_eq!(g.offcpu_ns, 55_100, "{g:?}");
+    assert_eq!(g.offcpu[0].cause, "unknown (no kernel stack)");
+    assert_eq!(g.offcpu[0].blocks, 6);
+    let n = threads
+        .groups
+        .len()
+        .min(reports::summary::SUMMARY_THREAD_GROUPS);
+    assert_eq!(json(&summary.threads), json(&threads.groups[..n].to_vec()));
+    let text = summary.to_text();
+    let line = format!("threads    {}: {}", g.title(), g.split_text());
+    assert!(text.contains(&line), "no `{line}` in:\n{text}");
+    assert!(
+        line.contains("unknown (no kernel stack) "),
+        "the split names the cause: {line}"
+    );
+
+    let mut open = || TraceReader::new(bytes.as_slice()).ok();
+    let (html, _) = reports::html::report::<&[u8], &[u8]>(
+        &mut open,
+        None,
+        &all,
+        "misc",
+        None,
+        20,
+        &reports::html::PageRules::default(),
+    );
+    let start = html.find(r#"id="ebtrace-data">"#).unwrap() + r#"id="ebtrace-data">"#.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+    let page = &data["thread_groups"];
+    assert_eq!(
+        page["groups"],
+        serde_json::to_value(&threads.groups).unwrap()
+    );
+    assert_eq!(page["total"], threads.groups.len());
+}

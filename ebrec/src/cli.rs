@@ -39,7 +39,8 @@ pub enum Command {
     /// The one command to run when paged: cpu, offcpu, lock, memgrowth, syscalls, bio, runq
     /// and tcp at once for DURATION under a CPU budget, then (with ebsym) the symbolized
     /// trace, a flame graph and a top report per kind, the latency reports and heat maps,
-    /// and summary.txt/summary.json with the top finding of each family.
+    /// and summary.txt/summary.json with the top finding of each family and where the
+    /// busiest thread groups' time goes.
     #[command(after_help = "Examples:
   ebrec diagnose -p 1234 --duration 30 -o diag/
   ebrec diagnose --all --duration 10 -o diag/

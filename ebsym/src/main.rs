@@ -168,7 +168,8 @@ enum Command {
         args: reports_cli::ReportArgs,
     },
     /// The top finding of each family, one line each ("most off-CPU time: futex_wait in
-    /// Queue::pop, 42% of 12.10 s", "slowest syscall: fsync p99 38.20 ms (120 calls)").
+    /// Queue::pop, 42% of 12.10 s", "slowest syscall: fsync p99 38.20 ms (120 calls)"), then
+    /// where the busiest thread groups' time goes (ebsym threads' split, one line each).
     ///
     /// Example: `ebsym summary trace.pb.zst --json`
     Summary {

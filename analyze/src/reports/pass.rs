@@ -11,6 +11,7 @@ use super::leaks::LeakSink;
 use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
+use super::threads::{report_of, ThreadsReport, ThreadsSink};
 use super::top::{top_of, Report};
 use super::wrappers::WrapperRules;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
@@ -34,6 +35,8 @@ pub(crate) struct Wants {
     /// (start, bucket ns). Its live blocks also make [`Passed::leaks`] (leave `leaks`
     /// false: one store of the live blocks).
     pub heap: Option<(u64, u64)>,
+    /// Where each thread group's time goes ([`Passed::threads`]).
+    pub threads: bool,
 }
 
 /// The sinks of one pass, fed every event.
@@ -44,6 +47,7 @@ struct Sinks<'a> {
     points: Vec<(EventKind, PointSink)>,
     leaks: Option<LeakSink>,
     heap: Option<HeapSink>,
+    threads: Option<ThreadsSink>,
     /// The caller's own sink (the HTML page's).
     also: Option<&'a mut dyn Sink>,
 }
@@ -69,6 +73,9 @@ impl Sink for Sinks<'_> {
             s.event(ev);
         }
         if let Some(s) = &mut self.heap {
+            s.event(ev);
+        }
+        if let Some(s) = &mut self.threads {
             s.event(ev);
         }
     }
@@ -99,6 +106,8 @@ pub(crate) struct Passed {
     points: BTreeMap<EventKind, PointSink>,
     leaks: Option<LeakSink>,
     heap: Option<HeapSink>,
+    threads: Option<ThreadsSink>,
+    threads_report: Option<ThreadsReport>,
     /// The leak report the heap report made (every row), for [`Passed::leaks`].
     heap_leaks: Option<Report>,
     /// Which offcpu and lock waits [`Passed::top`] calls idle.
@@ -134,6 +143,7 @@ impl Passed {
             heap: wants
                 .heap
                 .map(|(t0, bucket_ns)| HeapSink::with_timeline(t0, bucket_ns)),
+            threads: wants.threads.then(ThreadsSink::default),
             also,
         };
         let loaded = Loaded::from_trace(trace, filter, &mut sinks);
@@ -150,6 +160,8 @@ impl Passed {
             points: sinks.points.into_iter().collect(),
             leaks: sinks.leaks,
             heap: sinks.heap,
+            threads: sinks.threads,
+            threads_report: None,
             heap_leaks: None,
             idle: IdleRules::default(),
             wrappers: WrapperRules::default(),
@@ -221,6 +233,15 @@ impl Passed {
             self.tcp_report = Some(sink.report(self.fresh(), &filter));
         }
         self.tcp_report.as_ref().unwrap()
+    }
+
+    /// `threads_from` of the trace: where each thread group's time goes.
+    pub(crate) fn threads(&mut self) -> &ThreadsReport {
+        if self.threads_report.is_none() {
+            let sink = self.threads.take().expect("the pass kept the threads");
+            self.threads_report = Some(report_of(sink, self.fresh()));
+        }
+        self.threads_report.as_ref().unwrap()
     }
 
     /// `heat_points` of the trace (once).

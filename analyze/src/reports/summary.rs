@@ -1,22 +1,32 @@
 //! `ebsym summary` (and `ebrec diagnose`'s summary.txt/summary.json): the top finding of
 //! each family in a trace, one line each: "most off-CPU time: futex_wait in
-//! Queue::pop, 42% of 12.1 s", "slowest syscall: fsync p99 38.20 ms (120 calls)".
+//! Queue::pop, 42% of 12.1 s", "slowest syscall: fsync p99 38.20 ms (120 calls)"; then
+//! where the time of the busiest thread groups goes (`ebsym threads`' rows, from the same
+//! pass over the trace).
 use super::idle::lock_place;
 use super::idle::IdleRules;
 use super::kind::EventKind;
 use super::pass::{Passed, Wants};
 use super::places::{core_kernel_place, leaf_in_place, user_place};
 use super::text::{human_bytes, human_ns, pct};
+use super::threads::GroupRow;
 use super::top::{Report, Row};
 use super::wrappers::{site_place, WrapperRules};
 use crate::model::{Filter, Trace};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// Thread groups the summary shows, at most: those with the most wall time.
+pub const SUMMARY_THREAD_GROUPS: usize = 10;
+
 /// The findings, one per family that has events, in the registry's order.
 #[derive(Debug, Serialize)]
 pub struct Summary {
     pub findings: Vec<Finding>,
+    /// Where each thread group's time goes: the first [`SUMMARY_THREAD_GROUPS`] groups of
+    /// `ebsym threads` (most wall time first), the same rows; empty without cpu, offcpu or
+    /// runq events.
+    pub threads: Vec<GroupRow>,
 }
 
 /// The top finding of one family.
@@ -82,6 +92,7 @@ pub(crate) fn wants() -> Wants {
         stacks: STACK_KINDS.to_vec(),
         latency: LATENCY_KINDS.to_vec(),
         tcp: true,
+        threads: true,
         ..Wants::default()
     }
 }
@@ -117,6 +128,7 @@ pub fn summary_rules<T: Trace>(
         }
         None => Summary {
             findings: Vec::new(),
+            threads: Vec::new(),
         },
     }
 }
@@ -206,7 +218,14 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
             idle: BTreeMap::new(),
         });
     }
-    Summary { findings }
+    let threads = p
+        .threads()
+        .groups
+        .iter()
+        .take(SUMMARY_THREAD_GROUPS)
+        .cloned()
+        .collect();
+    Summary { findings, threads }
 }
 
 /// The finding of `rep`, the top stacks of `kind` (one of [`STACK_KINDS`]): the place
@@ -342,14 +361,30 @@ fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Opti
 }
 
 impl Summary {
-    /// One line per family.
+    /// One line per family, then one per thread group.
     pub fn to_text(&self) -> String {
-        if self.findings.is_empty() {
+        if self.findings.is_empty() && self.threads.is_empty() {
             return "no events: nothing to summarize\n".into();
         }
-        self.findings
+        let mut s: String = self
+            .findings
             .iter()
             .map(|f| format!("{:<10} {}\n", f.family, f.finding))
-            .collect()
+            .collect();
+        if !self.threads.is_empty() {
+            s.push_str(
+                "\nwhere each thread group's time goes (wall: each thread's span; \
+                 ebsym threads for the stacks):\n",
+            );
+            for g in &self.threads {
+                s.push_str(&format!(
+                    "{:<10} {}: {}\n",
+                    "threads",
+                    g.title(),
+                    g.split_text()
+                ));
+            }
+        }
+        s
     }
 }

@@ -198,8 +198,11 @@ struct PerThread {
     last_ns: u64,
 }
 
+/// The per-thread sums of `ebsym threads`, fed every event of a pass (its own in
+/// [`threads_from`]; the summary's and the HTML page's, `pass.rs`); [`report_of`] makes the
+/// report.
 #[derive(Default)]
-struct ThreadsSink {
+pub(crate) struct ThreadsSink {
     threads: HashMap<(u32, u32), PerThread>,
 }
 
@@ -260,7 +263,7 @@ pub struct GroupRow {
     /// The thread names folded (`worker-*`); the process's comm for threads the trace does
     /// not name.
     pub thread: String,
-    /// The names in the group, as given (at most 8).
+    /// The names in the group, as given (at most 8), in thread order (generation, tid).
     pub names: Vec<String>,
     pub threads: u64,
     /// Wall time of the group: each thread's span in the trace (first to last event),
@@ -321,7 +324,7 @@ fn names(l: &mut Loaded, stack: u64) -> (Vec<Frame>, Vec<String>) {
 pub fn threads_from(trace: impl Trace, filter: &Filter) -> ThreadsReport {
     let mut sink = ThreadsSink::default();
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
-    report(sink, &mut l)
+    report_of(sink, &mut l)
 }
 
 #[derive(Default)]
@@ -335,7 +338,8 @@ struct Acc {
     cpu_stacks: HashMap<u64, u64>,
 }
 
-fn report(sink: ThreadsSink, l: &mut Loaded) -> ThreadsReport {
+/// `ebsym threads` of the events `sink` was fed, from the trace `l` they were read from.
+pub(crate) fn report_of(sink: ThreadsSink, l: &mut Loaded) -> ThreadsReport {
     let hz = option(l, "cpu").unwrap_or(0);
     let period = if hz > 0 { 1_000_000_000 / hz } else { 0 };
     let mut families = Vec::new();
@@ -345,7 +349,10 @@ fn report(sink: ThreadsSink, l: &mut Loaded) -> ThreadsReport {
         }
     }
     let mut groups: BTreeMap<(u32, String, String), Acc> = BTreeMap::new();
-    for ((generation, tid), t) in sink.threads {
+    // in thread order: a group's names are the same from one report to the next
+    let mut threads: Vec<((u32, u32), PerThread)> = sink.threads.into_iter().collect();
+    threads.sort_unstable_by_key(|t| t.0);
+    for ((generation, tid), t) in threads {
         let (pid, comm) = l
             .tables
             .generations
@@ -388,7 +395,11 @@ fn report(sink: ThreadsSink, l: &mut Loaded) -> ThreadsReport {
         let mut offcpu: Vec<CauseRow> = by_cause
             .into_iter()
             .map(|(cause, (blocks, ns, mut stacks))| {
-                stacks.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.frames.cmp(&b.frames)));
+                stacks.sort_by(|a, b| {
+                    b.ns.cmp(&a.ns)
+                        .then(a.frames.cmp(&b.frames))
+                        .then(b.blocks.cmp(&a.blocks))
+                });
                 stacks.truncate(3);
                 CauseRow {
                     cause,
@@ -454,6 +465,37 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
+impl GroupRow {
+    /// Who the group is: `comm [pid] thread (N threads)`.
+    pub fn title(&self) -> String {
+        format!(
+            "{} [{}] {} ({} thread{})",
+            self.process,
+            self.pid,
+            self.thread,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        )
+    }
+
+    /// The split in one line, each part's share of the wall time, largest first, the parts
+    /// with no time left out: `wall 250.0 ms: sleep 98%, on CPU 1%, not seen 1%`.
+    pub fn split_text(&self) -> String {
+        let mut parts: Vec<(&str, u64)> =
+            vec![("on CPU", self.on_cpu_ns), ("run queue", self.runq_ns)];
+        parts.extend(self.offcpu.iter().map(|c| (c.cause, c.ns)));
+        parts.push(("not seen", self.not_seen_ns));
+        parts.retain(|p| p.1 > 0);
+        // stable: equal parts keep the order above
+        parts.sort_by(|a, b| b.1.cmp(&a.1));
+        let shown: Vec<String> = parts
+            .iter()
+            .map(|(what, ns)| format!("{what} {}", pct(*ns, self.wall_ns)))
+            .collect();
+        format!("wall {}: {}", ms(self.wall_ns), shown.join(", "))
+    }
+}
+
 impl ThreadsReport {
     pub fn to_text(&self) -> String {
         let mut s = String::new();
@@ -466,16 +508,7 @@ impl ThreadsReport {
             self.families.join(", ")
         );
         for g in &self.groups {
-            let _ = writeln!(
-                s,
-                "\n{} [{}] {} ({} thread{}): wall {}",
-                g.process,
-                g.pid,
-                g.thread,
-                g.threads,
-                if g.threads == 1 { "" } else { "s" },
-                ms(g.wall_ns)
-            );
+            let _ = writeln!(s, "\n{}: wall {}", g.title(), ms(g.wall_ns));
             let _ = writeln!(
                 s,
                 "  on CPU        {:>12} {:>5}",

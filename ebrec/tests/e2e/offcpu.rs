@@ -447,6 +447,53 @@ fn threads_report_names_the_threads_and_where_their_time_goes() {
     // the ping-pong runs on the CPU and waits in the run queue: both are seen
     assert!(pp["on_cpu_ns"].as_u64().unwrap() > 0, "{pp:#}");
 
+    // The summary shows the same groups, the same split (one pass over the trace, the
+    // threads report's sink among the summary's), its findings unchanged beside them.
+    let summary = ebsym_json(&["summary", t]);
+    assert!(
+        summary["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["family"] == "offcpu"),
+        "{summary:#}"
+    );
+    let in_summary = summary["threads"].as_array().unwrap();
+    assert!(!in_summary.is_empty(), "{summary:#}");
+    assert_eq!(
+        in_summary.as_slice(),
+        &groups[..in_summary.len()],
+        "the summary's thread groups are the threads report's first rows"
+    );
+    for name in ["sleeper", "reader", "writer", "pingpong-*"] {
+        assert!(
+            in_summary.iter().any(|g| g["thread"] == name),
+            "no {name} in the summary: {summary:#}"
+        );
+    }
+    let out = common::run(&common::ebsym_path(), &["summary", t]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sleeper = text
+        .lines()
+        .find(|l| l.starts_with("threads ") && l.contains("] sleeper (1 thread)"))
+        .unwrap_or_else(|| panic!("no sleeper line in the summary:\n{text}"));
+    let parts = |line: &str| -> Vec<String> {
+        let split = line.rsplit_once(": ").unwrap().1;
+        split.split(", ").map(String::from).collect()
+    };
+    assert!(
+        parts(sleeper).iter().any(|p| p.starts_with("sleep ")),
+        "{sleeper}"
+    );
+    let pingpong = text
+        .lines()
+        .find(|l| l.starts_with("threads ") && l.contains("] pingpong-* (2 threads)"))
+        .unwrap_or_else(|| panic!("no pingpong-* line in the summary:\n{text}"));
+    assert!(
+        parts(pingpong).iter().any(|p| p.starts_with("on CPU ")),
+        "{pingpong}"
+    );
+
     // The report rows carry the thread: each block's row its thread's name.
     let top = ebsym_json(&["top", t, "--kind", "offcpu", "-n", "100"]);
     let rows = top["rows"].as_array().unwrap();

@@ -56,6 +56,34 @@ const { chromium } = require(require.resolve('playwright-core', { paths: [module
     });
     await shot('summary', '#summary');
 
+    // Threads: each group's bar of parts; a click on one part (THREAD_PART: group/part, e.g.
+    // sleeper/off: sleep) shows its top stacks in the panel.
+    out.threads = await page.evaluate(() => Array.from(document.querySelectorAll('#threads-body .tgroup')).map((d) => ({
+      thread: d.dataset.thread,
+      process: d.dataset.process,
+      threads: Number(d.dataset.threads),
+      title: d.querySelector('h3').textContent,
+      bar: Array.from(d.querySelectorAll('.tbar span')).map((s) => ({ part: s.dataset.part, ns: Number(s.dataset.ns), width: parseFloat(s.style.width) })),
+      rows: Array.from(d.querySelectorAll('table tbody tr')).map((tr) => Array.from(tr.children).map((td) => td.textContent)),
+    })));
+    out.threads_note = await page.$$eval('#threads-body > .notes', (d) => d.map((x) => x.textContent));
+    await shot('threads', '#threads');
+    if (process.env.THREAD_PART) {
+      const i = process.env.THREAD_PART.indexOf('/');
+      const [g, p] = [process.env.THREAD_PART.slice(0, i), process.env.THREAD_PART.slice(i + 1)];
+      const seg = page.locator(`#threads-body .tgroup[data-thread="${g}"] .tbar span[data-part="${p}"]`);
+      if (await seg.count()) {
+        await seg.first().click();
+        out.threads_clicked = await page.evaluate(() => ({
+          visible: !document.getElementById('stack-panel').hidden,
+          title: document.getElementById('stack-title').textContent,
+          frames: Array.from(document.querySelectorAll('#stack-body li')).map((li) => li.dataset.fn),
+        }));
+        await shot('threads-stack', null);
+        await page.click('#stack-close');
+      }
+    }
+
     // Flame graphs: each kind's tab, its total and its frames' names.
     out.flame = {};
     const tabs = await page.$$eval('#flame-tabs button', (b) => b.map((x) => x.dataset.kind));

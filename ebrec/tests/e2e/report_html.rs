@@ -9,7 +9,7 @@
 //! (skipped loudly when missing, a failure when CI=true).
 
 use crate::common;
-use common::{ebsym_path, expect_line, root, run};
+use common::{ebsym_json, ebsym_path, expect_line, root, run};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,7 +26,8 @@ fn artifacts() -> PathBuf {
 
 /// Opens `html` in the browser; what the page showed (see report_html.js). `env`: FRAME
 /// (the flame-graph frame to click), SEARCH (a regexp to search), RANGE_TID (the thread
-/// whose first blocks the range selection covers).
+/// whose first blocks the range selection covers), THREAD_PART (`group/part` of the Threads
+/// section to click).
 fn browse(modules: &Path, html: &Path, name: &str, env: &[(&str, &str)]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/report_html.js");
     let out = Command::new("node")
@@ -125,6 +126,7 @@ fn offcpu_report_renders_and_answers_clicks_in_a_browser() {
             ("FRAME", "offcpu::sleeper_a"),
             ("SEARCH", "sleeper_"),
             ("RANGE_TID", &sleeper.to_string()),
+            ("THREAD_PART", "sleeper/off: sleep"),
         ],
     );
 
@@ -164,6 +166,52 @@ fn offcpu_report_renders_and_answers_clicks_in_a_browser() {
         .map(|f| f[0].as_str().unwrap().to_string())
         .collect();
     assert!(families.contains(&"offcpu".to_string()), "{families:?}");
+
+    // The Threads section: the program's thread groups, each with its bar, the parts
+    // `ebsym threads` gives; the sleeper's sleep clicked shows the stack it slept in.
+    let rep = ebsym_json(&["threads", rec.trace.to_str().unwrap()]);
+    let want = rep["groups"].as_array().unwrap();
+    let drawn = v["threads"].as_array().unwrap();
+    assert_eq!(drawn.len(), want.len(), "{:#}", v["threads"]);
+    for (d, w) in drawn.iter().zip(want) {
+        assert_eq!(d["thread"], w["thread"], "{d:#}");
+        assert_eq!(d["process"], w["process"], "{d:#}");
+        assert_eq!(d["threads"], w["threads"], "{d:#}");
+        let bar = d["bar"].as_array().unwrap();
+        assert!(!bar.is_empty(), "no bar: {d:#}");
+        let widths: f64 = bar.iter().map(|p| p["width"].as_f64().unwrap()).sum();
+        assert!((widths - 100.0).abs() < 0.1, "{widths}% of the bar: {d:#}");
+        for c in w["offcpu"].as_array().unwrap() {
+            let part = format!("off: {}", c["cause"].as_str().unwrap());
+            let seg = bar
+                .iter()
+                .find(|p| p["part"] == part.as_str())
+                .unwrap_or_else(|| panic!("no {part} in the bar: {d:#}"));
+            assert_eq!(seg["ns"], c["ns"], "{d:#}");
+        }
+    }
+    for name in ["sleeper", "reader", "writer"] {
+        let d = drawn
+            .iter()
+            .find(|d| d["thread"] == name)
+            .unwrap_or_else(|| panic!("no {name} group drawn: {:#}", v["threads"]));
+        assert!(
+            d["title"].as_str().unwrap().contains("offcpu_blocks"),
+            "{d:#}"
+        );
+    }
+    let clicked = &v["threads_clicked"];
+    assert_eq!(clicked["visible"], true, "{clicked:#}");
+    assert!(
+        clicked["title"].as_str().unwrap().contains("sleeper"),
+        "{clicked:#}"
+    );
+    assert!(
+        strs(&clicked["frames"])
+            .iter()
+            .any(|f| starts_fn(f, "offcpu::sleeper_a")),
+        "{clicked:#}"
+    );
 
     // A flame graph per kind present; the off-CPU one has the sleeper's frame.
     assert!(v["flame"]["cpu"]["total"].as_u64().unwrap() > 0);

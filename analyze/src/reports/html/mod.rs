@@ -15,8 +15,8 @@
 //!
 //! The trace is read twice: for `info`, whose span sets the time buckets before the first
 //! event, then once for the page's own sink and every report it shows (summary, latency,
-//! locks, leaks, heat maps, the after side of the diffs), all fed the same events
-//! (`pass.rs`). A base trace is read for its info, then once for its stacks.
+//! locks, leaks, heat maps, thread groups, the after side of the diffs), all fed the same
+//! events (`pass.rs`). A base trace is read for its info, then once for its stacks.
 use super::diff::diff_stacks;
 use super::heatmap::{build, HeatmapOptions};
 use super::idle::IdleRules;
@@ -51,6 +51,8 @@ pub const AGG_CAP: usize = 300_000;
 pub const DIFF_CAP: usize = 20_000;
 /// Columns of the latency heat maps.
 pub const HEAT_COLUMNS: usize = 200;
+/// Thread groups embedded for the Threads section, at most (the most wall time).
+pub const THREAD_GROUPS_CAP: usize = 100;
 
 const TEMPLATE: &str = include_str!("template.html");
 const CSS: &str = include_str!("report.css");
@@ -390,7 +392,8 @@ pub fn report<R: Read + Send, B: Read + Send>(
 
 /// What the page's pass keeps besides its own sink: every kind's stacks (the summary, the
 /// latency and lock tables, the diffs), the kernel histograms and the connections (the
-/// summary, the latency table), the heat maps' points, the live blocks (leaks).
+/// summary, the latency table), the heat maps' points, the live blocks (leaks), the
+/// per-thread sums (the Threads section and the summary's thread groups).
 fn wants(t0: u64, bucket_ns: u64) -> Wants {
     let latency = [EventKind::Syscall, EventKind::Bio, EventKind::Runq];
     Wants {
@@ -404,6 +407,7 @@ fn wants(t0: u64, bucket_ns: u64) -> Wants {
         // The heap's sink keeps the live blocks for the leaks table too.
         leaks: false,
         heap: Some((t0, bucket_ns)),
+        threads: true,
     }
 }
 
@@ -489,6 +493,7 @@ fn data<R: Read + Send, B: Read + Send>(
         None => serde_json::Map::new(),
     };
     let summary = summary_of(&mut p);
+    let thread_groups = thread_groups_json(&mut p);
 
     let stack_mode = info
         .as_ref()
@@ -515,6 +520,7 @@ fn data<R: Read + Send, B: Read + Send>(
         "stacks": int.stacks,
         "kinds": kinds,
         "threads": threads,
+        "thread_groups": thread_groups,
         "cpu": cpu,
         "heatmaps": heat,
         "latency": latency,
@@ -524,6 +530,19 @@ fn data<R: Read + Send, B: Read + Send>(
         "leaks_note": leaks_note,
         "diff": diff,
         "stats": stats,
+    })
+}
+
+/// The Threads section: where each thread group's time goes (`ebsym threads`' rows, the
+/// first [`THREAD_GROUPS_CAP`] by wall time), the on-CPU, run-queue, off-CPU by cause and
+/// not seen parts of each, with their top stacks as function names (leaf first).
+fn thread_groups_json(p: &mut Passed) -> Value {
+    let rep = p.threads();
+    json!({
+        "cpu_period_ns": rep.cpu_period_ns,
+        "families": rep.families,
+        "total": rep.groups.len(),
+        "groups": &rep.groups[..rep.groups.len().min(THREAD_GROUPS_CAP)],
     })
 }
 

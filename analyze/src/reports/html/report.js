@@ -79,6 +79,18 @@
     body.textContent = '';
     parts.forEach(function (p) {
       body.appendChild(el('h3', null, p.title));
+      if (p.names) {
+        // a stack given as function names, leaf first (the Threads section's)
+        if (!p.names.length) { body.appendChild(el('div', { class: 'notes' }, '(no stack)')); return; }
+        var ol0 = el('ol', { class: 'frames' });
+        p.names.forEach(function (n) {
+          var li = el('li', { 'data-fn': n });
+          li.appendChild(el('span', { class: 'f' }, n));
+          ol0.appendChild(li);
+        });
+        body.appendChild(ol0);
+        return;
+      }
       var s = D.stacks[p.stack] || [];
       if (!s.length) { body.appendChild(el('div', { class: 'notes' }, '(no stack)')); return; }
       var ol = el('ol', { class: 'frames' });
@@ -170,6 +182,69 @@
     (D.summary || []).forEach(function (x) { ul.appendChild(el('li', { 'data-family': x.family }, x.finding)); });
     if (!(D.summary || []).length) ul.appendChild(el('li', null, 'no findings (no events?)'));
     b.appendChild(ul);
+  }
+
+  // ---------- threads ----------
+  // Each thread group of `ebsym threads` (mod.rs: thread_groups): a bar of its wall time
+  // split into on CPU, run queue, off CPU by cause and not seen, and a table of the parts;
+  // a part clicked shows its top stacks in the stack panel.
+  var CAUSE_COLORS = { lock: '#c0392b', disk: '#7a4f2a', 'idle wait': '#b9c2cc', 'network or pipe': '#1a9c9c',
+    sleep: '#8fa9d6', 'wait for child or signal': '#8e5bb8', 'page fault': '#d68a1a', other: '#5b7fb8' };
+  function threadParts(g) {
+    var parts = [{ part: 'on CPU', ns: g.on_cpu_ns, count: g.cpu_samples, unit: 'samples', color: COLORS.cpu,
+      stacks: g.top_cpu_stack.length ? [{ title: 'hottest on-CPU stack', names: g.top_cpu_stack }] : [] }];
+    parts.push({ part: 'run queue', ns: g.runq_ns, count: null, unit: '', color: COLORS.runq, stacks: [] });
+    g.offcpu.forEach(function (c) {
+      parts.push({ part: 'off: ' + c.cause, ns: c.ns, count: c.blocks, unit: 'blocks', color: CAUSE_COLORS[c.cause] || '#777',
+        stacks: c.top_stacks.map(function (t) { return { title: fmtNs(t.ns) + ' in ' + thousands(t.blocks) + ' blocks', names: t.frames }; }) });
+    });
+    parts.push({ part: 'not seen', ns: g.not_seen_ns, count: null, unit: '', color: '#eeeeee', stacks: [] });
+    parts.forEach(function (p) {
+      p.share = g.wall_ns ? p.ns / g.wall_ns : 0;
+      p.top = p.stacks.length ? (p.stacks[0].names.filter(function (n) { return n; })[0] || '') : '';
+    });
+    return parts;
+  }
+  function showPart(g, p) {
+    var title = g.thread + ' [' + g.pid + ']: ' + p.part + ', ' + fmtNs(p.ns) + ' (' + (p.share * 100).toFixed(1) + '%)';
+    showStacks(title, p.stacks.length ? p.stacks : [{ title: 'no stacks for this part', names: [] }]);
+  }
+  function renderThreads() {
+    var b = $('threads-body'), T = D.thread_groups || { groups: [] };
+    b.textContent = '';
+    if (!T.groups.length) {
+      b.appendChild(el('div', { class: 'notes', 'data-key': 'threads-none' },
+        'no cpu, offcpu or runq events in this trace: record with --cpu --offcpu --runq'));
+      return;
+    }
+    b.appendChild(el('div', { class: 'notes' }, 'families: ' + (T.families.join(', ') || 'none') +
+      (T.cpu_period_ns ? '; on CPU = samples × ' + fmtNs(T.cpu_period_ns) : '') +
+      (T.total > T.groups.length ? '; the ' + T.groups.length + ' groups with the most wall time of ' + T.total : '')));
+    T.groups.forEach(function (g, i) {
+      var d = el('div', { class: 'tgroup', 'data-thread': g.thread, 'data-process': g.process, 'data-pid': g.pid, 'data-threads': g.threads });
+      d.appendChild(el('h3', null, g.process + ' [' + g.pid + '] ' + g.thread + ' (' + g.threads + ' thread' +
+        (g.threads === 1 ? '' : 's') + '): wall ' + fmtNs(g.wall_ns)));
+      if (g.names.length > 1 || g.names[0] !== g.thread) d.appendChild(el('div', { class: 'notes' }, 'threads: ' + g.names.join(', ')));
+      var parts = threadParts(g), bar = el('div', { class: 'tbar' });
+      parts.forEach(function (p) {
+        if (!p.ns) return;
+        var s = el('span', { 'data-part': p.part, 'data-ns': p.ns });
+        s.style.width = (p.share * 100).toFixed(3) + '%';
+        s.style.background = p.color;
+        s.title = p.part + ': ' + fmtNs(p.ns) + ' (' + (p.share * 100).toFixed(1) + '%)' + (p.top ? '\ntop: ' + p.top : '');
+        s.onclick = function () { showPart(g, p); };
+        bar.appendChild(s);
+      });
+      d.appendChild(bar);
+      d.appendChild(table('threads-' + i, [
+        { k: 'part' },
+        { k: 'ns', label: 'time', num: true, f: fmtNs },
+        { k: 'share', num: true, f: function (v) { return (v * 100).toFixed(1) + '%'; } },
+        { k: 'count', label: 'samples / blocks', num: true, f: function (v) { return v === null ? '' : thousands(v); } },
+        { k: 'top', label: 'top stack (leaf)', fn: true }
+      ], parts, function (p) { showPart(g, p); }));
+      b.appendChild(d);
+    });
   }
 
   // ---------- sortable tables ----------
@@ -890,6 +965,7 @@
   // ---------- start ----------
   function start() {
     renderSummary();
+    renderThreads();
     setupTimeline();
     drawTimeline();
     setupFlameControls();
