@@ -613,9 +613,14 @@ impl Loaded {
             let leaf = i == 0
                 || i == n_kernel
                 || (i > n_kernel && exact.contains(&((i - n_kernel) as u32)));
-            let address = format!("{ip:#x}");
+            // The address looked up and shown: a caller's is its call instruction (the
+            // return address - 1, as Go's runtime.Frame.PC and llvm-symbolizer take it), so
+            // a leaf at an address that is also a return address elsewhere (a sample just
+            // after a call came back) stays a different location in pprof.
+            let lookup = if leaf { ip } else { ip.wrapping_sub(1) };
+            let address = format!("{lookup:#x}");
             if i < n_kernel {
-                out.push(self.kernel_frame(if leaf { ip } else { ip.wrapping_sub(1) }, address));
+                out.push(self.kernel_frame(lookup, address));
                 continue;
             }
             let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX) else {
@@ -669,9 +674,7 @@ impl Loaded {
                     continue;
                 }
             }
-            let offset = (if leaf { ip } else { ip - 1 })
-                .wrapping_sub(m.start)
-                .wrapping_add(m.file_offset);
+            let offset = lookup.wrapping_sub(m.start).wrapping_add(m.file_offset);
             match self.symbols.get(&(m.build_id, offset)) {
                 Some((frames, _)) if !frames.is_empty() => {
                     for f in frames {

@@ -414,7 +414,8 @@ fn pprof_has_inline_chains_as_lines_and_the_totals_of_top() {
         .expect("a location with an inline chain");
     assert_eq!(f(post.line[0].function_id), "std::mutex::lock()");
     assert_eq!(f(post.line[1].function_id), "Ledger::post(long)");
-    assert_eq!(post.address, SHOP + 0x3010);
+    // A caller: its call instruction, the return address 0x3010 - 1 that was looked up.
+    assert_eq!(post.address, SHOP + 0x300f);
     let m = &p.mapping[post.mapping_id as usize - 1];
     assert_eq!(s(m.build_id), "ab".repeat(20));
     assert_eq!(s(m.filename), "/usr/bin/shop");
@@ -691,6 +692,55 @@ fn write_cpu(path: &Path) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// A sample whose leaf is at an address that is also a return address in another stack
+/// (the instruction right after a call, sampled once the call came back): two lookups,
+/// two lines, and so two pprof Locations, which must not share an address (pprof readers
+/// key Locations by mapping and address; CI caught a profile with two).
+#[test]
+fn a_leaf_at_a_return_address_is_its_own_pprof_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("leaf.pb.zst");
+    let mut w = writer();
+    let shop_id = shop_process(&mut w);
+    let caller = w
+        .intern_stack(1, &[SHOP + 0x1010, SHOP + 0x2020], &[], 0)
+        .unwrap();
+    let leaf = w.intern_stack(1, &[SHOP + 0x2020], &[], 0).unwrap();
+    for (i, stack) in [caller, leaf].into_iter().enumerate() {
+        w.cpu_sample(&CpuSample {
+            time_ns: 1_100_000_000 + i as u64,
+            generation: 1,
+            tid: 42,
+            stack,
+            cpu: 1,
+        })
+        .unwrap();
+    }
+    let off = |ip: u64| ip - SHOP + 0x1000;
+    symbolized(
+        &mut w,
+        shop_id,
+        &[
+            (off(SHOP + 0x1010), "Warehouse::restock()", 98),
+            (off(SHOP + 0x2020 - 1), "main", 300),
+            (off(SHOP + 0x2020), "main", 301),
+        ],
+    );
+    let bytes = w.finish(Some(pb::Trailer::default())).unwrap();
+    std::fs::write(&trace, bytes).unwrap();
+    let st = reports::stacks(&trace, EventKind::Cpu, &Filter::default()).unwrap();
+    let p = ebtrace_analyze::pprof::profile(&st, "samples");
+    let mut at: Vec<(u64, i64)> = p
+        .location
+        .iter()
+        .filter(|l| l.address & !0xfff == SHOP + 0x2000)
+        .map(|l| (l.address - SHOP, l.line[0].line))
+        .collect();
+    at.sort();
+    // main as a caller: its call instruction (0x201f), line 300; as the leaf: 0x2020, 301.
+    assert_eq!(at, [(0x201f, 300), (0x2020, 301)]);
+}
+
 #[test]
 fn kernel_frames_are_named_from_the_traces_kernel_symbols() {
     let dir = tempfile::tempdir().unwrap();
@@ -720,10 +770,11 @@ fn kernel_frames_are_named_from_the_traces_kernel_symbols() {
         frames(0),
         [
             ("schedule", "[kernel]", hex(K_FUTEX + 0x410)),
-            ("__x64_sys_futex", "[kernel]", hex(K_FUTEX + 0x200)),
-            ("entry_SYSCALL_64", "[kernel]", hex(K_TEXT + 0x50)),
+            // Callers at their call instruction (return address - 1); the user leaf exact.
+            ("__x64_sys_futex", "[kernel]", hex(K_FUTEX + 0x1ff)),
+            ("entry_SYSCALL_64", "[kernel]", hex(K_TEXT + 0x4f)),
             ("Ledger::post(long)", "/usr/bin/shop", hex(SHOP + 0x3010)),
-            ("main", "/usr/bin/shop", hex(SHOP + 0x2020)),
+            ("main", "/usr/bin/shop", hex(SHOP + 0x201f)),
         ]
         .map(|(f, m, a)| (f.to_string(), m.to_string(), a))
     );
@@ -732,16 +783,16 @@ fn kernel_frames_are_named_from_the_traces_kernel_symbols() {
         frames(1)[..4],
         [
             ("ext4_mpage_readpages", "[kernel:ext4]", hex(K_EXT4 + 0x810)),
-            ("ext4_file_read_iter", "[kernel:ext4]", hex(K_EXT4 + 0x10)),
+            ("ext4_file_read_iter", "[kernel:ext4]", hex(K_EXT4 + 0xf)),
             (
-                "[kernel] 0xffffffff80000010",
+                "[kernel] 0xffffffff8000000f",
                 "[kernel]",
-                "0xffffffff80000010".to_string()
+                "0xffffffff8000000f".to_string()
             ),
             (
-                "[kernel] 0xffffffffc1100000",
+                "[kernel] 0xffffffffc10fffff",
                 "[kernel]",
-                hex(K_EXT4 + 0x100_0000)
+                hex(K_EXT4 + 0x100_0000 - 1)
             ),
         ]
         .map(|(f, m, a)| (f.to_string(), m.to_string(), a))
