@@ -137,18 +137,34 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
  * where it blocked (the task-stack walk leaves out the scheduler's own functions, schedule and
  * the `__sched` sleep helpers). Its user stack has not changed while it slept, but a BPF
  * program cannot read another task's user memory, so the block waits in `offcpu_pend` for
- * the thread's next syscall exit (`offcpu_sys_exit`, in its own context), where the user
- * stack (any --stack-mode: fp, cfi, auto, dwarf's copy) is taken if the user registers are
- * still the ones it blocked with, and the event is sent. A block that did not end at a
- * syscall exit with those registers (a page fault, a second long block in the same syscall)
- * is sent with its kernel stack only and SF_USER_NOT_AT_EXIT, never with a user stack from
- * elsewhere.
+ * the thread's return to user space, in its own context, where the user stack (any
+ * --stack-mode: fp, cfi, auto, dwarf's copy) is taken if the user registers are still the
+ * ones it blocked with, and the event is sent. The return is caught by `offcpu_rseq` on the
+ * rseq_update tracepoint where the kernel has it (`offcpu_rseq_mode`): a thread with restartable
+ * sequences registered (glibc 2.35 and later registers every thread) is switched out with
+ * the kernel's notify-resume work set, and its return to user space after the switch fires
+ * rseq_update, so nothing runs at anyone's system calls. A kept block of a thread without
+ * rseq, or one whose rseq_update never came before its next kept block, is counted
+ * (`offcpu_norseq`, `offcpu_rseq_missed`), and user space then adds `offcpu_sys_exit`:
+ * the thread's next syscall exit, the only way before (it puts every system call of the
+ * machine on the tracepoint's slow path). A block that did not end there with those
+ * registers (a page fault, a second long block in the same syscall) is sent with its
+ * kernel stack only and SF_USER_NOT_AT_EXIT, never with a user stack from elsewhere.
  *
  * The waker (sched_waking, in the waker's context): its tid always; its stacks only when
  * the wakee has been blocked for at least the threshold by then. A block that crosses the
  * threshold in the run queue, after its wake, is kept with the waker's tid and no waker
  * stack.
  */
+
+/* Set by user space when the kernel has the rseq_update tracepoint: kept blocks wait for
+ * `offcpu_rseq` (see above). */
+const volatile bool offcpu_rseq_mode = false;
+/* Kept blocks of threads without rseq, and kept blocks still waiting when their thread's
+ * next one was kept (rseq_update did not come): user space reads them to add the syscall
+ * exit. */
+__u64 offcpu_norseq = 0;
+__u64 offcpu_rseq_missed = 0;
 
 /* Per target thread, the hot state: written at every block, read at every switch-in. */
 struct offcpu_block {
@@ -254,8 +270,11 @@ static __always_inline void offcpu_flush(struct offcpu_event *e)
 /* The start of a kept block's event; its waker stacks go first in `ips`. */
 static __always_inline void offcpu_begin(struct offcpu_event *e)
 {
-	if (e->pending)
+	if (e->pending) {
+		if (offcpu_rseq_mode)
+			__sync_fetch_and_add(&offcpu_rseq_missed, 1);
 		offcpu_flush(e);
+	}
 	e->waker_nframes = 0;
 	e->waker_kframes = 0;
 	e->waker_flags = 0;
@@ -365,6 +384,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	e->kframes = k;
 	e->pending = 1;
 	b->pending = 1;
+	if (offcpu_rseq_mode && !BPF_CORE_READ(next, rseq))
+		__sync_fetch_and_add(&offcpu_norseq, 1);
 	return 0;
 }
 
@@ -420,10 +441,10 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	return 0;
 }
 
-/* The thread's next syscall exit after a kept block, in its own context: the user stack, if
- * the user registers are the ones it blocked with, then the event. For every other thread
- * and syscall: one task-storage lookup. */
-static __always_inline void offcpu_sys_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
+/* The thread's return to user space after a kept block (rseq_update, or its next syscall
+ * exit), in its own context: the user stack, if the user registers are the ones it blocked
+ * with, then the event. For every other thread and return: one task-storage lookup. */
+static __always_inline void offcpu_at_user(void *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, task, 0, 0);
@@ -459,8 +480,17 @@ static __always_inline void offcpu_sys_exit_do(unsigned long long *ctx, struct p
 SEC("tp_btf/sys_exit")
 int BPF_PROG(offcpu_sys_exit, struct pt_regs *regs, long ret)
 {
-	offcpu_sys_exit_do(ctx, regs, ret);
+	offcpu_at_user(ctx);
 	chain_next(ctx, &sys_exit_chain, CM_OFFCPU_SYS_EXIT);
+	return 0;
+}
+
+/* A thread with rseq on its way back to user space after it was switched out (the kernel's
+ * notify-resume work, in its own context): where a kept block gets its user stack. */
+SEC("tp_btf/rseq_update")
+int BPF_PROG(offcpu_rseq, struct task_struct *t)
+{
+	offcpu_at_user(ctx);
 	return 0;
 }
 

@@ -138,6 +138,7 @@ struct files_struct {
 	struct fdtable *fdt;
 };
 
+struct rseq;
 struct task_struct {
 	int pid;
 	int tgid;
@@ -145,6 +146,7 @@ struct task_struct {
 	struct mm_struct *mm;
 	struct uprobe_task *utask;
 	struct files_struct *files;
+	struct rseq *rseq;
 };
 
 /* Block I/O (system.bpf.c). */

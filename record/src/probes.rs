@@ -67,6 +67,9 @@ pub struct ProbeConfig {
     pub offcpu_min_ns: Option<u64>,
     /// --offcpu-sample: the time-weighted sample's unit, ns (0: every block).
     pub offcpu_unit_ns: u64,
+    /// Off-CPU's user stacks at the return to user space on rseq_update, the syscall exit
+    /// only once a thread needs it ([`crate::features::offcpu_rseq`]).
+    pub offcpu_rseq: bool,
     pub memgrowth: bool,
     /// --memgrowth-sample: the byte-weighted sample's unit for first-touch page faults, bytes
     /// (0: every fault).
@@ -253,6 +256,15 @@ pub struct Probes<'obj> {
     offcpu_min_ptr: Option<*mut u64>,
     /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
     offcpu_epoch_ptr: Option<*mut u32>,
+    /// The profile object's `offcpu_norseq` and `offcpu_rseq_missed` (its mmapped .bss),
+    /// with --offcpu on rseq_update.
+    offcpu_rseq_ptrs: Option<(*const u64, *const u64)>,
+    /// Whether `offcpu_sys_exit` was added to the system call chain while recording
+    /// ([`Probes::offcpu_fallback`]).
+    offcpu_sys_exit_added: std::cell::Cell<bool>,
+    /// Whether the hub's sys_exit program is attached, and links attached while recording.
+    hub_exit_attached: std::cell::Cell<bool>,
+    late_links: std::cell::RefCell<Vec<Link>>,
     /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
     sys_epoch_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
@@ -478,6 +490,7 @@ impl Drop for Probes<'_> {
             fds.extend(p.filter);
         }
         links.extend(self.tp_pausable.get_mut().drain(..).flat_map(|t| t.2));
+        links.extend(self.late_links.get_mut().drain(..));
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -771,6 +784,7 @@ impl<'obj> Probes<'obj> {
             ro.func_args = cfg.func_args.min(6);
             ro.page_size = procfs::page_size() as u64;
             ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
+            ro.offcpu_rseq_mode = cfg.offcpu_rseq;
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             agg_setup!(open, ro, cfg);
             if let Some(d) = open.maps.bss_data.as_deref_mut() {
@@ -781,6 +795,8 @@ impl<'obj> Probes<'obj> {
                 let name = p.name().to_string_lossy().into_owned();
                 let on = if name.starts_with("cpu_") {
                     cfg.cpu_hz.is_some()
+                } else if name == "offcpu_rseq" {
+                    cfg.offcpu_min_ns.is_some() && cfg.offcpu_rseq
                 } else if name.starts_with("offcpu_") {
                     cfg.offcpu_min_ns.is_some()
                 } else if name.starts_with("mem_") {
@@ -895,6 +911,10 @@ impl<'obj> Probes<'obj> {
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
             offcpu_epoch_ptr: None,
+            offcpu_rseq_ptrs: None,
+            offcpu_sys_exit_added: Default::default(),
+            hub_exit_attached: Default::default(),
+            late_links: Default::default(),
             sys_epoch_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
@@ -914,6 +934,18 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_epoch as *mut u32);
+        if cfg.offcpu_rseq {
+            p.offcpu_rseq_ptrs = p
+                .profile
+                .as_mut()
+                .and_then(|a| a.maps.bss_data.as_deref_mut())
+                .map(|b| {
+                    (
+                        &b.offcpu_norseq as *const u64,
+                        &b.offcpu_rseq_missed as *const u64,
+                    )
+                });
+        }
         p.sys_epoch_ptr = p
             .system
             .as_mut()
@@ -969,18 +1001,28 @@ impl<'obj> Probes<'obj> {
                 (&g.prof_exit, "sched_process_exit"),
             ];
             if cfg.offcpu_min_ns.is_some() {
+                // The one that takes the user stacks first: a resume attaches them in
+                // this order.
+                let first = if cfg.offcpu_rseq {
+                    (&g.offcpu_rseq, "offcpu_rseq")
+                } else {
+                    (&g.offcpu_sys_exit, "offcpu_sys_exit")
+                };
                 attach_tps(
                     p.tp_pausable.get_mut(),
                     p.chain.get_mut(),
                     ebtrace_proto::v1::EventFamily::Offcpu,
                     &[
-                        (&g.offcpu_sys_exit, "offcpu_sys_exit"),
+                        first,
                         (&g.offcpu_waking, "offcpu_waking"),
                         (&g.offcpu_switch, "offcpu_switch"),
                     ],
                 )?;
-                p.attached
-                    .push("tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into());
+                p.attached.push(if cfg.offcpu_rseq {
+                    "tp_btf/sched_switch, sched_waking, rseq_update (off-CPU)".into()
+                } else {
+                    "tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into()
+                });
             }
             if cfg.memgrowth {
                 attach_tps(
@@ -1178,6 +1220,9 @@ impl<'obj> Probes<'obj> {
             (&g.hub_sys_exit, exit, "sys_exit"),
             (&g.hub_sys_enter, enter, "sys_enter"),
         ] {
+            if on && what == "sys_exit" {
+                self.hub_exit_attached.set(true);
+            }
             if on {
                 self.links.push(
                     prog.attach()
@@ -1201,6 +1246,72 @@ impl<'obj> Probes<'obj> {
             self.dispatch_ns = ((hooked - bare) / 2.0 - measured).clamp(5.0, 1000.0);
         }
         Ok(())
+    }
+
+    /// With --offcpu on rseq_update: once a kept block came from a thread without rseq (or
+    /// rseq_update did not come for 16 of them), adds `offcpu_sys_exit` to the system call
+    /// chain, so that their user stacks are taken at syscall exits from then on, and says
+    /// so in the line returned (once).
+    pub fn offcpu_fallback(&self) -> Result<Option<String>> {
+        let Some((norseq, missed)) = self.offcpu_rseq_ptrs else {
+            return Ok(None);
+        };
+        if self.offcpu_sys_exit_added.get() {
+            return Ok(None);
+        }
+        // SAFETY: aligned u64 loads in the profile object's mmapped .bss, alive as long as
+        // self (as in set_offcpu_min_ns); BPF adds to them atomically.
+        let (norseq, missed) = unsafe {
+            (
+                std::ptr::read_volatile(norseq),
+                std::ptr::read_volatile(missed),
+            )
+        };
+        if norseq == 0 && missed < 16 {
+            return Ok(None);
+        }
+        let (Some(pr), Some(h)) = (&self.profile, &self.hub) else {
+            return Ok(None);
+        };
+        self.offcpu_sys_exit_added.set(true);
+        let family = ebtrace_proto::v1::EventFamily::Offcpu;
+        // Paused by --max-cpu: it joins inactive, and the resume activates it.
+        let active = !self
+            .tp_pausable
+            .borrow()
+            .iter()
+            .any(|t| t.0 == family && t.2.is_none());
+        {
+            let mut chain = self.chain.borrow_mut();
+            chain.push(ChainMember {
+                family,
+                name: "offcpu_sys_exit",
+                member: CM_OFFCPU_SYS_EXIT as u32,
+                exit: true,
+                fd: pr.progs.offcpu_sys_exit.as_fd().as_raw_fd(),
+                active,
+            });
+            chain.sort_by_key(|m| m.member);
+        }
+        self.sync_chain()?;
+        if !self.hub_exit_attached.get() {
+            let link = h
+                .progs
+                .hub_sys_exit
+                .attach()
+                .context("attaching the hub's tp_btf/sys_exit")?;
+            self.late_links.borrow_mut().push(link);
+            self.hub_exit_attached.set(true);
+        }
+        Ok(Some(if norseq > 0 {
+            format!(
+                "off-CPU: {norseq} kept blocks of threads without rseq (glibc before 2.35, or rseq turned off): user stacks are now taken at syscall exits, which puts every system call on the tracepoint's slow path"
+            )
+        } else {
+            format!(
+                "off-CPU: rseq_update did not come for {missed} kept blocks: user stacks are now taken at syscall exits, which puts every system call on the tracepoint's slow path"
+            )
+        }))
     }
 
     /// Writes the active members into the chain's program arrays, in their order, exits
@@ -1921,6 +2032,7 @@ impl<'obj> Probes<'obj> {
                 "futex_exit" => self.lock.as_ref().map(|l| &l.progs.futex_exit),
                 "mem_exit" => self.profile.as_ref().map(|p| &p.progs.mem_exit),
                 "offcpu_sys_exit" => self.profile.as_ref().map(|p| &p.progs.offcpu_sys_exit),
+                "offcpu_rseq" => self.profile.as_ref().map(|p| &p.progs.offcpu_rseq),
                 "offcpu_waking" => self.profile.as_ref().map(|p| &p.progs.offcpu_waking),
                 "offcpu_switch" => self.profile.as_ref().map(|p| &p.progs.offcpu_switch),
                 "futex_enter" => self.lock.as_ref().map(|l| &l.progs.futex_enter),

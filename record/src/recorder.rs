@@ -200,6 +200,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
         offcpu_unit_ns: a.offcpu_sample * 1000,
+        offcpu_rseq: a.offcpu.is_some() && crate::features::offcpu_rseq(),
         memgrowth: a.memgrowth,
         mem_fault_unit: a.memgrowth_sample,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
@@ -546,6 +547,11 @@ fn record_with(
         if !a.all && s.live.is_empty() && !hooks.as_ref().is_some_and(|h| h.selects()) {
             stop_reason = "targets exited".to_string();
             break;
+        }
+        if let Some(line) = probes_ref.offcpu_fallback()? {
+            if !a.quiet {
+                eprintln!("ebrec: {line}");
+            }
         }
         if let Some(b) = budget.as_mut() {
             for (change, why) in b.tick(probes_ref) {

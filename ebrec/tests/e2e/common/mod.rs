@@ -199,6 +199,32 @@ pub fn record_loud(program: &str, flags: &[&str], args: &[&str]) -> Recording {
     record_in_tempdir(program, flags, args, false)
 }
 
+/// [`record_loud`] with `env` set for ebrec and so for the program it starts.
+#[allow(dead_code)] // not every test binary uses it
+pub fn record_loud_env(
+    program: &str,
+    flags: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Recording {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let out = run_record_env(
+        &trace,
+        program,
+        ebtrace_testdata::Variant::FramePointer,
+        flags,
+        args,
+        false,
+        env,
+    );
+    Recording {
+        trace,
+        out,
+        _dir: dir,
+    }
+}
+
 fn record_in_tempdir(program: &str, flags: &[&str], args: &[&str], quiet: bool) -> Recording {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.pb.zst");
@@ -262,8 +288,21 @@ fn run_record(
     args: &[&str],
     quiet: bool,
 ) -> Output {
+    run_record_env(trace, program, variant, flags, args, quiet, &[])
+}
+
+fn run_record_env(
+    trace: &std::path::Path,
+    program: &str,
+    variant: ebtrace_testdata::Variant,
+    flags: &[&str],
+    args: &[&str],
+    quiet: bool,
+    env: &[(&str, &str)],
+) -> Output {
     let prog = ebtrace_testdata::build(program, variant).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .envs(env.iter().copied())
         .arg("record")
         .args(quiet.then_some("-q"))
         .arg("-o")
