@@ -267,6 +267,14 @@ struct {
 /* Threads with a kept wait waiting for their syscall exit: while there are none, the
  * sys_exit program returns at once, without a task storage lookup. */
 __u64 runq_pending = 0;
+/* Set by user space when the kernel has the rseq_update tracepoint: a kept wait of a woken
+ * thread takes its user stack where the thread returns to user space (`runq_rseq`), as
+ * off-CPU does (profile.bpf.c); kept waits of threads without rseq, and those still waiting
+ * when the thread's next one was kept, are counted, and user space then adds
+ * `runq_sys_exit` to the system call chain. */
+const volatile bool runq_rseq_mode = false;
+__u64 runq_norseq = 0;
+__u64 runq_rseq_missed = 0;
 
 static __always_inline void runq_set_pending(struct runq_state *st)
 {
@@ -311,6 +319,15 @@ static __always_inline void runq_flush(struct runq_event *e)
 	e->nframes = 0;
 	e->flags |= SF_USER_NOT_AT_EXIT;
 	runq_send(e);
+}
+
+/* runq_flush of the thread's buffer taken for a new wait: a kept wait still in it never
+ * got to its thread's return to user space. */
+static __always_inline void runq_reuse(struct runq_event *e)
+{
+	if (runq_rseq_mode && e->pending)
+		__sync_fetch_and_add(&runq_rseq_missed, 1);
+	runq_flush(e);
 }
 
 /* The state of a target's thread, created on first sight. */
@@ -371,7 +388,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 				struct runq_event *e = bpf_task_storage_get(
 					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 				if (e) {
-					runq_flush(e);
+					runq_reuse(e);
 					e->flags = 0;
 					__u32 k = kernel_stack(ctx, e->ips, &e->flags);
 					k &= KFRAMES - 1;
@@ -426,7 +443,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (st->preempted) {
 		if (!st->walked) {
 			/* Preempted after a short run: the preempted instruction only. */
-			runq_flush(e);
+			runq_reuse(e);
 			e->flags = SF_USER_LEAF_ONLY;
 			e->kframes = 0;
 			e->ips[0] = uip;
@@ -439,7 +456,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	}
 	/* Woken: where it blocked, in the kernel now and in user space at its syscall exit,
 	 * in its own context. */
-	runq_flush(e);
+	runq_reuse(e);
 	e->flags = 0;
 	e->nframes = 0;
 	e->copy_id = 0;
@@ -452,6 +469,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->user_sp = u ? u->sp : 0;
 	e->pending = 1;
 	runq_set_pending(st);
+	if (runq_rseq_mode && !BPF_CORE_READ(next, rseq))
+		__sync_fetch_and_add(&runq_norseq, 1);
 	return 0;
 }
 
@@ -504,6 +523,14 @@ int BPF_PROG(runq_sys_exit, struct pt_regs *regs, long ret)
 {
 	runq_sys_exit_do(ctx, regs, ret);
 	chain_next(ctx, &sys_exit_chain, CM_RUNQ_SYS_EXIT);
+	return 0;
+}
+
+/* A thread with rseq on its way back to user space after a switch (runq_rseq_mode). */
+SEC("tp_btf/rseq_update")
+int BPF_PROG(runq_rseq, struct task_struct *t)
+{
+	runq_sys_exit_do(ctx, 0, 0);
 	return 0;
 }
 

@@ -23,6 +23,8 @@
 #
 # Configurations (CONFIGS, names as here; default all):
 #   untraced
+#   ebrec-offcpu-sysexit  --offcpu with EBTRACE_OFFCPU_SYS_EXIT=1 (user stacks at syscall
+#                      exits, as before rseq_update; not in the default set)
 #   ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-syscalls ebrec-bio ebrec-runq
 #   ebrec-tcp ebrec-alloc4096   ebrec record --bpf-stats -o T --FAMILY -p PID... (--alloc=4096)
 #   ebrec-diagset      the diagnose set in one record: --cpu --offcpu --lock --memgrowth
@@ -115,6 +117,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
+KNOWN_CONFIGS="$ALL_CONFIGS ebrec-offcpu-sysexit"
 CONFIGS=${CONFIGS:-$ALL_CONFIGS}
 CONFIGS=$(tr -s ' \t\n' ' ' <<<"$CONFIGS" | sed 's/^ //; s/ $//')
 
@@ -129,7 +132,7 @@ for v in ROUNDS DURATION CLIENTS JOBS SCALE PORT READY_TIMEOUT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number"
 done
 for c in $CONFIGS; do
-  [[ " $ALL_CONFIGS " == *" $c "* ]] || die "unknown configuration $c (known: $ALL_CONFIGS)"
+  [[ " $KNOWN_CONFIGS " == *" $c "* ]] || die "unknown configuration $c (known: $KNOWN_CONFIGS)"
 done
 [[ " $CONFIGS " == *" untraced "* ]] || log "no untraced in CONFIGS: the x untraced column stays empty"
 
@@ -430,6 +433,10 @@ tool_argv() {
       EVFN=ev_ebrec
       case $c in
         ebrec-alloc4096) fam=(--alloc=4096) ;;
+        ebrec-offcpu-sysexit)
+          # --offcpu as before rseq_update: user stacks at the next syscall exit.
+          TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$EBREC" record -q --bpf-stats -o "$TRACE" --offcpu "${pids[@]}")
+          return 0 ;;
         ebrec-diagset) fam=(--cpu --offcpu --lock --memgrowth --syscalls --bio --runq --tcp) ;;
         ebrec-diagnose)
           rm -rf "$TMP/diag"

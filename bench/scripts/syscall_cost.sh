@@ -13,6 +13,10 @@
 #   bpftrace, traced              the same, filtered to the loop's pid
 # <set> is `ebrec diagnose`'s families (--cpu --offcpu --lock --memgrowth --syscalls --bio
 # --runq --tcp), and --syscalls alone. BPF stats stay off (they cost every run ~30 ns).
+# Also --offcpu alone with the loop not traced: as it records (user stacks at the return to
+# user space, on rseq_update: no program at system calls), and with EBTRACE_OFFCPU_SYS_EXIT=1
+# (at the next syscall exit, the way before: every system call on the slow path):
+#   ebrec-offcpu-other, ebrec-offcpu-sysexit-other (not in the default CONFIGS)
 #
 #   bench/scripts/syscall_cost.sh                 # EBREC=target/release/ebrec by default
 #   ROUNDS=7 LOOPS=5000000 bench/scripts/syscall_cost.sh
@@ -55,11 +59,14 @@ measure() {
   local cfg=$1 ns pid bt
   case "$cfg" in
     untraced) bench ;;
-    ebrec-diag-other | ebrec-sys-other)
+    ebrec-diag-other | ebrec-sys-other | ebrec-offcpu-other | ebrec-offcpu-sysexit-other)
       sleep 600 & pid=$!
-      local flags=("${DIAG[@]}")
+      local flags=("${DIAG[@]}") sysexit=0
       [ "$cfg" = ebrec-sys-other ] && flags=(--syscalls=1000)
-      "$EBREC" record -q -o "$work/t.pb.zst" "${flags[@]}" -p "$pid" 2>"$work/ebrec.log" &
+      [ "$cfg" = ebrec-offcpu-other ] && flags=(--offcpu=1000)
+      [ "$cfg" = ebrec-offcpu-sysexit-other ] && flags=(--offcpu=1000) && sysexit=1
+      EBTRACE_OFFCPU_SYS_EXIT=$sysexit \
+        "$EBREC" record -q -o "$work/t.pb.zst" "${flags[@]}" -p "$pid" 2>"$work/ebrec.log" &
       local rec=$!
       wait_recording "$work/ebrec.log"
       ns=$(bench)

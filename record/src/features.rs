@@ -37,14 +37,14 @@ pub fn has_btf_type(name: &str) -> bool {
     memchr::memmem::find(b, needle.as_bytes()).is_some()
 }
 
-/// Whether off-CPU takes a kept block's user stack where the thread returns to user space
-/// after its switch, on the rseq_update tracepoint (the kernel fires it there for threads
-/// with restartable sequences: every thread of glibc 2.35 and later), instead of at its
-/// next syscall exit, which puts every system call of the machine on the tracepoint's slow
-/// path. Threads without rseq bring the syscall exit back while recording (see
-/// `Probes::offcpu_fallback`). `EBTRACE_OFFCPU_SYS_EXIT=1` uses the syscall exit from the
-/// start, so that both ways are tested on one kernel.
-pub fn offcpu_rseq() -> bool {
+/// Whether off-CPU and the run queue take a kept event's user stack where the thread
+/// returns to user space after its switch, on the rseq_update tracepoint (the kernel fires
+/// it there for threads with restartable sequences: every thread of glibc 2.35 and later),
+/// instead of at its next syscall exit, which puts every system call of the machine on the
+/// tracepoint's slow path. Threads without rseq bring the syscall exit back while recording
+/// (see `Probes::rseq_fallbacks`). `EBTRACE_OFFCPU_SYS_EXIT=1` uses the syscall exit from
+/// the start, so that both ways are tested on one kernel.
+pub fn rseq_update() -> bool {
     std::env::var_os("EBTRACE_OFFCPU_SYS_EXIT").is_none_or(|v| v != "1")
         && has_btf_type("btf_trace_rseq_update")
 }

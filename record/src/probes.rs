@@ -70,6 +70,8 @@ pub struct ProbeConfig {
     /// Off-CPU's user stacks at the return to user space on rseq_update, the syscall exit
     /// only once a thread needs it ([`crate::features::offcpu_rseq`]).
     pub offcpu_rseq: bool,
+    /// The run queue's user stacks of woken threads the same way.
+    pub runq_rseq: bool,
     pub memgrowth: bool,
     /// --memgrowth-sample: the byte-weighted sample's unit for first-touch page faults, bytes
     /// (0: every fault).
@@ -256,12 +258,9 @@ pub struct Probes<'obj> {
     offcpu_min_ptr: Option<*mut u64>,
     /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
     offcpu_epoch_ptr: Option<*mut u32>,
-    /// The profile object's `offcpu_norseq` and `offcpu_rseq_missed` (its mmapped .bss),
-    /// with --offcpu on rseq_update.
-    offcpu_rseq_ptrs: Option<(*const u64, *const u64)>,
-    /// Whether `offcpu_sys_exit` was added to the system call chain while recording
-    /// ([`Probes::offcpu_fallback`]).
-    offcpu_sys_exit_added: std::cell::Cell<bool>,
+    /// The families that take user stacks on rseq_update, and what brings their syscall
+    /// exit back ([`Probes::rseq_fallbacks`]).
+    rseq_fallbacks: Vec<RseqFallback>,
     /// Whether the hub's sys_exit program is attached, and links attached while recording.
     hub_exit_attached: std::cell::Cell<bool>,
     late_links: std::cell::RefCell<Vec<Link>>,
@@ -287,6 +286,22 @@ pub struct Probes<'obj> {
     /// kernel's stats measure (the dispatch, and the system call slow path the raw syscall
     /// tracepoints put every system call on), ns, calibrated when the hub attaches.
     pub dispatch_ns: f64,
+}
+
+/// A family that takes its user stacks on rseq_update, and the syscall-exit member that
+/// takes them for threads without rseq once one is seen ([`Probes::rseq_fallbacks`]).
+#[derive(Debug)]
+struct RseqFallback {
+    family: ebtrace_proto::v1::EventFamily,
+    what: &'static str,
+    name: &'static str,
+    member: u32,
+    fd: i32,
+    /// Its object's counters (mmapped .bss): kept events of threads without rseq, and kept
+    /// events whose rseq_update never came.
+    norseq: *const u64,
+    missed: *const u64,
+    added: std::cell::Cell<bool>,
 }
 
 /// A tracepoint link that --max-cpu may detach: (family, program name, link; None while
@@ -490,7 +505,7 @@ impl Drop for Probes<'_> {
             fds.extend(p.filter);
         }
         links.extend(self.tp_pausable.get_mut().drain(..).flat_map(|t| t.2));
-        links.extend(self.late_links.get_mut().drain(..));
+        links.append(self.late_links.get_mut());
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -842,6 +857,7 @@ impl<'obj> Probes<'obj> {
             ro.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
+            ro.runq_rseq_mode = cfg.runq_rseq;
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             // The histograms (one value for all CPUs): HIST_KEYS keys at the most, 33.4 MiB
             // (`hist_tests`; a full map is a counted loss).
@@ -854,6 +870,8 @@ impl<'obj> Probes<'obj> {
                     cfg.bio_min_ns.is_some() && new_bio
                 } else if name.starts_with("bio_rq_") {
                     cfg.bio_min_ns.is_some() && !new_bio
+                } else if name == "runq_rseq" {
+                    cfg.runq_min_ns.is_some() && cfg.runq_rseq
                 } else if name.starts_with("runq_") {
                     cfg.runq_min_ns.is_some()
                 } else if name.starts_with("tcp_") {
@@ -911,8 +929,7 @@ impl<'obj> Probes<'obj> {
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
             offcpu_epoch_ptr: None,
-            offcpu_rseq_ptrs: None,
-            offcpu_sys_exit_added: Default::default(),
+            rseq_fallbacks: Vec::new(),
             hub_exit_attached: Default::default(),
             late_links: Default::default(),
             sys_epoch_ptr: None,
@@ -935,16 +952,38 @@ impl<'obj> Probes<'obj> {
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_epoch as *mut u32);
         if cfg.offcpu_rseq {
-            p.offcpu_rseq_ptrs = p
-                .profile
-                .as_mut()
-                .and_then(|a| a.maps.bss_data.as_deref_mut())
-                .map(|b| {
-                    (
-                        &b.offcpu_norseq as *const u64,
-                        &b.offcpu_rseq_missed as *const u64,
-                    )
-                });
+            if let Some(pr) = p.profile.as_mut() {
+                let fd = pr.progs.offcpu_sys_exit.as_fd().as_raw_fd();
+                if let Some(b) = pr.maps.bss_data.as_deref_mut() {
+                    p.rseq_fallbacks.push(RseqFallback {
+                        family: ebtrace_proto::v1::EventFamily::Offcpu,
+                        what: "off-CPU",
+                        name: "offcpu_sys_exit",
+                        member: CM_OFFCPU_SYS_EXIT as u32,
+                        fd,
+                        norseq: &b.offcpu_norseq as *const u64,
+                        missed: &b.offcpu_rseq_missed as *const u64,
+                        added: Default::default(),
+                    });
+                }
+            }
+        }
+        if cfg.runq_rseq && cfg.runq_min_ns.is_some() {
+            if let Some(sy) = p.system.as_mut() {
+                let fd = sy.progs.runq_sys_exit.as_fd().as_raw_fd();
+                if let Some(b) = sy.maps.bss_data.as_deref_mut() {
+                    p.rseq_fallbacks.push(RseqFallback {
+                        family: ebtrace_proto::v1::EventFamily::Runq,
+                        what: "run queue",
+                        name: "runq_sys_exit",
+                        member: CM_RUNQ_SYS_EXIT as u32,
+                        fd,
+                        norseq: &b.runq_norseq as *const u64,
+                        missed: &b.runq_rseq_missed as *const u64,
+                        added: Default::default(),
+                    });
+                }
+            }
         }
         p.sys_epoch_ptr = p
             .system
@@ -1095,13 +1134,21 @@ impl<'obj> Probes<'obj> {
                     p.chain.get_mut(),
                     F::Runq,
                     &[
-                        (&g.runq_sys_exit, "runq_sys_exit"),
+                        if cfg.runq_rseq {
+                            (&g.runq_rseq, "runq_rseq")
+                        } else {
+                            (&g.runq_sys_exit, "runq_sys_exit")
+                        },
                         (&g.runq_switch, "runq_switch"),
                         (&g.runq_wakeup, "runq_wakeup"),
                         (&g.runq_wakeup_new, "runq_wakeup_new"),
                     ],
                 )?;
-                what.push("sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)");
+                what.push(if cfg.runq_rseq {
+                    "sched_wakeup, sched_wakeup_new, sched_switch, rseq_update (run queue)"
+                } else {
+                    "sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)"
+                });
             }
             if cfg.bio_min_ns.is_some() {
                 if features::has_btf_type("btf_trace_block_io_start") {
@@ -1248,70 +1295,72 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
-    /// With --offcpu on rseq_update: once a kept block came from a thread without rseq (or
-    /// rseq_update did not come for 16 of them), adds `offcpu_sys_exit` to the system call
-    /// chain, so that their user stacks are taken at syscall exits from then on, and says
-    /// so in the line returned (once).
-    pub fn offcpu_fallback(&self) -> Result<Option<String>> {
-        let Some((norseq, missed)) = self.offcpu_rseq_ptrs else {
-            return Ok(None);
-        };
-        if self.offcpu_sys_exit_added.get() {
-            return Ok(None);
-        }
-        // SAFETY: aligned u64 loads in the profile object's mmapped .bss, alive as long as
-        // self (as in set_offcpu_min_ns); BPF adds to them atomically.
-        let (norseq, missed) = unsafe {
-            (
-                std::ptr::read_volatile(norseq),
-                std::ptr::read_volatile(missed),
-            )
-        };
-        if norseq == 0 && missed < 16 {
-            return Ok(None);
-        }
-        let (Some(pr), Some(h)) = (&self.profile, &self.hub) else {
-            return Ok(None);
-        };
-        self.offcpu_sys_exit_added.set(true);
-        let family = ebtrace_proto::v1::EventFamily::Offcpu;
-        // Paused by --max-cpu: it joins inactive, and the resume activates it.
-        let active = !self
-            .tp_pausable
-            .borrow()
-            .iter()
-            .any(|t| t.0 == family && t.2.is_none());
-        {
-            let mut chain = self.chain.borrow_mut();
-            chain.push(ChainMember {
-                family,
-                name: "offcpu_sys_exit",
-                member: CM_OFFCPU_SYS_EXIT as u32,
-                exit: true,
-                fd: pr.progs.offcpu_sys_exit.as_fd().as_raw_fd(),
-                active,
+    /// For each family on rseq_update (--offcpu, --runq): once a kept event came from a
+    /// thread without rseq (or rseq_update did not come for 16 of them), adds the family's
+    /// syscall-exit member to the system call chain (attaching the hub's sys_exit if it was
+    /// not), so that user stacks are taken at syscall exits from then on; one line for each
+    /// (once) to say so.
+    pub fn rseq_fallbacks(&self) -> Result<Vec<String>> {
+        let mut lines = Vec::new();
+        for f in &self.rseq_fallbacks {
+            if f.added.get() {
+                continue;
+            }
+            // SAFETY: aligned u64 loads in an object's mmapped .bss, alive as long as self
+            // (as in set_offcpu_min_ns); BPF adds to them atomically.
+            let (norseq, missed) = unsafe {
+                (
+                    std::ptr::read_volatile(f.norseq),
+                    std::ptr::read_volatile(f.missed),
+                )
+            };
+            if norseq == 0 && missed < 16 {
+                continue;
+            }
+            let Some(h) = &self.hub else {
+                continue;
+            };
+            f.added.set(true);
+            // Paused by --max-cpu: it joins inactive, and the resume activates it.
+            let active = !self
+                .tp_pausable
+                .borrow()
+                .iter()
+                .any(|t| t.0 == f.family && t.2.is_none());
+            {
+                let mut chain = self.chain.borrow_mut();
+                chain.push(ChainMember {
+                    family: f.family,
+                    name: f.name,
+                    member: f.member,
+                    exit: true,
+                    fd: f.fd,
+                    active,
+                });
+                chain.sort_by_key(|m| m.member);
+            }
+            self.sync_chain()?;
+            if !self.hub_exit_attached.get() {
+                let link = h
+                    .progs
+                    .hub_sys_exit
+                    .attach()
+                    .context("attaching the hub's tp_btf/sys_exit")?;
+                self.late_links.borrow_mut().push(link);
+                self.hub_exit_attached.set(true);
+            }
+            let what = f.what;
+            lines.push(if norseq > 0 {
+                format!(
+                    "{what}: {norseq} kept events of threads without rseq (glibc before 2.35, or rseq turned off): user stacks are now taken at syscall exits, which puts every system call on the tracepoint's slow path"
+                )
+            } else {
+                format!(
+                    "{what}: rseq_update did not come for {missed} kept events: user stacks are now taken at syscall exits, which puts every system call on the tracepoint's slow path"
+                )
             });
-            chain.sort_by_key(|m| m.member);
         }
-        self.sync_chain()?;
-        if !self.hub_exit_attached.get() {
-            let link = h
-                .progs
-                .hub_sys_exit
-                .attach()
-                .context("attaching the hub's tp_btf/sys_exit")?;
-            self.late_links.borrow_mut().push(link);
-            self.hub_exit_attached.set(true);
-        }
-        Ok(Some(if norseq > 0 {
-            format!(
-                "off-CPU: {norseq} kept blocks of threads without rseq (glibc before 2.35, or rseq turned off): user stacks are now taken at syscall exits, which puts every system call on the tracepoint's slow path"
-            )
-        } else {
-            format!(
-                "off-CPU: rseq_update did not come for {missed} kept blocks: user stacks are now taken at syscall exits, which puts every system call on the tracepoint's slow path"
-            )
-        }))
+        Ok(lines)
     }
 
     /// Writes the active members into the chain's program arrays, in their order, exits
@@ -2044,6 +2093,7 @@ impl<'obj> Probes<'obj> {
                         "sys_exit" => &g.sys_exit,
                         "sys_enter" => &g.sys_enter,
                         "runq_sys_exit" => &g.runq_sys_exit,
+                        "runq_rseq" => &g.runq_rseq,
                         "runq_switch" => &g.runq_switch,
                         "runq_wakeup" => &g.runq_wakeup,
                         "runq_wakeup_new" => &g.runq_wakeup_new,

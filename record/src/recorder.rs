@@ -200,7 +200,8 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
         offcpu_unit_ns: a.offcpu_sample * 1000,
-        offcpu_rseq: a.offcpu.is_some() && crate::features::offcpu_rseq(),
+        offcpu_rseq: a.offcpu.is_some() && crate::features::rseq_update(),
+        runq_rseq: a.runq.is_some() && crate::features::rseq_update(),
         memgrowth: a.memgrowth,
         mem_fault_unit: a.memgrowth_sample,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
@@ -548,7 +549,7 @@ fn record_with(
             stop_reason = "targets exited".to_string();
             break;
         }
-        if let Some(line) = probes_ref.offcpu_fallback()? {
+        for line in probes_ref.rseq_fallbacks()? {
             if !a.quiet {
                 eprintln!("ebrec: {line}");
             }

@@ -302,9 +302,9 @@ fn offcpu_blocks_with_and_without_rseq() {
     let err = check_env("cfi", &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")], 4);
     assert!(err.contains("rseq_update (off-CPU)"), "{err}");
     assert!(
-        err.lines()
-            .any(|l| l.contains("kept blocks of threads without rseq")
-                && l.contains("syscall exits")),
+        err.lines().any(|l| l.contains("off-CPU: ")
+            && l.contains("kept events of threads without rseq")
+            && l.contains("syscall exits")),
         "{err}"
     );
 }
