@@ -402,6 +402,23 @@ fn check_uprobe_sessions(version: Option<(u32, u32)>) -> Check {
     }
 }
 
+/// The rseq_update tracepoint: --offcpu and --runq take a kept event's user stack there,
+/// where the thread returns to user space, instead of at syscall exits.
+fn check_rseq_update() -> Check {
+    if features::has_btf_type("btf_trace_rseq_update") {
+        Check::ok(
+            "rseq_update",
+            "--offcpu and --runq take user stacks where a thread with rseq (glibc 2.35+) returns to user space: no program at anyone's system calls",
+        )
+    } else {
+        Check::warn(
+            "rseq_update",
+            "no rseq_update tracepoint in the kernel's BTF: --offcpu and --runq take user stacks at syscall exits, which puts every system call on the tracepoint's slow path",
+            "a kernel with CONFIG_RSEQ and its BTF; meanwhile raise --offcpu's threshold or record for shorter times",
+        )
+    }
+}
+
 fn check_uprobes() -> Check {
     const PATH: &str = "/sys/bus/event_source/devices/uprobe/type";
     match std::fs::read_to_string(PATH) {
@@ -952,6 +969,7 @@ pub fn run(a: DoctorArgs) -> Result<()> {
         check_ringbuf(),
         check_uprobes(),
         check_uprobe_sessions(version),
+        check_rseq_update(),
         check_tracefs(&privileges),
         check_perf_event(),
         check_kallsyms(&privileges),

@@ -112,6 +112,9 @@ fn as_root_every_supported_check_is_ok() {
     if common::kernel_at_least(6, 13) {
         supported.push("uprobe sessions");
     }
+    if Path::new("/sys/kernel/tracing/events/rseq/rseq_update").exists() {
+        supported.push("rseq_update");
+    }
     for name in supported {
         let c = check(&v, name);
         assert_eq!(c["status"], "ok", "{c}");
