@@ -384,8 +384,14 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	e->kframes = k;
 	e->pending = 1;
 	b->pending = 1;
-	if (offcpu_rseq_mode && !BPF_CORE_READ(next, rseq))
-		__sync_fetch_and_add(&offcpu_norseq, 1);
+	/* Only a block in a system call counts: one in a page fault (orig_ax -1: e.g. a
+	 * program's first pages read before its loader registered rseq) ends at no syscall
+	 * exit either. */
+	if (offcpu_rseq_mode && !BPF_CORE_READ(next, rseq)) {
+		struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
+		if (u && (long)u->orig_ax >= 0)
+			__sync_fetch_and_add(&offcpu_norseq, 1);
+	}
 	return 0;
 }
 

@@ -469,7 +469,9 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->user_sp = u ? u->sp : 0;
 	e->pending = 1;
 	runq_set_pending(st);
-	if (runq_rseq_mode && !BPF_CORE_READ(next, rseq))
+	/* Only a wait after a system call counts (as off-CPU's: a page fault ends at no
+	 * syscall exit). */
+	if (runq_rseq_mode && !BPF_CORE_READ(next, rseq) && u && (long)u->orig_ax >= 0)
 		__sync_fetch_and_add(&runq_norseq, 1);
 	return 0;
 }

@@ -110,20 +110,18 @@ fn rows_with(t: &str, tid: u64, func: &str) -> Vec<Value> {
 }
 
 fn check(mode: &str) {
-    check_env(mode, &[], 0);
+    check_env(mode, &[], 0, &[]);
 }
 
-/// [`check`] with `env` set for ebrec and the program, allowing `unsent` blocks of the
-/// sleeper and of the reader without their user stack; ebrec's stderr (not quiet).
-fn check_env(mode: &str, env: &[(&str, &str)], unsent: u64) -> String {
+/// [`check`] with `env` set for ebrec and the program and `more` arguments for it, allowing
+/// `unsent` blocks of the sleeper and of the reader without their user stack; ebrec's stderr
+/// (not quiet).
+fn check_env(mode: &str, env: &[(&str, &str)], unsent: u64, more: &[&str]) -> String {
     let flags = ["--offcpu=5000", "--stack-mode", mode];
     assert_eq!(flags[0], format!("--offcpu={MIN_US}"));
-    let rec = common::record_loud_env(
-        "offcpu_blocks",
-        &flags,
-        &["--ms", "21", "--writer-ms", "25"],
-        env,
-    );
+    let mut args = vec!["--ms", "21", "--writer-ms", "25"];
+    args.extend_from_slice(more);
+    let rec = common::record_loud_env("offcpu_blocks", &flags, &args, env);
     let expect = expect_line(&rec.out, "offcpu_blocks");
     let t = rec.trace.to_str().unwrap();
     let sleeper = expect["sleeper"]["tid"].as_u64().unwrap();
@@ -285,21 +283,28 @@ fn check_env(mode: &str, env: &[(&str, &str)], unsent: u64) -> String {
 /// have none (glibc's tunable turns rseq off): ebrec sees the first such block, says so in
 /// one line and takes their stacks at syscall exits from then on (the few blocks kept before
 /// it read the count go with their kernel stacks only, counted in the exit summary: the
-/// check finds every block, and allows 4 of the sleeper's and the reader's without their
-/// user stack); and with the syscall exits from the start (EBTRACE_OFFCPU_SYS_EXIT=1, the
-/// older way, and kernels without rseq_update).
+/// check finds every block, and allows 15 of the sleeper's 40 and of the reader's 20
+/// without their user stack); and with the syscall exits from the start
+/// (EBTRACE_OFFCPU_SYS_EXIT=1, the older way, and kernels without rseq_update).
 #[test]
 fn offcpu_blocks_with_and_without_rseq() {
     if !root() {
         return;
     }
-    let err = check_env("cfi", &[], 0);
+    let err = check_env("cfi", &[], 0, &[]);
     assert!(err.contains("rseq_update (off-CPU)"), "{err}");
     assert!(!err.contains("without rseq"), "{err}");
     assert!(!err.contains("kernel stack only"), "{err}");
-    let err = check_env("cfi", &[("EBTRACE_OFFCPU_SYS_EXIT", "1")], 0);
+    let err = check_env("cfi", &[("EBTRACE_OFFCPU_SYS_EXIT", "1")], 0, &[]);
     assert!(err.contains("sys_exit (off-CPU)"), "{err}");
-    let err = check_env("cfi", &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")], 4);
+    // 40 naps and 20 reads of 21-25 ms: ebrec reads the count within its loop's 100 ms
+    // pace, so most have their stacks (15 of each may not: a loaded machine).
+    let err = check_env(
+        "cfi",
+        &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")],
+        15,
+        &["--naps", "40", "--rounds", "20"],
+    );
     assert!(err.contains("rseq_update (off-CPU)"), "{err}");
     assert!(
         err.lines().any(|l| l.contains("off-CPU: ")
