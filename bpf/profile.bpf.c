@@ -178,7 +178,7 @@ struct offcpu_block {
 	__u8 decided;	 /* OFFCPU_ADMITTED: offcpu_pend holds this block's waker stacks;
 			  * OFFCPU_REFUSED: the rate limit refused it at the wake */
 	__u8 pending;	 /* offcpu_pend holds a kept block waiting for the syscall exit */
-	__u8 pad;
+	__u8 norseq;	 /* a kept block of it, in a system call, found it without rseq */
 	__u32 epoch;	 /* offcpu_epoch at the switch-out */
 	__u32 pad2;
 	__u64 chosen_d;	 /* kept by the sample with probability chosen_d/chosen_unit (0: p = 1) */
@@ -384,13 +384,16 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	e->kframes = k;
 	e->pending = 1;
 	b->pending = 1;
-	/* Only a block in a system call counts: one in a page fault (orig_ax -1: e.g. a
-	 * program's first pages read before its loader registered rseq) ends at no syscall
-	 * exit either. */
+	/* Only a block in a system call counts (one in a page fault, orig_ax -1, ends at no
+	 * syscall exit either), and only the thread's second: a program's loader may block in a
+	 * read before it registers rseq. */
 	if (offcpu_rseq_mode && !BPF_CORE_READ(next, rseq)) {
 		struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
-		if (u && (long)u->orig_ax >= 0)
-			__sync_fetch_and_add(&offcpu_norseq, 1);
+		if (u && (long)u->orig_ax >= 0) {
+			if (b->norseq)
+				__sync_fetch_and_add(&offcpu_norseq, 1);
+			b->norseq = 1;
+		}
 	}
 	return 0;
 }

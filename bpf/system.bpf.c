@@ -255,6 +255,8 @@ struct runq_state {
 	__u32 epoch;	/* sys_epoch at `ts` */
 	__u32 walked;	/* preempted: runq_pend holds the stack walked at the preemption */
 	__u64 on_ts;	/* when it last got on a CPU */
+	__u32 norseq;	/* a kept wait of it, in a system call, found it without rseq */
+	__u32 pad;
 };
 
 struct {
@@ -469,10 +471,14 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->user_sp = u ? u->sp : 0;
 	e->pending = 1;
 	runq_set_pending(st);
-	/* Only a wait after a system call counts (as off-CPU's: a page fault ends at no
-	 * syscall exit). */
-	if (runq_rseq_mode && !BPF_CORE_READ(next, rseq) && u && (long)u->orig_ax >= 0)
-		__sync_fetch_and_add(&runq_norseq, 1);
+	/* Only a wait after a system call counts, the thread's second (as off-CPU's: a page
+	 * fault ends at no syscall exit, and a program's loader may wait in a read before it
+	 * registers rseq). */
+	if (runq_rseq_mode && !BPF_CORE_READ(next, rseq) && u && (long)u->orig_ax >= 0) {
+		if (st->norseq)
+			__sync_fetch_and_add(&runq_norseq, 1);
+		st->norseq = 1;
+	}
 	return 0;
 }
 
