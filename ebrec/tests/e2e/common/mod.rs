@@ -207,6 +207,20 @@ pub fn record_loud_env(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Recording {
+    record_in_tempdir_env(program, flags, args, false, env)
+}
+
+fn record_in_tempdir(program: &str, flags: &[&str], args: &[&str], quiet: bool) -> Recording {
+    record_in_tempdir_env(program, flags, args, quiet, &[])
+}
+
+fn record_in_tempdir_env(
+    program: &str,
+    flags: &[&str],
+    args: &[&str],
+    quiet: bool,
+    env: &[(&str, &str)],
+) -> Recording {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("t.pb.zst");
     let out = run_record_env(
@@ -215,26 +229,8 @@ pub fn record_loud_env(
         ebtrace_testdata::Variant::FramePointer,
         flags,
         args,
-        false,
-        env,
-    );
-    Recording {
-        trace,
-        out,
-        _dir: dir,
-    }
-}
-
-fn record_in_tempdir(program: &str, flags: &[&str], args: &[&str], quiet: bool) -> Recording {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.pb.zst");
-    let out = run_record(
-        &trace,
-        program,
-        ebtrace_testdata::Variant::FramePointer,
-        flags,
-        args,
         quiet,
+        env,
     );
     Recording {
         trace,
