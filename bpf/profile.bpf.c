@@ -385,12 +385,13 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	e->pending = 1;
 	b->pending = 1;
 	/* Only a block in a system call counts (one in a page fault, orig_ax -1, ends at no
-	 * syscall exit either), and only the thread's second: a program's loader may block in a
-	 * read before it registers rseq. */
+	 * syscall exit either), and of a process's main thread only its second: the loader may
+	 * block in a read before it registers rseq (glibc registers every other thread before
+	 * it runs any of the program's code). */
 	if (offcpu_rseq_mode && !BPF_CORE_READ(next, rseq)) {
 		struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
 		if (u && (long)u->orig_ax >= 0) {
-			if (b->norseq)
+			if (b->norseq || next->pid != next->tgid)
 				__sync_fetch_and_add(&offcpu_norseq, 1);
 			b->norseq = 1;
 		}
