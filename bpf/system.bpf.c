@@ -471,11 +471,13 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->user_sp = u ? u->sp : 0;
 	e->pending = 1;
 	runq_set_pending(st);
-	/* Only a wait after a system call counts, and of a process's main thread only its
-	 * second (as off-CPU's: a page fault ends at no syscall exit, and the loader may wait in
-	 * a read before it registers rseq). */
+	/* Only a wait after a system call counts (a page fault ends at no syscall exit), and
+	 * only a thread's second: a new thread's first wait follows its wakeup_new, before it
+	 * ran the code that registers its rseq (its registers are its creator's, at clone), and
+	 * a program's loader may wait in a read before it registers the main thread's. A
+	 * thread is woken again and again: its second comes soon. */
 	if (runq_rseq_mode && !BPF_CORE_READ(next, rseq) && u && (long)u->orig_ax >= 0) {
-		if (st->norseq || next->pid != next->tgid)
+		if (st->norseq)
 			__sync_fetch_and_add(&runq_norseq, 1);
 		st->norseq = 1;
 	}
