@@ -273,18 +273,7 @@ pub fn record_variant_to(
     flags: &[&str],
     args: &[&str],
 ) -> Output {
-    run_record(trace, program, variant, flags, args, true)
-}
-
-fn run_record(
-    trace: &std::path::Path,
-    program: &str,
-    variant: ebtrace_testdata::Variant,
-    flags: &[&str],
-    args: &[&str],
-    quiet: bool,
-) -> Output {
-    run_record_env(trace, program, variant, flags, args, quiet, &[])
+    run_record_env(trace, program, variant, flags, args, true, &[])
 }
 
 fn run_record_env(
