@@ -30,11 +30,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "families.h"
+#include <linux/types.h>
+
+#include "events.h"
+#include "preload_unwind.c"
 
 #define EXPORT __attribute__((visibility("default")))
 #define LIKELY(x) __builtin_expect(!!(x), 1)
@@ -104,6 +109,38 @@ static const volatile uint64_t *ring_cons, *ring_prod;
 static uint64_t ring_high;
 static int forked;	    /* a child after fork: the *_forked probe sites */
 
+/* The channel (EBTRACE_CHAN_FD, EBTRACE_CHAN_BYTES): a shared memory ring ebrec created and
+ * reads. When the shim has it and its in-process unwinder can run here, a sampled
+ * allocation walks its own stack (preload_unwind.c: the CFI of .eh_frame, rules cached per
+ * pc) and writes the same alloc_event / free_event the probes' BPF programs would, without
+ * entering the kernel; the probe sites are then not called at all. Layout (ebrec's
+ * record/src/preload.rs `Chan` reads the same): the first 4 KiB are the header, the data
+ * follows. Records are an 8-byte header (the length, then 0) and the event, 8-aligned; a
+ * record never wraps: where the room before the end is too small, the writer puts a length
+ * of CHAN_SKIP there and starts again at 0. Writers take `lock` (a spin lock; a waiter
+ * yields the CPU after a while): events leave in one order for all threads, as from the
+ * kernel's ring. `prod` is stored (release) after the record; ebrec stores `cons` after
+ * reading. */
+#define CHAN_DATA 4096
+#define CHAN_SKIP 0xffffffffu
+struct chan_header {
+	uint64_t prod;	 /* 0: bytes written, by the shim */
+	uint64_t pad0[7];
+	uint64_t cons;	 /* 64: bytes read, by ebrec */
+	uint64_t pad1[7];
+	uint32_t lock;	 /* 128: the writers' lock */
+	uint32_t active; /* 132: 1 once a process uses the channel (in-process walks) */
+	uint64_t hits[2]; /* 136: allocations, frees reported */
+	uint64_t lost[2]; /* 152: allocations, frees lost (ebrec stopped reading for 2 s) */
+};
+static struct chan_header *chan;
+static uint8_t *chan_data;
+static uint64_t chan_size;  /* a power of two */
+static uint32_t chan_gave_up; /* ebrec made no progress for 2 s (or EBTRACE_NO_BACKPRESSURE=1):
+				 no waiting */
+static int stack_depth = MAX_FRAMES;
+static uint32_t my_pid;	    /* getpid(), reset in a forked child */
+
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
 	const char *v = getenv(name);
@@ -132,6 +169,8 @@ static int configure(void)
 		forked = 1;
 	uint64_t ring_fd = env_u64("EBTRACE_RING_FD", 0), ring_bytes = env_u64("EBTRACE_RING_BYTES", 0);
 	/* EBTRACE_NO_BACKPRESSURE=1: never wait (for measuring what the ring alone loses) */
+	if (env_u64("EBTRACE_NO_BACKPRESSURE", 0))
+		chan_gave_up = 1;
 	if (ring_fd && ring_bytes >= 4096 && ring_fd < 65536 &&
 	    !env_u64("EBTRACE_NO_BACKPRESSURE", 0)) {
 		long page = sysconf(_SC_PAGESIZE);
@@ -141,6 +180,21 @@ static int configure(void)
 			ring_cons = (const volatile uint64_t *)m;
 			ring_prod = (const volatile uint64_t *)((char *)m + page);
 			ring_high = ring_bytes / 2;
+		}
+	}
+	uint64_t chan_fd = env_u64("EBTRACE_CHAN_FD", 0), chan_bytes = env_u64("EBTRACE_CHAN_BYTES", 0);
+	uint64_t depth = env_u64("EBTRACE_STACK_DEPTH", MAX_FRAMES);
+	if (depth >= 1 && depth <= MAX_FRAMES)
+		stack_depth = (int)depth;
+	if (chan_fd && chan_fd < 65536 && chan_bytes >= 4096 && (chan_bytes & (chan_bytes - 1)) == 0 &&
+	    uw_available()) {
+		void *m = mmap(NULL, CHAN_DATA + chan_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+			       (int)chan_fd, 0);
+		if (m != MAP_FAILED) {
+			chan_size = chan_bytes;
+			chan_data = (uint8_t *)m + CHAN_DATA;
+			__atomic_store_n(&((struct chan_header *)m)->active, 1, __ATOMIC_RELAXED);
+			chan = m;
 		}
 	}
 	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
@@ -153,6 +207,7 @@ struct sampler {
 	uint64_t left; /* bytes until the next sample; 0: not started (the first call starts it) */
 	uint64_t rng;  /* xorshift state; 0: not seeded */
 	int busy;      /* inside the shim's slow path (nothing there allocates; a guard anyway) */
+	uint32_t tid;  /* gettid(), 0 until the thread's first event (and in a forked child) */
 };
 
 /* initial-exec: a %fs-relative access, no __tls_get_addr (the shim is always loaded at
@@ -368,6 +423,8 @@ static inline int forget(void *p)
  * parent's sampled blocks (fresh zero pages, no copy): their frees in the child would name
  * blocks the child never allocated (the uprobe path does not send them either), and gets a
  * new random state so that it does not sample in step with its parent. */
+/* The channel's lock is not taken here: it lives in memory shared with the child, and the
+ * parent's holder lets it go either way. */
 static void before_fork(void)
 {
 	pthread_mutex_lock(&lock);
@@ -390,6 +447,8 @@ static void after_fork_child(void)
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	ts.rng = 0;
 	ts.left = 0;
+	ts.tid = 0;
+	my_pid = 0;
 	forked = 1;
 	pthread_mutex_unlock(&lock);
 }
@@ -436,12 +495,197 @@ static inline void ring_check(void)
 		ring_wait();
 }
 
+/* --- the channel: events written in the process --- */
+
+static inline uint32_t my_tid(void)
+{
+	if (UNLIKELY(!ts.tid))
+		ts.tid = (uint32_t)syscall(SYS_gettid);
+	return ts.tid;
+}
+
+/* The lock word is the holder's thread id. The processes of the command share it (a child
+ * after fork writes into the same channel): a holder that died holding it (killed in the
+ * middle of a write, before it moved `prod`) is noticed after a while and its lock taken
+ * over. */
+static void chan_lock(void)
+{
+	uint32_t me = my_tid();
+	unsigned spins = 0, yields = 0;
+	for (;;) {
+		uint32_t holder = 0;
+		if (__atomic_compare_exchange_n(&chan->lock, &holder, me, 0, __ATOMIC_ACQUIRE,
+						__ATOMIC_RELAXED))
+			return;
+		if (++spins < 200) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		spins = 0;
+		sched_yield();
+		if (++yields % 4096 == 0 && syscall(SYS_kill, holder, 0) != 0 && errno == ESRCH)
+			__atomic_compare_exchange_n(&chan->lock, &holder, 0, 0, __ATOMIC_RELAXED,
+						    __ATOMIC_RELAXED);
+	}
+}
+
+static void chan_unlock(void)
+{
+	__atomic_store_n(&chan->lock, 0, __ATOMIC_RELEASE);
+}
+
+static inline uint64_t boot_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_BOOTTIME, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+static void fill(struct event_header *h, uint32_t type)
+{
+	uint32_t tid = my_tid();
+	uint32_t pid = __atomic_load_n(&my_pid, __ATOMIC_RELAXED);
+	if (UNLIKELY(!pid)) {
+		pid = (uint32_t)getpid();
+		__atomic_store_n(&my_pid, pid, __ATOMIC_RELAXED);
+	}
+	int cpu = sched_getcpu();
+	h->type = type;
+	h->pid = pid;
+	h->tid = tid;
+	h->cpu = cpu < 0 ? 0 : (uint32_t)cpu;
+	h->time_ns = boot_ns();
+}
+
+/* Writes one event (`len` bytes, a multiple of 8) of family `fam` (0: alloc, 1: free). While
+ * the ring has no room it waits for ebrec to read (back-pressure, 50 us sleeps, the lock let
+ * go meanwhile); after 2 s without a read it gives up waiting for good and counts the
+ * events it cannot write as lost. */
+static void chan_write(const void *ev, uint32_t len, int fam)
+{
+	uint64_t need = 8 + (uint64_t)len;
+	unsigned idle = 0;
+	uint64_t last = 0;
+	chan_lock();
+	chan->hits[fam]++;
+	for (;;) {
+		uint64_t prod = chan->prod;
+		uint64_t cons = __atomic_load_n(&chan->cons, __ATOMIC_ACQUIRE);
+		uint64_t pos = prod & (chan_size - 1);
+		uint64_t skip = chan_size - pos < need ? chan_size - pos : 0;
+		if (prod + skip + need - cons <= chan_size) {
+			if (skip) {
+				*(uint32_t *)(chan_data + pos) = CHAN_SKIP;
+				prod += skip;
+				pos = 0;
+			}
+			uint32_t hdr[2] = { len, 0 };
+			memcpy(chan_data + pos, hdr, 8);
+			memcpy(chan_data + pos + 8, ev, len);
+			__atomic_store_n(&chan->prod, prod + need, __ATOMIC_RELEASE);
+			break;
+		}
+		if (__atomic_load_n(&chan_gave_up, __ATOMIC_RELAXED)) {
+			chan->lost[fam]++;
+			break;
+		}
+		if (cons != last) {
+			last = cons;
+			idle = 0;
+		} else if (++idle >= 40000) { /* 2 s without a read */
+			__atomic_store_n(&chan_gave_up, 1, __ATOMIC_RELAXED);
+		}
+		chan_unlock();
+		struct timespec t50us = { 0, 50000 };
+		nanosleep(&t50us, NULL);
+		chan_lock();
+	}
+	chan_unlock();
+}
+
+/* The caller's state at a sampled allocation: entered by a tail call from the interposed
+ * function, so [sp] is the return address into the allocator's caller and rbp is still
+ * the caller's. The stubs pass sp and rbp on to the C side, which returns the block (or 0). */
+void *ebtrace_chan_alloc(void *p, size_t size, unsigned kind);
+int ebtrace_chan_alloc_rc(void *p, size_t size, unsigned kind);
+__attribute__((used)) static void *chan_alloc(void *p, size_t size, unsigned kind, uint64_t sp,
+					      uint64_t bp);
+__attribute__((used)) static int chan_alloc_rc(void *p, size_t size, unsigned kind, uint64_t sp,
+					       uint64_t bp);
+__asm__(".text\n"
+	".p2align 4\n"
+	".type ebtrace_chan_alloc,@function\n"
+	"ebtrace_chan_alloc:\n"
+	".cfi_startproc\n"
+	"movq %rsp, %rcx\n"
+	"movq %rbp, %r8\n"
+	"jmp chan_alloc\n"
+	".cfi_endproc\n"
+	".size ebtrace_chan_alloc, .-ebtrace_chan_alloc\n"
+	".p2align 4\n"
+	".type ebtrace_chan_alloc_rc,@function\n"
+	"ebtrace_chan_alloc_rc:\n"
+	".cfi_startproc\n"
+	"movq %rsp, %rcx\n"
+	"movq %rbp, %r8\n"
+	"jmp chan_alloc_rc\n"
+	".cfi_endproc\n"
+	".size ebtrace_chan_alloc_rc, .-ebtrace_chan_alloc_rc\n");
+
+static void chan_send_alloc(void *p, size_t size, unsigned kind, uint64_t sp, uint64_t bp)
+{
+	struct alloc_event e;
+	fill(&e.h, FAM_ALLOC);
+	e.size = size;
+	e.addr = (uintptr_t)p;
+	e.arg = 0;
+	e.kind = kind;
+	e.flags = SF_USER_CFI;
+	e.old_traced = 0;
+	e.copy_id = 0;
+	e.sample_period = period == 1 ? 0 : period; /* 1: every allocation, not sampled */
+	e.allocator = 0;
+	e.pad = 0;
+	uint64_t ra = *(const uint64_t *)sp;
+	int n = uw_walk(ra, sp + 8, bp, (uint64_t *)e.ips, stack_depth, &e.flags);
+	if (n > 0)
+		e.ips[0] -= 1; /* the call of malloc, looked up as an exact pc */
+	e.nframes = (uint32_t)n;
+	chan_write(&e, (uint32_t)(offsetof(struct alloc_event, ips) + (size_t)n * 8), 0);
+}
+
+__attribute__((used)) static void *chan_alloc(void *p, size_t size, unsigned kind, uint64_t sp,
+					      uint64_t bp)
+{
+	chan_send_alloc(p, size, kind, sp, bp);
+	return p;
+}
+
+__attribute__((used)) static int chan_alloc_rc(void *p, size_t size, unsigned kind, uint64_t sp,
+					       uint64_t bp)
+{
+	chan_send_alloc(p, size, kind, sp, bp);
+	return 0;
+}
+
+static void chan_free(void *p)
+{
+	struct free_event f;
+	fill(&f.h, FAM_FREE);
+	f.addr = (uintptr_t)p;
+	f.allocator = 0;
+	f.pad = 0;
+	chan_write(&f, sizeof(f), 1);
+}
+
 /* --- the interposed functions --- */
 
 static __attribute__((noinline)) void *report(void *p, size_t size, unsigned kind)
 {
 	if (!p || !remember(p))
 		return p;
+	if (chan)
+		return ebtrace_chan_alloc(p, size, kind);
 	ring_check();
 	if (UNLIKELY(forked))
 		return ebtrace_sampled_alloc_forked(p, size, kind);
@@ -450,6 +694,10 @@ static __attribute__((noinline)) void *report(void *p, size_t size, unsigned kin
 
 static __attribute__((noinline)) void sampled_free(void *p)
 {
+	if (chan) {
+		chan_free(p);
+		return;
+	}
 	ring_check();
 	if (forked)
 		ebtrace_sampled_free_forked(p);
@@ -553,6 +801,8 @@ EXPORT int posix_memalign(void **out, size_t align, size_t size)
 	*out = p;
 	if (LIKELY(!s) || !remember(p))
 		return 0;
+	if (chan)
+		return ebtrace_chan_alloc_rc(p, size, AK_POSIX_MEMALIGN);
 	ring_check();
 	if (UNLIKELY(forked))
 		return ebtrace_sampled_alloc_rc_forked(p, size, AK_POSIX_MEMALIGN);

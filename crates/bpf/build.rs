@@ -49,6 +49,11 @@ fn main() {
 fn build_shim(bpf: &std::path::Path, generated: &str, out: &std::path::Path) {
     let src = bpf.join("preload.c");
     println!("cargo:rerun-if-changed={}", src.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        bpf.join("preload_unwind.c").display()
+    );
+    println!("cargo:rerun-if-changed={}", bpf.join("events.h").display());
     println!("cargo:rerun-if-env-changed=CC");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let so = out.join("libebtrace_preload.so");

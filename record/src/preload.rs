@@ -81,6 +81,8 @@ pub fn child_env(
     min: u64,
     no_free: bool,
     ring_bytes: u32,
+    chan_bytes: Option<u64>,
+    stack_depth: u32,
 ) -> Result<Vec<(OsString, OsString)>> {
     let mut preload = shim.as_os_str().to_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD") {
@@ -128,5 +130,171 @@ pub fn child_env(
         OsString::from("EBTRACE_RING_BYTES"),
         ring_bytes.to_string().into(),
     ));
+    // The channel (`Chan`), handed over at release after the ring: the shim walks the
+    // stacks itself and writes the events there.
+    if let Some(bytes) = chan_bytes {
+        env.push((
+            OsString::from("EBTRACE_CHAN_FD"),
+            CHAN_FD.to_string().into(),
+        ));
+        env.push((
+            OsString::from("EBTRACE_CHAN_BYTES"),
+            bytes.to_string().into(),
+        ));
+        env.push((
+            OsString::from("EBTRACE_STACK_DEPTH"),
+            stack_depth.to_string().into(),
+        ));
+    }
     Ok(env)
+}
+
+/// The descriptor number of the channel in the command (`EBTRACE_CHAN_FD`): the second one
+/// `targets::Launched::release_with` hands over.
+pub const CHAN_FD: i32 = RELEASED_FD + 1;
+
+/// The shim's channel (bpf/preload.c, "the channel"): shared memory the shim writes its
+/// allocation and free events into, each with the stack it walked itself, as the BPF
+/// programs would write them into their ring. A 4 KiB header, then `size` bytes of records
+/// (an 8-byte header whose first word is the length, then the event, 8-aligned; a length
+/// of `SKIP` sends the reader back to the start). ebrec is the one reader.
+#[derive(Debug)]
+pub struct Chan {
+    fd: std::os::fd::OwnedFd,
+    map: *mut u8,
+    size: u64,
+}
+
+const CHAN_DATA: usize = 4096;
+const SKIP: u32 = u32::MAX;
+// The header's fields (bpf/preload.c, struct chan_header).
+const PROD: usize = 0;
+const CONS: usize = 64;
+const ACTIVE: usize = 132;
+const HITS: usize = 136;
+const LOST: usize = 152;
+
+impl Chan {
+    /// A channel of `size` data bytes (a power of two of at least 4 KiB).
+    pub fn new(size: u64) -> Result<Chan> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        if size < 4096 || !size.is_power_of_two() {
+            bail!("the shim's channel must be a power of two of at least 4096 bytes, not {size}");
+        }
+        // SAFETY: a NUL-terminated name; the descriptor is checked before use.
+        let raw =
+            unsafe { libc::memfd_create(c"ebtrace-preload-chan".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            bail!("memfd_create: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: raw is a fresh descriptor we own.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        let len = CHAN_DATA + size as usize;
+        // SAFETY: fd is a valid memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            bail!(
+                "sizing the shim's channel: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        // SAFETY: a fresh shared mapping of the whole file, unmapped in Drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            bail!(
+                "mapping the shim's channel: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Chan {
+            fd,
+            map: map.cast(),
+            size,
+        })
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn word(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: off is one of the header's 8-aligned fields, inside the mapping that
+        // lives as long as self; the shim accesses them atomically too.
+        unsafe { &*(self.map.add(off) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// Whether a process of the command writes into the channel (its in-process unwinder
+    /// runs there); else the shim calls the probe sites.
+    pub fn active(&self) -> bool {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        // SAFETY: as `word`, a 4-aligned u32 field.
+        let a = unsafe { &*(self.map.add(ACTIVE) as *const AtomicU32) };
+        a.load(Ordering::Relaxed) != 0
+    }
+
+    /// (allocations, frees) the shim reported, and those it lost.
+    pub fn counts(&self) -> ([u64; 2], [u64; 2]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            [
+                self.word(HITS).load(Relaxed),
+                self.word(HITS + 8).load(Relaxed),
+            ],
+            [
+                self.word(LOST).load(Relaxed),
+                self.word(LOST + 8).load(Relaxed),
+            ],
+        )
+    }
+
+    /// Moves the records written so far to `out` (each as a u32 length and the event, as
+    /// the ring buffers' callbacks leave them) and frees their room. Returns the bytes read.
+    pub fn drain(&self, out: &mut Vec<u8>) -> usize {
+        use std::sync::atomic::Ordering;
+        let prod = self.word(PROD).load(Ordering::Acquire);
+        let mut cons = self.word(CONS).load(Ordering::Relaxed);
+        let start = cons;
+        let mask = self.size - 1;
+        // SAFETY: the data area follows the header in the mapping.
+        let data =
+            unsafe { std::slice::from_raw_parts(self.map.add(CHAN_DATA), self.size as usize) };
+        while cons < prod {
+            let pos = (cons & mask) as usize;
+            if self.size as usize - pos < 4 {
+                cons += self.size - pos as u64;
+                continue;
+            }
+            let len = u32::from_ne_bytes(data[pos..pos + 4].try_into().unwrap());
+            if len == SKIP {
+                cons += self.size - pos as u64;
+                continue;
+            }
+            let end = (pos + 8 + len as usize).min(data.len());
+            out.extend_from_slice(&len.to_ne_bytes());
+            out.extend_from_slice(&data[(pos + 8).min(end)..end]);
+            cons += 8 + u64::from(len).next_multiple_of(8);
+        }
+        self.word(CONS).store(cons, Ordering::Release);
+        (cons - start) as usize
+    }
+}
+
+impl Drop for Chan {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, of that length.
+        unsafe { libc::munmap(self.map.cast(), CHAN_DATA + self.size as usize) };
+    }
 }

@@ -233,6 +233,9 @@ pub struct Probes<'obj> {
     pub profile: Option<ProfileSkel<'obj>>,
     pub sampler: Option<SamplerSkel<'obj>>,
     pub system: Option<SystemSkel<'obj>>,
+    /// --alloc-sampler preload: the shim's channel, where it writes the events whose
+    /// stacks it walked itself (see preload::Chan).
+    pub chan: Option<crate::preload::Chan>,
     links: Vec<Link>,
     /// Inherited perf events without a program: they only tell the kernel which processes
     /// (the targets and all their descendants) the probes are for. See `attach`.
@@ -915,6 +918,7 @@ impl<'obj> Probes<'obj> {
             profile,
             sampler,
             system,
+            chan: None,
             links: Vec::new(),
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
@@ -1808,6 +1812,20 @@ impl<'obj> Probes<'obj> {
             }
         };
         each_skel!(self, s => read(&s.maps.counters));
+        if let Some(ch) = &self.chan {
+            let (hits, lost) = ch.counts();
+            let fams = [
+                ebtrace_proto::v1::EventFamily::Alloc as usize,
+                ebtrace_proto::v1::EventFamily::Free as usize,
+            ];
+            for (i, fam) in fams.into_iter().enumerate() {
+                for (ctr, v) in [(CTR_HITS, hits[i]), (CTR_LOST_RINGBUF, lost[i])] {
+                    if v > 0 {
+                        *c.values.entry((fam * CTR_STRIDE + ctr, 0)).or_default() += v;
+                    }
+                }
+            }
+        }
         c
     }
 

@@ -232,6 +232,20 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         Some(_) => Some(crate::preload::Shim::write()?),
         None => None,
     };
+    // The shim walks the stacks itself and writes into a channel (see preload::Chan) in
+    // the walk modes that use unwind rows; dwarf copies and fp walks stay with the probes.
+    // EBTRACE_PRELOAD_PROBES=1 keeps the probes (for measuring one against the other).
+    let chan = match cfg.preload_period {
+        Some(_)
+            if matches!(a.stack_mode, StackMode::Auto | StackMode::Cfi)
+                && std::env::var_os("EBTRACE_PRELOAD_PROBES").is_none_or(|v| v != "1") =>
+        {
+            Some(crate::preload::Chan::new(
+                a.ringbuf_size.map_or(32 << 20, u64::from),
+            )?)
+        }
+        _ => None,
+    };
     let env = match (&shim, cfg.preload_period) {
         (Some(s), Some(period)) => crate::preload::child_env(
             &s.path,
@@ -239,6 +253,8 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
             a.alloc.unwrap_or(0),
             a.no_free,
             cfg.ringbuf_bytes,
+            chan.as_ref().map(|c| c.size()),
+            a.stack_depth,
         )?,
         _ => Vec::new(),
     };
@@ -253,6 +269,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         &func_specs,
         &mut launched,
         shim.as_ref().map(|s| s.path.as_path()),
+        chan,
         hooks,
     );
     if let Some(l) = &mut launched {
@@ -274,6 +291,7 @@ fn record_with(
     func_specs: &[funcs::FuncSpec],
     launched: &mut Option<Launched>,
     shim: Option<&Path>,
+    chan: Option<crate::preload::Chan>,
     mut hooks: Option<&mut dyn Hooks>,
 ) -> Result<()> {
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
@@ -299,6 +317,7 @@ fn record_with(
         &mut hub_obj,
         cfi.as_ref().map(|t| t.fds()),
     )?;
+    probes.chan = chan;
 
     let mut pids = targets::pids(a, launched.as_ref());
     let mut first_found = Vec::new();
@@ -321,7 +340,11 @@ fn record_with(
             eprintln!("ebrec: attached {s}");
         }
         if let Some(period) = cfg.preload_period {
-            eprintln!("ebrec: note: allocations are sampled inside the command by a preloaded shim, about one per {period} bytes allocated; only the sampled ones and their frees reach the probes");
+            if probes.chan.is_some() {
+                eprintln!("ebrec: note: allocations are sampled inside the command by a preloaded shim, about one per {period} bytes allocated; the shim walks the sampled ones' stacks itself and writes them and their frees to ebrec's channel (no trap)");
+            } else {
+                eprintln!("ebrec: note: allocations are sampled inside the command by a preloaded shim, about one per {period} bytes allocated; only the sampled ones and their frees reach the probes");
+            }
         } else if cfg.alloc_min.is_some() && probes.alloc_sessions() {
             eprintln!("ebrec: note: allocator probes run as uprobe sessions: every allocator call of the targets pays one uprobe trap, and only the calls kept pay the return probe; child processes are probed when their fork is seen");
         } else if cfg.alloc_min.is_some() {
@@ -430,7 +453,11 @@ fn record_with(
     if let Some(l) = launched.as_mut() {
         // The preload shim gets the sampler's ring buffer, to wait while it is half full
         // (back-pressure) instead of losing events.
-        l.release_with(probes_ref.sampler_ring());
+        let mut fds: Vec<_> = probes_ref.sampler_ring().into_iter().collect();
+        if let Some(c) = &probes_ref.chan {
+            fds.push(c.fd());
+        }
+        l.release_with(&fds);
     }
 
     let started = Instant::now();
@@ -639,6 +666,16 @@ fn record_with(
         }
         _ => None,
     };
+    let preload = probes_ref.chan.as_ref().map(|c| {
+        if c.active() {
+            format!(
+                "alloc: the preloaded shim walked the stacks in the process (unwind rows of .eh_frame, cached per pc) and wrote the events to a {} KiB channel",
+                c.size() >> 10
+            )
+        } else {
+            "alloc: the preloaded shim could not walk stacks in the process (no _dl_find_object: glibc < 2.35): its probe sites were used".to_string()
+        }
+    });
     let out = s.w.finish(Some(Trailer {
         end_time_ns: end,
         end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
@@ -655,6 +692,7 @@ fn record_with(
     summary::Summary {
         output: &a.output,
         stop_reason,
+        preload,
         elapsed,
         processes,
         bytes,

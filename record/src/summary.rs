@@ -36,6 +36,8 @@ pub struct Summary<'a> {
     pub cfi: Option<String>,
     /// --offcpu with --offcpu-sample: the blocks seen and those kept.
     pub offcpu_sample: Option<String>,
+    /// --alloc-sampler preload: where the shim's events went (channel or probes).
+    pub preload: Option<String>,
 }
 
 impl Summary<'_> {
@@ -62,6 +64,7 @@ impl Summary<'_> {
             stacks,
             cfi,
             offcpu_sample,
+            preload,
         } = self;
         eprintln!(
             "ebrec: {} after {:.1} s: {} processes, {} ({:.2} MiB)",
@@ -79,6 +82,9 @@ impl Summary<'_> {
             );
         }
         if let Some(l) = &offcpu_sample {
+            eprintln!("ebrec:   {l}");
+        }
+        if let Some(l) = &preload {
             eprintln!("ebrec:   {l}");
         }
         for l in &stacks {

@@ -318,53 +318,68 @@ fn alloc_kept_lost(stderr: &str) -> (u64, u64) {
 
 /// Issue 32: every allocation, lossless, at any rate. sampled_heap's 300,000 small
 /// allocations and frees plus 2 threads of 100,000 more, each an event (--sample-bytes 1),
-/// through a 1 MiB ring buffer (about ten thousand events) that ebrec reads every 10 ms at
-/// best: the shim waits while the ring is half full (back-pressure), so nothing is lost and
-/// every call of every function is counted exactly. The same run with the shim's waiting
-/// turned off (EBTRACE_NO_BACKPRESSURE=1, a knob for measuring) loses events: the ring is
-/// too small for the rate.
+/// through 1 MiB (about ten thousand events) that ebrec reads every 10 ms at best: the shim
+/// waits while it is full (back-pressure), so nothing is lost and every call of every
+/// function is counted exactly. Both ways the shim sends: its channel (the stacks walked in
+/// the process, the default) and its probe sites (EBTRACE_PRELOAD_PROBES=1, the sampler's
+/// ring buffer, as in --stack-mode fp and dwarf). The same runs with the shim's waiting
+/// turned off (EBTRACE_NO_BACKPRESSURE=1, a knob for measuring) lose events: 1 MiB is too
+/// small for the rate.
 #[test]
 fn preload_every_allocation_is_kept_through_a_small_ring_buffer() {
     if !root() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.pb.zst");
     let mut flags = PRELOAD.to_vec();
     flags.extend(["--sample-bytes", "1", "--ringbuf-size", "1048576"]);
     let args = ["--churn", "300000", "--threads", "2"];
-    let out = common::record_to(&trace, "sampled_heap", &flags, &args);
-    let want = expect_line(&out, "sampled_heap");
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    let (kept, lost) = alloc_kept_lost(&err);
-    assert_eq!(lost, 0, "{err}");
-    assert!(kept >= 520_000, "{kept}: {err}");
-    let top = top(&trace);
-    for f in ["small_churn", "medium", "thread_churn", "big_blocks"] {
-        let (count, bytes) = through(&top, f);
-        let calls = want["functions"][f]["calls"].as_u64().unwrap();
-        let truth = want["functions"][f]["bytes"].as_u64().unwrap();
-        assert_eq!((count, bytes), (calls, truth), "{f}: {top:#}");
+    for (path, env) in [
+        ("channel", None),
+        ("probes", Some(("EBTRACE_PRELOAD_PROBES", "1"))),
+    ] {
+        let env: Vec<(&str, &str)> = env.into_iter().collect();
+        let r = common::record_loud_env("sampled_heap", &flags, &args, &env);
+        let want = expect_line(&r.out, "sampled_heap");
+        let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+        let (kept, lost) = alloc_kept_lost(&err);
+        assert_eq!(lost, 0, "{path}: {err}");
+        assert!(kept >= 520_000, "{path}: {kept}: {err}");
+        assert_eq!(
+            err.contains("the preloaded shim walked the stacks in the process"),
+            path == "channel",
+            "{path}: {err}"
+        );
+        let top = top(&r.trace);
+        for f in ["small_churn", "medium", "thread_churn", "big_blocks"] {
+            let (count, bytes) = through(&top, f);
+            let calls = want["functions"][f]["calls"].as_u64().unwrap();
+            let truth = want["functions"][f]["bytes"].as_u64().unwrap();
+            assert_eq!((count, bytes), (calls, truth), "{path}: {f}: {top:#}");
+        }
     }
 
-    // Without the waiting, the same ring loses.
+    // Without the waiting, the same room loses, either way.
+    let dir = tempfile::tempdir().unwrap();
     let prog =
         ebtrace_testdata::build("sampled_heap", ebtrace_testdata::Variant::FramePointer).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
-        .env("EBTRACE_NO_BACKPRESSURE", "1")
-        .args(["record", "-q", "-o"])
-        .arg(dir.path().join("u.pb.zst"))
-        .args(&flags)
-        .arg("--")
-        .arg(&prog)
-        .args(args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{err}");
-    let (_, lost) = alloc_kept_lost(&err);
-    assert!(
-        lost > 0,
-        "no loss without back-pressure: the test shows nothing: {err}"
-    );
+    for probes in ["0", "1"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+            .env("EBTRACE_NO_BACKPRESSURE", "1")
+            .env("EBTRACE_PRELOAD_PROBES", probes)
+            .args(["record", "-q", "-o"])
+            .arg(dir.path().join("u.pb.zst"))
+            .args(&flags)
+            .arg("--")
+            .arg(&prog)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{err}");
+        let (_, lost) = alloc_kept_lost(&err);
+        assert!(
+            lost > 0,
+            "no loss without back-pressure (EBTRACE_PRELOAD_PROBES={probes}): the test shows nothing: {err}"
+        );
+    }
 }

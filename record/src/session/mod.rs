@@ -300,6 +300,11 @@ pub fn drain_once(
     // its records counts as 1 KiB of the pace's room (record::Pace).
     let side_weight = recs.len() * 1024;
     s.side_band(recs)?;
+    if let Some(c) = &s.probes.chan {
+        // the preload shim's events (after the rings': its probe sites are not called
+        // while it writes here)
+        c.drain(&mut pending.borrow_mut());
+    }
     let buf = std::mem::take(&mut *pending.borrow_mut());
     let bytes = buf.len();
     let mut off = 0;
