@@ -108,6 +108,13 @@ static int configured;	    /* 1 once the above are read */
 static const volatile uint64_t *ring_cons, *ring_prod;
 static uint64_t ring_high;
 static int forked;	    /* a child after fork: the *_forked probe sites */
+/* --sample-bytes 1 without --alloc=MIN: every block is reported, so every free is sent and
+ * the set of sampled blocks is not kept (it was a hash set of every live block, behind a
+ * lock: a cache miss or two per call). Frees of the blocks allocated before the shim could
+ * read its environment (the loader's first few) are sent too: the reports count them as
+ * frees of blocks not seen allocated. A forked child goes back to the set (empty): the
+ * frees of its parent's blocks are not its own. */
+static int every;
 
 /* The channel (EBTRACE_CHAN_FD, EBTRACE_CHAN_BYTES): a shared memory ring ebrec created and
  * reads. When the shim has it and its in-process unwinder can run here, a sampled
@@ -152,6 +159,27 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
 	return n;
 }
 
+/* Maps the channel once the environment named it and the unwinder can run (after the
+ * shim's constructor found _dl_find_object: events before go to the probe sites). */
+static int chan_want_fd = -1;
+static uint64_t chan_want_bytes;
+
+static void chan_setup(void)
+{
+	if (chan || chan_want_fd < 0 || !uw_available())
+		return;
+	void *m = mmap(NULL, CHAN_DATA + chan_want_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       chan_want_fd, 0);
+	if (m == MAP_FAILED) {
+		chan_want_fd = -1;
+		return;
+	}
+	chan_size = chan_want_bytes;
+	chan_data = (uint8_t *)m + CHAN_DATA;
+	__atomic_store_n(&((struct chan_header *)m)->active, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&chan, m, __ATOMIC_RELEASE);
+}
+
 /* getenv does not allocate. Before libc's own initialization `environ` is not set yet (ld.so
  * allocates after relocating, before any constructor): those calls are not sampled. */
 static int configure(void)
@@ -164,6 +192,7 @@ static int configure(void)
 	period = env_u64("EBTRACE_SAMPLE_BYTES", 0);
 	min_bytes = env_u64("EBTRACE_MIN_BYTES", 0);
 	track_frees = env_u64("EBTRACE_NO_FREE", 0) == 0;
+	every = period == 1 && min_bytes == 0 && track_frees;
 	/* for measuring: the plain-nop sites (one trap each) instead of the optimizable ones */
 	if (env_u64("EBTRACE_TRAP_SITES", 0))
 		forked = 1;
@@ -186,17 +215,11 @@ static int configure(void)
 	uint64_t depth = env_u64("EBTRACE_STACK_DEPTH", MAX_FRAMES);
 	if (depth >= 1 && depth <= MAX_FRAMES)
 		stack_depth = (int)depth;
-	if (chan_fd && chan_fd < 65536 && chan_bytes >= 4096 && (chan_bytes & (chan_bytes - 1)) == 0 &&
-	    uw_available()) {
-		void *m = mmap(NULL, CHAN_DATA + chan_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-			       (int)chan_fd, 0);
-		if (m != MAP_FAILED) {
-			chan_size = chan_bytes;
-			chan_data = (uint8_t *)m + CHAN_DATA;
-			__atomic_store_n(&((struct chan_header *)m)->active, 1, __ATOMIC_RELAXED);
-			chan = m;
-		}
+	if (chan_fd && chan_fd < 65536 && chan_bytes >= 4096 && (chan_bytes & (chan_bytes - 1)) == 0) {
+		chan_want_fd = (int)chan_fd;
+		chan_want_bytes = chan_bytes;
 	}
+	chan_setup();
 	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
 	return 1;
 }
@@ -346,7 +369,7 @@ static int set_grow(void)
  * reported either, so that no free goes missing. */
 static int remember(void *p)
 {
-	if (!track_frees)
+	if (!track_frees || every)
 		return 1;
 	int ok = 1;
 	pthread_mutex_lock(&lock);
@@ -413,6 +436,8 @@ static inline int forget(void *p)
 {
 	if (!p || !track_frees)
 		return 0;
+	if (every)
+		return 1;
 	uint8_t *f = __atomic_load_n(&filter, __ATOMIC_ACQUIRE);
 	if (LIKELY(!f) || LIKELY(!__atomic_load_n(&f[fhash(p)], __ATOMIC_RELAXED)))
 		return 0;
@@ -450,6 +475,7 @@ static void after_fork_child(void)
 	ts.tid = 0;
 	my_pid = 0;
 	forked = 1;
+	every = 0;
 	pthread_mutex_unlock(&lock);
 }
 
@@ -457,6 +483,8 @@ static void after_fork_child(void)
 __attribute__((constructor)) static void shim_init(void)
 {
 	configure();
+	uw_init();
+	chan_setup();
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 

@@ -22,7 +22,21 @@
 #include <dlfcn.h>
 #include <stdint.h>
 
-#pragma weak _dl_find_object
+/* glibc's _dl_find_object (2.35+), found at run time: a direct reference, even a weak one,
+ * makes the shim need GLIBC_2.35 to load at all, and an older glibc would then run the
+ * command without the shim. dlsym is bound to its oldest version (libdl's, which glibc
+ * 2.34+ keeps in libc) for the same reason. Set by uw_init (the shim's constructor: dlsym
+ * may allocate); until then, and without it, uw_available() says no. */
+__asm__(".symver dlsym,dlsym@GLIBC_2.2.5");
+typedef int (*uw_find_fn)(void *, struct dl_find_object *);
+static uw_find_fn uw_find;
+
+static void uw_init(void)
+{
+	if (!__atomic_load_n(&uw_find, __ATOMIC_ACQUIRE))
+		__atomic_store_n(&uw_find, (uw_find_fn)dlsym(RTLD_DEFAULT, "_dl_find_object"),
+				 __ATOMIC_RELEASE);
+}
 
 /* *flags bits (trace.proto's StackFlag values) */
 #define UW_TRUNCATED 1u	  /* `max` reached and there were more frames */
@@ -362,7 +376,8 @@ static __attribute__((noinline)) uint32_t uw_compute(uint64_t pc, struct uw_rule
 {
 	struct dl_find_object fo;
 	*r = (struct uw_rule){ .kind = UWK_NO_ROWS };
-	if (_dl_find_object((void *)(uintptr_t)pc, &fo) != 0 || !fo.dlfo_eh_frame)
+	uw_find_fn find = __atomic_load_n(&uw_find, __ATOMIC_ACQUIRE);
+	if (!find || find((void *)(uintptr_t)pc, &fo) != 0 || !fo.dlfo_eh_frame)
 		return UW_NO_TABLE;
 
 	/* .eh_frame_hdr: version, eh_frame_ptr_enc, fde_count_enc, table_enc, eh_frame_ptr,
@@ -527,12 +542,12 @@ static __attribute__((noinline)) uint32_t uw_miss(uint64_t pc, uint64_t *slot, s
 static int uw_avail; /* 0: not checked yet, 1: yes, 2: no */
 
 /* 1 when the unwinder can run in this process (glibc's _dl_find_object is there and knows
- * this library's .eh_frame_hdr). */
+ * this library's .eh_frame_hdr); 0 before uw_init. */
 static int uw_available(void)
 {
 	int a = __atomic_load_n(&uw_avail, __ATOMIC_RELAXED);
-	if (a == 0) {
-		int (*find)(void *, struct dl_find_object *) = _dl_find_object;
+	uw_find_fn find = __atomic_load_n(&uw_find, __ATOMIC_ACQUIRE);
+	if (a == 0 && find) {
 		struct dl_find_object fo;
 		a = find && find((void *)(uintptr_t)&uw_compute, &fo) == 0 && fo.dlfo_eh_frame
 			    ? 1

@@ -25,7 +25,8 @@
 
 pub mod event;
 pub mod glob;
-pub mod hash;
+/// The fast hasher of the per-event maps (shared with the recorder).
+pub use ebtrace_format::hash;
 pub mod histogram;
 pub mod info;
 pub mod model;

@@ -23,6 +23,7 @@ pub mod error;
 pub mod events;
 pub mod family;
 pub mod frame;
+pub mod hash;
 pub mod latency;
 pub mod reader;
 pub mod tables;

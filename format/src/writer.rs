@@ -5,15 +5,14 @@ use crate::events::{
     MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent,
 };
 use crate::frame::{file_header, ChunkDescriptor};
+use crate::hash::FastMap;
 use ebtrace_proto::v1::{
     record::Kind, AllocBatch, BioBatch, BuildId, CpuSampleBatch, FreeBatch, FuncBatch, Header,
     InternedString, LockBatch, MemGrowthBatch, OffCpuBatch, Record, RunqBatch, Stack, SyscallBatch,
     TcpBatch, Trailer,
 };
 use prost::Message;
-use std::collections::HashMap;
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -47,32 +46,6 @@ impl Default for WriterOptions {
         }
     }
 }
-
-/// FxHash: interning keys are short and trusted (they come from our own recorder), so a
-/// fast non-DoS-resistant hash is the right trade on the write path.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64)
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 #[derive(Default)]
 struct Pending<B> {
@@ -109,9 +82,9 @@ pub struct TraceWriter<W: Write> {
     chunk_records: u32,
     chunk_opened: Option<Instant>,
     stats: WriterStats,
-    strings: FxMap<Box<[u8]>, u64>,
-    build_ids: FxMap<Box<[u8]>, u64>,
-    stacks: FxMap<Box<[u64]>, u64>,
+    strings: FastMap<Box<[u8]>, u64>,
+    build_ids: FastMap<Box<[u8]>, u64>,
+    stacks: FastMap<Box<[u64]>, u64>,
     /// Words in the keys of `stacks`, and the next stack id.
     stack_words: usize,
     next_stack: u64,
@@ -173,9 +146,9 @@ impl<W: Write> TraceWriter<W> {
                 bytes_written: magic.len() as u64,
                 ..Default::default()
             },
-            strings: FxMap::default(),
-            build_ids: FxMap::default(),
-            stacks: FxMap::default(),
+            strings: FastMap::default(),
+            build_ids: FastMap::default(),
+            stacks: FastMap::default(),
             stack_words: 0,
             next_stack: 1,
             scratch: Vec::new(),
@@ -417,7 +390,7 @@ impl<W: Write> TraceWriter<W> {
     fn new_stack_id(&mut self, words: usize) -> u64 {
         if words > 0 {
             if self.stack_words + words > self.opts.max_stack_words && !self.stacks.is_empty() {
-                self.stacks = FxMap::default();
+                self.stacks = FastMap::default();
                 self.stack_words = 0;
                 self.stats.stack_evictions += 1;
             }

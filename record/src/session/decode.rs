@@ -35,7 +35,17 @@ impl Session<'_> {
             frames.remove(2);
         }
         let mut flags = flags;
-        if let Some(cut) = self.left_code(g, &frames) {
+        // A walk by unwind rows that found rows for every pc stayed in the code: only
+        // frame-pointer steps and stops at unknown pcs need the check.
+        let clean_cfi = flags & StackFlag::UserCfi as u32 != 0
+            && flags
+                & (StackFlag::UserFpSteps as u32
+                    | StackFlag::UserNoTable as u32
+                    | StackFlag::UserNoRows as u32
+                    | StackFlag::UserUnknownMapping as u32
+                    | StackFlag::UserBadFrame as u32)
+                == 0;
+        if let Some(cut) = (!clean_cfi).then(|| self.left_code(g, &frames)).flatten() {
             frames.truncate(cut);
             flags |= StackFlag::UserLeftCode as u32;
         }

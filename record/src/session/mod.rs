@@ -85,7 +85,7 @@ struct Gen {
 pub struct Session<'a> {
     pub w: TraceWriter<BufWriter<File>>,
     gens: Vec<Gen>,
-    by_pid: HashMap<u32, Vec<u32>>,
+    by_pid: ebtrace_format::hash::FastMap<u32, Vec<u32>>,
     build_ids: HashMap<(u64, u64, Vec<u8>), u64>,
     /// Processes whose end stops the recording when they are all gone.
     pub live: HashSet<u32>,
@@ -166,7 +166,7 @@ impl<'a> Session<'a> {
         Session {
             w,
             gens: Vec::new(),
-            by_pid: HashMap::new(),
+            by_pid: Default::default(),
             build_ids: HashMap::new(),
             live: HashSet::new(),
             exit_codes: HashMap::new(),

@@ -11,7 +11,10 @@ pub(super) struct Threads {
     /// (generation, tid) -> the name read, or None when the thread was gone.
     names: HashMap<(u32, u32), Option<Vec<u8>>>,
     /// The threads whose Thread record the current file has.
-    written: HashSet<(u32, u32)>,
+    written: ebtrace_format::hash::FastSet<(u32, u32)>,
+    /// The last (generation, tid) found in `written`: most events follow one of the
+    /// same thread.
+    last: Option<(u32, u32)>,
     /// Threads whose name could not be read (gone first).
     pub unnamed: u64,
 }
@@ -21,6 +24,7 @@ impl Threads {
     /// next event. Names of generations that ended are forgotten with them.
     pub(super) fn new_file(&mut self, live: impl Fn(u32) -> bool) {
         self.written.clear();
+        self.last = None;
         self.names.retain(|&(g, _), _| live(g));
     }
 }
@@ -37,7 +41,11 @@ impl Session<'_> {
     /// Before an event of thread `tid` (of `pid`, generation `g`) at `time_ns`: its Thread
     /// record, once per file.
     pub(super) fn thread_seen(&mut self, g: u32, pid: u32, tid: u32, time_ns: u64) -> Result<()> {
-        if tid == 0 || self.threads.written.contains(&(g, tid)) {
+        if tid == 0 || self.threads.last == Some((g, tid)) {
+            return Ok(());
+        }
+        if self.threads.written.contains(&(g, tid)) {
+            self.threads.last = Some((g, tid));
             return Ok(());
         }
         self.threads.written.insert((g, tid));

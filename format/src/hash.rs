@@ -1,13 +1,14 @@
 //! A fast hasher for the integer keys of the per-event maps (live blocks by address,
-//! aggregates by stack id): one folded 64×64→128-bit multiply per word instead of SipHash,
-//! which the leak report spent a tenth of its time in.
+//! aggregates by stack id; the recorder's stacks, processes and threads): one folded
+//! 64×64→128-bit multiply per word instead of SipHash, which the leak report spent a tenth
+//! of its time in.
 //!
 //! The seed is random per process (taken from std's `RandomState`), so a crafted trace
 //! cannot aim at collisions it knows in advance, and nothing may depend on the iteration
 //! order (nothing did with SipHash either: reports sort what they print).
 //!
 //! ```
-//! use ebtrace_analyze::hash::FastMap;
+//! use ebtrace_format::hash::FastMap;
 //! let mut live: FastMap<u64, u32> = FastMap::default();
 //! live.insert(0x7f00_0000_1000, 1);
 //! assert_eq!(live[&0x7f00_0000_1000], 1);
@@ -16,6 +17,8 @@ use std::hash::{BuildHasher, Hasher};
 
 /// A `HashMap` keyed by integers (or tuples of them) with [`FastHash`].
 pub type FastMap<K, V> = std::collections::HashMap<K, V, FastHash>;
+/// A `HashSet` of the same.
+pub type FastSet<K> = std::collections::HashSet<K, FastHash>;
 
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
