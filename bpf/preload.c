@@ -159,14 +159,13 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
 	return n;
 }
 
-/* Maps the channel once the environment named it and the unwinder can run (after the
- * shim's constructor found _dl_find_object: events before go to the probe sites). */
+/* Maps the channel the environment named. */
 static int chan_want_fd = -1;
 static uint64_t chan_want_bytes;
 
 static void chan_setup(void)
 {
-	if (chan || chan_want_fd < 0 || !uw_available())
+	if (chan || chan_want_fd < 0)
 		return;
 	void *m = mmap(NULL, CHAN_DATA + chan_want_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
 		       chan_want_fd, 0);
@@ -221,6 +220,13 @@ static int configure(void)
 	}
 	chan_setup();
 	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
+	if (chan) {
+		/* the unwinder's _dl_find_object; dlsym may allocate: what it and other threads
+		 * allocate meanwhile is sent without a stack (flagged) */
+		static int resolving;
+		if (!__atomic_exchange_n(&resolving, 1, __ATOMIC_ACQ_REL))
+			uw_init();
+	}
 	return 1;
 }
 
@@ -483,8 +489,6 @@ static void after_fork_child(void)
 __attribute__((constructor)) static void shim_init(void)
 {
 	configure();
-	uw_init();
-	chan_setup();
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
@@ -582,14 +586,14 @@ static void fill(struct event_header *h, uint32_t type)
 	h->pid = pid;
 	h->tid = tid;
 	h->cpu = cpu < 0 ? 0 : (uint32_t)cpu;
-	h->time_ns = boot_ns();
+	h->time_ns = 0; /* chan_write: under the lock */
 }
 
 /* Writes one event (`len` bytes, a multiple of 8) of family `fam` (0: alloc, 1: free). While
  * the ring has no room it waits for ebrec to read (back-pressure, 50 us sleeps, the lock let
  * go meanwhile); after 2 s without a read it gives up waiting for good and counts the
  * events it cannot write as lost. */
-static void chan_write(const void *ev, uint32_t len, int fam)
+static void chan_write(void *ev, uint32_t len, int fam)
 {
 	uint64_t need = 8 + (uint64_t)len;
 	unsigned idle = 0;
@@ -607,6 +611,10 @@ static void chan_write(const void *ev, uint32_t len, int fam)
 				prod += skip;
 				pos = 0;
 			}
+			/* the time under the lock, as the record goes in: the channel's order is
+			 * the events' time order (a thread preempted between a clock read and the
+			 * lock would otherwise write an older time after newer ones) */
+			((struct event_header *)ev)->time_ns = boot_ns();
 			uint32_t hdr[2] = { len, 0 };
 			memcpy(chan_data + pos, hdr, 8);
 			memcpy(chan_data + pos + 8, ev, len);
@@ -675,7 +683,11 @@ static void chan_send_alloc(void *p, size_t size, unsigned kind, uint64_t sp, ui
 	e.allocator = 0;
 	e.pad = 0;
 	uint64_t ra = *(const uint64_t *)sp;
-	int n = uw_walk(ra, sp + 8, bp, (uint64_t *)e.ips, stack_depth, &e.flags);
+	int n = 0;
+	if (LIKELY(uw_available()))
+		n = uw_walk(ra, sp + 8, bp, (uint64_t *)e.ips, stack_depth, &e.flags);
+	else
+		e.flags |= SF_USER_NO_TABLE; /* no _dl_find_object (glibc < 2.35): no stack */
 	if (n > 0)
 		e.ips[0] -= 1; /* the call of malloc, looked up as an exact pc */
 	e.nframes = (uint32_t)n;

@@ -68,7 +68,8 @@ impl Drop for Shim {
 }
 
 /// The descriptor number a launched command finds `targets::Launched::release_with`'s
-/// descriptor at (the preload shim's view of the sampler's ring buffer: `EBTRACE_RING_FD`).
+/// descriptor at (the preload shim's channel, `EBTRACE_CHAN_FD`, or its view of the
+/// sampler's ring buffer, `EBTRACE_RING_FD`).
 pub const RELEASED_FD: i32 = 1017;
 
 /// The environment the command gets on top of ebrec's: the shim first in LD_PRELOAD (the
@@ -120,22 +121,12 @@ pub fn child_env(
     if no_free {
         env.push((OsString::from("EBTRACE_NO_FREE"), OsString::from("1")));
     }
-    // The sampler's ring buffer, handed over at release (targets::Launched::release_with):
-    // the shim reads its producer and consumer positions and waits while it is half full.
-    env.push((
-        OsString::from("EBTRACE_RING_FD"),
-        RELEASED_FD.to_string().into(),
-    ));
-    env.push((
-        OsString::from("EBTRACE_RING_BYTES"),
-        ring_bytes.to_string().into(),
-    ));
-    // The channel (`Chan`), handed over at release after the ring: the shim walks the
-    // stacks itself and writes the events there.
     if let Some(bytes) = chan_bytes {
+        // The channel (`Chan`), handed over at release (targets::Launched::release_with):
+        // the shim walks the stacks itself and writes the events there.
         env.push((
             OsString::from("EBTRACE_CHAN_FD"),
-            CHAN_FD.to_string().into(),
+            RELEASED_FD.to_string().into(),
         ));
         env.push((
             OsString::from("EBTRACE_CHAN_BYTES"),
@@ -145,17 +136,25 @@ pub fn child_env(
             OsString::from("EBTRACE_STACK_DEPTH"),
             stack_depth.to_string().into(),
         ));
+    } else {
+        // Else the sampler's ring buffer: the shim reads its producer and consumer
+        // positions and waits while it is half full.
+        env.push((
+            OsString::from("EBTRACE_RING_FD"),
+            RELEASED_FD.to_string().into(),
+        ));
+        env.push((
+            OsString::from("EBTRACE_RING_BYTES"),
+            ring_bytes.to_string().into(),
+        ));
     }
     Ok(env)
 }
 
-/// The descriptor number of the channel in the command (`EBTRACE_CHAN_FD`): the second one
-/// `targets::Launched::release_with` hands over.
-pub const CHAN_FD: i32 = RELEASED_FD + 1;
-
 /// The shim's channel (bpf/preload.c, "the channel"): shared memory the shim writes its
 /// allocation and free events into, each with the stack it walked itself, as the BPF
-/// programs would write them into their ring. A 4 KiB header, then `size` bytes of records
+/// programs would write them into their ring. With it, no BPF program and no probe runs
+/// for the allocator. A 4 KiB header, then `size` bytes of records
 /// (an 8-byte header whose first word is the length, then the event, 8-aligned; a length
 /// of `SKIP` sends the reader back to the start). ebrec is the one reader.
 #[derive(Debug)]

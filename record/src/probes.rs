@@ -47,6 +47,9 @@ pub struct ProbeConfig {
     /// --alloc-sampler preload: the shim's mean bytes between samples (the alloc object is
     /// not loaded then, the sampler object is).
     pub preload_period: Option<u64>,
+    /// The shim writes its events into a channel itself (preload::Chan): no sampler
+    /// programs, no probe sites.
+    pub preload_chan: bool,
     pub sample_every: u32,
     /// --sample-bytes (0: off).
     pub sample_bytes: u64,
@@ -832,6 +835,7 @@ impl<'obj> Probes<'obj> {
         };
         let sampler = match cfg.preload_period {
             None => None,
+            Some(_) if cfg.preload_chan => None,
             Some(period) => {
                 let mut open = SamplerSkelBuilder::default()
                     .open(sampler_obj)

@@ -182,6 +182,13 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
     let cfg = ProbeConfig {
         alloc_min: a.alloc,
         preload_period: a.preload_period(),
+        // The shim walks the stacks itself and writes into a channel (see preload::Chan)
+        // in the walk modes that use unwind rows; dwarf copies and fp walks stay with the
+        // probes. EBTRACE_PRELOAD_PROBES=1 keeps the probes (to measure one against the
+        // other).
+        preload_chan: a.preload_period().is_some()
+            && matches!(a.stack_mode, StackMode::Auto | StackMode::Cfi)
+            && std::env::var_os("EBTRACE_PRELOAD_PROBES").is_none_or(|v| v != "1"),
         sample_every: a.sample.max(1),
         sample_bytes: a.sample_bytes.unwrap_or(0),
         alloc_sessions: a.alloc_sampler == AllocSampler::Uprobe
@@ -232,19 +239,12 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         Some(_) => Some(crate::preload::Shim::write()?),
         None => None,
     };
-    // The shim walks the stacks itself and writes into a channel (see preload::Chan) in
-    // the walk modes that use unwind rows; dwarf copies and fp walks stay with the probes.
-    // EBTRACE_PRELOAD_PROBES=1 keeps the probes (for measuring one against the other).
-    let chan = match cfg.preload_period {
-        Some(_)
-            if matches!(a.stack_mode, StackMode::Auto | StackMode::Cfi)
-                && std::env::var_os("EBTRACE_PRELOAD_PROBES").is_none_or(|v| v != "1") =>
-        {
-            Some(crate::preload::Chan::new(
-                a.ringbuf_size.map_or(32 << 20, u64::from),
-            )?)
-        }
-        _ => None,
+    let chan = if cfg.preload_chan {
+        Some(crate::preload::Chan::new(
+            a.ringbuf_size.map_or(32 << 20, u64::from),
+        )?)
+    } else {
+        None
     };
     let env = match (&shim, cfg.preload_period) {
         (Some(s), Some(period)) => crate::preload::child_env(
@@ -453,11 +453,14 @@ fn record_with(
     if let Some(l) = launched.as_mut() {
         // The preload shim gets the sampler's ring buffer, to wait while it is half full
         // (back-pressure) instead of losing events.
-        let mut fds: Vec<_> = probes_ref.sampler_ring().into_iter().collect();
-        if let Some(c) = &probes_ref.chan {
-            fds.push(c.fd());
-        }
-        l.release_with(&fds);
+        // (or, when it walks the stacks itself, the channel it writes to)
+        l.release_with(
+            probes_ref
+                .chan
+                .as_ref()
+                .map(|c| c.fd())
+                .or(probes_ref.sampler_ring()),
+        );
     }
 
     let started = Instant::now();

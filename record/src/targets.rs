@@ -17,16 +17,15 @@ pub struct Launched {
 }
 
 impl Launched {
-    /// Lets the command exec, handing it `fds` (as RELEASED_FD, RELEASED_FD + 1, ...).
-    pub fn release_with(&mut self, fds: &[std::os::fd::BorrowedFd<'_>]) {
+    /// Lets the command exec, handing it `fd` (as RELEASED_FD) if given.
+    pub fn release_with(&mut self, fd: Option<std::os::fd::BorrowedFd<'_>>) {
         use std::os::fd::AsRawFd;
         let Some(sock) = self.release.take() else {
             return;
         };
-        if fds.is_empty() {
+        let Some(fd) = fd else {
             return; // closing our end releases it
-        }
-        let fds = &fds[..fds.len().min(4)];
+        };
         let mut byte = 1u8;
         let mut iov = libc::iovec {
             iov_base: (&mut byte as *mut u8).cast(),
@@ -39,15 +38,12 @@ impl Launched {
             msg.msg_iov = &mut iov;
             msg.msg_iovlen = 1;
             msg.msg_control = cbuf.as_mut_ptr().cast();
-            let n = 4 * fds.len() as u32;
-            msg.msg_controllen = libc::CMSG_SPACE(n) as _;
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
             let c = libc::CMSG_FIRSTHDR(&msg);
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(n) as _;
-            for (i, fd) in fds.iter().enumerate() {
-                std::ptr::write_unaligned((libc::CMSG_DATA(c) as *mut i32).add(i), fd.as_raw_fd());
-            }
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
             // a failure leaves the command without the descriptor (no back-pressure)
             let _ = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
         }
@@ -139,17 +135,10 @@ pub fn launch(cmd: &[OsString], env: &[(OsString, OsString)]) -> Result<Launched
                 && (*c).cmsg_level == libc::SOL_SOCKET
                 && (*c).cmsg_type == libc::SCM_RIGHTS
             {
-                // the descriptors, in order, at RELEASED_FD, RELEASED_FD + 1, ...; dup2
-                // clears close-on-exec: the command (and its children) keep them
-                let hdr = libc::CMSG_LEN(0) as usize;
-                let n = ((*c).cmsg_len as usize).saturating_sub(hdr) / 4;
-                for i in 0..n.min(4) {
-                    let fd = std::ptr::read_unaligned((libc::CMSG_DATA(c) as *const i32).add(i));
-                    if fd != RELEASED_FD + i as i32 {
-                        libc::dup2(fd, RELEASED_FD + i as i32);
-                        libc::close(fd);
-                    }
-                }
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const i32);
+                // dup2 clears close-on-exec: the command (and its children) keep it
+                libc::dup2(fd, RELEASED_FD);
+                libc::close(fd);
             }
             libc::close(fds[0]);
             libc::execve(file.as_ptr(), argv.as_ptr(), envp.as_ptr());
