@@ -7,8 +7,12 @@
 #   heaptrack                    heaptrack -o H db_bench ... (LD_PRELOAD)
 #   ebrec --alloc                the uprobe path
 #   ebrec preload                ebrec --alloc --alloc-sampler preload --sample-bytes 1 (every
-#                                allocation, in process); allocations kept and lost from ebrec's
-#                                exit summary
+#                                allocation, in process: the shim walks the stacks and writes to
+#                                ebrec's channel); allocations kept and lost from ebrec's exit
+#                                summary
+#   ebrec preload, probe sites   the same with EBTRACE_PRELOAD_PROBES=1: the shim calls its probe
+#                                sites, the stacks are walked in the kernel (the way before the
+#                                channel, and that of --stack-mode fp and dwarf)
 # then the analysis, wall time and peak RSS (/usr/bin/time): heaptrack_print (everything, its
 # defaults) on heaptrack's file against ebsym on the preload trace: symbolize (ebsym T -o S), then
 # `ebsym heap`, `ebsym leaks` and `ebsym report` on the symbolized trace. Last, heaptrack_print's
@@ -182,6 +186,10 @@ cmd pre
 timed ebrec-preload "$EBREC" record --alloc --alloc-sampler preload --sample-bytes 1 -o "$TMP/t.pb.zst" -- \
   "${cmd[@]}"
 rm -rf "$TMP/db-pre"
+cmd prp
+timed ebrec-preload-probes env EBTRACE_PRELOAD_PROBES=1 "$EBREC" record --alloc --alloc-sampler preload \
+  --sample-bytes 1 -o "$TMP/p.pb.zst" -- "${cmd[@]}"
+rm -rf "$TMP/db-prp" "$TMP/p.pb.zst"
 
 timed heaptrack_print heaptrack_print -f "$ht_file"
 timed symbolize "$EBSYM" "$TMP/t.pb.zst" -o "$TMP/t.sym.pb.zst"
@@ -205,6 +213,9 @@ out=$RESULTS_DIR/heap-$(date -u +%Y%m%d-%H%M).txt
   ebrec_note "$TMP/t.pb.zst" "$TMP/ebrec-preload.log"
   printf '%-44s %8s %9s  %s\n' "ebrec --alloc preload --sample-bytes 1" "$(wall ebrec-preload)" \
     "$(ratio "$(wall ebrec-preload)" "$u")" "$EBREC_NOTE"
+  ebrec_note "" "$TMP/ebrec-preload-probes.log"
+  printf '%-44s %8s %9s  %s\n' "  the same, probe sites (stacks in the kernel)" "$(wall ebrec-preload-probes)" \
+    "$(ratio "$(wall ebrec-preload-probes)" "$u")" "$EBREC_NOTE"
   echo
   printf '%-44s %8s %9s\n' "analysis" "wall s" "peak RSS MB"
   printf '%-44s %8s %9s\n' "heaptrack_print (everything)" "$(wall heaptrack_print)" "$(rss_mb heaptrack_print)"

@@ -162,6 +162,8 @@ pub struct Chan {
     fd: std::os::fd::OwnedFd,
     map: *mut u8,
     size: u64,
+    /// Times the records did not parse (see `drain`).
+    corrupt: std::cell::Cell<u64>,
 }
 
 const CHAN_DATA: usize = 4096;
@@ -217,6 +219,7 @@ impl Chan {
             fd,
             map: map.cast(),
             size,
+            corrupt: std::cell::Cell::new(0),
         })
     }
 
@@ -242,6 +245,11 @@ impl Chan {
         // SAFETY: as `word`, a 4-aligned u32 field.
         let a = unsafe { &*(self.map.add(ACTIVE) as *const AtomicU32) };
         a.load(Ordering::Relaxed) != 0
+    }
+
+    /// Times the channel's records did not parse (overwritten by the command).
+    pub fn corrupt(&self) -> u64 {
+        self.corrupt.get()
     }
 
     /// (allocations, frees) the shim reported, and those it lost.
@@ -270,9 +278,16 @@ impl Chan {
         // SAFETY: the data area follows the header in the mapping.
         let data =
             unsafe { std::slice::from_raw_parts(self.map.add(CHAN_DATA), self.size as usize) };
+        // The command maps the channel writable: a program that scribbles over it (a wild
+        // pointer) must not make ebrec loop or read out of bounds. What does not parse is
+        // skipped up to `prod` and counted.
+        if prod.wrapping_sub(cons) > self.size {
+            self.corrupt.set(self.corrupt.get() + 1);
+            cons = prod;
+        }
         while cons < prod {
             let pos = (cons & mask) as usize;
-            if self.size as usize - pos < 4 {
+            if self.size as usize - pos < 8 {
                 cons += self.size - pos as u64;
                 continue;
             }
@@ -280,6 +295,11 @@ impl Chan {
             if len == SKIP {
                 cons += self.size - pos as u64;
                 continue;
+            }
+            if u64::from(len) + 8 > self.size - pos as u64 {
+                self.corrupt.set(self.corrupt.get() + 1);
+                cons = prod;
+                break;
             }
             let end = (pos + 8 + len as usize).min(data.len());
             out.extend_from_slice(&len.to_ne_bytes());
@@ -295,5 +315,67 @@ impl Drop for Chan {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, of that length.
         unsafe { libc::munmap(self.map.cast(), CHAN_DATA + self.size as usize) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a record's length at `pos` of the data area, and `fill` as its bytes (at
+    /// most to the end of the area).
+    fn put(c: &Chan, pos: usize, len: u32, fill: u8) {
+        let n = (len as usize).min(c.size as usize - pos - 8);
+        // SAFETY: inside the mapping; the test is the only writer.
+        unsafe {
+            let d = c.map.add(CHAN_DATA + pos);
+            std::ptr::copy_nonoverlapping(len.to_ne_bytes().as_ptr(), d, 4);
+            std::ptr::write_bytes(d.add(8), fill, n);
+        }
+    }
+
+    /// Records come out as the rings' callbacks leave them (a u32 length, the bytes), a
+    /// skip marker sends the reader to the start, and a channel the command wrote over
+    /// (a length past the end, a producer position from nowhere) is skipped and counted,
+    /// never read out of bounds.
+    #[test]
+    fn drain_reads_records_skips_and_survives_garbage() {
+        let c = Chan::new(4096).unwrap();
+        put(&c, 0, 16, 0xaa);
+        put(&c, 24, 8, 0xbb);
+        // a skip marker at 4088: the next record starts at 0 again
+        // SAFETY: inside the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(SKIP.to_ne_bytes().as_ptr(), c.map.add(CHAN_DATA + 40), 4)
+        };
+        c.word(PROD)
+            .store(40 + (4096 - 40), std::sync::atomic::Ordering::Release);
+        let mut out = Vec::new();
+        assert_eq!(c.drain(&mut out), 4096);
+        let mut want = 16u32.to_ne_bytes().to_vec();
+        want.extend([0xaa; 16]);
+        want.extend(8u32.to_ne_bytes());
+        want.extend([0xbb; 8]);
+        assert_eq!(out, want);
+        assert_eq!(c.corrupt(), 0);
+
+        // a length past the end of the area
+        put(&c, 0, 100_000, 0);
+        c.word(PROD)
+            .store(4096 + 64, std::sync::atomic::Ordering::Release);
+        out.clear();
+        c.drain(&mut out);
+        assert!(out.is_empty());
+        assert_eq!(c.corrupt(), 1);
+        // a producer position far ahead of the reader
+        c.word(PROD)
+            .store(u64::MAX / 2, std::sync::atomic::Ordering::Release);
+        c.drain(&mut out);
+        assert!(out.is_empty());
+        assert_eq!(c.corrupt(), 2);
+        assert_eq!(
+            c.word(CONS).load(std::sync::atomic::Ordering::Relaxed),
+            u64::MAX / 2
+        );
     }
 }

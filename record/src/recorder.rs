@@ -671,12 +671,16 @@ fn record_with(
     };
     let preload = probes_ref.chan.as_ref().map(|c| {
         if c.active() {
+            let corrupt = match c.corrupt() {
+                0 => String::new(),
+                n => format!("; {n} times its records did not parse (the command wrote over the channel): skipped, lost"),
+            };
             format!(
-                "alloc: the preloaded shim walked the stacks in the process (unwind rows of .eh_frame, cached per pc) and wrote the events to a {} KiB channel",
+                "alloc: the preloaded shim walked the stacks in the process (unwind rows of .eh_frame, cached per pc) and wrote the events to a {} KiB channel{corrupt}",
                 c.size() >> 10
             )
         } else {
-            "alloc: the preloaded shim could not walk stacks in the process (no _dl_find_object: glibc < 2.35): its probe sites were used".to_string()
+            "alloc: the preloaded shim wrote nothing to its channel (it did not load, or could not map it: a static or setuid command?)".to_string()
         }
     });
     let out = s.w.finish(Some(Trailer {
