@@ -6,7 +6,7 @@
 //!   moment they happen, so a process that exits before user space looks still has its maps.
 use perf_event_open_sys as sys;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 fn open(attr: &mut sys::bindings::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
     // SAFETY: attr is a valid, fully initialized perf_event_attr that outlives the call.
@@ -303,20 +303,8 @@ impl SideBandReader {
             };
             let page = crate::procfs::page_size();
             let len = page * (1 + pages);
-            // SAFETY: mapping a perf fd is how its ring buffer is read; checked below.
-            let base = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd.as_raw_fd(),
-                    0,
-                )
-            };
-            if base == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
+            // mapping a perf fd is how its ring buffer is read
+            let base = crate::procfs::map_shared(fd.as_fd(), len)?;
             self.rings.push(Ring {
                 fd,
                 base: base.cast(),

@@ -110,43 +110,24 @@ pub fn child_env(
             preload.push(&old);
         }
     }
-    let mut env = vec![
-        (OsString::from("LD_PRELOAD"), preload),
-        (
-            OsString::from("EBTRACE_SAMPLE_BYTES"),
-            period.to_string().into(),
-        ),
-        (OsString::from("EBTRACE_MIN_BYTES"), min.to_string().into()),
-    ];
+    let mut env = vec![(OsString::from("LD_PRELOAD"), preload)];
+    let mut set = |k: &str, v: String| env.push((OsString::from(k), OsString::from(v)));
+    set("EBTRACE_SAMPLE_BYTES", period.to_string());
+    set("EBTRACE_MIN_BYTES", min.to_string());
     if no_free {
-        env.push((OsString::from("EBTRACE_NO_FREE"), OsString::from("1")));
+        set("EBTRACE_NO_FREE", "1".into());
     }
     if let Some(bytes) = chan_bytes {
         // The channel (`Chan`), handed over at release (targets::Launched::release_with):
         // the shim walks the stacks itself and writes the events there.
-        env.push((
-            OsString::from("EBTRACE_CHAN_FD"),
-            RELEASED_FD.to_string().into(),
-        ));
-        env.push((
-            OsString::from("EBTRACE_CHAN_BYTES"),
-            bytes.to_string().into(),
-        ));
-        env.push((
-            OsString::from("EBTRACE_STACK_DEPTH"),
-            stack_depth.to_string().into(),
-        ));
+        set("EBTRACE_CHAN_FD", RELEASED_FD.to_string());
+        set("EBTRACE_CHAN_BYTES", bytes.to_string());
+        set("EBTRACE_STACK_DEPTH", stack_depth.to_string());
     } else {
         // Else the sampler's ring buffer: the shim reads its producer and consumer
         // positions and waits while it is half full.
-        env.push((
-            OsString::from("EBTRACE_RING_FD"),
-            RELEASED_FD.to_string().into(),
-        ));
-        env.push((
-            OsString::from("EBTRACE_RING_BYTES"),
-            ring_bytes.to_string().into(),
-        ));
+        set("EBTRACE_RING_FD", RELEASED_FD.to_string());
+        set("EBTRACE_RING_BYTES", ring_bytes.to_string());
     }
     Ok(env)
 }
@@ -178,7 +159,7 @@ const LOST: usize = 152;
 impl Chan {
     /// A channel of `size` data bytes (a power of two of at least 4 KiB).
     pub fn new(size: u64) -> Result<Chan> {
-        use std::os::fd::{AsRawFd, FromRawFd};
+        use std::os::fd::{AsFd, AsRawFd, FromRawFd};
         if size < 4096 || !size.is_power_of_two() {
             bail!("the shim's channel must be a power of two of at least 4096 bytes, not {size}");
         }
@@ -198,26 +179,12 @@ impl Chan {
                 std::io::Error::last_os_error()
             );
         }
-        // SAFETY: a fresh shared mapping of the whole file, unmapped in Drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            bail!(
-                "mapping the shim's channel: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        // unmapped in Drop
+        let map = crate::procfs::map_shared(fd.as_fd(), len)
+            .map_err(|e| anyhow::anyhow!("mapping the shim's channel: {e}"))?;
         Ok(Chan {
             fd,
-            map: map.cast(),
+            map,
             size,
             corrupt: std::cell::Cell::new(0),
         })

@@ -280,6 +280,27 @@ pub fn page_size() -> usize {
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
+/// Maps `len` bytes of `fd` shared, readable and writable (a perf ring, a BPF array map, a
+/// memfd); the caller unmaps them.
+pub fn map_shared(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> std::io::Result<*mut u8> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a new mapping chosen by the kernel; nothing is read or written here.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
 pub fn clock_ticks() -> u64 {
     // SAFETY: as above.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) as u64 }

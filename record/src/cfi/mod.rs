@@ -14,7 +14,7 @@
 //! least recently used first, when a new file needs the room.
 pub mod rows;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use ebtrace_bpf::{
     cfi_file, cfi_inode, cfi_map, cfi_proc, CFI_MAX_FILES, CFI_MAX_MAPS, CFI_PAGE_SHIFT,
 };
@@ -44,24 +44,10 @@ struct Mapped<T> {
 impl<T> Mapped<T> {
     fn new(map: &MapHandle, len: usize) -> Result<Self> {
         let bytes = (len * std::mem::size_of::<T>()).next_multiple_of(crate::procfs::page_size());
-        // SAFETY: mapping a BPF_F_MMAPABLE array map of `len` values of T, shared; the
-        // kernel keeps the map alive while mapped, and we unmap in Drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.as_fd().as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            bail!(
-                "mapping the unwind-row map: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        // A BPF_F_MMAPABLE array map of `len` values of T: the kernel keeps the map alive
+        // while mapped, and Drop unmaps it.
+        let ptr = crate::procfs::map_shared(map.as_fd(), bytes)
+            .map_err(|e| anyhow::anyhow!("mapping the unwind-row map: {e}"))?;
         Ok(Mapped {
             ptr: ptr.cast(),
             len,
