@@ -783,18 +783,18 @@ pub fn cut_reason(flags: u32) -> Option<&'static str> {
     use ebtrace_format::proto::StackFlag as F;
     const REASONS: &[(F, &str)] = &[
         (F::UserTruncated, "longer than --stack-depth"),
-        (F::UserNoRows, "in-kernel unwind: a pc without unwind rows"),
+        (F::UserNoRows, "unwind by rows: a pc without unwind rows"),
         (
             F::UserNoTable,
-            "in-kernel unwind: a binary without rows loaded",
+            "unwind by rows: a binary without rows loaded",
         ),
         (
             F::UserUnknownMapping,
-            "in-kernel unwind: a pc in a mapping not known yet",
+            "unwind by rows: a pc in a mapping not known yet",
         ),
         (
             F::UserBadFrame,
-            "in-kernel unwind: a bad stack read or frame",
+            "unwind by rows: a bad stack read or frame",
         ),
         (F::UserLeftCode, "frame-pointer walk left the code"),
         (F::UserError, "no user stack (read failed)"),

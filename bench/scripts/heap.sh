@@ -29,6 +29,8 @@
 #                             its background compaction got)
 #   NUM=300000                db_bench --num (fillrandom writes and readrandom reads)
 #   BENCHMARKS=fillrandom,readrandom
+#   THREADS=1                 db_bench --threads (each thread does NUM operations); e.g.
+#                             THREADS=16 NUM=20000: a multi-threaded allocator load
 #   OBJECTS=100000            ninja: the manifest's objects (100 per library)
 #   EBREC=target/release/ebrec, EBSYM=target/release/ebsym (of this checkout by default; build
 #                             them with cargo build --release -p ebrec -p ebtrace-ebsym)
@@ -94,6 +96,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PROGRAM=${PROGRAM:-db_bench}
 NUM=${NUM:-300000}
 BENCHMARKS=${BENCHMARKS:-fillrandom,readrandom}
+THREADS=${THREADS:-1}
 OBJECTS=${OBJECTS:-100000}
 repo=$(cd "$here/../.." && pwd)
 EBREC=${EBREC:-$repo/target/release/ebrec}
@@ -121,7 +124,7 @@ apt_install heaptrack time python3
 case "$PROGRAM" in
   db_bench)
     build_db_bench
-    what="leveldb db_bench $BENCHMARKS --num=$NUM"
+    what="leveldb db_bench $BENCHMARKS --num=$NUM --threads=$THREADS"
     ;;
   ninja)
     CORPUS=ninja "$here/corpus.sh" >/dev/null
@@ -149,7 +152,7 @@ esac
 # cmd TAG: the program's command line in the array `cmd` (db_bench: on a fresh DB of its own)
 cmd() {
   case "$PROGRAM" in
-    db_bench) cmd=("$DB_BENCH" --db="$TMP/db-$1" --num="$NUM" --benchmarks="$BENCHMARKS") ;;
+    db_bench) cmd=("$DB_BENCH" --db="$TMP/db-$1" --num="$NUM" --benchmarks="$BENCHMARKS" --threads="$THREADS") ;;
     ninja) cmd=("$NINJA" -C "$TMP/nj" -t commands) ;;
   esac
 }

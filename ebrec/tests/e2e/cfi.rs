@@ -440,8 +440,8 @@ fn a_dlopened_library_unwinds() {
     let calls = 50 * rounds * times;
     let losses = &report["losses"]["stacks_cut"];
     let marked: u64 = [
-        "in-kernel unwind: a binary without rows loaded",
-        "in-kernel unwind: a pc in a mapping not known yet",
+        "unwind by rows: a binary without rows loaded",
+        "unwind by rows: a pc in a mapping not known yet",
     ]
     .iter()
     .map(|r| losses[r].as_u64().unwrap_or(0))
@@ -530,7 +530,7 @@ fn rows_that_do_not_fit_are_counted_and_auto_falls_back_to_frame_pointers() {
     let r = top(trace.to_str().unwrap(), "alloc");
     let cut = &r["losses"]["stacks_cut"];
     assert!(
-        cut["in-kernel unwind: a binary without rows loaded"]
+        cut["unwind by rows: a binary without rows loaded"]
             .as_u64()
             .unwrap_or(0)
             > 0,
