@@ -540,7 +540,7 @@ static inline uint32_t my_tid(void)
  * after fork writes into the same channel): a holder that died holding it (killed in the
  * middle of a write, before it moved `prod`) is noticed after a while and its lock taken
  * over. */
-static void chan_lock(void)
+static int chan_lock(void)
 {
 	uint32_t me = my_tid();
 	unsigned spins = 0, yields = 0;
@@ -548,7 +548,10 @@ static void chan_lock(void)
 		uint32_t holder = 0;
 		if (__atomic_compare_exchange_n(&chan->lock, &holder, me, 0, __ATOMIC_ACQUIRE,
 						__ATOMIC_RELAXED))
-			return;
+			return 1;
+		/* this thread holds it: a signal handler that allocates interrupted its write */
+		if (holder == me)
+			return 0;
 		if (++spins < 200) {
 			__builtin_ia32_pause();
 			continue;
@@ -598,8 +601,13 @@ static void chan_write(void *ev, uint32_t len, int fam)
 	uint64_t need = 8 + (uint64_t)len;
 	unsigned idle = 0;
 	uint64_t last = 0;
-	chan_lock();
-	chan->hits[fam]++;
+	if (UNLIKELY(!chan_lock())) {
+		/* not written (the interrupted write holds the lock), counted */
+		__atomic_fetch_add(&chan->hits[fam], 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&chan->lost[fam], 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_fetch_add(&chan->hits[fam], 1, __ATOMIC_RELAXED);
 	for (;;) {
 		uint64_t prod = chan->prod;
 		uint64_t cons = __atomic_load_n(&chan->cons, __ATOMIC_ACQUIRE);
@@ -622,7 +630,7 @@ static void chan_write(void *ev, uint32_t len, int fam)
 			break;
 		}
 		if (__atomic_load_n(&chan_gave_up, __ATOMIC_RELAXED)) {
-			chan->lost[fam]++;
+			__atomic_fetch_add(&chan->lost[fam], 1, __ATOMIC_RELAXED);
 			break;
 		}
 		if (cons != last) {
