@@ -21,6 +21,7 @@
  * slots of that frame, between the callee's sp and the CFA. */
 #include <dlfcn.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 /* glibc's _dl_find_object (2.35+), found at run time: a direct reference, even a weak one,
  * makes the shim need GLIBC_2.35 to load at all, and an older glibc would then run the
@@ -562,6 +563,39 @@ static int uw_available(void)
  * ip, then the return address of each outer frame, at most `max` entries; returns the count
  * and ORs UW_* bits into *flags. A walk that reaches the outermost frame (the return address
  * undefined, as in _start and clone3) sets none. */
+/* The stack pages this thread's walks found mapped: [uw_lo, uw_hi). A frame whose rule is
+ * wrong (bad CFI, a rule cached for code since unloaded, a thread entry without an
+ * undefined return address) could put its CFA past the top of the stack; its slots are read
+ * only after mincore says their page is mapped, once per page and thread. */
+static __thread uint64_t uw_lo __attribute__((tls_model("initial-exec")));
+static __thread uint64_t uw_hi __attribute__((tls_model("initial-exec")));
+
+static __attribute__((noinline)) int uw_page_mapped(uint64_t addr)
+{
+	uint64_t page = addr & ~(uint64_t)4095;
+	unsigned char v;
+	if (mincore((void *)(uintptr_t)page, 4096, &v) != 0)
+		return 0;
+	if (page == uw_hi && uw_hi)
+		uw_hi += 4096;
+	else if (page + 4096 == uw_lo)
+		uw_lo = page;
+	else {
+		uw_lo = page;
+		uw_hi = page + 4096;
+	}
+	return 1;
+}
+
+/* Whether the 8 bytes at `addr` are on pages known mapped (checking them if not). */
+static inline int uw_readable(uint64_t addr)
+{
+	if (__builtin_expect(addr >= uw_lo && addr + 8 <= uw_hi, 1))
+		return 1;
+	return uw_page_mapped(addr) && (((addr + 7) & ~(uint64_t)4095) == (addr & ~(uint64_t)4095) ||
+					uw_page_mapped(addr + 7));
+}
+
 static int uw_walk(uint64_t ip, uint64_t sp, uint64_t bp, uint64_t *ips, int max,
 		   uint32_t *flags)
 {
@@ -621,13 +655,17 @@ static int uw_walk(uint64_t ip, uint64_t sp, uint64_t bp, uint64_t *ips, int max
 		}
 		if (bp_kind == UWB_AT) {
 			uint64_t bp_at = cfa + (uint64_t)bp_off;
-			if (__builtin_expect(bp_at < sp || bp_at + 8 > cfa, 0)) {
+			if (__builtin_expect(bp_at < sp || bp_at + 8 > cfa || !uw_readable(bp_at), 0)) {
 				*flags |= UW_BAD_FRAME;
 				break;
 			}
 			bp = *(const uint64_t *)(uintptr_t)bp_at;
 		} else if (bp_kind == UWB_UNDEF) {
 			bp = 0;
+		}
+		if (__builtin_expect(!uw_readable(ra_at), 0)) {
+			*flags |= UW_BAD_FRAME;
+			break;
 		}
 		ip = *(const uint64_t *)(uintptr_t)ra_at;
 		sp = cfa;

@@ -792,10 +792,7 @@ pub fn cut_reason(flags: u32) -> Option<&'static str> {
             F::UserUnknownMapping,
             "unwind by rows: a pc in a mapping not known yet",
         ),
-        (
-            F::UserBadFrame,
-            "unwind by rows: a bad stack read or frame",
-        ),
+        (F::UserBadFrame, "unwind by rows: a bad stack read or frame"),
         (F::UserLeftCode, "frame-pointer walk left the code"),
         (F::UserError, "no user stack (read failed)"),
         (
