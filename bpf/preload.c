@@ -159,26 +159,6 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
 	return n;
 }
 
-/* Maps the channel the environment named. */
-static int chan_want_fd = -1;
-static uint64_t chan_want_bytes;
-
-static void chan_setup(void)
-{
-	if (chan || chan_want_fd < 0)
-		return;
-	void *m = mmap(NULL, CHAN_DATA + chan_want_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-		       chan_want_fd, 0);
-	if (m == MAP_FAILED) {
-		chan_want_fd = -1;
-		return;
-	}
-	chan_size = chan_want_bytes;
-	chan_data = (uint8_t *)m + CHAN_DATA;
-	__atomic_store_n(&((struct chan_header *)m)->active, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&chan, m, __ATOMIC_RELEASE);
-}
-
 /* getenv does not allocate. Before libc's own initialization `environ` is not set yet (ld.so
  * allocates after relocating, before any constructor): those calls are not sampled. */
 static int configure(void)
@@ -197,10 +177,10 @@ static int configure(void)
 		forked = 1;
 	uint64_t ring_fd = env_u64("EBTRACE_RING_FD", 0), ring_bytes = env_u64("EBTRACE_RING_BYTES", 0);
 	/* EBTRACE_NO_BACKPRESSURE=1: never wait (for measuring what the ring alone loses) */
-	if (env_u64("EBTRACE_NO_BACKPRESSURE", 0))
+	int no_wait = env_u64("EBTRACE_NO_BACKPRESSURE", 0) != 0;
+	if (no_wait)
 		chan_gave_up = 1;
-	if (ring_fd && ring_bytes >= 4096 && ring_fd < 65536 &&
-	    !env_u64("EBTRACE_NO_BACKPRESSURE", 0)) {
+	if (ring_fd && ring_bytes >= 4096 && ring_fd < 65536 && !no_wait) {
 		long page = sysconf(_SC_PAGESIZE);
 		/* the consumer page, then the producer page (read-only, as any reader may) */
 		void *m = mmap(NULL, 2 * (size_t)page, PROT_READ, MAP_SHARED, (int)ring_fd, 0);
@@ -215,10 +195,15 @@ static int configure(void)
 	if (depth >= 1 && depth <= MAX_FRAMES)
 		stack_depth = (int)depth;
 	if (chan_fd && chan_fd < 65536 && chan_bytes >= 4096 && (chan_bytes & (chan_bytes - 1)) == 0) {
-		chan_want_fd = (int)chan_fd;
-		chan_want_bytes = chan_bytes;
+		void *m = mmap(NULL, CHAN_DATA + chan_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+			       (int)chan_fd, 0);
+		if (m != MAP_FAILED) {
+			chan_size = chan_bytes;
+			chan_data = (uint8_t *)m + CHAN_DATA;
+			__atomic_store_n(&((struct chan_header *)m)->active, 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&chan, m, __ATOMIC_RELEASE);
+		}
 	}
-	chan_setup();
 	__atomic_store_n(&configured, 1, __ATOMIC_RELEASE);
 	if (chan) {
 		/* the unwinder's _dl_find_object; dlsym may allocate: what it and other threads
