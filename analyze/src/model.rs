@@ -213,9 +213,57 @@ pub struct Loaded {
 /// (`reports::top_from`, `leaks_from`, `stacks_from`, `info::summarize_from`); their
 /// path versions open the file and call them.
 pub trait Trace {
-    /// Calls `f` with every record in order; returns the damage met while reading (as
-    /// `Losses::damage` states it).
-    fn each_record(self, f: impl FnMut(Record)) -> Vec<String>;
+    /// Calls `f` with every record in order, batches of events decoded ([`Item`]); returns
+    /// the damage met while reading (as `Losses::damage` states it).
+    fn each_record(self, f: impl FnMut(Item)) -> Vec<String>;
+}
+
+macro_rules! batches {
+    ($($Kind:ident => $V:ident($Ev:ty)),* $(,)?) => {
+        /// The events of one batch record, decoded from its columns.
+        #[derive(Debug)]
+        pub enum Events {
+            $($V(Vec<$Ev>),)*
+        }
+
+        /// A record of a trace as a report takes it: a batch of events decoded (or why it
+        /// could not be), any other record as it is.
+        #[derive(Debug)]
+        // Records went over the reading thread's channel as they are before: boxing them
+        // would add an allocation a record.
+        #[allow(clippy::large_enum_variant)]
+        pub enum Item {
+            Record(Record),
+            Events(Result<Events, String>),
+        }
+
+        impl Item {
+            /// `record`, its events decoded when it is a batch: on the reading thread, which
+            /// takes that work off the reports' (a third of `ebsym heap`'s).
+            pub fn of(record: Record) -> Item {
+                match record.kind {
+                    $(Some(Kind::$Kind(b)) => {
+                        Item::Events(b.decode().map(Events::$V).map_err(|e| e.to_string()))
+                    })*
+                    kind => Item::Record(Record { kind }),
+                }
+            }
+        }
+    };
+}
+
+batches! {
+    Allocs => Alloc(ebtrace_format::events::AllocEvent),
+    Frees => Free(ebtrace_format::events::FreeEvent),
+    Locks => Lock(ebtrace_format::events::LockEvent),
+    Funcs => Func(ebtrace_format::events::FuncEvent),
+    CpuSamples => Cpu(ebtrace_format::events::CpuSample),
+    Offcpu => OffCpu(ebtrace_format::events::OffCpuEvent),
+    MemGrowth => MemGrowth(ebtrace_format::events::MemGrowthEvent),
+    Syscalls => Syscall(ebtrace_format::events::SyscallEvent),
+    Bios => Bio(ebtrace_format::events::BioEvent),
+    Runq => Runq(ebtrace_format::events::RunqEvent),
+    Tcp => Tcp(ebtrace_format::events::TcpEvent),
 }
 
 /// Records read ahead by the reading thread, at most: a record is one batch of up to 8,192
@@ -225,13 +273,13 @@ const READ_AHEAD: usize = 32;
 impl<R: Read + Send> Trace for &mut TraceReader<R> {
     /// The file is read, decompressed and decoded into records on a thread of its own while
     /// `f` takes them on this one: zstd and protobuf decoding were half of a report's time.
-    fn each_record(self, mut f: impl FnMut(Record)) -> Vec<String> {
+    fn each_record(self, mut f: impl FnMut(Item)) -> Vec<String> {
         std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Record>(READ_AHEAD);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Item>(READ_AHEAD);
             let reader = &mut *self;
             let reading = scope.spawn(move || {
                 for record in reader.by_ref() {
-                    if tx.send(record).is_err() {
+                    if tx.send(Item::of(record)).is_err() {
                         return;
                     }
                 }
@@ -249,7 +297,7 @@ impl<R: Read + Send> Trace for &mut TraceReader<R> {
 }
 
 impl<R: Read + Send> Trace for TraceReader<R> {
-    fn each_record(mut self, f: impl FnMut(Record)) -> Vec<String> {
+    fn each_record(mut self, f: impl FnMut(Item)) -> Vec<String> {
         (&mut self).each_record(f)
     }
 }
@@ -260,8 +308,8 @@ impl<R: Read + Send> Trace for TraceReader<R> {
 pub struct Records<I>(pub I);
 
 impl<I: IntoIterator<Item = Record>> Trace for Records<I> {
-    fn each_record(self, f: impl FnMut(Record)) -> Vec<String> {
-        self.0.into_iter().for_each(f);
+    fn each_record(self, mut f: impl FnMut(Item)) -> Vec<String> {
+        self.0.into_iter().for_each(|r| f(Item::of(r)));
         Vec::new()
     }
 }
@@ -352,7 +400,58 @@ impl Loaded {
         self.last_event_ns = Some(self.last_event_ns.map_or(time, |f| f.max(time)));
     }
 
-    fn record(&mut self, record: Record, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
+    /// The decoded events of one batch, each that passes `filter` to `sink`.
+    fn events(&mut self, evs: Events, filter: &Filter, sink: &mut dyn Sink) {
+        let all = filter.is_empty();
+        macro_rules! events {
+            ($b:expr, $v:ident) => {
+                for e in &$b {
+                    let ev = Event::$v(e);
+                    if all || self.passes(filter, &ev) {
+                        if let Event::Alloc(a) = &ev {
+                            if a.sample_period > 0 {
+                                self.losses.note_sampled(a.sample_period);
+                            }
+                        }
+                        if let Event::OffCpu(o) = &ev {
+                            if o.weight_ns != 0 {
+                                *self.losses.offcpu_sampled.get_or_insert(0) += 1;
+                            }
+                        }
+                        if let Event::MemGrowth(m) = &ev {
+                            if m.weight != 0 {
+                                *self.losses.memgrowth_sampled.get_or_insert(0) += 1;
+                            }
+                        }
+                        let t = ev.time_generation_tid().0;
+                        self.first_event_ns = Some(self.first_event_ns.map_or(t, |f| f.min(t)));
+                        self.last_event_ns = Some(self.last_event_ns.map_or(t, |f| f.max(t)));
+                        sink.event(&ev);
+                    }
+                }
+            };
+        }
+        match evs {
+            Events::Alloc(b) => events!(b, Alloc),
+            Events::Free(b) => events!(b, Free),
+            Events::Lock(b) => events!(b, Lock),
+            Events::Func(b) => events!(b, Func),
+            Events::Cpu(b) => events!(b, Cpu),
+            Events::OffCpu(b) => events!(b, OffCpu),
+            Events::MemGrowth(b) => events!(b, MemGrowth),
+            Events::Syscall(b) => events!(b, Syscall),
+            Events::Bio(b) => events!(b, Bio),
+            Events::Runq(b) => events!(b, Runq),
+            Events::Tcp(b) => events!(b, Tcp),
+        }
+    }
+
+    fn record(&mut self, item: Item, filter: &Filter, sink: &mut dyn Sink, trailer: &mut bool) {
+        let record = match item {
+            Item::Record(r) => r,
+            Item::Events(Ok(evs)) => return self.events(evs, filter, sink),
+            Item::Events(Err(e)) => return self.losses.damage.push(e),
+        };
         if let Some(Kind::Process(p)) = &record.kind {
             match p.event() {
                 ProcessEvent::Exit => sink.generation_end(p.generation, p.time_ns),
@@ -372,41 +471,6 @@ impl Loaded {
             return;
         }
         let all = filter.is_empty();
-        macro_rules! events {
-            ($b:expr, $v:ident) => {
-                match $b.decode() {
-                    Ok(evs) => {
-                        for e in &evs {
-                            let ev = Event::$v(e);
-                            if all || self.passes(filter, &ev) {
-                                if let Event::Alloc(a) = &ev {
-                                    if a.sample_period > 0 {
-                                        self.losses.note_sampled(a.sample_period);
-                                    }
-                                }
-                                if let Event::OffCpu(o) = &ev {
-                                    if o.weight_ns != 0 {
-                                        *self.losses.offcpu_sampled.get_or_insert(0) += 1;
-                                    }
-                                }
-                                if let Event::MemGrowth(m) = &ev {
-                                    if m.weight != 0 {
-                                        *self.losses.memgrowth_sampled.get_or_insert(0) += 1;
-                                    }
-                                }
-                                let t = ev.time_generation_tid().0;
-                                self.first_event_ns =
-                                    Some(self.first_event_ns.map_or(t, |f| f.min(t)));
-                                self.last_event_ns =
-                                    Some(self.last_event_ns.map_or(t, |f| f.max(t)));
-                                sink.event(&ev);
-                            }
-                        }
-                    }
-                    Err(e) => self.losses.damage.push(e.to_string()),
-                }
-            };
-        }
         match record.kind {
             Some(Kind::Header(h)) => self.header = h,
             Some(Kind::Trailer(_)) => *trailer = true,
@@ -476,17 +540,6 @@ impl Loaded {
                 self.symbols
                     .insert((a.build_id, a.address), (a.frames, a.reason));
             }
-            Some(Kind::Allocs(b)) => events!(b, Alloc),
-            Some(Kind::Frees(b)) => events!(b, Free),
-            Some(Kind::Locks(b)) => events!(b, Lock),
-            Some(Kind::Funcs(b)) => events!(b, Func),
-            Some(Kind::CpuSamples(b)) => events!(b, Cpu),
-            Some(Kind::Offcpu(b)) => events!(b, OffCpu),
-            Some(Kind::MemGrowth(b)) => events!(b, MemGrowth),
-            Some(Kind::Syscalls(b)) => events!(b, Syscall),
-            Some(Kind::Bios(b)) => events!(b, Bio),
-            Some(Kind::Runq(b)) => events!(b, Runq),
-            Some(Kind::Tcp(b)) => events!(b, Tcp),
             Some(Kind::BlockDevice(d)) => {
                 self.block_devices.insert(d.dev, d);
             }

@@ -26,7 +26,7 @@ use super::stacks::{frame_key, FrameKey};
 use super::suppress::Suppressions;
 use super::text::{empty_note, human_bytes, human_ns, log2_text, losses_text};
 use super::top::Row;
-use crate::hash::FastMap;
+use crate::hash::{FastMap, IdMap};
 use crate::histogram::Log2Bin;
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, Sink, Trace};
 use ebtrace_format::proto::EventFamily;
@@ -271,14 +271,14 @@ impl HeapTimeline {
     }
 
     /// Closes the current bucket: its totals and its changed stacks.
-    fn flush(&mut self, stacks: &mut FastMap<u64, StackStat>, live_total: u64) {
+    fn flush(&mut self, stacks: &mut IdMap<StackStat>, live_total: u64) {
         if !self.any {
             return;
         }
         self.totals
             .push((self.cur, live_total, self.max_in.max(live_total)));
         for id in self.dirty.drain(..) {
-            if let Some(s) = stacks.get_mut(&id) {
+            if let Some(s) = stacks.get_mut(id) {
                 s.dirty = false;
                 self.changes.push((self.cur, id, s.live));
             }
@@ -347,8 +347,8 @@ pub(crate) struct HeapSink {
     taken_ns: u64,
     late: u64,
     est: Estimator,
-    stacks: FastMap<u64, StackStat>,
-    gens: FastMap<u32, Gen>,
+    stacks: IdMap<StackStat>,
+    gens: IdMap<Gen>,
     live_total: u64,
     peak: u64,
     peak_time: u64,
@@ -426,7 +426,7 @@ impl Sink for HeapSink {
                 self.aggregated += 1;
                 self.calls += r.count;
                 self.bytes += r.sum;
-                let s = self.stacks.entry(r.stack).or_default();
+                let s = self.stacks.entry_or_default(r.stack);
                 s.allocations += r.count;
                 s.bytes += r.sum;
                 self.live.event(ev);
@@ -494,8 +494,8 @@ impl HeapSink {
     /// The stack `id`'s stats, with its live bytes at the latest peak brought up to date
     /// before they change.
     #[inline]
-    fn stack(stacks: &mut FastMap<u64, StackStat>, id: u64, epoch: u64) -> &mut StackStat {
-        let s = stacks.entry(id).or_insert_with(|| StackStat {
+    fn stack(stacks: &mut IdMap<StackStat>, id: u64, epoch: u64) -> &mut StackStat {
+        let s = stacks.get_or_insert_with(id, || StackStat {
             epoch,
             ..Default::default()
         });
@@ -551,10 +551,12 @@ impl HeapSink {
             }
         }
         let epoch = self.epoch;
-        let g = self.gens.entry(op.generation).or_insert_with(|| Gen {
-            epoch,
-            ..Default::default()
-        });
+        let g = self
+            .gens
+            .get_or_insert_with(u64::from(op.generation), || Gen {
+                epoch,
+                ..Default::default()
+            });
         g.touch(epoch);
         match op.what {
             ALLOC => {
@@ -632,7 +634,10 @@ impl HeapSink {
                     let w = weight(b.size, u64::from(b.period));
                     Self::touched(&mut self.timeline, s, b.stack);
                     s.live = s.live.saturating_sub(w);
-                    let g = self.gens.get_mut(&op.generation).expect("entered above");
+                    let g = self
+                        .gens
+                        .get_mut(u64::from(op.generation))
+                        .expect("entered above");
                     g.live = g.live.saturating_sub(w);
                     self.live_total = self.live_total.saturating_sub(w);
                 }
@@ -856,10 +861,9 @@ impl HeapSink {
             never_freed: u64,
         }
         let mut merged: BTreeMap<FrameKey, Acc> = BTreeMap::new();
-        let mut ids: Vec<u64> = self.stacks.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let s = &self.stacks[&id];
+        let mut ids: Vec<(u64, &StackStat)> = self.stacks.iter().collect();
+        ids.sort_unstable_by_key(|&(id, _)| id);
+        for (id, s) in ids {
             let frames = l.frames(id);
             let a = merged.entry(frame_key(&frames)).or_insert_with(|| Acc {
                 allocator: 0,
@@ -959,7 +963,8 @@ impl HeapSink {
             .gens
             .iter()
             .filter(|(_, g)| g.any)
-            .map(|(&generation, g)| HeapProcess {
+            .map(|(generation, g)| (generation as u32, g))
+            .map(|(generation, g)| HeapProcess {
                 generation,
                 pid: l
                     .tables
@@ -1201,11 +1206,11 @@ mod tests {
     }
 
     fn temporary(s: &HeapSink, stack: u64) -> u64 {
-        s.stacks.get(&stack).map_or(0, |x| x.temporary)
+        s.stacks.get(stack).map_or(0, |x| x.temporary)
     }
 
     fn at_peak(s: &HeapSink, stack: u64) -> u64 {
-        s.stacks.get(&stack).map_or(0, |x| x.at_peak)
+        s.stacks.get(stack).map_or(0, |x| x.at_peak)
     }
 
     /// heaptrack's rule: a free is temporary when the previous event of its process was
@@ -1298,9 +1303,9 @@ mod tests {
         let left: Vec<_> = s.live.blocks().map(|(_, b)| b.time).collect();
         assert_eq!(left, [60]);
         // Lifetimes: 10 ns (bucket [8, 16)), 20 ns ([16, 32)), 15 ns ([8, 16)).
-        assert_eq!(s.stacks[&1].lifetimes[bucket(10)], 1);
-        assert_eq!(s.stacks[&2].lifetimes[bucket(20)], 1);
-        assert_eq!(s.stacks[&3].lifetimes[bucket(15)], 1);
+        assert_eq!(s.stacks[1].lifetimes[bucket(10)], 1);
+        assert_eq!(s.stacks[2].lifetimes[bucket(20)], 1);
+        assert_eq!(s.stacks[3].lifetimes[bucket(15)], 1);
         assert_eq!(bucket(10), 4);
     }
 
@@ -1329,8 +1334,8 @@ mod tests {
         ]);
         assert_eq!((s.peak, s.peak_time), (250, 40));
         assert_eq!([1, 2].map(|k| at_peak(&s, k)), [0, 250]);
-        assert_eq!(s.gens[&1].peak, 250);
-        assert_eq!(s.gens[&1].at_trace_peak, 250);
+        assert_eq!(s.gens[1].peak, 250);
+        assert_eq!(s.gens[1].at_trace_peak, 250);
     }
 
     /// Processes: each has its own peak; the trace's is of their sum, and a process's
@@ -1346,15 +1351,15 @@ mod tests {
             F(free(40, 2, 0x10)),
         ]);
         assert_eq!((s.peak, s.peak_time), (170, 20));
-        assert_eq!((s.gens[&1].peak, s.gens[&2].peak), (100, 150));
-        assert_eq!(s.gens[&2].peak_time, 30);
+        assert_eq!((s.gens[1].peak, s.gens[2].peak), (100, 150));
+        assert_eq!(s.gens[2].peak_time, 30);
         assert_eq!(
-            (s.gens[&1].at_trace_peak, s.gens[&2].at_trace_peak),
+            (s.gens[1].at_trace_peak, s.gens[2].at_trace_peak),
             (100, 70)
         );
         assert_eq!(s.live_total, 80);
         assert_eq!([1, 2].map(|k| at_peak(&s, k)), [100, 70]);
-        assert_eq!(s.stacks[&1].live, 0, "ended with its process");
+        assert_eq!(s.stacks[1].live, 0, "ended with its process");
         assert_eq!(
             s.live.blocks().count(),
             2,
