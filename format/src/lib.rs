@@ -22,6 +22,7 @@
 pub mod error;
 pub mod events;
 pub mod family;
+mod fastbatch;
 pub mod frame;
 pub mod hash;
 pub mod latency;

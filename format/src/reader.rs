@@ -435,6 +435,11 @@ pub fn decode_records(mut data: &[u8]) -> (Vec<Record>, Option<String>) {
             );
         }
         let (body, rest) = data.split_at(len as usize);
+        if let Some(r) = crate::fastbatch::decode(body) {
+            out.push(r);
+            data = rest;
+            continue;
+        }
         match Record::decode(body) {
             Ok(r) => out.push(r),
             Err(e) => return (out, Some(format!("record does not parse: {e}"))),

@@ -462,23 +462,35 @@ impl HeapSink {
     fn drain(&mut self, all: bool) {
         let watermark = self.max_alloc.min(self.max_free).saturating_sub(SLACK_NS);
         loop {
-            let pending = self.allocs.len() + self.frees.len() + self.ends.len();
-            if pending == 0 {
-                return;
-            }
-            // The queue holding the oldest head.
-            let heads = [
-                self.allocs.front().map(Op::key),
-                self.frees.front().map(Op::key),
-                self.ends.front().map(Op::key),
-            ];
-            let (q, key) = heads
-                .iter()
-                .enumerate()
-                .filter_map(|(i, k)| k.map(|k| (i, k)))
-                .min_by_key(|&(_, k)| k)
-                .expect("a queue is not empty");
-            if !(all || key.0 <= watermark || pending > MAX_PENDING) {
+            // The queue holding the oldest head (generation ends are rare: allocations and
+            // frees first, compared directly).
+            let (q, time) = match (self.allocs.front(), self.frees.front()) {
+                (Some(a), Some(f)) if a.key() <= f.key() => (0, a.time),
+                (_, Some(f)) => (1, f.time),
+                (Some(a), None) => (0, a.time),
+                (None, None) => (3, u64::MAX),
+            };
+            let (q, time) = match self.ends.front() {
+                Some(e) if q == 3 => (2, e.time),
+                Some(e) => {
+                    let head = if q == 0 {
+                        self.allocs.front()
+                    } else {
+                        self.frees.front()
+                    };
+                    if head.is_some_and(|h| e.key() < h.key()) {
+                        (2, e.time)
+                    } else {
+                        (q, time)
+                    }
+                }
+                None if q == 3 => return,
+                None => (q, time),
+            };
+            if !(all
+                || time <= watermark
+                || self.allocs.len() + self.frees.len() + self.ends.len() > MAX_PENDING)
+            {
                 return;
             }
             let op = match q {
