@@ -266,26 +266,36 @@ batches! {
     Tcp => Tcp(ebtrace_format::events::TcpEvent),
 }
 
-/// Records read ahead by the reading thread, at most: a record is one batch of up to 8,192
-/// events (or one table entry), so this bounds the memory to a few MiB.
-const READ_AHEAD: usize = 32;
+/// Sends read ahead by the reading thread, at most: a send is one batch of up to 8,192
+/// events, or up to [`GROUP`] other records, so this bounds the memory to a few MiB.
+const READ_AHEAD: usize = 16;
+/// Records other than batches (stacks, symbols, tables) sent together: one send each made
+/// the channel's wake-ups a tenth of a symbolized trace's reading.
+const GROUP: usize = 256;
 
 impl<R: Read + Send> Trace for &mut TraceReader<R> {
     /// The file is read, decompressed and decoded into records on a thread of its own while
     /// `f` takes them on this one: zstd and protobuf decoding were half of a report's time.
     fn each_record(self, mut f: impl FnMut(Item)) -> Vec<String> {
         std::thread::scope(|scope| {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Item>(READ_AHEAD);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Item>>(READ_AHEAD);
             let reader = &mut *self;
             let reading = scope.spawn(move || {
+                let mut group = Vec::new();
                 for record in reader.by_ref() {
-                    if tx.send(Item::of(record)).is_err() {
+                    let item = Item::of(record);
+                    let events = matches!(item, Item::Events(_));
+                    group.push(item);
+                    if (events || group.len() >= GROUP)
+                        && tx.send(std::mem::take(&mut group)).is_err()
+                    {
                         return;
                     }
                 }
+                let _ = tx.send(group);
             });
-            for record in rx {
-                f(record);
+            for group in rx {
+                group.into_iter().for_each(&mut f);
             }
             // The reader's panic is this thread's.
             if let Err(p) = reading.join() {

@@ -39,11 +39,17 @@ impl Deltas {
         self.last = 0;
     }
     /// The index of `tid` in `by_tid`, added with address 0 when new.
-    #[inline]
+    #[inline(always)]
     fn slot(&mut self, tid: u32) -> usize {
         if self.by_tid.get(self.last).is_some_and(|e| e.0 == tid) {
             return self.last;
         }
+        self.find(tid)
+    }
+    /// [`Deltas::slot`] of a thread other than the last one.
+    #[cold]
+    #[inline(never)]
+    fn find(&mut self, tid: u32) -> usize {
         let i = if self.by_tid.len() <= 64 {
             self.by_tid.iter().position(|e| e.0 == tid)
         } else {
@@ -124,6 +130,16 @@ macro_rules! push_col {
     }};
 }
 
+/// A column as [`get_col`] reads it: of `n` values (an optional column: 0 or `n`).
+macro_rules! slice_col {
+    (optional, $col:expr, $n:expr) => {
+        &$col[..]
+    };
+    ($enc:ident, $col:expr, $n:expr) => {
+        &$col[..$n]
+    };
+}
+
 macro_rules! get_col {
     (plain, $t:ty, $col:expr, $i:expr, $st:ident) => {
         $col[$i] as $t
@@ -189,15 +205,19 @@ macro_rules! family {
                 })*
                 let mut st = Deltas::default();
                 st.reset(self.base_time_ns);
-                Ok((0..n)
-                    .map(|i| {
-                        st.time = st.time.wrapping_add(self.time_delta[i] as u64);
-                        st.load(self.tid[i]);
-                        let e = $Event { time_ns: st.time, $($f: get_col!($enc, $t, self.$col, i, st),)* };
-                        st.store(self.tid[i]);
-                        e
-                    })
-                    .collect())
+                // Columns sliced to their checked lengths, so that indexing them by i < n
+                // needs no bounds check.
+                let (time_delta, tids) = (&self.time_delta[..n], &self.tid[..n]);
+                $(let $col = slice_col!($enc, self.$col, n);)*
+                let mut out = Vec::with_capacity(n);
+                for i in 0..n {
+                    st.time = st.time.wrapping_add(time_delta[i] as u64);
+                    let k = st.slot(tids[i]);
+                    st.addr = st.by_tid[k].1;
+                    out.push($Event { time_ns: st.time, $($f: get_col!($enc, $t, $col, i, st),)* });
+                    st.by_tid[k].1 = st.addr;
+                }
+                Ok(out)
             }
 
             fn into_record(self) -> Record {
