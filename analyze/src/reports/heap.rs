@@ -343,6 +343,9 @@ pub(crate) struct HeapSink {
     seq: u64,
     max_alloc: u64,
     max_free: u64,
+    /// The watermark of the last drain: until it moves, nothing new is in order (unless
+    /// too many wait, or a generation's end came).
+    drained_to: u64,
     /// Time of the last event taken, and events taken after a later one.
     taken_ns: u64,
     late: u64,
@@ -434,7 +437,14 @@ impl Sink for HeapSink {
             }
             _ => return,
         }
-        self.drain(false);
+        let watermark = self.max_alloc.min(self.max_free).saturating_sub(SLACK_NS);
+        if watermark > self.drained_to
+            || !self.ends.is_empty()
+            || self.allocs.len() + self.frees.len() > MAX_PENDING
+        {
+            self.drained_to = watermark;
+            self.drain(false);
+        }
     }
 
     fn generation_end(&mut self, generation: u32, time_ns: u64) {

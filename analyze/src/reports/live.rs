@@ -149,33 +149,43 @@ impl Default for AddrIndex {
 }
 
 impl AddrIndex {
-    /// The page slot of `address`, if it is on the grid and its page exists (made when
-    /// `create` and the budget allows).
-    #[inline]
-    fn slot(&mut self, address: u64, create: bool) -> Option<&mut Chain> {
+    /// The page slot of `address` (slab, index in it), if it is on the grid and its page
+    /// exists (made when `create` and the budget allows). The last page's is found inline,
+    /// any other through [`AddrIndex::find_page`].
+    #[inline(always)]
+    fn slot(&mut self, address: u64, create: bool) -> Option<(usize, usize)> {
         if address & 15 != 0 {
             return None;
         }
         let page = address >> 12;
-        let i = (address >> 4) as usize & (PAGE_SLOTS - 1);
         if self.last.0 != page {
-            let idx = match self.pages.get(&page) {
-                Some(&idx) => idx,
-                None => {
-                    if !create
-                        || self.slabs.len() * PAGE_SLOTS > self.budget * self.len + 64 * PAGE_SLOTS
-                    {
-                        return None;
-                    }
-                    let idx = u32::try_from(self.slabs.len()).ok()?;
-                    self.slabs.push([EMPTY; PAGE_SLOTS]);
-                    self.pages.insert(page, idx);
-                    idx
-                }
-            };
-            self.last = (page, idx);
+            self.find_page(page, create)?;
         }
-        Some(&mut self.slabs[self.last.1 as usize][i])
+        Some((
+            self.last.1 as usize,
+            (address >> 4) as usize & (PAGE_SLOTS - 1),
+        ))
+    }
+
+    /// Makes `page` the last page looked up; None if it has no slab and none is made.
+    #[inline(never)]
+    fn find_page(&mut self, page: u64, create: bool) -> Option<()> {
+        let idx = match self.pages.get(&page) {
+            Some(&idx) => idx,
+            None => {
+                if !create
+                    || self.slabs.len() * PAGE_SLOTS > self.budget * self.len + 64 * PAGE_SLOTS
+                {
+                    return None;
+                }
+                let idx = u32::try_from(self.slabs.len()).ok()?;
+                self.slabs.push([EMPTY; PAGE_SLOTS]);
+                self.pages.insert(page, idx);
+                idx
+            }
+        };
+        self.last = (page, idx);
+        Some(())
     }
 
     /// The chain at `address` to add a block to (EMPTY when none: the caller fills it and
@@ -186,10 +196,10 @@ impl AddrIndex {
         if !self.other.is_empty() && self.other.contains_key(&address) {
             return self.other.get_mut(&address).expect("present");
         }
-        if self.slot(address, true).is_some() {
-            return self.slot(address, false).expect("made above");
+        match self.slot(address, true) {
+            Some((p, i)) => &mut self.slabs[p][i],
+            None => self.other.entry(address).or_insert(EMPTY),
         }
-        self.other.entry(address).or_insert(EMPTY)
     }
 
     /// The chain at `address`, if it has blocks.
@@ -198,7 +208,8 @@ impl AddrIndex {
         if !self.other.is_empty() && self.other.contains_key(&address) {
             return self.other.get_mut(&address);
         }
-        self.slot(address, false).filter(|c| c.head != NONE)
+        let (p, i) = self.slot(address, false)?;
+        Some(&mut self.slabs[p][i]).filter(|c| c.head != NONE)
     }
 
     /// `address` has no block left.
@@ -208,8 +219,8 @@ impl AddrIndex {
         if !self.other.is_empty() && self.other.remove(&address).is_some() {
             return;
         }
-        if let Some(c) = self.slot(address, false) {
-            *c = EMPTY;
+        if let Some((p, i)) = self.slot(address, false) {
+            self.slabs[p][i] = EMPTY;
         }
     }
 
