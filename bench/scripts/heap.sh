@@ -43,50 +43,41 @@
 # apt-get source leveldb 1.23, RelWithDebInfo, -fno-omit-frame-pointer) and installs heaptrack,
 # time and python3 with apt. Later runs take about a minute at NUM=300000.
 #
-# Measured here on 2026-12-03 18:42 UTC (Debian 12, 2 vCPUs KVM that other sessions' builds kept
-# busy, glibc 2.36, gcc 12, leveldb 1.23), release ebrec/ebsym of branch heap at 014afd9; the
-# differences are explained in docs/benchmarks.md:
-#   (NUM=300000, heaptrack 1.4.0, 2 cores, kernel 6.18.44, CPU 100% busy before, run 81 s)
+# Measured here on 2026-12-04 16:00 UTC (Debian 12, 2 vCPUs, idle before, glibc 2.36, gcc 12,
+# heaptrack 1.4.0), release ebrec/ebsym of c321765; earlier runs and the differences are
+# explained in docs/benchmarks.md:
+#   PROGRAM=ninja OBJECTS=100000 (ninja 1.11 -t commands of a manifest of 100000 objects)
 #   run                                            wall s   x untr.  notes
-#   untraced                                         6.66      1.00
-#   heaptrack                                        7.41      1.11  data 1.5M
-#   ebrec --alloc (uprobes)                         25.13      3.77  trace 14182.0KiB; alloc kept 2119052 lost 0
-#   ebrec --alloc preload --sample-bytes 1          19.85      2.98  allocations 2117616 kept, 0 lost; trace 13119.4KiB
-#
-#   analysis                                       wall s peak RSS MB
-#   heaptrack_print (everything)                     0.53        56
-#   ebsym symbolize (preload trace)                 12.44       119
-#   ebsym heap (symbolized)                          2.44        64
-#   ebsym leaks (symbolized)                         1.24        69
-#   ebsym report (symbolized)                        4.78        78
-#
-#   totals                                          heaptrack   ebsym heap    ratio
-#   allocator calls                                   2172850      2118365   0.9749
-#   temporary allocations                              462129       448661   0.9709
-#   peak heap bytes                                  12310000     12306216   0.9997
-#   leaked bytes (ebsym: to act on)                      5660          600   0.1060
-#   suppressed (heaptrack) / held (ebsym) bytes            52        77460 1489.6154
-#   leaked + suppressed/held bytes                       5712        78060  13.6660
-#   (ebsym heap exact: False: 110551 allocations under 14 bytes sampled at --sample-bytes 1)
-#
-# PROGRAM=ninja on 2026-12-04 04:20 UTC (release ebrec/ebsym of 342c181, a build beside it):
-#   ninja 1.11 -t commands of a manifest of 100000 objects, heaptrack 1.4.0, CPU 51% busy before
-#   run                                            wall s   x untr.  notes
-#   untraced                                         0.74      1.00
-#   heaptrack                                        4.41      5.96  data 40K
-#   ebrec --alloc (uprobes)                         59.42     80.30  alloc kept 4718001 lost 0; free kept 2775054 lost 894372
-#   ebrec --alloc preload --sample-bytes 1          19.56     26.43  alloc kept 4718001 lost 0; free kept 3629863 lost 0
-#   heaptrack_print (everything)                     0.85        55
-#   ebsym symbolize (preload trace)                 10.81       142
-#   ebsym heap (symbolized)                          2.48       177
-#   ebsym leaks (symbolized)                         1.56       195
-#   ebsym report (symbolized)                        5.16       217
+#   untraced                                         0.56      1.00
+#   heaptrack                                        2.56      4.57  data 32K
+#   ebrec --alloc (uprobes)                         20.53     36.66  alloc kept 4718001 lost 0; free kept 2775054 lost 894372
+#   ebrec --alloc preload --sample-bytes 1           2.13      3.80  alloc kept 4718001 lost 0; free kept 3629863 lost 0
+#     the same, probe sites (stacks in the kernel)  12.88     23.00
+#   heaptrack_print (everything)                     0.54        55
+#   ebsym symbolize (preload trace)                  5.34       121
+#   ebsym heap (symbolized)                          0.68       138
+#   ebsym leaks (symbolized)                         0.58       127
+#   ebsym report (symbolized)                        2.47       148
 #   allocator calls                                   4718001      4718001   1.0000
 #   temporary allocations                              178286       178285   1.0000
 #   peak heap bytes                                  73750000     73750844   1.0000
-#   leaked bytes (ebsym: to act on)                  62570000     62562581   0.9999
-#   suppressed (heaptrack) / held (ebsym) bytes             0        76800        -
-#   (ebsym heap exact: True)
+#   leaked + suppressed/held bytes                   62570000     62639381   1.0011
+#
+#   PROGRAM=db_bench (fillrandom,readrandom --num=300000 --threads=1)
+#   untraced                                         1.76      1.00
+#   heaptrack                                        3.20      1.82  data 1.6M
+#   ebrec --alloc (uprobes)                         12.32      7.00  alloc kept 2123521 lost 0; free kept 2123510 lost 0
+#   ebrec --alloc preload --sample-bytes 1           2.46      1.40  alloc kept 2179951 lost 0; free kept 2179939 lost 0
+#     the same, probe sites (stacks in the kernel)   8.63      4.90
+#   heaptrack_print (everything)                     0.42        56
+#   ebsym symbolize (preload trace)                  4.05       116
+#   ebsym heap (symbolized)                          0.40        61
+#   ebsym leaks (symbolized)                         0.32        61
+#   ebsym report (symbolized)                        1.90        92
+#   allocator calls                                   2151029      2179951   1.0134
+#   temporary allocations                              449627       449446   0.9996
+#   peak heap bytes                                  12310000     12317077   1.0006
+#   (db_bench's calls differ by run: how far its background compaction got)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
