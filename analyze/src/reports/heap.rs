@@ -834,9 +834,9 @@ impl HeapSink {
         let has_temporary = all_seen && has_peak;
 
         // The leak report's classification of what is left, on the same live blocks.
-        let mut never_freed: FastMap<u64, u64> = FastMap::default();
+        let mut never_freed: IdMap<u64> = IdMap::default();
         for (_, b) in self.live.blocks() {
-            *never_freed.entry(b.stack).or_default() += 1;
+            *never_freed.entry_or_default(b.stack) += 1;
         }
         let saved = l.losses.clone();
         let leak = LeakSink::from_parts(
@@ -910,7 +910,7 @@ impl HeapSink {
             for (i, c) in s.lifetimes.iter().enumerate() {
                 a.lifetimes[i] += c;
             }
-            a.never_freed += never_freed.get(&id).copied().unwrap_or(0);
+            a.never_freed += never_freed.get(id).copied().unwrap_or(0);
         }
         let names = super::live::allocator_names(&l.header);
         let mut allocators: Vec<HeapAllocator> = names
