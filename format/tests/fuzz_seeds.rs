@@ -294,3 +294,49 @@ fn write_reader_seed_corpus() {
     }
     assert!(total < 200 << 10, "seed corpus too large: {total} bytes");
 }
+
+#[test]
+#[ignore = "writes fuzz/corpus/records/; run by hand to regenerate the seeds"]
+fn write_records_seed_corpus() {
+    use pb::{AllocBatch, FreeBatch};
+    use prost::Message;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/records");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A chunk's content: an allocation batch and a free batch as the writer packs them (the
+    // reader's fast path), each with values of several varint lengths.
+    let n = 6usize;
+    let records = [
+        Record {
+            kind: Some(Kind::Allocs(AllocBatch {
+                base_time_ns: 1_700_000_000_000_000_000,
+                time_delta: vec![0, 5, -3, 1 << 20, 7, 1],
+                generation: vec![1; n],
+                tid: vec![100, 100, 101, 100, 102, 100],
+                stack: vec![1, 2, 300, 2, 1, 70_000],
+                size: vec![16, 24, 4096, 1 << 33, 8, 100],
+                address_delta: vec![0x5555_0000_1000, 32, -64, 4096, 16, -16],
+                kind: vec![0, 1, 2, 0, 3, 0],
+                sample_period: vec![],
+                allocator: vec![0, 0, 1, 0, 0, 2],
+            })),
+        },
+        Record {
+            kind: Some(Kind::Frees(FreeBatch {
+                base_time_ns: 1_700_000_000_000_100_000,
+                time_delta: vec![0, 9, 9, -1],
+                generation: vec![1; 4],
+                tid: vec![100, 101, 100, 102],
+                address_delta: vec![0x5555_0000_1000, 0x5555_0000_1020, 4096, -32],
+                allocator: vec![],
+            })),
+        },
+    ];
+    let mut bytes = Vec::new();
+    for r in &records {
+        r.encode_length_delimited(&mut bytes).unwrap();
+    }
+    let (read, err) = ebtrace_format::reader::decode_records(&bytes);
+    assert!(err.is_none());
+    assert_eq!(read, records);
+    std::fs::write(dir.join("seed-batches"), &bytes).unwrap();
+}

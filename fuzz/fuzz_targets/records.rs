@@ -3,7 +3,8 @@
 //!
 //! The `reader` target rarely gets past zstd's checksums with new record bytes, so this one
 //! fuzzes record and batch parsing directly. Records that parsed must re-encode to bytes
-//! that parse to the same records.
+//! that parse to the same records, and the reader's fast path for allocation and free
+//! batches must give what prost alone gives.
 #![no_main]
 
 #[path = "common.rs"]
@@ -14,7 +15,11 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
-    let (records, _err) = decode_records(data);
+    let (records, err) = decode_records(data);
+    // The fast reader of allocation and free batches reads what prost reads.
+    let (by_prost, prost_err) = ebtrace_format::reader::decode_records_with(data, false);
+    assert_eq!(records, by_prost);
+    assert_eq!(err, prost_err);
     let mut again = Vec::new();
     for r in &records {
         r.encode_length_delimited(&mut again).unwrap();
