@@ -82,40 +82,90 @@ fn fields(mut p: &[u8], mut f: impl FnMut(u64, u64, u64, &[u8]) -> Option<()>) -
     Some(())
 }
 
-fn alloc_batch(p: &[u8]) -> Option<AllocBatch> {
-    let mut b = AllocBatch::default();
-    fields(p, |field, wire, v, body| {
-        match (field, wire) {
-            (1, VARINT) => b.base_time_ns = v,
-            (2, LEN) => packed(body, &mut b.time_delta, zigzag)?,
-            (3, LEN) => packed(body, &mut b.generation, |v| v as u32)?,
-            (4, LEN) => packed(body, &mut b.tid, |v| v as u32)?,
-            (5, LEN) => packed(body, &mut b.stack, |v| v)?,
-            (6, LEN) => packed(body, &mut b.size, |v| v)?,
-            (7, LEN) => packed(body, &mut b.address_delta, zigzag)?,
-            (8, LEN) => packed(body, &mut b.kind, |v| v as i32)?,
-            (9, LEN) => packed(body, &mut b.sample_period, |v| v)?,
-            (10, LEN) => packed(body, &mut b.allocator, |v| v as u32)?,
-            _ => return None,
-        }
-        Some(())
-    })?;
-    Some(b)
+/// The columns every batch starts with (fields 1-4: base time, time deltas, generations,
+/// threads). `Some(false)`: not one of them.
+struct Head<'a> {
+    base_time_ns: &'a mut u64,
+    time_delta: &'a mut Vec<i64>,
+    generation: &'a mut Vec<u32>,
+    tid: &'a mut Vec<u32>,
 }
 
-fn free_batch(p: &[u8]) -> Option<FreeBatch> {
-    let mut b = FreeBatch::default();
-    fields(p, |field, wire, v, body| {
+impl Head<'_> {
+    #[inline]
+    fn field(&mut self, field: u64, wire: u64, v: u64, body: &[u8]) -> Option<bool> {
         match (field, wire) {
-            (1, VARINT) => b.base_time_ns = v,
-            (2, LEN) => packed(body, &mut b.time_delta, zigzag)?,
-            (3, LEN) => packed(body, &mut b.generation, |v| v as u32)?,
-            (4, LEN) => packed(body, &mut b.tid, |v| v as u32)?,
-            (5, LEN) => packed(body, &mut b.address_delta, zigzag)?,
-            (6, LEN) => packed(body, &mut b.allocator, |v| v as u32)?,
-            _ => return None,
+            (1, VARINT) => *self.base_time_ns = v,
+            (2, LEN) => packed(body, self.time_delta, zigzag)?,
+            (3, LEN) => packed(body, self.generation, |v| v as u32)?,
+            (4, LEN) => packed(body, self.tid, |v| v as u32)?,
+            _ => return Some(false),
         }
-        Some(())
+        Some(true)
+    }
+}
+
+/// The [`Head`] of a batch struct (each has the four fields under the same names).
+macro_rules! head_of {
+    ($b:expr) => {
+        Head {
+            base_time_ns: &mut $b.base_time_ns,
+            time_delta: &mut $b.time_delta,
+            generation: &mut $b.generation,
+            tid: &mut $b.tid,
+        }
+    };
+}
+
+/// A batch this decoder reads: its head columns, and its own packed columns by field.
+trait Batch: Default {
+    fn head(&mut self) -> Head<'_>;
+    /// Appends the packed column `body` of field `field` (None: not one of its columns).
+    fn column(&mut self, field: u64, body: &[u8]) -> Option<()>;
+}
+
+impl Batch for AllocBatch {
+    fn head(&mut self) -> Head<'_> {
+        head_of!(self)
+    }
+    #[inline]
+    fn column(&mut self, field: u64, body: &[u8]) -> Option<()> {
+        match field {
+            5 => packed(body, &mut self.stack, |v| v),
+            6 => packed(body, &mut self.size, |v| v),
+            7 => packed(body, &mut self.address_delta, zigzag),
+            8 => packed(body, &mut self.kind, |v| v as i32),
+            9 => packed(body, &mut self.sample_period, |v| v),
+            10 => packed(body, &mut self.allocator, |v| v as u32),
+            _ => None,
+        }
+    }
+}
+
+impl Batch for FreeBatch {
+    fn head(&mut self) -> Head<'_> {
+        head_of!(self)
+    }
+    #[inline]
+    fn column(&mut self, field: u64, body: &[u8]) -> Option<()> {
+        match field {
+            5 => packed(body, &mut self.address_delta, zigzag),
+            6 => packed(body, &mut self.allocator, |v| v as u32),
+            _ => None,
+        }
+    }
+}
+
+fn batch<B: Batch>(p: &[u8]) -> Option<B> {
+    let mut b = B::default();
+    fields(p, |field, wire, v, body| {
+        if b.head().field(field, wire, v, body)? {
+            Some(())
+        } else if wire == LEN {
+            b.column(field, body)
+        } else {
+            None
+        }
     })?;
     Some(b)
 }
@@ -130,8 +180,8 @@ pub fn decode(body: &[u8]) -> Option<Record> {
         return None;
     }
     let kind = match key {
-        0x0a => Kind::Allocs(alloc_batch(inner)?),
-        0x12 => Kind::Frees(free_batch(inner)?),
+        0x0a => Kind::Allocs(batch(inner)?),
+        0x12 => Kind::Frees(batch(inner)?),
         _ => return None,
     };
     Some(Record { kind: Some(kind) })
