@@ -293,10 +293,7 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 	/* A preempted thread (still runnable) is waiting for a CPU, not blocked: not counted.
 	 * A block is a hit when it ends (below), so that a block still going on when the
 	 * recording stops is in no count. */
-	/* Preempted with its state already set (between set_current_state() and schedule(),
-	 * e.g. in nanosleep before the timer is armed) the thread is still runnable: the
-	 * kernel says so with `preempt`, not with prev_state. */
-	if (prev_state != TASK_RUNNING && !preempt && prev->pid != 0) {
+	if (prev_state != TASK_RUNNING && prev->pid != 0) {
 		/* A thread with state is a target's (it got it here, below): no need to look the
 		 * process up again. */
 		struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, prev, 0, 0);

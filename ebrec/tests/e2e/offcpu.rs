@@ -395,7 +395,7 @@ fn offcpu_time_weighted_sample_estimates_the_total() {
         if unit == 0 {
             // Every nap kept, but for a few that a loaded 2-CPU machine shows as blocks
             // shorter than the threshold, counted as filtered (1-3 in 800 there with a debug
-            // ebrec beside; not understood yet: see docs/kernels.md). None may go uncounted.
+            // ebrec beside; not understood yet: docs/kernels.md). None may go uncounted.
             let missing = NAPS - (naps.len() as u64).min(NAPS);
             assert!(
                 missing <= NAPS / 100 && missing <= filtered,
