@@ -1331,3 +1331,89 @@ fn the_summary_and_the_page_show_where_each_thread_groups_time_goes() {
     );
     assert_eq!(page["total"], threads.groups.len());
 }
+
+/// The page's heap chart draws the stacks that held the peak even when they held it only
+/// between two buckets' ends: a block of 8 MiB allocated and freed within one bucket, in
+/// the middle of a second's small allocations, is the first series (heap_known's hold_peak
+/// was missing from the legend when its 8 MiB lived for less than a bucket).
+#[test]
+fn the_heap_chart_draws_a_peak_held_within_one_bucket() {
+    use ebtrace_format::TraceReader;
+    let mut w = writer();
+    let comm = w.intern_string(b"shop").unwrap();
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        comm,
+        event: pb::ProcessEvent::Existing as i32,
+        time_ns: 1_000_000_000,
+        ..Default::default()
+    })))
+    .unwrap();
+    let path = w.intern_string(b"/usr/bin/shop").unwrap();
+    let build_id = w.intern_build_id(&[0xab; 20]).unwrap();
+    w.write_record(&rec(Kind::Mapping(pb::Mapping {
+        generation: 1,
+        start: SHOP,
+        end: SHOP + 0x10000,
+        file_offset: 0x1000,
+        path,
+        build_id,
+        perms: 5,
+        source: pb::MappingSource::Snapshot as i32,
+        ..Default::default()
+    })))
+    .unwrap();
+    let small = w.intern_stack(1, &[SHOP + 0x1010], &[], 0).unwrap();
+    let big = w.intern_stack(1, &[SHOP + 0x2020], &[], 0).unwrap();
+    let alloc = |w: &mut TraceWriter<Vec<u8>>, t: u64, stack: u64, size: u64, address: u64| {
+        w.alloc(&AllocEvent {
+            time_ns: t,
+            generation: 1,
+            tid: 42,
+            stack,
+            size,
+            address,
+            kind: pb::AllocKind::Malloc,
+            sample_period: 0,
+            allocator: 0,
+        })
+        .unwrap()
+    };
+    let start = 1_000_000_000u64;
+    for i in 0..1000u64 {
+        let t = start + i * 1_000_000;
+        alloc(&mut w, t, small, 64, 0x6000_0000 + i * 0x100);
+        if i == 500 {
+            alloc(&mut w, t + 10, big, 8 << 20, 0x7000_0000);
+            w.free(&FreeEvent {
+                time_ns: t + 20,
+                generation: 1,
+                tid: 42,
+                address: 0x7000_0000,
+                allocator: 0,
+            })
+            .unwrap();
+        }
+    }
+    let bytes = w.finish(None).unwrap();
+    let mut open = || TraceReader::new(bytes.as_slice()).ok();
+    let (html, _) = reports::html::report::<&[u8], &[u8]>(
+        &mut open,
+        None,
+        &Filter::default(),
+        "shop",
+        None,
+        20,
+        &reports::html::PageRules::default(),
+    );
+    let start = html.find(r#"id="ebtrace-data">"#).unwrap() + r#"id="ebtrace-data">"#.len();
+    let end = start + html[start..].find("</script>").unwrap();
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+    let heap = &data["heap"];
+    let top = &heap["peak_holders"][0];
+    assert_eq!(top[1], 8u64 << 20, "{heap}");
+    let series = heap["series"].as_array().unwrap();
+    assert_eq!(series[0]["stack"], top[0], "{heap}");
+    assert_eq!(series.len(), 2, "{heap}");
+}

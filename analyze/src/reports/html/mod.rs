@@ -817,7 +817,9 @@ pub const HEAP_HOLDERS: usize = 10;
 /// bucket's end and the most in it, stacked by the [`HEAP_SERIES`] stacks that held the
 /// most at some time (the rest "other"); per bucket the [`HEAP_HOLDERS`] stacks holding the
 /// most at its end; the peak (bytes, time) and the stacks that held it (`ebsym heap`'s
-/// `peak_bytes`). Null without allocations.
+/// `peak_bytes`). A stack's most is at least what it held at the peak, so the peak's
+/// holders are drawn even when they held it only between two buckets' ends. Null without
+/// allocations.
 fn heap_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Value {
     if !present.contains(&EventKind::Alloc) {
         return Value::Null;
@@ -859,6 +861,14 @@ fn heap_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Value
             *m = (*m).max(v);
         }
     }));
+    // The stacks that held the peak count with what they held then: a peak between two
+    // buckets' ends (allocated and freed within one bucket) is still drawn by its holders.
+    for r in &rep.rows {
+        if let Some(b) = r.peak_bytes.filter(|&b| b > 0) {
+            let m = most.entry(int.stack(&r.frames)).or_default();
+            *m = (*m).max(b);
+        }
+    }
     let mut series: Vec<(u32, u64)> = most.into_iter().filter(|&(_, v)| v > 0).collect();
     series.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     series.truncate(HEAP_SERIES);
