@@ -49,11 +49,11 @@ struct {
 	__type(value, __u32);
 } sys_exit_chain SEC(".maps");
 
-/* Per CPU, the chain in progress: the slots still to run for this call, and (timed) when
- * the last member began. The raw syscall tracepoints do not nest on a CPU. */
+/* Per CPU, the chain in progress: the slots still to run for this call, whether they are
+ * timed, and (timed) when the last member began. The raw syscall tracepoints do not nest on a CPU. */
 struct chain_pos {
 	__u32 mask;
-	__u32 pad;
+	__u32 timed;	/* this call's members are timed (chain_timing_now at its start) */
 	__u64 t;
 };
 
@@ -96,8 +96,28 @@ struct {
 	__type(value, struct chain_cost);
 } chain_costs SEC(".maps");
 
-/* Set by user space before load: time each member (kernel BPF stats are on). */
+/* Set by user space before load: time each member while kernel BPF stats are on. */
 const volatile bool chain_timed = false;
+
+/* Whether the members are timed now (entry 0, non-zero: yes): user space turns it on and
+ * off with the kernel's BPF stats, which --max-cpu samples (record/src/budget.rs). Shared
+ * by every object, like the chain's maps. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} chain_timing SEC(".maps");
+
+/* At a chain's start: whether its members are timed (chain_timed and timing on now). */
+static __always_inline __u32 chain_timing_now(void)
+{
+	if (!chain_timed)
+		return 0;
+	__u32 z = 0;
+	__u32 *on = bpf_map_lookup_elem(&chain_timing, &z);
+	return on && *on;
+}
 
 /* The end of a chain member: its time, then the next member (nothing after the last). */
 static __always_inline void chain_next(void *ctx, void *chain, __u32 member)
@@ -106,7 +126,7 @@ static __always_inline void chain_next(void *ctx, void *chain, __u32 member)
 	struct chain_pos *c = bpf_map_lookup_elem(&chain_state, &z);
 	if (!c)
 		return;
-	if (chain_timed) {
+	if (chain_timed && c->timed) {
 		__u64 now = bpf_ktime_get_ns();
 		struct chain_cost *k = bpf_map_lookup_elem(&chain_costs, &member);
 		if (k) {

@@ -29,7 +29,8 @@ static __always_inline void chain_start(void *ctx, void *chain, __u32 base, __u6
 	if (!mask)
 		return;
 	c->mask = mask & (mask - 1);
-	if (chain_timed)
+	c->timed = chain_timing_now();
+	if (c->timed)
 		c->t = bpf_ktime_get_ns();
 	bpf_tail_call(ctx, chain, chain_lowest(mask));
 }

@@ -109,6 +109,16 @@ pub fn family_name(f: EventFamily) -> &'static str {
 /// whole CPU when it starts (the allocator's traps on a busy service) is paused within it.
 const TICK: Duration = Duration::from_millis(250);
 
+/// Sampled measuring (`--max-cpu` without `--bpf-stats`): while within the budget, the
+/// kernel's BPF stats are off this long after each measure, so that they are on a quarter
+/// of the time. They
+/// cost every BPF program run on the machine two clock reads (on a KVM guest, whose
+/// sched_clock is kvm-clock: ~+250 ns a traced system call under the diagnose set, +120 ns
+/// an untraced one), more than some families cost themselves. Over the budget, after a
+/// change and while a paused family is on trial, they stay on: every quarter second is
+/// measured. A family that starts costing a whole CPU is paused within a second.
+const REST: Duration = Duration::from_millis(750);
+
 /// A paused family, what it cost when it ran, and when it may be tried again.
 #[derive(Debug, Clone)]
 struct Paused {
@@ -142,6 +152,8 @@ pub struct Budget {
     paused_time: f64,
     /// The families whose probes can be detached and attached again.
     can_pause: Vec<EventFamily>,
+    /// Measure a part of the time ([`REST`]) while calm.
+    sampled: bool,
 }
 
 impl std::fmt::Debug for Budget {
@@ -245,12 +257,14 @@ impl Measure {
 
 impl Budget {
     /// `pct`: percent of one CPU.
-    pub fn new(pct: f64, cfg: &ProbeConfig, trap_ns: f64, p: &Probes<'_>) -> Budget {
+    /// `sampled`: turn the kernel's BPF stats off between measures while calm ([`REST`]).
+    pub fn new(pct: f64, cfg: &ProbeConfig, trap_ns: f64, p: &Probes<'_>, sampled: bool) -> Budget {
         let can_pause = (0..FAM_COUNT)
             .map(family)
             .filter(|&f| p.can_pause(f))
             .collect();
         let mut b = Budget::with(pct / 100.0, trap_ns, knobs(cfg, p), can_pause);
+        b.sampled = sampled;
         b.last_fam = p.family_costs();
         b.last_cpu_ns = own_cpu_ns();
         b
@@ -272,6 +286,7 @@ impl Budget {
             measures: Vec::new(),
             paused_time: 0.0,
             can_pause,
+            sampled: false,
         }
     }
 
@@ -290,6 +305,17 @@ impl Budget {
     /// in words.
     pub fn tick(&mut self, p: &Probes<'_>) -> Vec<(Change, String)> {
         let dt = self.last.elapsed();
+        if self.sampled && !p.stats_on() {
+            if dt < REST {
+                return Vec::new();
+            }
+            // The next measure starts now: what ran while off was not counted.
+            p.set_stats(true);
+            self.last = Instant::now();
+            self.last_fam = p.family_costs();
+            self.last_cpu_ns = own_cpu_ns();
+            return Vec::new();
+        }
         if dt < TICK {
             return Vec::new();
         }
@@ -307,7 +333,23 @@ impl Budget {
         self.last = Instant::now();
         self.last_fam = fam;
         self.last_cpu_ns = cpu;
-        self.decide(&m, dt, Instant::now())
+        let out = self.decide(&m, dt, Instant::now());
+        if self.sampled && self.may_rest(&out, m.cost()) {
+            p.set_stats(false);
+        }
+        out
+    }
+
+    /// Whether the stats may be off until the next measure: within the budget, no change
+    /// just made, no family on trial.
+    fn may_rest(&self, changes: &[(Change, String)], cost: f64) -> bool {
+        changes.is_empty() && self.trial.is_none() && cost <= self.limit
+    }
+
+    /// The seconds measured, when sampled (the stats were off the rest of the time).
+    pub fn sampling(&self) -> Option<f64> {
+        self.sampled
+            .then(|| self.measures.iter().map(|m| m.0).sum())
     }
 
     /// The decisions on one measure `m` of length `dt`, taken at `now`.
@@ -491,13 +533,19 @@ impl Budget {
     }
 
     /// Mean cost over the recording (weighted by time) and the cost of its worst second
-    /// (measures run together into spans of at least a second), as shares of one CPU.
+    /// (measures run together into spans of at least a second; sampled, the worst measure),
+    /// as shares of one CPU.
     pub fn summary(&self) -> (f64, f64) {
         let total: f64 = self.measures.iter().map(|m| m.0).sum();
         if total <= 0.0 {
             return (0.0, 0.0);
         }
         let mean = self.measures.iter().map(|m| m.0 * m.1).sum::<f64>() / total;
+        if self.sampled {
+            // Measures a second apart (or more): each stands for its second.
+            let worst = self.measures.iter().map(|m| m.1).fold(0.0, f64::max);
+            return (mean, worst);
+        }
         let (mut worst, mut span, mut used) = (0.0f64, 0.0, 0.0);
         for &(dt, c) in &self.measures {
             span += dt;
@@ -716,6 +764,20 @@ mod tests {
         }
     }
 
+    /// Sampled, the stats rest only after a measure within the budget that changed nothing,
+    /// with no family on trial.
+    #[test]
+    fn the_stats_rest_only_within_the_budget_after_no_change_and_no_trial() {
+        let mut b = budget();
+        let none: Vec<(Change, String)> = Vec::new();
+        assert!(b.may_rest(&none, b.limit * 0.99));
+        assert!(!b.may_rest(&none, b.limit * 1.01));
+        let change = vec![(Change::Paused(EventFamily::Alloc), String::new())];
+        assert!(!b.may_rest(&change, b.limit * 0.1));
+        b.trial = Some(EventFamily::Alloc);
+        assert!(!b.may_rest(&none, b.limit * 0.1));
+    }
+
     #[test]
     fn the_summary_is_time_weighted_with_a_worst_second() {
         let mut b = budget();
@@ -724,5 +786,10 @@ mod tests {
         let (mean, worst) = b.summary();
         assert!((mean - (0.25 + 9.0 * 0.004) / 10.0).abs() < 1e-9, "{mean}");
         assert!((worst - 0.25).abs() < 1e-9, "{worst}");
+        // Sampled, each measure stands for its second: the worst is the worst measure.
+        b.sampled = true;
+        let (mean, worst) = b.summary();
+        assert!((mean - (0.25 + 9.0 * 0.004) / 10.0).abs() < 1e-9, "{mean}");
+        assert!((worst - 1.0).abs() < 1e-9, "{worst}");
     }
 }

@@ -246,7 +246,10 @@ pub struct Probes<'obj> {
     /// Dropped after the events (field order): a probe in use cannot be removed.
     trace_probes: Vec<perf::TraceProbe>,
     pub attached: Vec<String>,
-    _stats_fd: Option<OwnedFd>,
+    /// The kernel's BPF stats, on while this fd is open (`set_stats`).
+    stats_fd: std::cell::RefCell<Option<OwnedFd>>,
+    /// They could be turned on (--bpf-stats or --max-cpu, and the kernel let us).
+    stats_ok: bool,
     /// --alloc-probes session: per library, the offsets and cookies (AllocKind) of its
     /// allocator functions, to attach for each new process as it forks (a uprobe_multi
     /// link with a pid covers that process only); and those links.
@@ -369,6 +372,8 @@ struct ChainMaps {
     costs: libbpf_rs::MapHandle,
     /// Per system call number, the slots whose member wants it (`chain_wants`).
     wants: libbpf_rs::MapHandle,
+    /// Entry 0: the members are timed now (`chain_timing`), with the kernel's BPF stats.
+    timing: libbpf_rs::MapHandle,
 }
 
 impl ChainMaps {
@@ -412,6 +417,8 @@ impl ChainMaps {
                 &opts,
             )
             .context("creating the BPF map chain_wants")?,
+            timing: MapHandle::create(MapType::Array, Some("chain_timing"), 4, 4, 1, &opts)
+                .context("creating the BPF map chain_timing")?,
         })
     }
 }
@@ -535,6 +542,7 @@ macro_rules! common_setup {
         $open.maps.chain_state.reuse_fd($chain.state.as_fd())?;
         $open.maps.chain_costs.reuse_fd($chain.costs.as_fd())?;
         $open.maps.chain_wants.reuse_fd($chain.wants.as_fd())?;
+        $open.maps.chain_timing.reuse_fd($chain.timing.as_fd())?;
         if let Some(fds) = $cfi {
             $ro.cfi_mode = $cfg.cfi_mode;
             $ro.cfi_wakers = true;
@@ -927,7 +935,8 @@ impl<'obj> Probes<'obj> {
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
             attached: Vec::new(),
-            _stats_fd: stats_fd,
+            stats_ok: stats_fd.is_some(),
+            stats_fd: std::cell::RefCell::new(stats_fd),
             session_plan: Default::default(),
             session_links: Default::default(),
             session_pids: Default::default(),
@@ -1206,7 +1215,10 @@ impl<'obj> Probes<'obj> {
                 p.attached.push(format!("tp_btf/{w}"));
             }
         }
-        p.start_chain(cfg.bpf_stats && p._stats_fd.is_some())?;
+        if p.stats_ok {
+            p.set_chain_timing(true);
+        }
+        p.start_chain(p.stats_ok)?;
         Ok(p)
     }
 
@@ -1913,6 +1925,53 @@ impl<'obj> Probes<'obj> {
     /// tracepoints serve all its families and count as unspecified (0). A tracepoint or
     /// perf event program's runs also cost `dispatch_ns` each, which the stats do not see;
     /// the hub's runs and time are shared by the families in the system call chain.
+    /// Whether the kernel's BPF stats (and the chain's member timing) are on now.
+    pub fn stats_on(&self) -> bool {
+        self.stats_fd.borrow().is_some()
+    }
+
+    /// Turns the kernel's BPF stats and the chain's member timing on or off (--max-cpu
+    /// measures a part of the time: each run of every BPF program on the machine pays two
+    /// clock reads while they are on, and a guest's clock can be slow to read). Nothing
+    /// when they could not be turned on at the start. Runs and run time stand still while
+    /// off (unless another tool keeps the kernel's stats on): measure between two reads
+    /// taken while on.
+    pub fn set_stats(&self, on: bool) {
+        if !self.stats_ok || self.stats_on() == on {
+            return;
+        }
+        if on {
+            // SAFETY: plain syscall wrapper.
+            let fd = unsafe {
+                libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+            };
+            if fd < 0 {
+                return;
+            }
+            // SAFETY: a fresh fd we own.
+            *self.stats_fd.borrow_mut() =
+                Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+            self.set_chain_timing(true);
+        } else {
+            self.set_chain_timing(false);
+            self.stats_fd.borrow_mut().take();
+        }
+    }
+
+    fn set_chain_timing(&self, on: bool) {
+        let v = u32::from(on).to_ne_bytes();
+        if let Err(e) =
+            self.chain_maps
+                .timing
+                .update(&0u32.to_ne_bytes(), &v, libbpf_rs::MapFlags::ANY)
+        {
+            eprintln!(
+                "ebrec: warning: could not turn the chain's timing {}: {e}",
+                if on { "on" } else { "off" }
+            );
+        }
+    }
+
     pub fn family_costs(&self) -> [(u64, u64); FAM_COUNT] {
         use ebtrace_proto::v1::EventFamily as F;
         let mut out = [(0u64, 0u64); FAM_COUNT];

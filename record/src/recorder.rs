@@ -484,7 +484,7 @@ fn record_with(
                     "ebrec: --max-cpu {pct}%: a uprobe trap costs {trap:.0} ns here (calibrated)"
                 );
             }
-            let b = crate::budget::Budget::new(pct, cfg, trap, probes_ref);
+            let b = crate::budget::Budget::new(pct, cfg, trap, probes_ref, !a.bpf_stats);
             s.probe_change(ebtrace_proto::v1::ProbeChange {
                 time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
                 family: ebtrace_proto::v1::EventFamily::Unspecified as i32,
@@ -649,7 +649,10 @@ fn record_with(
             b.trap_ns,
             b.rates(),
             b.paused_s()
-        )
+        ) + &b
+            .sampling()
+            .map(|on| format!("; measured {on:.1} s of {elapsed:.1} s (the stats off between measures within the budget)"))
+            .unwrap_or_default()
     });
     let no_kallsyms = s.kernel.unavailable();
     let evictions = s.w.stats().stack_evictions;
@@ -706,6 +709,7 @@ fn record_with(
         families,
         programs,
         dispatch,
+        sampled: budget.as_ref().and_then(|b| b.sampling()),
         evictions,
         rotations,
         no_kallsyms,

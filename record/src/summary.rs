@@ -18,6 +18,9 @@ pub struct Summary<'a> {
     /// Tracepoint and perf event program runs and what each costs beyond its measured run
     /// time (`Probes::dispatch_cost`; 0 ns when not calibrated).
     pub dispatch: (u64, f64),
+    /// --max-cpu measured a part of the time (without --bpf-stats): the seconds measured
+    /// (the runs and run time above are of them).
+    pub sampled: Option<f64>,
     pub evictions: u64,
     pub rotations: u32,
     pub no_kallsyms: bool,
@@ -52,6 +55,7 @@ impl Summary<'_> {
             families,
             programs,
             dispatch,
+            sampled,
             evictions,
             rotations,
             no_kallsyms,
@@ -137,6 +141,11 @@ impl Summary<'_> {
         if total_runs == 0 {
             eprintln!("ebrec:   BPF run time not measured (--bpf-stats measures it, at about 30 ns per program run)");
         }
+        if let (Some(on), true) = (sampled, total_runs > 0) {
+            eprintln!(
+                "ebrec:   BPF run time measured {on:.1} s of the {elapsed:.1} s (--max-cpu turns the kernel's BPF stats off between its measures while within the budget: they cost every program run two clock reads; --bpf-stats measures all the time):"
+            );
+        }
         if total_runs > 0 {
             eprintln!(
                 "ebrec:   BPF run time {:.1} ms for {} program runs ({:.0} ns per run; uprobes add the trap itself, ~1 µs per call):",
@@ -158,7 +167,7 @@ impl Summary<'_> {
                 eprintln!(
                     "ebrec:   tracepoint dispatch {:.1} ms more ({runs} runs of tracepoint and perf event programs, {ns:.0} ns each beyond their run time, calibrated at start on a system call loop): {:.2}% of a CPU",
                     total / 1e6,
-                    total / 1e9 / elapsed.max(1e-9) * 100.0
+                    total / 1e9 / sampled.unwrap_or(elapsed).max(1e-9) * 100.0
                 );
             }
         }
