@@ -250,6 +250,9 @@ pub struct Probes<'obj> {
     stats_fd: std::cell::RefCell<Option<OwnedFd>>,
     /// They could be turned on (--bpf-stats or --max-cpu, and the kernel let us).
     stats_ok: bool,
+    /// The system call hubs' time beyond their members' (`family_costs`): per family, the
+    /// share it was given so far, and the whole given so far.
+    hub_shares: std::cell::RefCell<([u64; FAM_COUNT], u64)>,
     /// --alloc-probes session: per library, the offsets and cookies (AllocKind) of its
     /// allocator functions, to attach for each new process as it forks (a uprobe_multi
     /// link with a pid covers that process only); and those links.
@@ -271,8 +274,10 @@ pub struct Probes<'obj> {
     /// exit back ([`Probes::rseq_fallbacks`]).
     rseq_fallbacks: Vec<RseqFallback>,
     /// Whether the hub's sys_exit program is attached, and links attached while recording.
-    hub_exit_attached: std::cell::Cell<bool>,
-    late_links: std::cell::RefCell<Vec<Link>>,
+    /// The system call hubs' links (sys_enter, sys_exit): attached while a member of their
+    /// chain is active (`sync_hubs`), once the chain has started.
+    hub_links: std::cell::RefCell<[Option<Link>; 2]>,
+    chain_started: std::cell::Cell<bool>,
     /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
     sys_epoch_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
@@ -518,7 +523,7 @@ impl Drop for Probes<'_> {
             fds.extend(p.filter);
         }
         links.extend(self.tp_pausable.get_mut().drain(..).flat_map(|t| t.2));
-        links.append(self.late_links.get_mut());
+        links.extend(self.hub_links.get_mut().iter_mut().filter_map(Option::take));
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -936,6 +941,7 @@ impl<'obj> Probes<'obj> {
             trace_probes: Vec::new(),
             attached: Vec::new(),
             stats_ok: stats_fd.is_some(),
+            hub_shares: Default::default(),
             stats_fd: std::cell::RefCell::new(stats_fd),
             session_plan: Default::default(),
             session_links: Default::default(),
@@ -947,8 +953,8 @@ impl<'obj> Probes<'obj> {
             offcpu_min_ptr: None,
             offcpu_epoch_ptr: None,
             rseq_fallbacks: Vec::new(),
-            hub_exit_attached: Default::default(),
-            late_links: Default::default(),
+            hub_links: Default::default(),
+            chain_started: Default::default(),
             sys_epoch_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
@@ -1284,12 +1290,7 @@ impl<'obj> Probes<'obj> {
             (&g.hub_rename, true, "task_rename"),
             (&g.hub_fork, true, "sched_process_fork"),
             (&g.hub_exit, true, "sched_process_exit"),
-            (&g.hub_sys_exit, exit, "sys_exit"),
-            (&g.hub_sys_enter, enter, "sys_enter"),
         ] {
-            if on && what == "sys_exit" {
-                self.hub_exit_attached.set(true);
-            }
             if on {
                 self.links.push(
                     prog.attach()
@@ -1297,6 +1298,8 @@ impl<'obj> Probes<'obj> {
                 );
             }
         }
+        self.chain_started.set(true);
+        self.sync_hubs()?;
         if let Some(bare) = bare {
             // ebrec is not a target: its calls stop at the hubs. What a call costs more now,
             // less the hubs' measured run time, is what the stats do not see, for two runs.
@@ -1337,7 +1340,7 @@ impl<'obj> Probes<'obj> {
             if norseq == 0 && missed < 16 {
                 continue;
             }
-            let Some(h) = &self.hub else {
+            if self.hub.is_none() {
                 continue;
             };
             f.added.set(true);
@@ -1360,15 +1363,6 @@ impl<'obj> Probes<'obj> {
                 chain.sort_by_key(|m| m.member);
             }
             self.sync_chain()?;
-            if !self.hub_exit_attached.get() {
-                let link = h
-                    .progs
-                    .hub_sys_exit
-                    .attach()
-                    .context("attaching the hub's tp_btf/sys_exit")?;
-                self.late_links.borrow_mut().push(link);
-                self.hub_exit_attached.set(true);
-            }
             let what = f.what;
             lines.push(if norseq > 0 {
                 format!(
@@ -1425,6 +1419,41 @@ impl<'obj> Probes<'obj> {
                         MapFlags::ANY,
                     )
                     .context("writing the system call chain's dispatch")?;
+            }
+        }
+        drop(chain);
+        if self.chain_started.get() {
+            self.sync_hubs()?;
+        }
+        Ok(())
+    }
+
+    /// Attaches each system call hub whose chain has an active member and detaches the
+    /// others: with every member paused (--max-cpu), no system call of the machine pays the
+    /// tracepoint's slow path and the hub's target check for nothing.
+    fn sync_hubs(&self) -> Result<()> {
+        let Some(h) = &self.hub else {
+            return Ok(());
+        };
+        let (enter, exit) = {
+            let c = self.chain.borrow();
+            (
+                c.iter().any(|m| !m.exit && m.active),
+                c.iter().any(|m| m.exit && m.active),
+            )
+        };
+        let mut links = self.hub_links.borrow_mut();
+        for (i, want, prog, what) in [
+            (0, enter, &h.progs.hub_sys_enter, "sys_enter"),
+            (1, exit, &h.progs.hub_sys_exit, "sys_exit"),
+        ] {
+            if want && links[i].is_none() {
+                links[i] = Some(
+                    prog.attach()
+                        .with_context(|| format!("attaching the hub's tp_btf/{what}"))?,
+                );
+            } else if !want {
+                links[i] = None;
             }
         }
         Ok(())
@@ -2038,11 +2067,25 @@ impl<'obj> Probes<'obj> {
                     fams.push(m.family);
                 }
             }
-            if !fams.is_empty() {
-                let share = (hub_ns + hub_dispatch) / fams.len() as u64;
+            // Shared as it grows: the remainder added since the last call goes to the
+            // families active now (dividing the whole by the families active now would move
+            // what ran before a pause or a resume onto the families left, and a family on
+            // trial after a pause would seem to cost the whole hub's past).
+            let mut sh = self.hub_shares.borrow_mut();
+            let total = hub_ns + hub_dispatch;
+            let new = total.saturating_sub(sh.1);
+            sh.1 = sh.1.max(total);
+            if fams.is_empty() {
+                // No member active (all paused): the hubs still run, counted as "other".
+                sh.0[F::Unspecified as usize] += new;
+            } else {
+                let share = new / fams.len() as u64;
                 for f in fams {
-                    out[(f as usize).min(FAM_COUNT - 1)].0 += share;
+                    sh.0[(f as usize).min(FAM_COUNT - 1)] += share;
                 }
+            }
+            for (o, s) in out.iter_mut().zip(sh.0) {
+                o.0 += s;
             }
         }
         out

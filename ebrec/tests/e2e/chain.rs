@@ -127,3 +127,35 @@ fn one_hub_per_tracepoint_runs_each_family_for_the_targets_calls_only() {
     let expect = expect_line(&r.out, "syscalls");
     assert_eq!(expect["fast"], 20_000);
 }
+
+/// `--max-cpu` pausing the only family on the system call chain takes the hubs off the
+/// tracepoints: the rest of a storm of 20 million getppid calls runs no program at all
+/// (the hubs stayed attached, each call paying the slow path, the dispatch and the target
+/// check for no member, and the budget did not see it).
+#[test]
+fn the_hubs_leave_the_system_calls_when_every_member_is_paused() {
+    if !root() {
+        return;
+    }
+    let _alone = common::exclusive();
+    let r = record_loud(
+        "syscalls",
+        &[
+            "--syscalls",
+            "--syscalls-sample=0",
+            "--max-cpu",
+            "0.5",
+            "--bpf-stats",
+        ],
+        &["--fast", "20000000", "--sleeps", "1"],
+    );
+    let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+    assert!(err.contains("Paused(Syscall)"), "{err}");
+    let runs = program_runs(&err);
+    let hub = runs.get("hub_sys_enter").copied().unwrap_or(0);
+    assert!(hub > 0, "{err}");
+    assert!(
+        hub < 5_000_000,
+        "hub_sys_enter ran {hub} times of the 20 M calls: {err}"
+    );
+}
