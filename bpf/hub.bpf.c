@@ -12,6 +12,43 @@
 #include "common.bpf.h"
 #include "targets.bpf.h"
 
+/* Per thread, whether its process was a target when `targets_gen` was `gen`: the hubs run on
+ * every system call of the machine, and a task-storage read (NULL at once for a thread that
+ * has none) is cheaper than a hash lookup of the process in `targets` each time. A thread
+ * gets its entry at its first system call; a new thread or process has none (the fork
+ * programs mark a target's children in `targets` before they run), so only user space,
+ * adding a running process to `targets` (-p, the agent's --comm), bumps `targets_gen`, after
+ * the update: an entry of an older generation is looked up again. */
+struct hub_seen {
+	__u32 gen;
+	__u32 target;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hub_seen);
+} hub_seen SEC(".maps");
+
+__u32 targets_gen = 0;
+
+static __always_inline bool hub_target(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	__u32 gen = targets_gen;
+	struct hub_seen *s = bpf_task_storage_get(&hub_seen, t, 0, 0);
+	if (s && s->gen == gen)
+		return s->target;
+	bool is = is_target(t->tgid);
+	s = bpf_task_storage_get(&hub_seen, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (s) {
+		s->gen = gen;
+		s->target = is;
+	}
+	return is;
+}
+
 /* Runs the members of `chain` that want system call `nr` (chain_wants at `base` + nr). */
 static __always_inline void chain_start(void *ctx, void *chain, __u32 base, __u64 nr)
 {
@@ -38,7 +75,7 @@ static __always_inline void chain_start(void *ctx, void *chain, __u32 base, __u6
 SEC("tp_btf/sys_enter")
 int BPF_PROG(hub_sys_enter, struct pt_regs *regs, long id)
 {
-	if (!is_target(bpf_get_current_pid_tgid() >> 32))
+	if (!hub_target())
 		return 0;
 	chain_start(ctx, &sys_enter_chain, 0, (__u64)id);
 	return 0;
@@ -47,7 +84,7 @@ int BPF_PROG(hub_sys_enter, struct pt_regs *regs, long id)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(hub_sys_exit, struct pt_regs *regs, long ret)
 {
-	if (!is_target(bpf_get_current_pid_tgid() >> 32))
+	if (!hub_target())
 		return 0;
 	chain_start(ctx, &sys_exit_chain, CHAIN_NRS, (__u64)regs->orig_ax);
 	return 0;

@@ -280,6 +280,8 @@ pub struct Probes<'obj> {
     chain_started: std::cell::Cell<bool>,
     /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
     sys_epoch_ptr: Option<*mut u32>,
+    /// `targets_gen` in the hub object's .bss (bumped when user space adds a target).
+    targets_gen_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
     /// `set_cpu_hz`.
     cpu_fds: Vec<i32>,
@@ -956,6 +958,7 @@ impl<'obj> Probes<'obj> {
             hub_links: Default::default(),
             chain_started: Default::default(),
             sys_epoch_ptr: None,
+            targets_gen_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
             tp_pausable: Default::default(),
@@ -1008,6 +1011,11 @@ impl<'obj> Probes<'obj> {
                 }
             }
         }
+        p.targets_gen_ptr = p
+            .hub
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.targets_gen as *mut u32);
         p.sys_epoch_ptr = p
             .system
             .as_mut()
@@ -1250,6 +1258,12 @@ impl<'obj> Probes<'obj> {
             h.maps
                 .targets
                 .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
+            // After the update: the hubs' per-thread answers of before are stale.
+            if let Some(g) = self.targets_gen_ptr {
+                // SAFETY: an aligned u32 in the hub object's mmapped .bss, alive as long as
+                // self (as sys_epoch_ptr); BPF only reads it.
+                unsafe { std::ptr::write_volatile(g, std::ptr::read_volatile(g).wrapping_add(1)) };
+            }
         }
         Ok(())
     }
