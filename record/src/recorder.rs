@@ -300,6 +300,15 @@ fn record_with(
     let mut profile_obj = std::mem::MaybeUninit::uninit();
     let mut system_obj = std::mem::MaybeUninit::uninit();
     let mut hub_obj = std::mem::MaybeUninit::uninit();
+    // Before the loading and attaching (a second or more with many families on a busy
+    // machine): a SIGINT or SIGTERM then stops the recording as soon as it starts. Installed
+    // after, one sent early was lost, or ignored altogether by a recorder started in the
+    // background of a script (which starts with SIGINT ignored): it went on recording.
+    // SAFETY: installing a handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
     perf::remove_stale_probes();
     // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
     let cfi = if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
@@ -431,11 +440,6 @@ fn record_with(
     }
     let rb = rbb.build()?;
 
-    // SAFETY: installing a handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
     // The header and the targets reach the disk now: a recorder killed in its first second
     // still leaves a file that says what it was recording.
     s.w.flush()?;

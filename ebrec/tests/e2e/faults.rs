@@ -223,3 +223,69 @@ fn a_reused_pid_is_a_new_generation() {
     assert!(names.iter().any(|f| f.contains("child_work")), "{names:?}");
     assert!(names.iter().any(|f| f.contains("reused_work")), "{names:?}");
 }
+
+/// A SIGINT that comes while ebrec is still loading and attaching (the diagnose set: a
+/// second or more on a busy machine) stops the recording as soon as it starts, with a
+/// readable trace. ebrec runs with SIGINT ignored, as a script's background job starts:
+/// its handler was installed only after the attaching, so such a SIGINT was lost and the
+/// recording went on until a second one.
+#[test]
+fn a_sigint_while_attaching_stops_the_recording() {
+    use std::os::unix::process::CommandExt;
+    if !root() {
+        return;
+    }
+    let mut target = Command::new("sleep").arg("60").spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebrec"));
+    cmd.args(["record", "-q", "-o", trace.to_str().unwrap()])
+        .args([
+            "--cpu",
+            "--offcpu",
+            "--lock",
+            "--memgrowth",
+            "--syscalls",
+            "--bio",
+            "--runq",
+            "--tcp",
+            "-p",
+            &target.id().to_string(),
+        ])
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut rec = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    // SAFETY: plain kill(2) of our child.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let mut exited = None;
+    for _ in 0..150 {
+        if let Some(st) = rec.try_wait().unwrap() {
+            exited = Some(st);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = target.kill();
+    let _ = target.wait();
+    let Some(st) = exited else {
+        // SAFETY: as above.
+        unsafe { libc::kill(rec.id() as i32, libc::SIGTERM) };
+        let _ = rec.wait();
+        panic!("ebrec still recording 15 s after a SIGINT sent while it attached");
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut rec.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(st.success(), "{st}: {err}");
+    let info = ebsym_json(&["info", trace.to_str().unwrap()]);
+    assert!(
+        info.to_string().contains("signal SIGINT"),
+        "the trace's stop reason: {info}"
+    );
+}
