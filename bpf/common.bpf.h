@@ -50,7 +50,8 @@ struct {
 } sys_exit_chain SEC(".maps");
 
 /* Per CPU, the chain in progress: the slots still to run for this call, whether they are
- * timed, and (timed) when the last member began. The raw syscall tracepoints do not nest on a CPU. */
+ * timed, and (timed) when the last member began. The raw syscall tracepoints do not nest
+ * on a CPU. */
 struct chain_pos {
 	__u32 mask;
 	__u32 timed;	/* this call's members are timed (chain_timing_now at its start) */

@@ -111,9 +111,8 @@ const TICK: Duration = Duration::from_millis(250);
 
 /// Sampled measuring (`--max-cpu` without `--bpf-stats`): while within the budget, the
 /// kernel's BPF stats are off this long after each measure, so that they are on a quarter
-/// of the time. They
-/// cost every BPF program run on the machine two clock reads (on a KVM guest, whose
-/// sched_clock is kvm-clock: ~+250 ns a traced system call under the diagnose set, +120 ns
+/// of the time. They cost every BPF program run on the machine two clock reads (on a KVM
+/// guest, whose sched_clock is kvm-clock: ~+250 ns a traced system call under the diagnose set, +120 ns
 /// an untraced one), more than some families cost themselves. Over the budget, after a
 /// change and while a paused family is on trial, they stay on: every quarter second is
 /// measured. A family that starts costing a whole CPU is paused within a second.
@@ -152,7 +151,7 @@ pub struct Budget {
     paused_time: f64,
     /// The families whose probes can be detached and attached again.
     can_pause: Vec<EventFamily>,
-    /// Measure a part of the time ([`REST`]) while calm.
+    /// Measure a part of the time ([`REST`]) while within the budget.
     sampled: bool,
 }
 
@@ -257,14 +256,16 @@ impl Measure {
 
 impl Budget {
     /// `pct`: percent of one CPU.
-    /// `sampled`: turn the kernel's BPF stats off between measures while calm ([`REST`]).
+    /// `sampled`: turn the kernel's BPF stats off between measures while within the budget
+    /// ([`REST`]); only when they are on now (the kernel may have refused them: then the
+    /// budget measures every tick what it can, its own CPU).
     pub fn new(pct: f64, cfg: &ProbeConfig, trap_ns: f64, p: &Probes<'_>, sampled: bool) -> Budget {
         let can_pause = (0..FAM_COUNT)
             .map(family)
             .filter(|&f| p.can_pause(f))
             .collect();
         let mut b = Budget::with(pct / 100.0, trap_ns, knobs(cfg, p), can_pause);
-        b.sampled = sampled;
+        b.sampled = sampled && p.stats_on();
         b.last_fam = p.family_costs();
         b.last_cpu_ns = own_cpu_ns();
         b

@@ -273,7 +273,6 @@ pub struct Probes<'obj> {
     /// The families that take user stacks on rseq_update, and what brings their syscall
     /// exit back ([`Probes::rseq_fallbacks`]).
     rseq_fallbacks: Vec<RseqFallback>,
-    /// Whether the hub's sys_exit program is attached, and links attached while recording.
     /// The system call hubs' links (sys_enter, sys_exit): attached while a member of their
     /// chain is active (`sync_hubs`), once the chain has started.
     hub_links: std::cell::RefCell<[Option<Link>; 2]>,
