@@ -1340,30 +1340,7 @@ fn the_summary_and_the_page_show_where_each_thread_groups_time_goes() {
 fn the_heap_chart_draws_a_peak_held_within_one_bucket() {
     use ebtrace_format::TraceReader;
     let mut w = writer();
-    let comm = w.intern_string(b"shop").unwrap();
-    w.write_record(&rec(Kind::Process(pb::Process {
-        generation: 1,
-        pid: 42,
-        comm,
-        event: pb::ProcessEvent::Existing as i32,
-        time_ns: 1_000_000_000,
-        ..Default::default()
-    })))
-    .unwrap();
-    let path = w.intern_string(b"/usr/bin/shop").unwrap();
-    let build_id = w.intern_build_id(&[0xab; 20]).unwrap();
-    w.write_record(&rec(Kind::Mapping(pb::Mapping {
-        generation: 1,
-        start: SHOP,
-        end: SHOP + 0x10000,
-        file_offset: 0x1000,
-        path,
-        build_id,
-        perms: 5,
-        source: pb::MappingSource::Snapshot as i32,
-        ..Default::default()
-    })))
-    .unwrap();
+    shop_process(&mut w);
     let small = w.intern_stack(1, &[SHOP + 0x1010], &[], 0).unwrap();
     let big = w.intern_stack(1, &[SHOP + 0x2020], &[], 0).unwrap();
     let alloc = |w: &mut TraceWriter<Vec<u8>>, t: u64, stack: u64, size: u64, address: u64| {
