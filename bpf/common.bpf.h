@@ -49,6 +49,24 @@ struct {
 	__type(value, __u32);
 } sys_exit_chain SEC(".maps");
 
+/* A family that needs a few system calls only (lock's futex, memgrowth's brk/mmap/munmap,
+ * TCP's accept and accept4) also has a program for their own tracepoints
+ * (syscalls:sys_enter_futex, ...), which ebrec attaches instead of the chain when no member
+ * needs every call: the raw tracepoints cost every system call of the machine a BPF
+ * dispatch and the hub's check, these a bit test in the kernel for the other calls. Its
+ * context (the kernel's perf_call_bpf_exit): kernel registers in place of the common fields,
+ * the call's number, its return value. The user registers are the task's. */
+struct sc_exit_ctx {
+	__u64 regs;
+	long nr;
+	long ret;
+};
+
+static __always_inline struct pt_regs *sc_user_regs(void)
+{
+	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+}
+
 /* Per CPU, the chain in progress: the slots still to run for this call, whether they are
  * timed, and (timed) when the last member began. The raw syscall tracepoints do not nest
  * on a CPU. */

@@ -154,6 +154,14 @@ int BPF_PROG(futex_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
+/* The same at syscalls:sys_enter_futex, when the chain is not attached (common.bpf.h). */
+SEC("tracepoint")
+int futex_enter_tp(void *ctx)
+{
+	futex_enter_do(ctx, sc_user_regs(), NR_FUTEX);
+	return 0;
+}
+
 static __always_inline void futex_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	if (regs->orig_ax != NR_FUTEX)
@@ -228,6 +236,14 @@ int BPF_PROG(futex_exit, struct pt_regs *regs, long ret)
 {
 	futex_exit_do(ctx, regs, ret);
 	chain_next(ctx, &sys_exit_chain, CM_FUTEX_EXIT);
+	return 0;
+}
+
+/* The same at syscalls:sys_exit_futex. */
+SEC("tracepoint")
+int futex_exit_tp(struct sc_exit_ctx *ctx)
+{
+	futex_exit_do((void *)ctx, sc_user_regs(), ctx->ret);
 	return 0;
 }
 

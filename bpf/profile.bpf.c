@@ -776,6 +776,16 @@ int BPF_PROG(mem_enter, struct pt_regs *regs, long id)
 	return 0;
 }
 
+/* The same at syscalls:sys_enter_brk, _mmap and _munmap, when the chain is not attached
+ * (common.bpf.h). */
+SEC("tracepoint")
+int mem_enter_tp(void *ctx)
+{
+	struct pt_regs *regs = sc_user_regs();
+	mem_enter_do(ctx, regs, regs->orig_ax);
+	return 0;
+}
+
 static __always_inline void mem_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
 {
 	long nr = regs->orig_ax;
@@ -812,6 +822,14 @@ int BPF_PROG(mem_exit, struct pt_regs *regs, long ret)
 {
 	mem_exit_do(ctx, regs, ret);
 	chain_next(ctx, &sys_exit_chain, CM_MEM_EXIT);
+	return 0;
+}
+
+/* The same at syscalls:sys_exit_brk, _mmap and _munmap. */
+SEC("tracepoint")
+int mem_exit_tp(struct sc_exit_ctx *ctx)
+{
+	mem_exit_do((void *)ctx, sc_user_regs(), ctx->ret);
 	return 0;
 }
 

@@ -873,6 +873,15 @@ int BPF_PROG(tcp_sys_exit, struct pt_regs *regs, long ret)
 	return 0;
 }
 
+/* The same at syscalls:sys_exit_accept and _accept4, when the chain is not attached
+ * (common.bpf.h). */
+SEC("tracepoint")
+int tcp_accept_tp(struct sc_exit_ctx *ctx)
+{
+	tcp_sys_exit_do((void *)ctx, sc_user_regs(), ctx->ret);
+	return 0;
+}
+
 static __always_inline void tcp_mark(const struct sock *sk, __u32 kind)
 {
 	if (!sk)

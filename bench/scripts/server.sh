@@ -25,6 +25,10 @@
 #   untraced
 #   ebrec-offcpu-sysexit  --offcpu with EBTRACE_OFFCPU_SYS_EXIT=1 (user stacks at syscall
 #                      exits, as before rseq_update; not in the default set)
+#   ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub ebrec-diagnose-hub
+#                      the same with EBTRACE_SYSCALL_HUB_ONLY=1: the few-call families on the
+#                      raw syscall tracepoints' chain, as before their own per-syscall
+#                      tracepoints (not in the default set)
 #   ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-syscalls ebrec-bio ebrec-runq
 #   ebrec-tcp ebrec-alloc4096   ebrec record --bpf-stats -o T --FAMILY -p PID... (--alloc=4096)
 #   ebrec-diagset      the diagnose set in one record: --cpu --offcpu --lock --memgrowth
@@ -126,7 +130,8 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS ebrec-offcpu-sysexit"
+KNOWN_CONFIGS="$ALL_CONFIGS ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 CONFIGS=${CONFIGS:-$ALL_CONFIGS}
 CONFIGS=$(tr -s ' \t\n' ' ' <<<"$CONFIGS" | sed 's/^ //; s/ $//')
 
@@ -438,6 +443,10 @@ tool_argv() {
   local c=$1 pids=() p fam
   for p in $(server_pids); do pids+=(-p "$p"); done
   TOOL_ARGV=() READY="" EVFN="" STOP_S=300 TRACE=""
+  local hub=()
+  case $c in
+    *-hub) hub=(EBTRACE_SYSCALL_HUB_ONLY=1); c=${c%-hub} ;;
+  esac
   case $c in
     ebrec-*)
       [ "$EBREC_OK" = 1 ] || { WHY[$c]=$(ebrec_skip_reason); return 1; }
@@ -453,7 +462,7 @@ tool_argv() {
         ebrec-diagset) fam=(--cpu --offcpu --lock --memgrowth --syscalls --bio --runq --tcp) ;;
         ebrec-diagnose)
           rm -rf "$TMP/diag"
-          TOOL_ARGV=(env --default-signal=INT "$EBREC" diagnose "${pids[@]}" --duration $((DURATION + 3)) -o "$TMP/diag")
+          TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$EBREC" diagnose "${pids[@]}" --duration $((DURATION + 3)) -o "$TMP/diag")
           [ ! -x "$EBSYM" ] || TOOL_ARGV+=(--ebsym "$EBSYM")
           EVFN=ev_diagnose
           return 0 ;;
@@ -466,7 +475,7 @@ tool_argv() {
           return 0 ;;
         *) fam=("--${c#ebrec-}") ;;
       esac
-      TOOL_ARGV=(env --default-signal=INT "$EBREC" record -q "${STATS_FLAG[@]}" -o "$TRACE" "${fam[@]}" "${pids[@]}") ;;
+      TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$EBREC" record -q "${STATS_FLAG[@]}" -o "$TRACE" "${fam[@]}" "${pids[@]}") ;;
     bt-*)
       command -v bpftrace >/dev/null || { WHY[$c]="no bpftrace"; return 1; }
       READY=$BT_READY

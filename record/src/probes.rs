@@ -277,6 +277,15 @@ pub struct Probes<'obj> {
     /// chain is active (`sync_hubs`), once the chain has started.
     hub_links: std::cell::RefCell<[Option<Link>; 2]>,
     chain_started: std::cell::Cell<bool>,
+    /// The links of the members' own per-syscall tracepoint programs (`direct_program`),
+    /// by member: attached instead of the chain while no active member on their side
+    /// needs every system call (`sync_hubs`).
+    direct_links: std::cell::RefCell<std::collections::BTreeMap<u32, Vec<Link>>>,
+    /// `EBTRACE_SYSCALL_HUB_ONLY=1`: always the chain on the raw tracepoints (the way
+    /// before the per-syscall programs), to compare the two.
+    hub_only: bool,
+    /// Attaching a per-syscall program failed once (said in a note): the chain from then on.
+    direct_failed: std::cell::Cell<bool>,
     /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
     sys_epoch_ptr: Option<*mut u32>,
     /// `targets_gen` in the hub object's .bss (bumped when user space adds a target).
@@ -334,6 +343,8 @@ struct ChainMember {
     exit: bool,
     /// The loaded program's fd (owned by its skeleton, which lives as long as the Probes).
     fd: i32,
+    /// Its own per-syscall program (`direct_program`) is loaded.
+    direct: bool,
     /// False while --max-cpu pauses its family.
     active: bool,
 }
@@ -350,6 +361,27 @@ fn chain_syscalls(member: u32) -> Option<&'static [u32]> {
         m if m == CM_TCP_SYS_EXIT as u32 => Some(ACCEPT),
         _ => None,
     }
+}
+
+/// A chain member's own program on the per-syscall tracepoints of `chain_syscalls`
+/// (bpf/common.bpf.h, `sc_exit_ctx`), and those tracepoints (category syscalls).
+fn direct_program(member: u32) -> Option<(&'static str, &'static [&'static str])> {
+    Some(match member {
+        m if m == CM_FUTEX_ENTER as u32 => ("futex_enter_tp", &["sys_enter_futex"]),
+        m if m == CM_FUTEX_EXIT as u32 => ("futex_exit_tp", &["sys_exit_futex"]),
+        m if m == CM_MEM_ENTER as u32 => (
+            "mem_enter_tp",
+            &["sys_enter_mmap", "sys_enter_munmap", "sys_enter_brk"],
+        ),
+        m if m == CM_MEM_EXIT as u32 => (
+            "mem_exit_tp",
+            &["sys_exit_mmap", "sys_exit_munmap", "sys_exit_brk"],
+        ),
+        m if m == CM_TCP_SYS_EXIT as u32 => {
+            ("tcp_accept_tp", &["sys_exit_accept", "sys_exit_accept4"])
+        }
+        _ => return None,
+    })
 }
 
 /// The chain member a program is, if it is one.
@@ -444,6 +476,7 @@ fn attach_tps(
                 member,
                 exit,
                 fd: prog.as_fd().as_raw_fd(),
+                direct: direct_program(member).is_some(),
                 active: true,
             });
             continue;
@@ -525,6 +558,11 @@ impl Drop for Probes<'_> {
         }
         links.extend(self.tp_pausable.get_mut().drain(..).flat_map(|t| t.2));
         links.extend(self.hub_links.get_mut().iter_mut().filter_map(Option::take));
+        links.extend(
+            std::mem::take(self.direct_links.get_mut())
+                .into_values()
+                .flatten(),
+        );
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -902,11 +940,12 @@ impl<'obj> Probes<'obj> {
                 };
                 // A tracepoint this kernel does not have: one line, and the rest loads.
                 let section = p.section().to_string_lossy().into_owned();
-                let tp = section
-                    .strip_prefix("tp_btf/")
-                    .unwrap_or(&section)
-                    .to_string();
-                let missing = on && !features::has_btf_type(&format!("btf_trace_{tp}"));
+                let tp = section.strip_prefix("tp_btf/").map(str::to_string);
+                let missing = on
+                    && tp
+                        .as_ref()
+                        .is_some_and(|tp| !features::has_btf_type(&format!("btf_trace_{tp}")));
+                let tp = tp.unwrap_or(section);
                 if missing && !(name.starts_with("bio_io_") || name.starts_with("bio_rq_")) {
                     eprintln!("ebrec: note: this kernel has no tracepoint {tp}: {name} is not attached, and what it records is missing from the trace");
                     missing_tps.push(name.clone());
@@ -956,6 +995,9 @@ impl<'obj> Probes<'obj> {
             rseq_fallbacks: Vec::new(),
             hub_links: Default::default(),
             chain_started: Default::default(),
+            direct_links: Default::default(),
+            hub_only: std::env::var_os("EBTRACE_SYSCALL_HUB_ONLY").is_some_and(|v| v == "1"),
+            direct_failed: Default::default(),
             sys_epoch_ptr: None,
             targets_gen_ptr: None,
             cpu_fds: Vec::new(),
@@ -1060,7 +1102,7 @@ impl<'obj> Probes<'obj> {
                     ],
                 )?;
                 p.attached
-                    .push("tp_btf/sys_enter, sys_exit (futex), sched_process_fork/exit".into());
+                    .push("futex's syscalls:sys_enter/exit (raw sys_enter/exit with --syscalls), tp_btf/sched_process_fork/exit".into());
             }
         }
         if let Some(pr) = &p.profile {
@@ -1105,7 +1147,7 @@ impl<'obj> Probes<'obj> {
                     ],
                 )?;
                 p.attached.push(
-                    "tp_btf/sys_enter, sys_exit (brk, mmap, munmap), page_fault_user (memory growth)"
+                    "brk, mmap and munmap's syscalls:sys_enter/exit (raw with --syscalls), tp_btf/page_fault_user (memory growth)"
                         .into(),
                 );
             }
@@ -1222,7 +1264,7 @@ impl<'obj> Probes<'obj> {
                         (&g.tcp_receive_reset, "tcp_receive_reset"),
                     ],
                 )?;
-                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, sys_exit (accept) (TCP)");
+                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, syscalls:sys_exit_accept/accept4 (TCP)");
             }
             for w in what {
                 p.attached.push(format!("tp_btf/{w}"));
@@ -1371,6 +1413,7 @@ impl<'obj> Probes<'obj> {
                     member: f.member,
                     exit: true,
                     fd: f.fd,
+                    direct: false,
                     active,
                 });
                 chain.sort_by_key(|m| m.member);
@@ -1443,33 +1486,105 @@ impl<'obj> Probes<'obj> {
 
     /// Attaches each system call hub whose chain has an active member and detaches the
     /// others: with every member paused (--max-cpu), no system call of the machine pays the
-    /// tracepoint's slow path and the hub's target check for nothing.
+    /// tracepoint's slow path and the hub's target check for nothing. A side whose active
+    /// members all want a few system calls (futex, brk/mmap/munmap, accept) and have their
+    /// own programs for those calls' tracepoints (`direct_program`) gets these instead of
+    /// its hub: the other calls of the machine then pass a bit test in the kernel, not a
+    /// BPF program (a getppid loop of an untraced process under `--lock`: +50 ns a call
+    /// instead of +200). Links go before links come, so a switch may miss a call, never
+    /// count one twice (a member's state is the same maps either way).
     fn sync_hubs(&self) -> Result<()> {
         let Some(h) = &self.hub else {
             return Ok(());
         };
-        let (enter, exit) = {
+        // Per side: (the hub attached, the members to run by their own programs).
+        let mut plan: [(bool, Vec<u32>); 2] = Default::default();
+        {
             let c = self.chain.borrow();
-            (
-                c.iter().any(|m| !m.exit && m.active),
-                c.iter().any(|m| m.exit && m.active),
-            )
-        };
+            for (i, exit) in [(0, false), (1, true)] {
+                let active: Vec<&ChainMember> =
+                    c.iter().filter(|m| m.exit == exit && m.active).collect();
+                let direct = !self.hub_only
+                    && !self.direct_failed.get()
+                    && active
+                        .iter()
+                        .all(|m| chain_syscalls(m.member).is_some() && m.direct);
+                plan[i] = if direct {
+                    (false, active.iter().map(|m| m.member).collect())
+                } else {
+                    (!active.is_empty(), Vec::new())
+                };
+            }
+        }
+        // Exits before entries (as the chain's slots): no entry is recorded whose exit
+        // is not seen.
+        let want_direct: Vec<u32> = plan
+            .iter()
+            .rev()
+            .flat_map(|p| p.1.iter().copied())
+            .collect();
         let mut links = self.hub_links.borrow_mut();
-        for (i, want, prog, what) in [
-            (0, enter, &h.progs.hub_sys_enter, "sys_enter"),
-            (1, exit, &h.progs.hub_sys_exit, "sys_exit"),
+        let mut direct = self.direct_links.borrow_mut();
+        // Leaving first.
+        direct.retain(|m, _| want_direct.contains(m));
+        for (i, (want, _)) in plan.iter().enumerate() {
+            if !want {
+                links[i] = None;
+            }
+        }
+        for (i, prog, what) in [
+            (0, &h.progs.hub_sys_enter, "sys_enter"),
+            (1, &h.progs.hub_sys_exit, "sys_exit"),
         ] {
-            if want && links[i].is_none() {
+            if plan[i].0 && links[i].is_none() {
                 links[i] = Some(
                     prog.attach()
                         .with_context(|| format!("attaching the hub's tp_btf/{what}"))?,
                 );
-            } else if !want {
-                links[i] = None;
             }
         }
+        let mut attach = || -> Result<()> {
+            for &m in &want_direct {
+                if direct.contains_key(&m) {
+                    continue;
+                }
+                let (name, tps) = direct_program(m).context("a member without its own program")?;
+                let prog = self
+                    .direct_prog(name)
+                    .with_context(|| format!("no program {name}"))?;
+                let mut ls = Vec::new();
+                for tp in tps {
+                    ls.push(
+                        prog.attach_tracepoint(libbpf_rs::TracepointCategory::Syscalls, *tp)
+                            .with_context(|| format!("attaching {name} to syscalls:{tp}"))?,
+                    );
+                }
+                direct.insert(m, ls);
+            }
+            Ok(())
+        };
+        if let Err(e) = attach() {
+            // A kernel without the syscall events (CONFIG_FTRACE_SYSCALLS), or no tracefs:
+            // the chain on the raw tracepoints, as before, for the rest of the recording.
+            eprintln!("ebrec: note: {e:#}: the system call families stay on the raw sys_enter/sys_exit tracepoints");
+            self.direct_failed.set(true);
+            direct.clear();
+            drop((links, direct));
+            return self.sync_hubs();
+        }
         Ok(())
+    }
+
+    /// A member's own per-syscall program (`direct_program`), loaded.
+    fn direct_prog(&self, name: &str) -> Option<&libbpf_rs::ProgramMut<'obj>> {
+        match name {
+            "futex_enter_tp" => self.lock.as_ref().map(|l| &l.progs.futex_enter_tp),
+            "futex_exit_tp" => self.lock.as_ref().map(|l| &l.progs.futex_exit_tp),
+            "mem_enter_tp" => self.profile.as_ref().map(|p| &p.progs.mem_enter_tp),
+            "mem_exit_tp" => self.profile.as_ref().map(|p| &p.progs.mem_exit_tp),
+            "tcp_accept_tp" => self.system.as_ref().map(|p| &p.progs.tcp_accept_tp),
+            _ => None,
+        }
     }
 
     /// Per chain member, with BPF stats on: its run time (ns) and runs, summed over the

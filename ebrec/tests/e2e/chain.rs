@@ -3,7 +3,9 @@
 //! runs the families' programs only for the target's: a member that serves every call (the
 //! syscall family's) runs exactly once per target call, one that serves a few (futex, brk/mmap/munmap, accept) only
 //! for those (the hub's per-number dispatch), and none for another process's calls (a
-//! second `syscalls` running beside, untraced, makes far more).
+//! second `syscalls` running beside, untraced, makes far more). Without a family that needs
+//! every call, the few-call members run on their own per-syscall tracepoints instead
+//! (syscalls:sys_enter_futex, ...), and the hubs are not attached at all.
 use crate::common;
 
 use common::*;
@@ -158,4 +160,73 @@ fn the_hubs_leave_the_system_calls_when_every_member_is_paused() {
         hub < 5_000_000,
         "hub_sys_enter ran {hub} times of the 20 M calls: {err}"
     );
+}
+
+/// Untraced beside a recording: `syscalls --fast 200000` again and again until `stop`; the
+/// getppid calls it made.
+fn storm_beside(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let prog =
+        ebtrace_testdata::build("syscalls", ebtrace_testdata::Variant::FramePointer).unwrap();
+    std::thread::spawn(move || {
+        let mut calls = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let st = Command::new(&prog)
+                .args(["--fast", "200000", "--sleeps", "0"])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+            calls += 200_000;
+        }
+        calls
+    })
+}
+
+/// `--lock --memgrowth --tcp` (no family that needs every call): their programs run on the
+/// per-syscall tracepoints and the hubs never run, so a storm of another process's getppid
+/// calls beside runs no program; memgrowth still records the target's mappings. With
+/// `EBTRACE_SYSCALL_HUB_ONLY=1` (the raw tracepoints' chain) the same run's hubs see the
+/// storm.
+#[test]
+fn few_call_families_run_on_their_own_syscall_tracepoints() {
+    if !root() {
+        return;
+    }
+    let _alone = common::exclusive();
+    for hub_only in ["0", "1"] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let beside = storm_beside(stop.clone());
+        let r = record_loud_env(
+            "syscalls",
+            &["--lock", "--memgrowth", "--tcp", "--bpf-stats"],
+            &["--fast", "20000", "--sleeps", "20", "--sleep-ms", "50"],
+            &[("EBTRACE_SYSCALL_HUB_ONLY", hub_only)],
+        );
+        stop.store(true, Ordering::SeqCst);
+        let beside_calls = beside.join().unwrap();
+        assert!(beside_calls >= 200_000, "{beside_calls}");
+        let err = String::from_utf8_lossy(&r.out.stderr).to_string();
+        let runs = program_runs(&err);
+        let runs_of = |name: &str| runs.get(name).copied().unwrap_or(0);
+        let hubs = runs_of("hub_sys_enter") + runs_of("hub_sys_exit");
+        assert!(
+            err.lines().any(|l| l.contains("memgrowth")
+                && l.contains("kept")
+                && !l.contains("kept         0")),
+            "{err}"
+        );
+        if hub_only == "0" {
+            assert_eq!(hubs, 0, "the hubs ran: {err}");
+            // The target's brk, mmap and munmap (and those of every process of the machine:
+            // the programs check the target themselves).
+            let mem = runs_of("mem_enter_tp");
+            assert!(mem >= 1, "mem_enter_tp ran {mem} times: {err}");
+            assert!(runs_of("mem_exit_tp") >= 1, "{err}");
+            assert_eq!(runs_of("mem_enter"), 0, "{err}");
+        } else {
+            assert!(hubs >= 200_000, "the hubs ran {hubs} times: {err}");
+            assert_eq!(runs_of("mem_enter_tp"), 0, "{err}");
+            assert!(runs_of("mem_enter") >= 1, "{err}");
+        }
+    }
 }
