@@ -286,6 +286,8 @@ pub struct Probes<'obj> {
     hub_only: bool,
     /// Attaching a per-syscall program failed once (said in a note): the chain from then on.
     direct_failed: std::cell::Cell<bool>,
+    /// The threads closing links `sync_hubs` took off (joined at drop).
+    closing: std::cell::RefCell<Vec<std::thread::JoinHandle<()>>>,
     /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
     sys_epoch_ptr: Option<*mut u32>,
     /// `targets_gen` in the hub object's .bss (bumped when user space adds a target).
@@ -563,6 +565,7 @@ impl Drop for Probes<'_> {
                 .into_values()
                 .flatten(),
         );
+        let closing = std::mem::take(self.closing.get_mut());
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -571,6 +574,9 @@ impl Drop for Probes<'_> {
                 s.spawn(move || drop(f));
             }
         });
+        for t in closing {
+            let _ = t.join();
+        }
     }
 }
 
@@ -998,6 +1004,7 @@ impl<'obj> Probes<'obj> {
             direct_links: Default::default(),
             hub_only: std::env::var_os("EBTRACE_SYSCALL_HUB_ONLY").is_some_and(|v| v == "1"),
             direct_failed: Default::default(),
+            closing: Default::default(),
             sys_epoch_ptr: None,
             targets_gen_ptr: None,
             cpu_fds: Vec::new(),
@@ -1525,12 +1532,28 @@ impl<'obj> Probes<'obj> {
             .collect();
         let mut links = self.hub_links.borrow_mut();
         let mut direct = self.direct_links.borrow_mut();
-        // Leaving first.
-        direct.retain(|m, _| want_direct.contains(m));
+        // Leaving first. A tracepoint link's close waits for the kernel's RCU grace periods
+        // (the syscall tracepoints are faultable: RCU tasks trace too): 20-60 ms each here,
+        // over half a second for a switch of eight links in the budget's tick, while the
+        // ring buffers filled. Closed on a thread of their own instead; until then a member
+        // may run twice for a call, which its state makes harmless (an exit finds its
+        // entry gone, an accepted socket known).
+        let mut gone: Vec<Link> = Vec::new();
+        direct.retain(|m, l| {
+            let keep = want_direct.contains(m);
+            if !keep {
+                gone.append(l);
+            }
+            keep
+        });
         for (i, (want, _)) in plan.iter().enumerate() {
             if !want {
-                links[i] = None;
+                gone.extend(links[i].take());
             }
+        }
+        if !gone.is_empty() {
+            let t = std::thread::spawn(move || drop(gone));
+            self.closing.borrow_mut().push(t);
         }
         for (i, prog, what) in [
             (0, &h.progs.hub_sys_enter, "sys_enter"),
@@ -2187,13 +2210,25 @@ impl<'obj> Probes<'obj> {
                 hub_ns += ns;
                 hub_dispatch += (runs as f64 * dispatch_ns) as u64;
             }
+            // Shared by the families whose active members need every call (the hubs are
+            // attached for them: without them the few-call members would be on their own
+            // tracepoints), or by all the active ones when those would keep the hubs too.
+            let direct = !self.hub_only && !self.direct_failed.get();
             let mut fams: Vec<F> = Vec::new();
+            let mut every: Vec<F> = Vec::new();
             for (m, ns, _) in self.chain_stats() {
                 out[(m.family as usize).min(FAM_COUNT - 1)].0 += ns;
                 hub_ns = hub_ns.saturating_sub(ns);
                 if m.active && !fams.contains(&m.family) {
                     fams.push(m.family);
                 }
+                let needs_all = !m.direct || chain_syscalls(m.member).is_none();
+                if m.active && needs_all && !every.contains(&m.family) {
+                    every.push(m.family);
+                }
+            }
+            if direct && !every.is_empty() {
+                fams = every;
             }
             // Shared as it grows: the remainder added since the last call goes to the
             // families active now (dividing the whole by the families active now would move

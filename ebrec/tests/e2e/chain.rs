@@ -230,3 +230,79 @@ fn few_call_families_run_on_their_own_syscall_tracepoints() {
         }
     }
 }
+
+/// `--max-cpu` pausing `--syscalls` (a storm of 20 M getppid) moves memgrowth from the chain
+/// to its own tracepoints: the budget pauses the syscall family only (the hubs' cost was
+/// its), and memgrowth goes on recording the mapping, the heap growth and the unmapping the
+/// program makes after the storm (`memgrowth`'s known sizes), by `mem_enter_tp`.
+#[test]
+fn pausing_the_syscall_family_moves_memgrowth_to_its_own_tracepoints() {
+    if !root() {
+        return;
+    }
+    let _alone = common::exclusive();
+    let storm =
+        ebtrace_testdata::build("syscalls", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let grow =
+        ebtrace_testdata::build("memgrowth", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args([
+            "--syscalls",
+            "--memgrowth",
+            "--max-cpu",
+            "5",
+            "--bpf-stats",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "{} --fast 20000000 --sleeps 1 >/dev/null && {}",
+            storm.display(),
+            grow.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("Paused(Syscall)"), "{err}");
+    assert!(!err.contains("Paused(MemGrowth)"), "{err}");
+    let runs = program_runs(&err);
+    assert!(
+        runs.get("mem_enter_tp").copied().unwrap_or(0) >= 3,
+        "mem_enter_tp did not run: {err}"
+    );
+    // The 64 MiB mapping and its unmapping, once each, and the heap's growth, as memgrowth
+    // says: all made after the storm.
+    use ebtrace_format::proto::MemGrowthKind;
+    let expect = expect_line(&out, "memgrowth");
+    let map_bytes = expect["map_bytes"].as_u64().unwrap();
+    let map_addr = u64::from_str_radix(
+        expect["map_address"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    let events = crate::profile::mem_events(&trace);
+    let at = |kind: MemGrowthKind| {
+        events
+            .iter()
+            .filter(|e| e.kind == kind && e.address == map_addr)
+            .map(|e| e.size)
+            .collect::<Vec<u64>>()
+    };
+    assert_eq!(at(MemGrowthKind::Mmap), vec![map_bytes], "{err}");
+    assert_eq!(at(MemGrowthKind::Munmap), vec![map_bytes], "{err}");
+    let brk: u64 = events
+        .iter()
+        .filter(|e| e.kind == MemGrowthKind::Brk)
+        .map(|e| e.size)
+        .sum();
+    assert!(brk >= expect["heap_bytes"].as_u64().unwrap(), "brk {brk}");
+}

@@ -26,7 +26,8 @@ fn is_fn(name: &str, want: &str) -> bool {
     name == want || name.strip_prefix(want).is_some_and(|r| r.starts_with('('))
 }
 
-fn mem_events(path: &Path) -> Vec<MemGrowthEvent> {
+/// The memory growth events of the trace at `path`, in order.
+pub(crate) fn mem_events(path: &Path) -> Vec<MemGrowthEvent> {
     let mut r = TraceReader::open(path).unwrap();
     let mut tables = Tables::default();
     let mut out = Vec::new();
