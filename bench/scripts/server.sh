@@ -380,10 +380,13 @@ ev_syscount() { awk 'NF == 3 && $2 ~ /^[0-9]+$/ && $3 ~ /^[0-9.]+$/ { s += $2 } 
 # ebrec's summary: the probe hits of all families, when its programs ran (--bpf-stats: "BPF run
 # time ... for N program runs", N > 0; STATS=0: a family's line). No hits is a result then
 # (--lock: no contended wait).
+# (Without stats, a recording that ended with its summary and saw nothing, e.g. --lock where
+# no futex wait ends, is 0 events: its summary has no family line then.)
 ev_ebrec() {
   tr '\r' '\n' <"$1" | awk -v nostats="$([ "$STATS" = 1 ] || echo 1)" '/^ebrec: +[a-z_-]+ +kept +[0-9]+ +lost/ { fams++; for (i = 1; i < NF; i++) if ($i == "hits") s += $(i + 1) }
     /^ebrec: +BPF run time .* for [0-9]+ program runs/ { for (i = 1; i < NF; i++) if ($i == "for") runs = $(i + 1) }
-    END { if (runs > 0 || (nostats && fams > 0)) print s + 0 }'
+    /^ebrec: .* after [0-9.]+ s: [0-9]+ processes/ { ended = 1 }
+    END { if (runs > 0 || (nostats && (fams > 0 || ended))) print s + 0 }'
 }
 # ev_agent OUT: the window files the agent closed or is writing, if they hold anything.
 ev_agent() {
