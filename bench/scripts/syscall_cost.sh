@@ -17,6 +17,11 @@
 # user space, on rseq_update: no program at system calls), and with EBTRACE_OFFCPU_SYS_EXIT=1
 # (at the next syscall exit, the way before: every system call on the slow path):
 #   ebrec-offcpu-other, ebrec-offcpu-sysexit-other (not in the default CONFIGS)
+# And the few-call families (--lock --memgrowth --tcp: futex, mmap/munmap/brk, accept) on
+# their own per-syscall tracepoints, against the same on the raw tracepoints' chain
+# (EBTRACE_SYSCALL_HUB_ONLY=1, as before), the loop not traced and traced:
+#   ebrec-few-other, ebrec-few-hub-other, ebrec-few-traced, ebrec-few-hub-traced
+#   (not in the default CONFIGS)
 #
 #   bench/scripts/syscall_cost.sh                 # EBREC=target/release/ebrec by default
 #   ROUNDS=7 LOOPS=5000000 bench/scripts/syscall_cost.sh
@@ -36,6 +41,7 @@ command -v bpftrace >/dev/null || apt_install bpftrace
 ensure_tracefs
 
 DIAG=(--cpu --offcpu=1000 --lock=100 --memgrowth --syscalls=1000 --bio --runq=1000 --tcp)
+FEW=(--lock=100 --memgrowth --tcp)
 work=$(mktemp -d /tmp/ebtrace-syscost.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -59,13 +65,16 @@ measure() {
   local cfg=$1 ns pid bt
   case "$cfg" in
     untraced) bench ;;
-    ebrec-diag-other | ebrec-sys-other | ebrec-offcpu-other | ebrec-offcpu-sysexit-other)
+    ebrec-diag-other | ebrec-sys-other | ebrec-offcpu-other | ebrec-offcpu-sysexit-other | \
+      ebrec-few-other | ebrec-few-hub-other)
       sleep 600 & pid=$!
-      local flags=("${DIAG[@]}") sysexit=0
+      local flags=("${DIAG[@]}") sysexit=0 hub=0
+      case "$cfg" in ebrec-few-*) flags=("${FEW[@]}") ;; esac
+      [ "$cfg" = ebrec-few-hub-other ] && hub=1
       [ "$cfg" = ebrec-sys-other ] && flags=(--syscalls=1000)
       [ "$cfg" = ebrec-offcpu-other ] && flags=(--offcpu=1000)
       [ "$cfg" = ebrec-offcpu-sysexit-other ] && flags=(--offcpu=1000) && sysexit=1
-      EBTRACE_OFFCPU_SYS_EXIT=$sysexit \
+      EBTRACE_OFFCPU_SYS_EXIT=$sysexit EBTRACE_SYSCALL_HUB_ONLY=$hub \
         "$EBREC" record -q -o "$work/t.pb.zst" "${flags[@]}" -p "$pid" 2>"$work/ebrec.log" &
       local rec=$!
       wait_recording "$work/ebrec.log"
@@ -73,10 +82,12 @@ measure() {
       kill -INT "$rec"; wait "$rec" || true
       kill "$pid"; wait "$pid" 2>/dev/null || true
       echo "$ns" ;;
-    ebrec-diag-traced | ebrec-sys-traced)
-      local flags=("${DIAG[@]}")
+    ebrec-diag-traced | ebrec-sys-traced | ebrec-few-traced | ebrec-few-hub-traced)
+      local flags=("${DIAG[@]}") hub=0
       [ "$cfg" = ebrec-sys-traced ] && flags=(--syscalls=1000)
-      "$EBREC" record -q -o "$work/t.pb.zst" "${flags[@]}" -- \
+      case "$cfg" in ebrec-few-*) flags=("${FEW[@]}") ;; esac
+      [ "$cfg" = ebrec-few-hub-traced ] && hub=1
+      EBTRACE_SYSCALL_HUB_ONLY=$hub "$EBREC" record -q -o "$work/t.pb.zst" "${flags[@]}" -- \
         perf bench syscall basic -l "$LOOPS" >"$work/out" 2>"$work/ebrec.log"
       awk '/usecs\/op/ { printf "%.1f\n", $1 * 1000 }' "$work/out" ;;
     bt-other | bt-traced)
