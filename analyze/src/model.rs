@@ -331,6 +331,20 @@ pub const MAX_KERNEL_SYMBOL_SIZE: u64 = 1 << 20;
 /// Called for every event that passes the filter.
 pub trait Sink {
     fn event(&mut self, ev: &Event<'_>);
+    /// A batch of allocations, in the file's order, every one passing the filter: by
+    /// default each to [`Sink::event`]. A sink that keeps events for later takes the batch
+    /// as it is instead of copying it.
+    fn allocs(&mut self, batch: Vec<ebtrace_format::events::AllocEvent>) {
+        for e in &batch {
+            self.event(&Event::Alloc(e));
+        }
+    }
+    /// A batch of frees, as [`Sink::allocs`].
+    fn frees(&mut self, batch: Vec<ebtrace_format::events::FreeEvent>) {
+        for e in &batch {
+            self.event(&Event::Free(e));
+        }
+    }
     /// A process generation ended at `time_ns` (boottime): it exited, or its image was
     /// replaced by execve (the pre-exec generation). Its blocks are gone from then on. As
     /// the `Process` record comes, which may be before the generation's last events are read.
@@ -410,6 +424,13 @@ impl Loaded {
         self.last_event_ns = Some(self.last_event_ns.map_or(time, |f| f.max(time)));
     }
 
+    /// Widens the events' span to `t`.
+    #[inline]
+    fn seen(&mut self, t: u64) {
+        self.first_event_ns = Some(self.first_event_ns.map_or(t, |f| f.min(t)));
+        self.last_event_ns = Some(self.last_event_ns.map_or(t, |f| f.max(t)));
+    }
+
     /// The decoded events of one batch, each that passes `filter` to `sink`.
     fn events(&mut self, evs: Events, filter: &Filter, sink: &mut dyn Sink) {
         let all = filter.is_empty();
@@ -442,6 +463,23 @@ impl Loaded {
             };
         }
         match evs {
+            // Without a filter a batch of allocations or frees goes to the sink whole, its
+            // bookkeeping done here first (none of it depends on the sink).
+            Events::Alloc(b) if all => {
+                for a in &b {
+                    if a.sample_period > 0 {
+                        self.losses.note_sampled(a.sample_period);
+                    }
+                    self.seen(a.time_ns);
+                }
+                sink.allocs(b)
+            }
+            Events::Free(b) if all => {
+                for f in &b {
+                    self.seen(f.time_ns);
+                }
+                sink.frees(b)
+            }
             Events::Alloc(b) => events!(b, Alloc),
             Events::Free(b) => events!(b, Free),
             Events::Lock(b) => events!(b, Lock),

@@ -29,6 +29,7 @@ use super::top::Row;
 use crate::hash::{FastMap, IdMap};
 use crate::histogram::Log2Bin;
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, Sink, Trace};
+use ebtrace_format::events::{AllocEvent, FreeEvent};
 use ebtrace_format::proto::EventFamily;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -221,81 +222,47 @@ impl Op {
     }
 }
 
-/// An allocation as it waits in its queue: only what [`HeapSink::take`] needs (56 bytes
-/// instead of an [`Op`]'s 64: the queues hold 10 ms of events or more, megabytes that
-/// are written once and read once, out of the cache).
-#[derive(Debug, Clone, Copy)]
-struct AllocOp {
-    time: u64,
-    seq: u64,
-    address: u64,
-    stack: u64,
-    size: u64,
-    period: u64,
-    generation: u32,
-    tid: u32,
-}
-
-/// A free as it waits in its queue (32 bytes).
-#[derive(Debug, Clone, Copy)]
-struct FreeOp {
-    time: u64,
-    seq: u64,
-    address: u64,
-    generation: u32,
-}
-
-/// What waits in a queue: ordered by (time, seq), taken as an [`Op`].
+/// An event that waits in a [`Runs`] queue.
 trait Queued: Copy {
-    fn key(&self) -> (u64, u64);
-    fn op(self) -> Op;
+    fn time(&self) -> u64;
+    /// The event as [`HeapSink::take`] takes it, with its arrival number.
+    fn op(&self, seq: u64) -> Op;
 }
 
-impl Queued for Op {
+impl Queued for AllocEvent {
     #[inline]
-    fn key(&self) -> (u64, u64) {
-        Op::key(self)
+    fn time(&self) -> u64 {
+        self.time_ns
     }
     #[inline]
-    fn op(self) -> Op {
-        self
-    }
-}
-
-impl Queued for AllocOp {
-    #[inline]
-    fn key(&self) -> (u64, u64) {
-        (self.time, self.seq)
-    }
-    #[inline]
-    fn op(self) -> Op {
+    fn op(&self, seq: u64) -> Op {
         Op {
-            time: self.time,
-            seq: self.seq,
+            time: self.time_ns,
+            seq,
             generation: self.generation,
             what: ALLOC,
-            address: self.address,
+            address: self.block(),
             stack: self.stack,
             size: self.size,
-            period: self.period,
+            period: self.sample_period,
             tid: self.tid,
         }
     }
 }
 
-impl Queued for FreeOp {
+impl Queued for FreeEvent {
     #[inline]
-    fn key(&self) -> (u64, u64) {
-        (self.time, self.seq)
+    fn time(&self) -> u64 {
+        self.time_ns
     }
     #[inline]
-    fn op(self) -> Op {
+    fn op(&self, seq: u64) -> Op {
         Op {
-            time: self.time,
-            seq: self.seq,
+            time: self.time_ns,
+            seq,
             generation: self.generation,
             what: FREE,
-            address: self.address,
+            address: self.block(),
             stack: 0,
             size: 0,
             period: 0,
@@ -304,9 +271,231 @@ impl Queued for FreeOp {
     }
 }
 
+/// Events sorted by (time, arrival number), each arrival number once: the next to take
+/// at `pos`.
+#[derive(Debug)]
+struct Run<T> {
+    events: Vec<T>,
+    /// Each event's arrival number, or empty when they are `seq0`, `seq0 + 1`, …
+    seqs: Vec<u64>,
+    seq0: u64,
+    pos: usize,
+}
+
+impl<T: Queued> Run<T> {
+    #[inline]
+    fn seq(&self, i: usize) -> u64 {
+        if self.seqs.is_empty() {
+            self.seq0 + i as u64
+        } else {
+            self.seqs[i]
+        }
+    }
+
+    #[inline]
+    fn key(&self, i: usize) -> (u64, u64) {
+        (self.events[i].time(), self.seq(i))
+    }
+
+    fn last_key(&self) -> (u64, u64) {
+        self.key(self.events.len() - 1)
+    }
+}
+
+/// A queue of events kept sorted by (time, arrival number), as runs: a batch read in time
+/// order (what the recorder writes) waits as it was decoded, not copied event by event
+/// (the copies, megabytes out of the cache for 10 ms of events, were a tenth of `ebsym
+/// heap`'s time). An event older than the newest waiting is merged in.
+#[derive(Debug)]
+struct Runs<T> {
+    runs: VecDeque<Run<T>>,
+    len: usize,
+}
+
+impl<T> Default for Runs<T> {
+    fn default() -> Self {
+        Runs {
+            runs: VecDeque::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T: Queued> Runs<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The key of the oldest event waiting.
+    #[inline]
+    fn front_key(&self) -> Option<(u64, u64)> {
+        self.runs.front().map(|r| r.key(r.pos))
+    }
+
+    /// Takes the oldest event waiting.
+    #[inline]
+    fn pop_front(&mut self) -> Option<Op> {
+        let r = self.runs.front_mut()?;
+        let op = r.events[r.pos].op(r.seq(r.pos));
+        r.pos += 1;
+        if r.pos == r.events.len() {
+            self.runs.pop_front();
+        }
+        self.len -= 1;
+        Some(op)
+    }
+
+    /// Adds one event, numbered `seq` (larger than any before).
+    #[inline]
+    fn push_one(&mut self, e: T, seq: u64) {
+        if let Some(r) = self.runs.back_mut() {
+            if r.events[r.events.len() - 1].time() <= e.time() {
+                if r.seqs.is_empty() && r.seq0 + r.events.len() as u64 == seq {
+                    r.events.push(e);
+                    self.len += 1;
+                    return;
+                }
+                if !r.seqs.is_empty() {
+                    r.events.push(e);
+                    r.seqs.push(seq);
+                    self.len += 1;
+                    return;
+                }
+            }
+        }
+        self.push(vec![e], seq);
+    }
+
+    /// Adds `events`, numbered `seq0`, `seq0 + 1`, … in their order (larger than any
+    /// before), sorted by time or not.
+    fn push(&mut self, events: Vec<T>, seq0: u64) {
+        if events.is_empty() {
+            return;
+        }
+        self.len += events.len();
+        let mut run = Run {
+            events,
+            seqs: Vec::new(),
+            seq0,
+            pos: 0,
+        };
+        if !run.events.windows(2).all(|w| w[0].time() <= w[1].time()) {
+            // A stable sort by time: equal times stay in arrival order.
+            let mut v: Vec<(T, u64)> = run.events.iter().copied().zip(seq0..).collect();
+            v.sort_by_key(|&(e, _)| e.time());
+            (run.events, run.seqs) = v.into_iter().unzip();
+        }
+        self.insert(run);
+    }
+
+    /// Puts a sorted run in its place among the waiting events.
+    fn insert(&mut self, run: Run<T>) {
+        let first = run.key(0);
+        if self.runs.back().is_none_or(|b| b.last_key() <= first) {
+            self.runs.push_back(run);
+            return;
+        }
+        // The first waiting event after `first`: in run `j`, at `p`.
+        let mut j = self.runs.len() - 1;
+        while j > 0 && self.runs[j - 1].last_key() > first {
+            j -= 1;
+        }
+        let r = &self.runs[j];
+        let (mut p, mut hi) = (r.pos, r.events.len());
+        while p < hi {
+            let mid = p + (hi - p) / 2;
+            if r.key(mid) <= first {
+                p = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if run.last_key() < r.key(p) {
+            // Between two waiting events (one event always is): run `j` split there.
+            if p > r.pos {
+                let tail = self.split(j, p);
+                self.runs.insert(j + 1, tail);
+                j += 1;
+            }
+            self.runs.insert(j, run);
+            return;
+        }
+        // Among waiting events: merged with every one from there on.
+        let later: Vec<Run<T>> = self.runs.drain(j + 1..).collect();
+        let r = self.runs.pop_back().expect("run j");
+        let mut rest: Vec<(T, u64)> = (p..r.events.len())
+            .map(|i| (r.events[i], r.seq(i)))
+            .collect();
+        for b in &later {
+            rest.extend((b.pos..b.events.len()).map(|i| (b.events[i], b.seq(i))));
+        }
+        if p > r.pos {
+            let mut r = r;
+            r.events.truncate(p);
+            r.seqs.truncate(p);
+            self.runs.push_back(r);
+        }
+        let mut events = Vec::with_capacity(rest.len() + run.events.len());
+        let mut seqs = Vec::with_capacity(rest.len() + run.events.len());
+        let (mut a, mut b) = (0, 0);
+        while a < rest.len() || b < run.events.len() {
+            let take_rest = b == run.events.len()
+                || (a < rest.len() && (rest[a].0.time(), rest[a].1) < run.key(b));
+            if take_rest {
+                events.push(rest[a].0);
+                seqs.push(rest[a].1);
+                a += 1;
+            } else {
+                events.push(run.events[b]);
+                seqs.push(run.seq(b));
+                b += 1;
+            }
+        }
+        self.runs.push_back(Run {
+            events,
+            seqs,
+            seq0: 0,
+            pos: 0,
+        });
+    }
+
+    /// Splits run `j` before its event `p` (after its next to take): it keeps the events
+    /// before, the run returned has those from `p` on. The shorter part is copied.
+    fn split(&mut self, j: usize, p: usize) -> Run<T> {
+        let r = &mut self.runs[j];
+        if p - r.pos <= r.events.len() - p {
+            // The head copied into a run of its own, which takes run j's place.
+            let head = Run {
+                events: r.events[r.pos..p].to_vec(),
+                seqs: if r.seqs.is_empty() {
+                    Vec::new()
+                } else {
+                    r.seqs[r.pos..p].to_vec()
+                },
+                seq0: r.seq0 + r.pos as u64,
+                pos: 0,
+            };
+            r.pos = p;
+            std::mem::replace(r, head)
+        } else {
+            let events = r.events.split_off(p);
+            let seqs = if r.seqs.is_empty() {
+                Vec::new()
+            } else {
+                r.seqs.split_off(p)
+            };
+            Run {
+                events,
+                seqs,
+                seq0: r.seq0 + p as u64,
+                pos: 0,
+            }
+        }
+    }
+}
+
 /// Pushes `op` into `q`, keeping it sorted by (time, seq) (usually at the back).
-#[inline]
-fn push_sorted<T: Queued>(q: &mut VecDeque<T>, op: T) {
+fn push_sorted(q: &mut VecDeque<Op>, op: Op) {
     if q.back().is_none_or(|b| b.key() <= op.key()) {
         q.push_back(op);
     } else {
@@ -421,8 +610,8 @@ fn bucket(ns: u64) -> usize {
 #[derive(Default)]
 pub(crate) struct HeapSink {
     live: Outstanding,
-    allocs: VecDeque<AllocOp>,
-    frees: VecDeque<FreeOp>,
+    allocs: Runs<AllocEvent>,
+    frees: Runs<FreeEvent>,
     ends: VecDeque<Op>,
     seq: u64,
     max_alloc: u64,
@@ -458,6 +647,9 @@ pub(crate) struct HeapSink {
     allocators: FastMap<u64, u32>,
     /// The heap over time, when asked for ([`HeapSink::with_timeline`]).
     timeline: Option<HeapTimeline>,
+    /// Every event taken, (time, seq, what), in order: what the tests compare.
+    #[cfg(test)]
+    taken: Vec<(u64, u64, u8)>,
 }
 
 impl Sink for HeapSink {
@@ -465,41 +657,12 @@ impl Sink for HeapSink {
     fn event(&mut self, ev: &Event<'_>) {
         match ev {
             Event::Alloc(e) => {
-                if e.allocator != 0 {
-                    self.allocators.insert(e.stack, e.allocator);
-                    self.live.note_allocator(e.stack, e.allocator);
-                }
-                self.alloc_events += 1;
-                self.last_ns = self.last_ns.max(e.time_ns);
-                self.max_alloc = self.max_alloc.max(e.time_ns);
-                self.seq += 1;
-                push_sorted(
-                    &mut self.allocs,
-                    AllocOp {
-                        time: e.time_ns,
-                        seq: self.seq,
-                        generation: e.generation,
-                        address: e.block(),
-                        stack: e.stack,
-                        size: e.size,
-                        period: e.sample_period,
-                        tid: e.tid,
-                    },
-                );
+                self.note_alloc(e);
+                self.allocs.push_one(**e, self.seq);
             }
             Event::Free(e) => {
-                self.last_ns = self.last_ns.max(e.time_ns);
-                self.max_free = self.max_free.max(e.time_ns);
-                self.seq += 1;
-                push_sorted(
-                    &mut self.frees,
-                    FreeOp {
-                        time: e.time_ns,
-                        seq: self.seq,
-                        generation: e.generation,
-                        address: e.block(),
-                    },
-                );
+                self.note_free(e);
+                self.frees.push_one(**e, self.seq);
             }
             Event::Aggregated(EventFamily::Alloc, r) => {
                 self.alloc_events += r.count;
@@ -515,13 +678,60 @@ impl Sink for HeapSink {
             }
             _ => return,
         }
-        let watermark = self.max_alloc.min(self.max_free).saturating_sub(SLACK_NS);
-        if watermark > self.drained_to
-            || !self.ends.is_empty()
-            || self.allocs.len() + self.frees.len() > MAX_PENDING
-        {
-            self.drained_to = watermark;
-            self.drain(false);
+        self.maybe_drain();
+    }
+
+    /// The batch waits as it is, up to its first event that one by one would have been
+    /// taken differently: one older than the watermark when it came (late: taken before
+    /// events already waiting), or one past [`MAX_PENDING`]. Until then each event only
+    /// joins the queue and moves the watermark, and the events taken after the batch are,
+    /// in the same order, those taken after each of its events one by one: every event
+    /// taken in an earlier drain is older than any event that came after it. The rest of
+    /// the batch goes one by one.
+    fn allocs(&mut self, mut batch: Vec<AllocEvent>) {
+        let seq0 = self.seq + 1;
+        let room = MAX_PENDING.saturating_sub(self.pending());
+        let mut n = 0;
+        for e in &batch {
+            if n == room || e.time_ns <= self.watermark() {
+                break;
+            }
+            self.note_alloc(e);
+            n += 1;
+        }
+        let rest = if n < batch.len() {
+            batch.split_off(n)
+        } else {
+            Vec::new()
+        };
+        self.allocs.push(batch, seq0);
+        self.maybe_drain();
+        for e in &rest {
+            self.event(&Event::Alloc(e));
+        }
+    }
+
+    /// As [`HeapSink::allocs`].
+    fn frees(&mut self, mut batch: Vec<FreeEvent>) {
+        let seq0 = self.seq + 1;
+        let room = MAX_PENDING.saturating_sub(self.pending());
+        let mut n = 0;
+        for e in &batch {
+            if n == room || e.time_ns <= self.watermark() {
+                break;
+            }
+            self.note_free(e);
+            n += 1;
+        }
+        let rest = if n < batch.len() {
+            batch.split_off(n)
+        } else {
+            Vec::new()
+        };
+        self.frees.push(batch, seq0);
+        self.maybe_drain();
+        for e in &rest {
+            self.event(&Event::Free(e));
         }
     }
 
@@ -545,6 +755,53 @@ impl Sink for HeapSink {
 }
 
 impl HeapSink {
+    /// Events waiting to be taken.
+    #[inline]
+    fn pending(&self) -> usize {
+        self.allocs.len() + self.frees.len() + self.ends.len()
+    }
+
+    /// The time up to which events are in order: the older of the latest allocation and
+    /// the latest free read, less [`SLACK_NS`].
+    #[inline]
+    fn watermark(&self) -> u64 {
+        self.max_alloc.min(self.max_free).saturating_sub(SLACK_NS)
+    }
+
+    /// An allocation comes (numbered `self.seq`).
+    #[inline]
+    fn note_alloc(&mut self, e: &AllocEvent) {
+        if e.allocator != 0 {
+            self.allocators.insert(e.stack, e.allocator);
+            self.live.note_allocator(e.stack, e.allocator);
+        }
+        self.alloc_events += 1;
+        self.last_ns = self.last_ns.max(e.time_ns);
+        self.max_alloc = self.max_alloc.max(e.time_ns);
+        self.seq += 1;
+    }
+
+    /// A free comes (numbered `self.seq`).
+    #[inline]
+    fn note_free(&mut self, e: &FreeEvent) {
+        self.last_ns = self.last_ns.max(e.time_ns);
+        self.max_free = self.max_free.max(e.time_ns);
+        self.seq += 1;
+    }
+
+    /// Takes what is in order after an event came, if anything can be.
+    #[inline]
+    fn maybe_drain(&mut self) {
+        let watermark = self.watermark();
+        if watermark > self.drained_to
+            || !self.ends.is_empty()
+            || self.allocs.len() + self.frees.len() > MAX_PENDING
+        {
+            self.drained_to = watermark;
+            self.drain(false);
+        }
+    }
+
     /// Takes the events that are in order: up to the watermark, or all of them at the end
     /// (`all`), or the oldest while too many wait.
     fn drain(&mut self, all: bool) {
@@ -552,19 +809,19 @@ impl HeapSink {
         loop {
             // The queue holding the oldest head (generation ends are rare: allocations and
             // frees first, compared directly).
-            let (q, time) = match (self.allocs.front(), self.frees.front()) {
-                (Some(a), Some(f)) if Queued::key(a) <= Queued::key(f) => (0, a.time),
-                (_, Some(f)) => (1, f.time),
-                (Some(a), None) => (0, a.time),
+            let (q, time) = match (self.allocs.front_key(), self.frees.front_key()) {
+                (Some(a), Some(f)) if a <= f => (0, a.0),
+                (_, Some(f)) => (1, f.0),
+                (Some(a), None) => (0, a.0),
                 (None, None) => (3, u64::MAX),
             };
             let (q, time) = match self.ends.front() {
                 Some(e) if q == 3 => (2, e.time),
                 Some(e) => {
                     let head = if q == 0 {
-                        self.allocs.front().map(Queued::key)
+                        self.allocs.front_key()
                     } else {
-                        self.frees.front().map(Queued::key)
+                        self.frees.front_key()
                     };
                     if head.is_some_and(|h| e.key() < h) {
                         (2, e.time)
@@ -582,8 +839,8 @@ impl HeapSink {
                 return;
             }
             let op = match q {
-                0 => self.allocs.pop_front().map(Queued::op),
-                1 => self.frees.pop_front().map(Queued::op),
+                0 => self.allocs.pop_front(),
+                1 => self.frees.pop_front(),
                 _ => self.ends.pop_front(),
             }
             .expect("the head exists");
@@ -636,6 +893,8 @@ impl HeapSink {
 
     /// One event, in time order.
     fn take(&mut self, op: Op) {
+        #[cfg(test)]
+        self.taken.push((op.time, op.seq, op.what));
         if op.time < self.taken_ns {
             self.late += 1;
         }
@@ -1303,6 +1562,183 @@ mod tests {
         }
         s.finish();
         s
+    }
+
+    /// A small random number generator (xorshift).
+    struct Rnd(u64);
+    impl Rnd {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Runs against a sorted list: batches in order, batches out of order within and
+    /// against what waits, single events that extend the last run or not, taken in
+    /// between; every event comes out once, in (time, seq) order.
+    #[test]
+    fn runs_give_events_back_in_time_and_arrival_order() {
+        let mut rnd = Rnd(0x9e37_79b9_7f4a_7c15);
+        for round in 0..50 {
+            let mut runs: Runs<FreeEvent> = Runs::default();
+            let mut model: Vec<(u64, u64)> = Vec::new();
+            let (mut seq, mut t) = (0u64, 1000u64);
+            for _ in 0..300 {
+                let n = if rnd.below(3) == 0 {
+                    1
+                } else {
+                    rnd.below(40) as usize
+                };
+                let batch: Vec<FreeEvent> = (0..n)
+                    .map(|_| {
+                        t += rnd.below(5);
+                        // Some from the past (further back in later rounds).
+                        let back = if rnd.below(6) == 0 {
+                            rnd.below(20 + round)
+                        } else {
+                            0
+                        };
+                        free(t - back, 1, 0x10)
+                    })
+                    .collect();
+                for (i, e) in batch.iter().enumerate() {
+                    model.push((e.time_ns, seq + 1 + i as u64));
+                }
+                if n == 1 && rnd.below(2) == 0 {
+                    runs.push_one(batch[0], seq + 1);
+                } else {
+                    runs.push(batch, seq + 1);
+                }
+                seq += n as u64;
+                // A gap in the numbering (events of the other queue).
+                seq += rnd.below(3);
+                model.sort_unstable();
+                assert_eq!(runs.len(), model.len());
+                for _ in 0..rnd.below(30) {
+                    let Some(op) = runs.pop_front() else {
+                        assert!(model.is_empty());
+                        break;
+                    };
+                    assert_eq!((op.time, op.seq), model.remove(0), "round {round}");
+                }
+                assert_eq!(runs.front_key(), model.first().copied());
+            }
+            while let Some(op) = runs.pop_front() {
+                assert_eq!((op.time, op.seq), model.remove(0));
+            }
+            assert!(model.is_empty());
+        }
+    }
+
+    /// Batches given whole ([`Sink::allocs`], [`Sink::frees`]) take the same events in
+    /// the same order as the same events one by one, and end with the same numbers:
+    /// batches in time order, batches with late events (past the watermark), generation
+    /// ends between them, and past [`MAX_PENDING`] waiting.
+    #[test]
+    fn batches_are_taken_as_their_events_one_by_one() {
+        let mut rnd = Rnd(0x2545_f491_4f6c_dd1d);
+        for round in 0..6u64 {
+            // (allocations?, batch, or a generation's end)
+            let mut batches: Vec<Result<(Vec<AllocEvent>, Vec<FreeEvent>), (u32, u64)>> =
+                Vec::new();
+            let mut t = 1_000_000_000u64;
+            let mut live: Vec<(u32, u64)> = Vec::new();
+            let big = round >= 4;
+            let count = if big { 60 } else { 400 };
+            for b in 0..count {
+                let n = if big {
+                    8192
+                } else {
+                    1 + rnd.below(300) as usize
+                };
+                let step = if big { 10 } else { 1 + rnd.below(200_000) };
+                let start = t;
+                let mut allocs = Vec::new();
+                for _ in 0..n {
+                    t += rnd.below(step);
+                    let g = 1 + rnd.below(2) as u32;
+                    let a = 0x5555_0000_0000 + rnd.below(1 << 12) * 16;
+                    // Late ones: up to 30 ms back (the slack is 10).
+                    let late = if rnd.below(50) == 0 {
+                        rnd.below(30_000_000)
+                    } else {
+                        0
+                    };
+                    allocs.push(alloc(
+                        t.saturating_sub(late),
+                        g,
+                        a,
+                        rnd.below(9),
+                        1 + rnd.below(100),
+                    ));
+                    live.push((g, a));
+                }
+                let mut frees = Vec::new();
+                let mut ft = start;
+                // In the big rounds frees fall behind: allocations pile up past MAX_PENDING.
+                let nf = if big && b % 3 != 0 {
+                    0
+                } else {
+                    live.len().min(n + 50)
+                };
+                for _ in 0..nf {
+                    let i = rnd.below(live.len() as u64) as usize;
+                    let (g, a) = live.swap_remove(i);
+                    ft += rnd.below(step.max(2) * 2);
+                    frees.push(free(ft, g, a));
+                }
+                batches.push(Ok((allocs, Vec::new())));
+                batches.push(Ok((Vec::new(), frees)));
+                if rnd.below(40) == 0 {
+                    batches.push(Err((1 + rnd.below(2) as u32, t - rnd.below(1_000_000))));
+                }
+            }
+            let one_by_one = {
+                let mut s = HeapSink::default();
+                for b in &batches {
+                    match b {
+                        Ok((a, f)) => {
+                            a.iter().for_each(|e| s.event(&Event::Alloc(e)));
+                            f.iter().for_each(|e| s.event(&Event::Free(e)));
+                        }
+                        Err((g, t)) => s.generation_end(*g, *t),
+                    }
+                }
+                s.finish();
+                s
+            };
+            let whole = {
+                let mut s = HeapSink::default();
+                for b in batches {
+                    match b {
+                        Ok((a, f)) => {
+                            if !a.is_empty() {
+                                s.allocs(a);
+                            }
+                            if !f.is_empty() {
+                                s.frees(f);
+                            }
+                        }
+                        Err((g, t)) => s.generation_end(g, t),
+                    }
+                }
+                s.finish();
+                s
+            };
+            assert!(one_by_one.taken.len() > 1000);
+            assert_eq!(one_by_one.taken, whole.taken, "round {round}");
+            assert_eq!(one_by_one.late, whole.late);
+            assert_eq!(one_by_one.temporary, whole.temporary);
+            assert_eq!(one_by_one.peak, whole.peak);
+            assert_eq!(one_by_one.unmatched_frees, whole.unmatched_frees);
+            assert_eq!(one_by_one.alloc_events, whole.alloc_events);
+            assert_eq!(one_by_one.last_ns, whole.last_ns);
+            if round == 0 {
+                assert!(one_by_one.late > 0, "some events came late");
+            }
+        }
     }
 
     fn temporary(s: &HeapSink, stack: u64) -> u64 {
