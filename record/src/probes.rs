@@ -2642,11 +2642,15 @@ impl<'obj> Probes<'obj> {
     }
 }
 
-/// ns per getppid system call in a loop here (the least of 5 rounds of 20,000).
+/// ns per getppid system call in a loop here (the least of 40 rounds of 2,000).
 fn time_syscalls() -> f64 {
-    const N: u32 = 20_000;
+    // Many short loops (about half a millisecond each), their best: a loop that a switch
+    // or an interrupt stretched is not the best, and on a busy machine (the load ebrec
+    // is started under) a long loop seldom runs undisturbed. Five loops of 20,000 once
+    // measured 547 ns a run where the truth was about 50.
+    const N: u32 = 2_000;
     let mut best = f64::MAX;
-    for _ in 0..5 {
+    for _ in 0..40 {
         let t = std::time::Instant::now();
         for _ in 0..N {
             // SAFETY: getppid has no arguments and no preconditions.
