@@ -159,26 +159,33 @@ fn ident_before(b: &[char], i: usize) -> bool {
     i > 0 && (b[i - 1].is_alphanumeric() || b[i - 1] == '_')
 }
 
-/// The source without its `#[cfg(test)]` items (a test module, a test-only `use`).
+/// The source without its `#[cfg(test)]` items (a test module, a test-only `use`, a
+/// test-only field of a struct or statement of a function).
 fn without_tests(s: &str) -> String {
     let mut out = s.to_string();
     while let Some(at) = out.find("#[cfg(test)]") {
         let b = out.as_bytes();
         let mut j = at + "#[cfg(test)]".len();
-        let mut depth = 0usize;
+        // Braces, and parentheses and brackets (a field's type may hold commas).
+        let (mut depth, mut parens) = (0usize, 0usize);
         let end = loop {
             if j >= b.len() {
                 break b.len();
             }
             match b[j] {
                 b'{' => depth += 1,
+                // The end of the enclosing item: a field that was its last one.
+                b'}' if depth == 0 => break j,
                 b'}' => {
                     depth -= 1;
                     if depth == 0 {
                         break j + 1;
                     }
                 }
+                b'(' | b'[' => parens += 1,
+                b')' | b']' => parens = parens.saturating_sub(1),
                 b';' if depth == 0 => break j + 1,
+                b',' if depth == 0 && parens == 0 => break j + 1,
                 _ => {}
             }
             j += 1;
