@@ -2,8 +2,10 @@
 // `ebsym heap` (heaptrack's numbers). One thread; nothing else allocates between the
 // phases (no output until the end), so the order of events is the program's.
 //
-// usage: heap_known [--wait]
-//   --wait  print `READY <pid>`, then block until SIGUSR1 arrives
+// usage: heap_known [--wait] [--linger-ms N]
+//   --wait          print `READY <pid>`, then block until SIGUSR1 arrives
+//   --linger-ms N   after release_peak, sleep N ms before exiting (no allocation): the
+//                   leaked and the runtime's blocks stay live well clear of the peak in time
 //
 // Call tree (every named function is noinline), in this order:
 //   main -> run() ->
@@ -158,16 +160,24 @@ static void site(ebt::Json& j, const char* name, int64_t calls, int64_t bytes, i
 }
 
 int main(int argc, char** argv) {
-  const char* usage = "heap_known [--wait]";
+  const char* usage = "heap_known [--wait] [--linger-ms N]";
   bool wait = false;
+  long linger_ms = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--wait"))
       wait = true;
+    else if (!strcmp(argv[i], "--linger-ms") && i + 1 < argc)
+      linger_ms = strtol(argv[++i], nullptr, 10);
     else
       ebt::usage_error(usage, "unknown argument", argv[i]);
   }
   if (wait) ebt::wait_for_sigusr1();
   run();
+  if (linger_ms > 0) {
+    struct timespec ts = {linger_ms / 1000, (linger_ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+  }
   const int64_t leaked = int64_t(kLeaks) * kLeakSize;
   const int64_t calls = kLeaks + kTemps + kTiny + 2 * kPairs + 2 * kGrows + kPeak + kOther;
   const int64_t temporary = kTemps + kTiny + 2 * kGrows;

@@ -219,7 +219,6 @@ const { chromium } = require(require.resolve('playwright-core', { paths: [module
       const box = await page.locator('#heap-canvas').boundingBox();
       await page.mouse.click(box.x + out.heap.drawn.peak_x, box.y + box.height / 2);
       out.heap.at_peak = { what: await page.getAttribute('#heap-holders', 'data-what'), title: await page.textContent('#heap-holders h3'), rows: await rows() };
-      // The last time bucket with bytes live (the process's blocks are gone after its exit).
       // The last time bucket with bytes live and clear of the peak's line (the process's
       // blocks are gone after its exit).
       const pw = box.width - 78 - 12;

@@ -751,13 +751,18 @@ fn diagnose_writes_the_reports_and_a_summary_of_each_family() {
     let dir = tempfile::tempdir().unwrap();
     let diag = dir.path().join("diag");
     let ebsym = common::ebsym_path();
+    // The program was just built: its pages written back first, and naps long enough in
+    // all (480 ms) that a fault waiting on the disk is not the off-CPU finding (once, on a
+    // busy machine, a 331 ms folio_wait_bit in ebt::now_ns outweighed 20 naps of 5 ms).
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
     let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
         .arg("diagnose")
         .args(["--duration", "20", "-o", diag.to_str().unwrap()])
         .args(["--ebsym", ebsym.to_str().unwrap()])
         .arg("--")
         .arg(&prog)
-        .args(["--fast", "1000", "--sleeps", "20", "--sleep-ms", "5"])
+        .args(["--fast", "1000", "--sleeps", "60", "--sleep-ms", "8"])
         // Fewer fsyncs than the summary's ten calls for a "slowest" row: a slow disk must
         // not make them the finding.
         .args(["--fsyncs", "6", "--dir", disk])
@@ -790,7 +795,7 @@ fn diagnose_writes_the_reports_and_a_summary_of_each_family() {
                 .collect::<Vec<_>>()
         );
     }
-    // The summary names the program's own functions and calls: its 20 naps are the slowest
+    // The summary names the program's own functions and calls: its 60 naps are the slowest
     // syscall with at least ten calls, the time off the CPU is in sys::sleeper, and the
     // fsyncs' writes reach the disk.
     let s: Value =
