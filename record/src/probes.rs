@@ -253,6 +253,9 @@ pub struct Probes<'obj> {
     /// The system call hubs' time beyond their members' (`family_costs`): per family, the
     /// share it was given so far, and the whole given so far.
     hub_shares: std::cell::RefCell<([u64; FAM_COUNT], u64)>,
+    /// The families the hubs' remainder was last charged to as every-call families (indices
+    /// into the families' costs), for the read after they paused.
+    hub_every: std::cell::RefCell<Vec<usize>>,
     /// --alloc-probes session: per library, the offsets and cookies (AllocKind) of its
     /// allocator functions, to attach for each new process as it forks (a uprobe_multi
     /// link with a pid covers that process only); and those links.
@@ -988,6 +991,7 @@ impl<'obj> Probes<'obj> {
             attached: Vec::new(),
             stats_ok: stats_fd.is_some(),
             hub_shares: Default::default(),
+            hub_every: Default::default(),
             stats_fd: std::cell::RefCell::new(stats_fd),
             session_plan: Default::default(),
             session_links: Default::default(),
@@ -2227,8 +2231,23 @@ impl<'obj> Probes<'obj> {
                     every.push(m.family);
                 }
             }
+            let mut fams: Vec<usize> = fams
+                .iter()
+                .map(|&f| (f as usize).min(FAM_COUNT - 1))
+                .collect();
+            let every: Vec<usize> = every
+                .iter()
+                .map(|&f| (f as usize).min(FAM_COUNT - 1))
+                .collect();
+            let mut last = self.hub_every.borrow_mut();
             if direct && !every.is_empty() {
-                fams = every;
+                fams = every.clone();
+                *last = every;
+            } else if direct && !last.is_empty() {
+                // The every-call families were paused: the hubs went with them, and what
+                // they ran until then (read now) is those families' (charged to the
+                // few-call ones left, it once paused memgrowth after --syscalls).
+                fams = std::mem::take(&mut *last);
             }
             // Shared as it grows: the remainder added since the last call goes to the
             // families active now (dividing the whole by the families active now would move
@@ -2244,7 +2263,7 @@ impl<'obj> Probes<'obj> {
             } else {
                 let share = new / fams.len() as u64;
                 for f in fams {
-                    sh.0[(f as usize).min(FAM_COUNT - 1)] += share;
+                    sh.0[f] += share;
                 }
             }
             for (o, s) in out.iter_mut().zip(sh.0) {
