@@ -1,7 +1,10 @@
 //! The kallsyms entries a trace's kernel frames need, so ebsym names kernel frames offline,
 //! on another machine, without this kernel's /proc/kallsyms.
 //!
-//! /proc/kallsyms is read once, when the first kernel frame arrives. For each new kernel
+//! /proc/kallsyms is read once, on its own thread from the recorder's start
+//! ([`Needed::prefetch`]; a debug build takes 230 ms, a release one about 40, which the
+//! recording loop once paid at its first kernel frame, with the targets running and waiting
+//! for it: that read is also when off-CPU learns a thread has no rseq). For each new kernel
 //! stack, the entry covering each frame (and, for return addresses, the frame - 1, which is
 //! what a symbolizer looks up) is queued once; `take_pending` hands them to the writer,
 //! which stores them as KernelSymbols records as the recording goes (so a recording cut
@@ -83,18 +86,45 @@ impl Table {
     }
 }
 
+/// The table, read (or its prefetch joined) at the first call; None when hidden.
+fn table<'t>(
+    table: &'t mut Option<Option<Table>>,
+    loading: &mut Option<std::thread::JoinHandle<Option<Table>>>,
+) -> Option<&'t Table> {
+    table
+        .get_or_insert_with(|| match loading.take() {
+            Some(h) => h.join().ok().flatten(),
+            None => Table::read(),
+        })
+        .as_ref()
+}
+
 /// The entries needed so far and those not yet written.
 #[derive(Debug, Default)]
 pub struct Needed {
     table: Option<Option<Table>>,
+    /// The read started by [`Needed::prefetch`], taken at the first need.
+    loading: Option<std::thread::JoinHandle<Option<Table>>>,
     written: HashSet<usize>,
     pending: Vec<usize>,
 }
 
 impl Needed {
+    /// Starts reading /proc/kallsyms on its own thread (read at the first need otherwise).
+    pub fn prefetch() -> Needed {
+        let loading = std::thread::Builder::new()
+            .name("ebrec-kallsyms".into())
+            .spawn(Table::read)
+            .ok();
+        Needed {
+            loading,
+            ..Default::default()
+        }
+    }
+
     /// Queues the entries covering `frames` (a kernel stack, leaf first).
     pub fn note(&mut self, frames: &[u64]) {
-        let Some(t) = self.table.get_or_insert_with(Table::read) else {
+        let Some(t) = table(&mut self.table, &mut self.loading) else {
             return;
         };
         for (i, &ip) in frames.iter().enumerate() {
@@ -117,7 +147,7 @@ impl Needed {
     /// program attached to a tracepoint starts with the program and the tracepoint's
     /// dispatch (`bpf_prog_…`, `bpf_trace_run4`, `__bpf_trace_…`, `__traceiter_…`).
     pub fn strip_tracer<'f>(&mut self, frames: &'f [u64]) -> &'f [u64] {
-        let Some(t) = self.table.get_or_insert_with(Table::read) else {
+        let Some(t) = table(&mut self.table, &mut self.loading) else {
             return frames;
         };
         let tracer = |ip: u64| {

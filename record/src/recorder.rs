@@ -294,6 +294,8 @@ fn record_with(
     chan: Option<crate::preload::Chan>,
     mut hooks: Option<&mut dyn Hooks>,
 ) -> Result<()> {
+    // Read while the programs load: the loop's first kernel frame needs it.
+    let kernel = crate::kallsyms::Needed::prefetch();
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
     let mut sampler_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
@@ -375,6 +377,7 @@ fn record_with(
     let _ = &mut w;
     let probes_ref = &probes;
     let mut s = session::Session::new(w, probes_ref, !a.all);
+    s.kernel = kernel;
     s.copies = cfg.copy_bytes > 0;
     if let Some(secs) = a.aggregate {
         s.start_aggregating(!a.no_free, Duration::from_secs(secs));
