@@ -688,51 +688,23 @@ impl Sink for HeapSink {
     /// in the same order, those taken after each of its events one by one: every event
     /// taken in an earlier drain is older than any event that came after it. The rest of
     /// the batch goes one by one.
-    fn allocs(&mut self, mut batch: Vec<AllocEvent>) {
-        let seq0 = self.seq + 1;
-        let room = MAX_PENDING.saturating_sub(self.pending());
-        let mut n = 0;
-        for e in &batch {
-            if n == room || e.time_ns <= self.watermark() {
-                break;
-            }
-            self.note_alloc(e);
-            n += 1;
-        }
-        let rest = if n < batch.len() {
-            batch.split_off(n)
-        } else {
-            Vec::new()
-        };
-        self.allocs.push(batch, seq0);
-        self.maybe_drain();
-        for e in &rest {
-            self.event(&Event::Alloc(e));
-        }
+    fn allocs(&mut self, batch: Vec<AllocEvent>) {
+        self.batch(
+            batch,
+            Self::note_alloc,
+            |s| &mut s.allocs,
+            |s, e| s.event(&Event::Alloc(e)),
+        );
     }
 
     /// As [`HeapSink::allocs`].
-    fn frees(&mut self, mut batch: Vec<FreeEvent>) {
-        let seq0 = self.seq + 1;
-        let room = MAX_PENDING.saturating_sub(self.pending());
-        let mut n = 0;
-        for e in &batch {
-            if n == room || e.time_ns <= self.watermark() {
-                break;
-            }
-            self.note_free(e);
-            n += 1;
-        }
-        let rest = if n < batch.len() {
-            batch.split_off(n)
-        } else {
-            Vec::new()
-        };
-        self.frees.push(batch, seq0);
-        self.maybe_drain();
-        for e in &rest {
-            self.event(&Event::Free(e));
-        }
+    fn frees(&mut self, batch: Vec<FreeEvent>) {
+        self.batch(
+            batch,
+            Self::note_free,
+            |s| &mut s.frees,
+            |s, e| s.event(&Event::Free(e)),
+        );
     }
 
     fn generation_end(&mut self, generation: u32, time_ns: u64) {
@@ -755,6 +727,37 @@ impl Sink for HeapSink {
 }
 
 impl HeapSink {
+    /// [`HeapSink::allocs`] and [`HeapSink::frees`]: `note` counts an event in, `runs` is
+    /// its queue, `one` takes an event one by one.
+    fn batch<T: Queued>(
+        &mut self,
+        mut batch: Vec<T>,
+        note: fn(&mut Self, &T),
+        runs: fn(&mut Self) -> &mut Runs<T>,
+        one: fn(&mut Self, &T),
+    ) {
+        let seq0 = self.seq + 1;
+        let room = MAX_PENDING.saturating_sub(self.pending());
+        let mut n = 0;
+        for e in &batch {
+            if n == room || e.time() <= self.watermark() {
+                break;
+            }
+            note(self, e);
+            n += 1;
+        }
+        let rest = if n < batch.len() {
+            batch.split_off(n)
+        } else {
+            Vec::new()
+        };
+        runs(self).push(batch, seq0);
+        self.maybe_drain();
+        for e in &rest {
+            one(self, e);
+        }
+    }
+
     /// Events waiting to be taken.
     #[inline]
     fn pending(&self) -> usize {
