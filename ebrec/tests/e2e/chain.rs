@@ -36,25 +36,8 @@ fn one_hub_per_tracepoint_runs_each_family_for_the_targets_calls_only() {
     // Its storm of system calls beside would weigh on another test's budget.
     let _alone = common::exclusive();
     // Untraced, beside the recording: getppid loops until the recording is over.
-    let prog =
-        ebtrace_testdata::build("syscalls", ebtrace_testdata::Variant::FramePointer).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let beside = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            let mut calls = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                let st = Command::new(&prog)
-                    .args(["--fast", "200000", "--sleeps", "0"])
-                    .stdout(Stdio::null())
-                    .status()
-                    .unwrap();
-                assert!(st.success());
-                calls += 200_000;
-            }
-            calls
-        })
-    };
+    let beside = storm_beside(stop.clone());
     let r = record_loud(
         "syscalls",
         &[
@@ -281,14 +264,7 @@ fn pausing_the_syscall_family_moves_memgrowth_to_its_own_tracepoints() {
     use ebtrace_format::proto::MemGrowthKind;
     let expect = expect_line(&out, "memgrowth");
     let map_bytes = expect["map_bytes"].as_u64().unwrap();
-    let map_addr = u64::from_str_radix(
-        expect["map_address"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
+    let map_addr = common::hex_field(&expect, "map_address");
     let events = crate::profile::mem_events(&trace);
     let at = |kind: MemGrowthKind| {
         events

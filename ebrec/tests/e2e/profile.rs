@@ -59,14 +59,7 @@ fn memory_growth_by_mapping_and_first_touch() {
     let page = expect["page_size"].as_u64().unwrap();
     let pages = expect["touched_pages"].as_u64().unwrap();
     let map_bytes = expect["map_bytes"].as_u64().unwrap();
-    let map_addr = u64::from_str_radix(
-        expect["map_address"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
+    let map_addr = common::hex_field(&expect, "map_address");
 
     // The raw events: the one mmap and the one munmap of the region, exactly.
     let events = mem_events(&rec.trace);
@@ -148,14 +141,7 @@ fn memory_growth_page_faults_are_a_byte_weighted_sample() {
     let pages = expect["touched_pages"].as_u64().unwrap();
     assert_eq!(pages, 16384);
     let map_bytes = expect["map_bytes"].as_u64().unwrap();
-    let map_addr = u64::from_str_radix(
-        expect["map_address"]
-            .as_str()
-            .unwrap()
-            .trim_start_matches("0x"),
-        16,
-    )
-    .unwrap();
+    let map_addr = common::hex_field(&expect, "map_address");
     let events = mem_events(&rec.trace);
     let maps = events
         .iter()

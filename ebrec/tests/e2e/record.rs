@@ -456,8 +456,7 @@ fn lock_hold_times_in_uprobe_mode() {
     }
     let want = expect_line(out, "lock_workload");
     let t = read_trace(trace);
-    let mutex =
-        u64::from_str_radix(want["mutex"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let mutex = common::hex_field(&want, "mutex");
     let ours: Vec<&LockEvent> = t.locks.iter().filter(|l| l.mutex == mutex).collect();
     assert_eq!(ours.len() as u64, want["acquisitions"].as_u64().unwrap());
     let hold_us: u64 = ours.iter().map(|l| l.hold_ns).sum::<u64>() / 1000;
@@ -490,8 +489,7 @@ fn contended_futex_waits_with_their_wakers() {
     let (trace, out) = (&rec.trace, &rec.out);
     let want = expect_line(out, "lock_workload");
     let t = read_trace(trace);
-    let mutex =
-        u64::from_str_radix(want["mutex"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let mutex = common::hex_field(&want, "mutex");
     let ours: Vec<&LockEvent> = t.locks.iter().filter(|l| l.mutex == mutex).collect();
     // 4 threads holding a lock 2 ms each, 80 times: many waits, each >= 100 µs.
     assert!(ours.len() >= 20, "{} waits", ours.len());

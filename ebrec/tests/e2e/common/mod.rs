@@ -181,6 +181,15 @@ pub fn expect_line(out: &Output, program: &str) -> Value {
     })
 }
 
+/// An EXPECT line's address field ("0x…") as a number.
+pub fn hex_field(expect: &Value, key: &str) -> u64 {
+    let v = expect[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("EXPECT has no {key}: {expect}"));
+    u64::from_str_radix(v.trim_start_matches("0x"), 16)
+        .unwrap_or_else(|e| panic!("EXPECT {key} {v:?}: {e}"))
+}
+
 /// A finished `ebrec record -q` of a testdata program (frame-pointer build).
 pub struct Recording {
     pub trace: std::path::PathBuf,
