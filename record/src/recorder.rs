@@ -294,8 +294,6 @@ fn record_with(
     chan: Option<crate::preload::Chan>,
     mut hooks: Option<&mut dyn Hooks>,
 ) -> Result<()> {
-    // Read while the programs load: the loop's first kernel frame needs it.
-    let kernel = crate::kallsyms::Needed::prefetch();
     let mut alloc_obj = std::mem::MaybeUninit::uninit();
     let mut sampler_obj = std::mem::MaybeUninit::uninit();
     let mut lock_obj = std::mem::MaybeUninit::uninit();
@@ -329,6 +327,10 @@ fn record_with(
         cfi.as_ref().map(|t| t.fds()),
     )?;
     probes.chan = chan;
+    // Read while the programs attach: the loop's first kernel frame needs it. Not before
+    // the loading: the programs' own symbols (bpf_prog_…) name the tracer frames stripped
+    // from each kernel stack.
+    let kernel = crate::kallsyms::Needed::prefetch();
 
     let mut pids = targets::pids(a, launched.as_ref());
     let mut first_found = Vec::new();
