@@ -395,6 +395,7 @@ struct runq_event {
 	__u64 user_ip;		/* state only: the user registers it blocked with */
 	__u64 user_sp;
 	__u64 copy_id;
+	__u64 weight_ns;	/* --runq-sample kept it with p = duration/weight_ns (0: p = 1) */
 	__u64 ips[SYS_SLOTS];
 };
 

@@ -15,6 +15,8 @@
 const volatile __u64 syscall_min_ns = 1000000;
 const volatile __u64 bio_min_ns = 0;
 const volatile __u64 runq_min_ns = 1000000;
+/* --runq-sample: the sampling unit, ns (0: every long wait kept), as syscall_unit_ns. */
+const volatile __u64 runq_unit_ns = 0;
 
 /* --syscalls-sample: the sampling unit, ns (0: every slow call kept). A call past the
  * threshold but shorter than the unit is kept, with its stack, with probability
@@ -423,6 +425,19 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		count(FAM_RUNQ, CTR_FILTERED);
 		return 0;
 	}
+	/* The time-weighted sample (as --syscalls-sample): a wait shorter than the unit is kept
+	 * with p = d/unit and stands for `unit` ns. On a saturated CPU most waits pass the
+	 * threshold, and a stack each was most of the family's cost. */
+	__u64 weight = 0;
+	__u64 unit = runq_unit_ns;
+	if (unit && d < unit) {
+		__u64 r = bpf_get_prandom_u32();
+		if (r * unit >= (d << 32)) {
+			count(FAM_RUNQ, CTR_FILTERED);
+			return 0;
+		}
+		weight = unit;
+	}
 	if (!admit(FAM_RUNQ))
 		return 0;
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, next, 0,
@@ -431,6 +446,11 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		count(FAM_RUNQ, CTR_LOST_MAP_FULL);
 		return 0;
 	}
+	/* An older kept wait still in the buffer goes first, as it was (a preempted thread's
+	 * walked stack is this wait's: its buffer was flushed at the preemption). */
+	if (!st->preempted || !st->walked)
+		runq_reuse(e);
+	e->weight_ns = weight;
 	e->h.type = FAM_RUNQ;
 	e->h.pid = next->tgid;
 	e->h.tid = next->pid;
@@ -445,7 +465,6 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (st->preempted) {
 		if (!st->walked) {
 			/* Preempted after a short run: the preempted instruction only. */
-			runq_reuse(e);
 			e->flags = SF_USER_LEAF_ONLY;
 			e->kframes = 0;
 			e->ips[0] = uip;
@@ -458,7 +477,6 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	}
 	/* Woken: where it blocked, in the kernel now and in user space at its syscall exit,
 	 * in its own context. */
-	runq_reuse(e);
 	e->flags = 0;
 	e->nframes = 0;
 	e->copy_id = 0;

@@ -126,6 +126,9 @@ pub enum Fields {
     Runq {
         preempted: u32,
         cpu: u32,
+        /// What the wait stands for in totals (--runq-sample), and how many waits.
+        weight: u64,
+        waits: u64,
     },
     Tcp {
         conn: u64,
@@ -289,6 +292,8 @@ impl Event<'_> {
                 Fields::Runq {
                     preempted: e.preempted,
                     cpu: e.cpu,
+                    weight: e.weight(),
+                    waits: e.waits(),
                 },
             ),
             Event::Tcp(e) => v(
@@ -365,7 +370,7 @@ impl EventView {
             Fields::OffCpu { weight, .. } => (weight, 0),
             Fields::Syscall { weight, .. } => (weight, 0),
             Fields::Func { .. } => (d, 0),
-            Fields::Runq { .. } => (d, 0),
+            Fields::Runq { weight, .. } => (weight, 0),
         }
     }
 

@@ -378,6 +378,8 @@ family! {
         duration_ns: u64 = plain(duration_ns),
         preempted: u32 = plain(preempted),
         cpu: u32 = plain(cpu),
+        /// The time the wait stands for (0: its duration; see the proto).
+        weight_ns: u64 = optional(weight_ns),
     }
 }
 
@@ -735,6 +737,18 @@ impl SyscallEvent {
 
     /// The calls it stands for: 1, or 1/p for a sampled call.
     pub fn calls(&self) -> u64 {
+        weighted(self.duration_ns, self.weight_ns).1
+    }
+}
+
+impl RunqEvent {
+    /// The time the wait stands for in totals (see [`weighted`]).
+    pub fn weight(&self) -> u64 {
+        weighted(self.duration_ns, self.weight_ns).0
+    }
+
+    /// The waits it stands for: 1, or 1/p for a sampled wait.
+    pub fn waits(&self) -> u64 {
         weighted(self.duration_ns, self.weight_ns).1
     }
 }

@@ -131,6 +131,13 @@ pub struct RecordConfig {
     /// waits of at least MIN_US (default 1000) kept with the waiting thread's stack.
     #[cfg_attr(feature = "cli", arg(long, value_name = "MIN_US", num_args = 0..=1, require_equals = true, default_missing_value = "1000"))]
     pub runq: Option<u64>,
+    /// Run-queue wait sampling unit, microseconds (0: every wait past --runq's threshold). A
+    /// long wait shorter than US is kept, with its stack, with probability duration/US and
+    /// stands for US of time in the totals (a time-weighted sample, as --offcpu-sample: on a
+    /// saturated CPU most waits pass the threshold, and a stack each cost more than the
+    /// rest of the family); the latency histograms still count every wait. At most 1 s.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
+    pub runq_sample: u64,
     /// The targets' TCP connections: connects and accepts with their stacks, state changes,
     /// lifetimes, bytes, retransmits and resets.
     #[cfg_attr(feature = "cli", arg(long))]

@@ -72,6 +72,7 @@ pub fn header(a: &RecordConfig) -> Header {
     }
     if let Some(us) = a.runq {
         opt("runq", us.to_string());
+        opt("runq-sample", a.runq_sample.to_string());
     }
     if a.tcp {
         opt("tcp", "true".into());

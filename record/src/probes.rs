@@ -96,6 +96,8 @@ pub struct ProbeConfig {
     pub syscall_unit_ns: u64,
     pub bio_min_ns: Option<u64>,
     pub runq_min_ns: Option<u64>,
+    /// --runq-sample: the time-weighted sample's unit, ns (0: every long wait).
+    pub runq_unit_ns: u64,
     /// --tcp.
     pub tcp: bool,
     /// Kernel BPF stats on (--max-cpu, --bpf-stats).
@@ -925,6 +927,7 @@ impl<'obj> Probes<'obj> {
             ro.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
+            ro.runq_unit_ns = cfg.runq_unit_ns.min(1_000_000_000);
             ro.runq_rseq_mode = cfg.runq_rseq;
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
             // The histograms (one value for all CPUs): HIST_KEYS keys at the most, 33.4 MiB

@@ -213,6 +213,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         mem_fault_unit: a.memgrowth_sample,
         syscall_min_ns: a.syscalls.map(|us| us * 1000),
         syscall_unit_ns: a.syscalls_sample * 1000,
+        runq_unit_ns: a.runq_sample * 1000,
         bio_min_ns: a.bio.map(|us| us * 1000),
         runq_min_ns: a.runq.map(|us| us * 1000),
         tcp: a.tcp,

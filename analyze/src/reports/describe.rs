@@ -259,7 +259,7 @@ pub(crate) fn describe(
             ];
             (format!("bio {op} {device}"), fields)
         }
-        Fields::Runq { preempted, cpu } => (
+        Fields::Runq { preempted, cpu, .. } => (
             "runq wait".to_string(),
             vec![
                 Field::both("preempted", "Preempted", YesNo(preempted != 0)),

@@ -165,6 +165,10 @@ impl Sink for StackSink {
                 n = calls;
                 lat = v.duration_ns.unwrap_or(0);
             }
+            Fields::Runq { waits, .. } => {
+                n = waits;
+                lat = v.duration_ns.unwrap_or(0);
+            }
             _ => {}
         }
         let thread = match self.split {

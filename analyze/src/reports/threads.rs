@@ -223,9 +223,9 @@ impl Sink for ThreadsSink {
                 t.cpu_samples += 1;
                 *t.cpu_stacks.entry(v.stack).or_default() += 1;
             }
-            (EventKind::Runq, _) => {
-                t.runq_waits += 1;
-                t.runq_ns += v.duration_ns.unwrap_or(0);
+            (EventKind::Runq, Fields::Runq { weight, waits, .. }) => {
+                t.runq_waits += waits;
+                t.runq_ns += weight;
             }
             (EventKind::OffCpu, Fields::OffCpu { weight, blocks, .. }) => {
                 let e = t.offcpu.entry(v.stack).or_default();

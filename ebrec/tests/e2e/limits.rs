@@ -190,6 +190,7 @@ fn everything_at_once_with_the_smallest_ring_buffer_loses_only_what_it_counts() 
             "--syscalls-sample=0",
             "--bio",
             "--runq=0",
+            "--runq-sample=0",
             "--tcp",
             "--ringbuf-size",
             "4096",

@@ -449,7 +449,13 @@ fn threads_report_names_the_threads_and_where_their_time_goes() {
     }
     let rec = common::record(
         "offcpu_blocks",
-        &["--offcpu=5000", "--offcpu-sample=0", "--cpu", "--runq=1000"],
+        &[
+            "--offcpu=5000",
+            "--offcpu-sample=0",
+            "--cpu",
+            "--runq=1000",
+            "--runq-sample=0",
+        ],
         &["--ms", "21", "--writer-ms", "25", "--pingpong", "20000"],
     );
     let expect = expect_line(&rec.out, "offcpu_blocks");

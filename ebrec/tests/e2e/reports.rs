@@ -706,7 +706,7 @@ fn every_pprof_decodes_with_go_tool_pprof_and_pprof_format() {
         ),
         (
             "offcpu_blocks",
-            vec!["--offcpu=5000", "--runq=0"],
+            vec!["--offcpu=5000", "--runq=0", "--runq-sample=0"],
             vec!["--ms", "21"],
             vec!["offcpu", "runq"],
         ),

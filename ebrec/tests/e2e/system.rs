@@ -510,7 +510,7 @@ fn runq_waits_of_two_threads_on_one_cpu_and_bpftrace_agrees() {
     let run = run_beside(
         "runq_pair",
         &["--seconds", "1", "--cpu", "0"],
-        &["--runq=1000"],
+        &["--runq=1000", "--runq-sample=0"],
         // Preemptions of the program's threads (prev is the current task), to their next
         // switch-in: what the two burners wait.
         "tracepoint:sched:sched_switch { \
@@ -579,6 +579,72 @@ fn runq_waits_of_two_threads_on_one_cpu_and_bpftrace_agrees() {
             .sum();
         assert!(n > 10, "{burner}: {n} waits: {top:#}");
     }
+}
+
+/// --runq-sample, the time-weighted sample of long waits: two burners on one CPU wait a
+/// few ms at every turn, each past --runq's 1 ms. With a 20 ms unit a wait of d ms is kept
+/// with p = d/20 and stands for 20 ms (3 s: about 750 waits, 150 kept): far fewer events, whose weights add up to about
+/// what the unsampled events of the same threads add up to (the threads' time runnable but
+/// not running, less the waits under 1 ms); the histogram still counts every wait.
+#[test]
+fn runq_sample_keeps_fewer_waits_standing_for_the_same_time() {
+    if !root() {
+        return;
+    }
+    let mut got = Vec::new();
+    for unit in ["0", "20000"] {
+        let rec = common::record(
+            "runq_pair",
+            &["--runq=1000", &format!("--runq-sample={unit}")],
+            &["--seconds", "3", "--cpu", "0"],
+        );
+        let expect = expect_line(&rec.out, "runq_pair");
+        let wall = expect["wall_ns"].as_u64().unwrap();
+        let runnable: u64 = ["a", "b"]
+            .iter()
+            .map(|k| wall.saturating_sub(expect["cpu_ns"][k].as_u64().unwrap()))
+            .sum();
+        let events = common::events_of(&rec.trace, |k| match k {
+            Kind::Runq(b) => Some(b),
+            _ => None,
+        });
+        let lat = ebsym_json(&["latency", rec.trace.to_str().unwrap(), "--kind", "runq"]);
+        let counted = lat["rows"][0]["count"].as_u64().unwrap();
+        let weighted: u64 = events.iter().map(|e| e.weight()).sum();
+        let waits: u64 = events.iter().map(|e| e.waits()).sum();
+        if unit != "0" {
+            // every kept wait shorter than the unit stands for the unit
+            assert!(
+                events
+                    .iter()
+                    .all(|e| (e.duration_ns < 20 * MS && e.weight_ns == 20 * MS)
+                        || (e.duration_ns >= 20 * MS && e.weight_ns == 0)),
+                "{events:?}"
+            );
+        } else {
+            assert!(events.iter().all(|e| e.weight_ns == 0));
+        }
+        assert!(events.iter().all(|e| e.duration_ns >= MS && e.stack != 0));
+        got.push((events.len() as u64, weighted, runnable, waits, counted));
+        eprintln!("runq-sample {unit}: {} events standing for {waits} waits, {weighted} ns; runnable {runnable} ns; {counted} waits counted", events.len());
+    }
+    let (all, all_ns, all_runnable, all_waits, _) = got[0];
+    let (kept, kept_ns, kept_runnable, kept_waits, counted) = got[1];
+    // Fewer events: a few ms a wait against a 20 ms unit.
+    assert!(kept * 3 <= all, "{got:?}");
+    assert!(kept * 3 <= counted, "{got:?}");
+    // The same time, as a share of each run's time runnable (the runs differ a little).
+    let share = |ns: u64, r: u64| ns as f64 / r.max(1) as f64;
+    let (a, b) = (share(all_ns, all_runnable), share(kept_ns, kept_runnable));
+    assert!(
+        (b / a - 1.0).abs() <= 0.3,
+        "sampled {b:.3} of the runnable time, all {a:.3}: {got:?}"
+    );
+    // And about as many waits.
+    assert!(
+        (kept_waits as f64 / all_waits as f64 - 1.0).abs() <= 0.4,
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -940,7 +1006,7 @@ fn runq_and_bio_histograms_bucket_waits_as_their_events_say() {
     // Run-queue waits of two threads on one CPU.
     let rec = common::record(
         "runq_pair",
-        &["--runq=0"],
+        &["--runq=0", "--runq-sample=0"],
         &["--seconds", "1", "--cpu", "0"],
     );
     let events = common::events_of(&rec.trace, |k| match k {

@@ -340,6 +340,7 @@ impl Session<'_> {
                     duration_ns: e.duration_ns,
                     preempted: e.preempted,
                     cpu: h.cpu,
+                    weight_ns: e.weight_ns,
                 })?;
                 self.kept[EventFamily::Runq] += 1;
             }

@@ -227,6 +227,7 @@ impl Sink for ReportSink {
         let (n, lat) = match v.fields {
             Fields::OffCpu { blocks, .. } => (blocks, v.duration_ns.unwrap_or(0)),
             Fields::Syscall { calls, .. } => (calls, v.duration_ns.unwrap_or(0)),
+            Fields::Runq { waits, .. } => (waits, v.duration_ns.unwrap_or(0)),
             Fields::MemGrowth { count, .. } => (count, a),
             _ => (1, a),
         };
