@@ -81,6 +81,21 @@ static __always_inline __u32 hist_bucket(__u64 v)
 	return b < HIST_BUCKETS ? b : HIST_BUCKETS - 1;
 }
 
+/* The time-weighted sample of --syscalls-sample and --runq-sample: a duration `d` shorter
+ * than `unit` (0: no sample) is kept with p = d/unit (r/2^32 < d/unit, unit at most 1 s so
+ * that the products stay under 2^64) and stands for `unit` (*weight); false: not kept. */
+static __always_inline bool time_sample(__u64 d, __u64 unit, __u64 *weight)
+{
+	*weight = 0;
+	if (!unit || d >= unit)
+		return true;
+	__u64 r = bpf_get_prandom_u32();
+	if (r * unit >= (d << 32))
+		return false;
+	*weight = unit;
+	return true;
+}
+
 /* Counts one latency `d` under (pid, family, key). A full map is a counted loss of the
  * whole hit (no event either): false. */
 static __always_inline bool hist_add(__u32 family, __u32 pid, __u64 key, __u64 d)
@@ -203,15 +218,9 @@ static __always_inline void sys_exit_do(unsigned long long *ctx, struct pt_regs 
 		return;
 	}
 	__u64 weight = 0;
-	__u64 unit = syscall_unit_ns;
-	if (unit && d < unit) {
-		/* p = d/unit: r/2^32 < d/unit */
-		__u64 r = bpf_get_prandom_u32();
-		if (r * unit >= (d << 32)) {
-			count(FAM_SYSCALL, CTR_FILTERED);
-			return;
-		}
-		weight = unit;
+	if (!time_sample(d, syscall_unit_ns, &weight)) {
+		count(FAM_SYSCALL, CTR_FILTERED);
+		return;
 	}
 	if (!admit(FAM_SYSCALL))
 		return;
@@ -429,14 +438,9 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	 * with p = d/unit and stands for `unit` ns. On a saturated CPU most waits pass the
 	 * threshold, and a stack each was most of the family's cost. */
 	__u64 weight = 0;
-	__u64 unit = runq_unit_ns;
-	if (unit && d < unit) {
-		__u64 r = bpf_get_prandom_u32();
-		if (r * unit >= (d << 32)) {
-			count(FAM_RUNQ, CTR_FILTERED);
-			return 0;
-		}
-		weight = unit;
+	if (!time_sample(d, runq_unit_ns, &weight)) {
+		count(FAM_RUNQ, CTR_FILTERED);
+		return 0;
 	}
 	if (!admit(FAM_RUNQ))
 		return 0;
