@@ -1,10 +1,11 @@
 //! The kallsyms entries a trace's kernel frames need, so ebsym names kernel frames offline,
 //! on another machine, without this kernel's /proc/kallsyms.
 //!
-//! /proc/kallsyms is read once, on its own thread once the programs are loaded (their
-//! `bpf_prog_…` symbols name the tracer's frames) ([`Needed::prefetch`]; a debug build takes 230 ms, a release one about 40, which the
-//! recording loop once paid at its first kernel frame, with the targets running and waiting
-//! for it: that read is also when off-CPU learns a thread has no rseq). For each new kernel
+//! /proc/kallsyms is read once, on its own thread started once the programs are loaded
+//! (their `bpf_prog_…` symbols name the tracer's frames): [`Needed::prefetch`]. A debug
+//! build takes 230 ms, a release one about 40, which the recording loop once paid at its
+//! first kernel frame with the targets running (and off-CPU learns in that loop that a
+//! thread has no rseq). For each new kernel
 //! stack, the entry covering each frame (and, for return addresses, the frame - 1, which is
 //! what a symbolizer looks up) is queued once; `take_pending` hands them to the writer,
 //! which stores them as KernelSymbols records as the recording goes (so a recording cut
