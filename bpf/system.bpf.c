@@ -281,10 +281,10 @@ struct {
  * sys_exit program returns at once, without a task storage lookup. */
 __u64 runq_pending = 0;
 /* Set by user space when the kernel has the rseq_update tracepoint: a kept wait of a woken
- * thread takes its user stack where the thread returns to user space (`runq_rseq`), as
- * off-CPU does (profile.bpf.c); kept waits of threads without rseq, and those still waiting
- * when the thread's next one was kept, are counted, and user space then adds
- * `runq_sys_exit` to the system call chain. */
+ * or preempted thread with rseq takes its user stack where the thread returns to user
+ * space (`runq_rseq`), as off-CPU does (profile.bpf.c); kept waits of threads without rseq,
+ * and those still waiting when the thread's next one was kept, are counted, and user space
+ * then adds `runq_sys_exit` to the system call chain. */
 const volatile bool runq_rseq_mode = false;
 __u64 runq_norseq = 0;
 __u64 runq_rseq_missed = 0;
@@ -386,18 +386,22 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	if (prev_state == TASK_RUNNING && prev->pid != 0) {
 		struct runq_state *st = runq_state_of(prev);
 		if (st) {
-			/* Preempted: it waits from now. This is its own context, the one chance to
-			 * walk its stack, but whether the wait will be long is known only when it
-			 * ends. A thread that ran at least the threshold (a time slice used up:
-			 * CPU contention) is walked now; one preempted sooner (mostly by a thread
-			 * it woke, for a short wait) is not: a walk at every wakeup preemption
-			 * would cost more than all the rest. */
+			/* Preempted: it waits from now. A thread with rseq passes rseq_update on its
+			 * way back to user space after the wait (the kernel flags a preempted task's
+			 * rseq), where a kept wait takes its user stack as a woken one does: only the
+			 * few waits the threshold and the sample keep are walked. Without rseq, this
+			 * is its own context and the one chance to walk its stack, before whether
+			 * the wait will be long is known: a thread that ran at least the threshold (a
+			 * time slice used up: CPU contention) is walked now; one preempted sooner
+			 * (mostly by a thread it woke, for a short wait) is not: a walk at every
+			 * wakeup preemption would cost more than all the rest. */
 			now = bpf_ktime_get_boot_ns();
 			st->ts = now;
 			st->epoch = sys_epoch;
 			st->preempted = 1;
 			st->walked = 0;
-			if (now - st->on_ts >= runq_min_ns) {
+			if (now - st->on_ts >= runq_min_ns &&
+			    !(runq_rseq_mode && BPF_CORE_READ(prev, rseq))) {
 				struct runq_event *e = bpf_task_storage_get(
 					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 				if (e) {
@@ -466,9 +470,10 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	 * was preempted, or the syscall it blocked in. */
 	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
 	__u64 uip = u ? u->ip : 0;
-	if (st->preempted) {
+	if (st->preempted && (st->walked || !(runq_rseq_mode && BPF_CORE_READ(next, rseq)))) {
 		if (!st->walked) {
-			/* Preempted after a short run: the preempted instruction only. */
+			/* Preempted after a short run, without rseq: the preempted instruction
+			 * only. */
 			e->flags = SF_USER_LEAF_ONLY;
 			e->kframes = 0;
 			e->ips[0] = uip;
@@ -479,8 +484,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		runq_send(e);
 		return 0;
 	}
-	/* Woken: where it blocked, in the kernel now and in user space at its syscall exit,
-	 * in its own context. */
+	/* Woken, or preempted with rseq: where it waits, in the kernel now and in user space
+	 * where it returns there (rseq_update, or its syscall exit), in its own context. */
 	e->flags = 0;
 	e->nframes = 0;
 	e->copy_id = 0;

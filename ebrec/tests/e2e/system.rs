@@ -647,6 +647,57 @@ fn runq_sample_keeps_fewer_waits_standing_for_the_same_time() {
     );
 }
 
+/// A preempted thread's kept wait has its whole stack both ways: with rseq (glibc's
+/// default) it is walked where the thread returns to user space after the wait
+/// (rseq_update), only for the waits kept; without rseq (glibc's tunable off) at the
+/// preemption, its last chance, as before. Two burners on one CPU, 2 s: every kept wait
+/// is a preemption inside runq::burner_a/b, called from runq::thread_main.
+#[test]
+fn runq_preempted_waits_keep_whole_stacks_with_and_without_rseq() {
+    if !root() {
+        return;
+    }
+    for env in [&[][..], &[("GLIBC_TUNABLES", "glibc.pthread.rseq=0")][..]] {
+        let rec = common::record_loud_env(
+            "runq_pair",
+            &["--runq=1000", "--runq-sample=0"],
+            &["--seconds", "2", "--cpu", "0"],
+            env,
+        );
+        let err = String::from_utf8_lossy(&rec.out.stderr).to_string();
+        assert!(err.contains("rseq_update (run queue)"), "{env:?}: {err}");
+        let events = common::events_of(&rec.trace, |k| match k {
+            Kind::Runq(b) => Some(b),
+            _ => None,
+        });
+        let preempted = events.iter().filter(|e| e.preempted == 1).count() as u64;
+        assert!(preempted > 100, "{env:?}: {preempted} preempted waits kept");
+        let top = ebsym_json(&[
+            "top",
+            rec.trace.to_str().unwrap(),
+            "--kind",
+            "runq",
+            "-n",
+            "100",
+        ]);
+        let whole: u64 = top["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                let u = user_functions(r);
+                calls(&u, "runq::burner_a", "runq::thread_main")
+                    || calls(&u, "runq::burner_b", "runq::thread_main")
+            })
+            .map(|r| r["count"].as_u64().unwrap())
+            .sum();
+        assert!(
+            whole * 10 >= preempted * 9,
+            "{env:?}: {whole} of {preempted} preempted waits with their burner's whole stack: {top:#}"
+        );
+    }
+}
+
 #[test]
 fn tcp_connections_lifetimes_bytes_and_a_refused_connect() {
     if !root() {
