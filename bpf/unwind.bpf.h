@@ -95,7 +95,7 @@ struct uw_state {
 	__u32 exact;	/* pc is the exact instruction (the leaf, or after a signal frame) */
 	__u32 at_entry;	/* the event is a function-entry probe */
 	__u32 have_map;
-	__u32 pad;
+	__u32 memo;	/* UW_REC, UW_NOMEMO, UW_BP_LIVE, UW_USE_BP (the walk's memo, uw_memo) */
 	__u64 ra_addr;	/* where the last return address was read from */
 	__u32 fp_fallback;	/* walk on with the frame pointer where rows are missing */
 	__u32 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
@@ -106,10 +106,18 @@ struct uw_state {
 	__u64 win_lo, win_hi;	/* the stack addresses uw_window holds now */
 	__u64 win_seq;	/* uw_window's seq when this walk filled it */
 	__u32 gen;	/* the process's table (cfi_proc.gen) at the walk's start; 0: none */
-	__u32 pad3;
+	__u32 nwords;	/* words recorded for the memo (checked, in uw_check_word) */
 	__u64 row;	/* uw_find_row's answer */
 	__u32 table;	/* the current mapping came from that table (its rows may be cached) */
+	__u32 rec_seq;	/* uw_rec's seq when this walk started recording */
 };
+
+/* uw_state.memo's bits */
+#define UW_REC 1	/* record every stack word read into uw_rec */
+#define UW_NOMEMO 2	/* the walk read what a memo cannot check again (a signal frame, a
+			 * uretprobe's list, a mapping not from the table) */
+#define UW_BP_LIVE 4	/* rbp still holds the value of the registers at the start */
+#define UW_USE_BP 8	/* the walk used that value */
 
 /* A window of the walked thread's stack: one read of up to UW_WIN bytes serves the frames
  * that follow (callers' frames are above). A read of user memory costs about 75 ns here
@@ -198,7 +206,7 @@ static long uw_stack_vma(struct task_struct *task, struct vm_area_struct *vma, v
 /* The 8 bytes at addr of the walked thread's stack, through the window: refilled from addr
  * up to the stack's end (at most UW_WIN bytes) when addr is not in it. Without known bounds
  * (or when that read fails: a page out) the word is read alone. 0: read. */
-static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
+static __always_inline long uw_word_raw(struct uw_state *s, __u64 addr, __u64 *out)
 {
 	__u32 zero = 0;
 	struct uw_window *w = bpf_map_lookup_elem(&uw_window, &zero);
@@ -228,6 +236,77 @@ static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
 		return bpf_probe_read_user(out, 8, (void *)addr);
 	}
 	return 0;
+}
+
+/* A walk's memo, per thread: the registers it started from, the stack words it read (address
+ * and value) and the frames it found. A walk is a function of its start registers (pc, sp,
+ * and rbp where a rule used it before a frame restored it), the words it reads and the
+ * process's table (its generation): a later walk of the same thread from the same registers
+ * whose every recorded word reads the same finds the same frames, and takes them from the
+ * memo after one read of each word instead of the mapping and row searches of each frame.
+ * A server's thread blocks again and again at the same call from the same depth (a
+ * backend's recv, a pool's futex wait): each kept event of it was a whole walk. Walks that
+ * read anything else (a signal frame's context, a uretprobe's list of returns, a mapping
+ * found without the table) or ended on an error are not kept. */
+#define UW_MEMO_WORDS 256
+
+struct uw_memo {
+	__u32 busy;	/* taken with a compare-and-swap: an interrupt's walk of the same thread
+			 * (a cpu sample within a system call's program) leaves it alone */
+	__u32 valid;
+	__u32 n, flags;
+	__u32 nwords, gen;
+	__u32 mode;	/* at_entry, fp_fallback and the frame limit of the walk */
+	__u32 use_bp;
+	__u64 pc, sp, bp;
+	__u64 ips[MAX_FRAMES];
+	__u64 waddr[UW_MEMO_WORDS];
+	__u64 wval[UW_MEMO_WORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct uw_memo);
+} uw_memo SEC(".maps");
+
+/* Per CPU, the words the walk in progress read (or the memo's, being checked); `seq` bumped
+ * by every walk that starts using it, so that one an interrupt's walk overwrote is seen. */
+struct uw_rec {
+	__u64 seq;
+	/* this CPU's walks that could use their thread's memo, and those that did (read by
+	 * user space for the exit summary: `Probes::unwind_memo`) */
+	__u64 walks;
+	__u64 hits;
+	__u64 addr[UW_MEMO_WORDS];
+	__u64 val[UW_MEMO_WORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct uw_rec);
+} uw_rec SEC(".maps");
+
+/* The word at addr (uw_word_raw), recorded for the memo while the walk records. */
+static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
+{
+	long r = uw_word_raw(s, addr, out);
+	if (r || !(s->memo & UW_REC))
+		return r;
+	__u32 i = s->nwords;
+	__u32 zero = 0;
+	struct uw_rec *rec = bpf_map_lookup_elem(&uw_rec, &zero);
+	if (!rec || i >= UW_MEMO_WORDS) {
+		s->memo = (s->memo & ~UW_REC) | UW_NOMEMO;
+		return r;
+	}
+	rec->addr[i & (UW_MEMO_WORDS - 1)] = addr;
+	rec->val[i & (UW_MEMO_WORDS - 1)] = *out;
+	s->nwords = i + 1;
+	return r;
 }
 
 /* The end of the mapping that holds sp, cached per thread; 0 when unknown. */
@@ -469,6 +548,8 @@ static __always_inline long uw_fp_step(struct uw_state *s)
 		return ra == 0;
 	}
 	__u64 bp = s->bp;
+	if (s->memo & UW_BP_LIVE)
+		s->memo = (s->memo & ~UW_BP_LIVE) | UW_USE_BP;
 	if (bp == 0)
 		return 1;
 	if (bp < s->sp) {
@@ -503,6 +584,8 @@ static __always_inline long uw_apply(struct uw_state *s, __u64 row)
 		cfa = s->sp + off;
 		break;
 	case CFI_RBP:
+		if (s->memo & UW_BP_LIVE)
+			s->memo |= UW_USE_BP;
 		if (!s->bp) {
 			s->flags |= SF_USER_BAD_FRAME;
 			return 1;
@@ -517,6 +600,7 @@ static __always_inline long uw_apply(struct uw_state *s, __u64 row)
 		/* At the sigreturn trampoline rsp points at the ucontext: uc_mcontext starts at
 		 * 40; rbp is at 120, rsp at 160, rip at 168. */
 		__u64 r[7];
+		s->memo |= UW_NOMEMO;
 		if (bpf_probe_read_user(r, sizeof(r), (void *)(s->sp + 120))) {
 			s->flags |= SF_USER_BAD_FRAME;
 			return 1;
@@ -550,6 +634,7 @@ static __always_inline long uw_apply(struct uw_state *s, __u64 row)
 		}
 		bp = two[0];
 		ra = two[1];
+		s->memo &= ~UW_BP_LIVE;
 	} else {
 		if (uw_word(s, cfa - 8, &ra)) {
 			s->flags |= SF_USER_BAD_FRAME;
@@ -557,12 +642,14 @@ static __always_inline long uw_apply(struct uw_state *s, __u64 row)
 		}
 		if (rb == CFI_RBP_LOST) {
 			bp = 0;
+			s->memo &= ~UW_BP_LIVE;
 		} else if (rb) {
 			__s64 k = (__s8)rb;
 			if (uw_word(s, cfa + k * 8, &bp)) {
 				s->flags |= SF_USER_BAD_FRAME;
 				return 1;
 			}
+			s->memo &= ~UW_BP_LIVE;
 		}
 	}
 	s->sp = cfa;
@@ -630,6 +717,8 @@ static __always_inline __u32 uw_find_row(struct uw_state *s)
 			 * a different return address in each frame it is found in */
 			s->table = 0;
 		}
+		if (!s->table)
+			s->memo |= UW_NOMEMO;
 	}
 	if (!s->have_map)
 		return SF_USER_UNKNOWN_MAPPING;
@@ -717,6 +806,36 @@ static long fp_step(__u32 i, void *ctx)
 	return r ? 1 : 0;
 }
 
+/* One recorded word of the memo read again (cfi_stack): the word at uw_rec's
+ * addr[s->nwords] must still be its val; 1 stops the check. Global, as uw_frame. */
+__noinline int uw_check_word(struct uw_state *s)
+{
+	if (!s)
+		return 1;
+	__u32 zero = 0;
+	struct uw_rec *rec = bpf_map_lookup_elem(&uw_rec, &zero);
+	__u32 i = s->nwords;
+	if (!rec || i >= UW_MEMO_WORDS) {
+		s->memo |= UW_NOMEMO;
+		return 1;
+	}
+	__u64 v = 0;
+	if (uw_word_raw(s, rec->addr[i & (UW_MEMO_WORDS - 1)], &v) ||
+	    v != rec->val[i & (UW_MEMO_WORDS - 1)]) {
+		s->memo |= UW_NOMEMO;
+		return 1;
+	}
+	s->nwords = i + 1;
+	return 0;
+}
+
+static long uw_check_step(__u32 i, void *ctx)
+{
+	int r = uw_check_word(ctx);
+	asm volatile("" : "+r"(r));
+	return r ? 1 : 0;
+}
+
 /* The current thread's user stack unwound with the rows into ips[0..), leaf first;
  * returns the frame count. */
 static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, __u32 limit,
@@ -748,20 +867,99 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 	if (fp_only)
 		s.xol = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
 	s.frame0 = bpf_get_smp_processor_id() * MAX_FRAMES;
+	s.memo = UW_BP_LIVE;
+	/* The thread's memo (uw_memo): the same start, and every word it read the same, is the
+	 * same stack. The start registers are read again from regs (no room on the stack). */
+	__u32 mode = (at_entry ? 1 : 0) | (fp_fallback ? 2 : 0) | limit << 2;
+	struct uw_memo *m = 0;
+	struct uw_rec *rec = 0;
+	__u32 zero = 0;
+	if (!fp_only && s.gen) {
+		m = bpf_task_storage_get(&uw_memo, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (m && __sync_val_compare_and_swap(&m->busy, 0, 1) != 0)
+			m = 0;
+		if (m) {
+			rec = bpf_map_lookup_elem(&uw_rec, &zero);
+			if (!rec) {
+				__sync_lock_test_and_set(&m->busy, 0);
+				m = 0;
+			}
+		}
+	}
+	if (m && rec) {
+		__u32 seq = rec->seq + 1;
+		rec->seq = seq;
+		s.rec_seq = seq;
+		rec->walks++;
+		if (m->valid && m->gen == s.gen && m->pc == regs->ip && m->sp == regs->sp &&
+		    (!m->use_bp || m->bp == regs->bp) && m->mode == mode) {
+			__u32 nw = m->nwords;
+			if (nw > UW_MEMO_WORDS)
+				nw = UW_MEMO_WORDS;
+			bpf_probe_read_kernel(rec->addr, nw * sizeof(__u64), m->waddr);
+			bpf_probe_read_kernel(rec->val, nw * sizeof(__u64), m->wval);
+			s.nwords = 0;
+			bpf_loop(nw, uw_check_step, &s, 0);
+			if (!(s.memo & UW_NOMEMO) && s.nwords == nw && rec->seq == seq) {
+				__u32 n = m->n;
+				if (n > MAX_FRAMES - 1)
+					n = MAX_FRAMES - 1;
+				bpf_probe_read_kernel(ips, n * sizeof(__u64), m->ips);
+				*flags |= m->flags;
+				rec->hits++;
+				__sync_lock_test_and_set(&m->busy, 0);
+				return n;
+			}
+			/* a word changed: walked again, and the memo replaced */
+			s.memo = UW_BP_LIVE;
+			s.nwords = 0;
+			seq = rec->seq + 1;
+			rec->seq = seq;
+			s.rec_seq = seq;
+		}
+		s.memo |= UW_REC;
+	}
 	if (fp_only)
 		bpf_loop(MAX_FRAMES, fp_step, &s, 0);
 	else
 		bpf_loop(MAX_FRAMES, uw_step, &s, 0);
 	__u32 k = s.frame0;
 	__u64 *first = bpf_map_lookup_elem(&uw_frames, &k);
-	if (!first)
+	if (!first) {
+		if (m)
+			__sync_lock_test_and_set(&m->busy, 0);
 		return 0;
+	}
 	__u32 n = s.n;
 	if (n > MAX_FRAMES - 1)
 		n = MAX_FRAMES - 1;
 	/* the CPU's MAX_FRAMES values follow each other in the array */
 	bpf_probe_read_kernel(ips, n * sizeof(__u64), first);
 	*flags |= s.flags | (fp_only ? 0 : SF_USER_CFI);
+	if (m && rec) {
+		__u32 bad = SF_USER_BAD_FRAME | SF_USER_ERROR | SF_USER_UNKNOWN_MAPPING |
+			    SF_USER_NO_TABLE | SF_USER_NO_ROWS;
+		__u32 nw = s.nwords;
+		if ((s.memo & (UW_REC | UW_NOMEMO)) == UW_REC && !(s.flags & bad) &&
+		    rec->seq == s.rec_seq && n > 0 && nw <= UW_MEMO_WORDS) {
+			bpf_probe_read_kernel(m->waddr, nw * sizeof(__u64), rec->addr);
+			bpf_probe_read_kernel(m->wval, nw * sizeof(__u64), rec->val);
+			bpf_probe_read_kernel(m->ips, n * sizeof(__u64), first);
+			m->nwords = nw;
+			m->n = n;
+			m->flags = s.flags | SF_USER_CFI;
+			m->gen = s.gen;
+			m->pc = regs->ip;
+			m->sp = regs->sp;
+			m->bp = regs->bp;
+			m->use_bp = !!(s.memo & UW_USE_BP);
+			m->mode = mode;
+			m->valid = 1;
+		} else {
+			m->valid = 0;
+		}
+		__sync_lock_test_and_set(&m->busy, 0);
+	}
 	return n;
 }
 

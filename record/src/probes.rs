@@ -2069,6 +2069,32 @@ impl<'obj> Probes<'obj> {
         Some(sum)
     }
 
+    /// --stack-mode cfi|auto: (walks that could use their thread's memo, walks that did),
+    /// summed over the objects and CPUs (`uw_rec` in bpf/unwind.bpf.h).
+    pub fn unwind_memo(&self) -> (u64, u64) {
+        let maps = [
+            self.alloc.as_ref().map(|o| &o.maps.uw_rec),
+            self.lock.as_ref().map(|o| &o.maps.uw_rec),
+            self.profile.as_ref().map(|o| &o.maps.uw_rec),
+            self.system.as_ref().map(|o| &o.maps.uw_rec),
+        ];
+        let mut sum = (0u64, 0u64);
+        for m in maps.into_iter().flatten() {
+            let Ok(Some(cpus)) = m.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) else {
+                continue;
+            };
+            for v in cpus {
+                let word = |i: usize| {
+                    v.get(i * 8..i * 8 + 8)
+                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
+                };
+                sum.0 += word(1);
+                sum.1 += word(2);
+            }
+        }
+        sum
+    }
+
     /// Sets the off-CPU threshold (shortest block kept, ns) while recording; each block is
     /// judged by the value in force when it ends.
     pub fn set_offcpu_min_ns(&self, ns: u64) {

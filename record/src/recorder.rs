@@ -667,7 +667,15 @@ fn record_with(
     let no_kallsyms = s.kernel.unavailable();
     let evictions = s.w.stats().stack_evictions;
     let stacks = s.stack_quality.lines();
-    let cfi = s.cfi.as_ref().map(|t| t.summary());
+    let cfi = s.cfi.as_ref().map(|t| {
+        let (walks, hits) = probes_ref.unwind_memo();
+        let memo = if walks > 0 {
+            format!("; {hits} of {walks} user stacks from their thread's memo (the walk's start and every stack word it read as before)")
+        } else {
+            String::new()
+        };
+        t.summary() + &memo
+    });
     let offcpu_sample = match (a.offcpu, probes_ref.offcpu_seen()) {
         (Some(_), Some((n, ns))) if a.offcpu_sample > 0 => {
             let kept = families

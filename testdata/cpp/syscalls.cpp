@@ -2,7 +2,8 @@
 // checking syscall latency (counts per syscall, durations, the calling function)
 // and block I/O (the writes an fsync causes, on a known device).
 //
-// usage: syscalls [--sleeps N] [--sleep-ms MS] [--fast F] [--fsyncs M] [--dir DIR] [--wait]
+// usage: syscalls [--sleeps N] [--sleep-ms MS] [--fast F] [--fsyncs M] [--dir DIR]
+//                 [--pairs P] [--wait]
 //   --sleeps N     calls of sys::sleeper (default 10)
 //   --sleep-ms MS  milliseconds each sleeper sleeps (default 5)
 //   --fast F       getppid syscalls made by sys::fast_calls (default 100000)
@@ -10,6 +11,12 @@
 //   --dir DIR      where the file sys::syncer writes is created (default: the current
 //                  directory). For block I/O, pass a directory on a real block device
 //                  (e.g. under /var/tmp), not a tmpfs.
+//   --pairs P      calls of sys::nap_a and then sys::nap_b, P each, alternating (default
+//                  0); each calls sys::sleeper(MS). The two are the same code (apart from
+//                  a constant) with the same frame size, called from the same place of
+//                  sys::pair_loop: sleeper's syscall is made at the same pc and with the
+//                  same stack and frame pointers under either, and only the return
+//                  address into nap_a or nap_b on the stack tells them apart
 //   --wait         print `READY <pid>`, then block until SIGUSR1 arrives
 //
 // The syscalls are made by inline `syscall` instructions in the named functions
@@ -26,6 +33,8 @@
 //   main -> run_syscalls
 //     phase 1: sys::fast_calls(F): F x getppid
 //     phase 2: sys::sleep_loop -> N x sys::sleeper(MS): one nanosleep(MS ms)
+//     phase 2b, only when P > 0: sys::pair_loop -> P x (sys::nap_a(MS) -> sys::sleeper(MS),
+//       then sys::nap_b(MS) -> sys::sleeper(MS))
 //     phase 3, only when M > 0: the file DIR/syscalls.<pid>.tmp is created
 //       (O_CREAT|O_EXCL), then sys::sync_loop -> M x sys::syncer(fd): one write of
 //       4096 bytes (appending: the file grows by 4096 each time), then one fsync;
@@ -34,7 +43,7 @@
 // Last line on stdout (one line; shown wrapped here):
 // EXPECT {"program":"syscalls","pid":P,"tid":T,"sleeps":N,"sleep_ms":MS,
 //   "sleep_durations_ns":[...],"fast":F,"fsyncs":M,"fsync_durations_ns":[...],
-//   "file":"DIR/syscalls.<pid>.tmp","dev":"MAJ:MIN","bytes_per_fsync":4096}
+//   "file":"DIR/syscalls.<pid>.tmp","dev":"MAJ:MIN","bytes_per_fsync":4096,"pairs":P}
 // where T is the thread making all of the calls above (the main thread, T == P),
 // each sleep duration is measured by sys::sleep_loop around the call of
 // sys::sleeper, each fsync duration by sys::syncer around the fsync syscall alone
@@ -119,12 +128,37 @@ EBT_NOINLINE void sleep_loop(int64_t n, int ms, std::vector<int64_t>* d) {
   ebt::no_tail_call();
 }
 
+// The same code but for the constant each passes to escape (so that no pass folds them).
+EBT_NOINLINE void nap_a(int ms) {
+  frame_on_entry();
+  ebt::escape(reinterpret_cast<const void*>(uintptr_t(0xa)));
+  sleeper(ms);
+  ebt::no_tail_call();
+}
+
+EBT_NOINLINE void nap_b(int ms) {
+  frame_on_entry();
+  ebt::escape(reinterpret_cast<const void*>(uintptr_t(0xb)));
+  sleeper(ms);
+  ebt::no_tail_call();
+}
+
+EBT_NOINLINE void pair_loop(int64_t n, int ms) {
+  for (int64_t i = 0; i < n; i++) {
+    nap_a(ms);
+    nap_b(ms);
+  }
+  ebt::no_tail_call();
+}
+
 EBT_NOINLINE void sync_loop(int fd, int64_t n, std::vector<int64_t>* d) {
   for (int64_t i = 0; i < n; i++) {
     d->push_back(syncer(fd));
   }
   ebt::no_tail_call();
 }
+
+int64_t pairs = 0;
 
 }  // namespace sys
 
@@ -137,6 +171,7 @@ EBT_NOINLINE void run_syscalls(int64_t sleeps, int sleep_ms, int64_t fast, int64
 
   sys::fast_calls(fast);
   sys::sleep_loop(sleeps, sleep_ms, &sleep_ns);
+  sys::pair_loop(sys::pairs, sleep_ms);
 
   std::string path;
   char dev[32] = "";
@@ -178,13 +213,14 @@ EBT_NOINLINE void run_syscalls(int64_t sleeps, int sleep_ms, int64_t fast, int64
   } else {
     j.null("file").null("dev");
   }
-  j.num("bytes_per_fsync", sys::kBytesPerFsync).end_object();
+  j.num("bytes_per_fsync", sys::kBytesPerFsync).num("pairs", sys::pairs).end_object();
   j.print_expect();
 }
 
 int main(int argc, char** argv) {
   const char* usage =
-      "syscalls [--sleeps N] [--sleep-ms MS] [--fast F] [--fsyncs M] [--dir DIR] [--wait]";
+      "syscalls [--sleeps N] [--sleep-ms MS] [--fast F] [--fsyncs M] [--dir DIR] [--pairs P] "
+      "[--wait]";
   int64_t sleeps = 10, sleep_ms = 5, fast = 100000, fsyncs = 0;
   const char* dir = ".";
   bool wait = false;
@@ -200,6 +236,8 @@ int main(int argc, char** argv) {
     } else if (strcmp(argv[i], "--dir") == 0) {
       if (i + 1 >= argc) ebt::usage_error(usage, "missing value for", argv[i]);
       dir = argv[++i];
+    } else if (strcmp(argv[i], "--pairs") == 0) {
+      sys::pairs = int64_t(ebt::arg_u64(argc, argv, &i, usage));
     } else if (strcmp(argv[i], "--wait") == 0) {
       wait = true;
     } else {
@@ -207,8 +245,8 @@ int main(int argc, char** argv) {
     }
   }
   if (sleep_ms > 60000) ebt::usage_error(usage, "--sleep-ms must be at most 60000", nullptr);
-  if (sleeps > 100000 || fsyncs > 100000) {
-    ebt::usage_error(usage, "--sleeps, --fsyncs: at most 100000", nullptr);
+  if (sleeps > 100000 || fsyncs > 100000 || sys::pairs > 100000) {
+    ebt::usage_error(usage, "--sleeps, --fsyncs, --pairs: at most 100000", nullptr);
   }
   if (fast > (int64_t(1) << 40)) ebt::usage_error(usage, "--fast: at most 2^40", nullptr);
   if (wait) ebt::wait_for_sigusr1();

@@ -869,6 +869,9 @@ mod tests {
                     "sys::sleep_loop(long, int, std::vector<long, std::allocator<long> >*)",
                     "sys::syncer(int)",
                     "sys::sync_loop(int, long, std::vector<long, std::allocator<long> >*)",
+                    "sys::nap_a(int)",
+                    "sys::nap_b(int)",
+                    "sys::pair_loop(long, int)",
                 ],
             ),
             (

@@ -647,6 +647,73 @@ fn runq_sample_keeps_fewer_waits_standing_for_the_same_time() {
     );
 }
 
+/// The unwinder's memo (bpf/unwind.bpf.h): a thread's walk from the same registers whose
+/// every stack word reads as before reuses its frames; one whose words differ is walked
+/// again. sys::sleeper's nanosleep under sys::nap_a and under sys::nap_b (alternately, 30
+/// each) has the same pc, stack pointer and frame pointer either way: only the return
+/// address into nap_a or nap_b differs, and every slow call must still name its own
+/// caller; the 20 naps from sys::sleep_loop before them repeat one stack, which the memo
+/// serves (the exit summary counts it).
+#[test]
+fn unwind_memo_tells_two_callers_apart_by_their_return_address() {
+    if !root() {
+        return;
+    }
+    for mode in ["cfi", "auto"] {
+        let rec = common::record_loud(
+            "syscalls",
+            &[
+                "--syscalls=1000",
+                "--syscalls-sample=0",
+                "--stack-mode",
+                mode,
+            ],
+            &[
+                "--sleeps",
+                "20",
+                "--sleep-ms",
+                "2",
+                "--fast",
+                "10",
+                "--pairs",
+                "30",
+            ],
+        );
+        let err = String::from_utf8_lossy(&rec.out.stderr).to_string();
+        let line = err
+            .lines()
+            .find(|l| l.contains("from their thread's memo"))
+            .unwrap_or_else(|| panic!("{mode}: no memo line: {err}"));
+        let hits: u64 = line
+            .split("; ")
+            .last()
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{mode}: {line}"));
+        assert!(hits >= 10, "{mode}: {line}");
+        let top = ebsym_json(&[
+            "top",
+            rec.trace.to_str().unwrap(),
+            "--kind",
+            "syscall",
+            "-n",
+            "100",
+        ]);
+        let under = |caller: &str| -> u64 {
+            top["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| calls(&user_functions(r), "sys::sleeper", caller))
+                .map(|r| r["count"].as_u64().unwrap())
+                .sum()
+        };
+        assert_eq!(under("sys::nap_a"), 30, "{mode}: {top:#}");
+        assert_eq!(under("sys::nap_b"), 30, "{mode}: {top:#}");
+        assert_eq!(under("sys::sleep_loop"), 20, "{mode}: {top:#}");
+    }
+}
+
 /// A preempted thread's kept wait has its whole stack both ways: with rseq (glibc's
 /// default) it is walked where the thread returns to user space after the wait
 /// (rseq_update), only for the waits kept; without rseq (glibc's tunable off) at the
