@@ -330,8 +330,19 @@ fn record_with(
     probes.chan = chan;
     // Read while the programs attach: the loop's first kernel frame needs it. Not before
     // the loading: the programs' own symbols (bpf_prog_…) name the tracer frames stripped
-    // from each kernel stack.
-    let kernel = crate::kallsyms::Needed::prefetch();
+    // from each kernel stack. Only for the families whose events carry kernel frames (CPU
+    // samples, off-CPU blocks and wakers, block I/O, run-queue waits, lock waits'
+    // aggregated stacks); the others read it at a first need, if any.
+    let kernel_frames = a.cpu.is_some()
+        || a.offcpu.is_some()
+        || a.bio.is_some()
+        || a.runq.is_some()
+        || a.lock.is_some();
+    let kernel = if kernel_frames {
+        crate::kallsyms::Needed::prefetch()
+    } else {
+        crate::kallsyms::Needed::default()
+    };
 
     let mut pids = targets::pids(a, launched.as_ref());
     let mut first_found = Vec::new();
