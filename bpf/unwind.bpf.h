@@ -92,24 +92,27 @@ struct uw_state {
 	__u32 row_base, nrows, page_base, npages;
 	__u32 pid, n, limit, flags;
 	__u32 frame0;	/* this CPU's first slot in uw_frames */
-	__u32 exact;	/* pc is the exact instruction (the leaf, or after a signal frame) */
-	__u32 at_entry;	/* the event is a function-entry probe */
-	__u32 have_map;
 	__u32 memo;	/* UW_REC, UW_NOMEMO, UW_BP_LIVE, UW_USE_BP (the walk's memo, uw_memo) */
+	__u32 gen;	/* the process's table (cfi_proc.gen) at the walk's start; 0: none */
+	__u32 nwords;	/* words recorded for the memo (checked, in uw_check_word) */
+	__u32 table;	/* the current mapping came from that table (its rows may be cached) */
+	__u32 rec_seq;	/* uw_rec's seq when this walk started recording */
 	__u64 ra_addr;	/* where the last return address was read from */
-	__u32 fp_fallback;	/* walk on with the frame pointer where rows are missing */
-	__u32 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
-			 * per program run): do not call it again */
-	__u32 fp_only;	/* --stack-mode fp (and dwarf): frame-pointer steps only, no rows */
 	__u64 stack_hi;	/* the end of the thread's stack mapping (0: unknown) */
 	__u64 xol;	/* the uretprobe trampoline's address (fp_only; 0: none) */
 	__u64 win_lo, win_hi;	/* the stack addresses uw_window holds now */
 	__u64 win_seq;	/* uw_window's seq when this walk filled it */
-	__u32 gen;	/* the process's table (cfi_proc.gen) at the walk's start; 0: none */
-	__u32 nwords;	/* words recorded for the memo (checked, in uw_check_word) */
 	__u64 row;	/* uw_find_row's answer */
-	__u32 table;	/* the current mapping came from that table (its rows may be cached) */
-	__u32 rec_seq;	/* uw_rec's seq when this walk started recording */
+	/* One byte each (the state is on the stack of every program that walks, within 6.1's
+	 * 512 bytes for the deepest chain of calls): */
+	__u8 exact;	/* pc is the exact instruction (the leaf, or after a signal frame) */
+	__u8 at_entry;	/* the event is a function-entry probe */
+	__u8 have_map;
+	__u8 fp_fallback;	/* walk on with the frame pointer where rows are missing */
+	__u8 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
+			 * per program run): do not call it again */
+	__u8 fp_only;	/* --stack-mode fp (and dwarf): frame-pointer steps only, no rows */
+	__u8 pad[2];
 };
 
 /* uw_state.memo's bits */
@@ -299,7 +302,7 @@ static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
 	__u32 i = s->nwords;
 	__u32 zero = 0;
 	struct uw_rec *rec = bpf_map_lookup_elem(&uw_rec, &zero);
-	if (!rec || i >= UW_MEMO_WORDS) {
+	if (!rec || i >= UW_MEMO_WORDS - 1) {
 		s->memo = (s->memo & ~UW_REC) | UW_NOMEMO;
 		return r;
 	}
@@ -893,17 +896,18 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 		rec->walks++;
 		if (m->valid && m->gen == s.gen && m->pc == regs->ip && m->sp == regs->sp &&
 		    (!m->use_bp || m->bp == regs->bp) && m->mode == mode) {
+			/* at most UW_MEMO_WORDS - 1 (uw_word): masked where 6.1's verifier sees it */
 			__u32 nw = m->nwords;
-			if (nw > UW_MEMO_WORDS)
-				nw = UW_MEMO_WORDS;
+			barrier_var(nw);
+			nw &= UW_MEMO_WORDS - 1;
 			bpf_probe_read_kernel(rec->addr, nw * sizeof(__u64), m->waddr);
 			bpf_probe_read_kernel(rec->val, nw * sizeof(__u64), m->wval);
 			s.nwords = 0;
 			bpf_loop(nw, uw_check_step, &s, 0);
 			if (!(s.memo & UW_NOMEMO) && s.nwords == nw && rec->seq == seq) {
 				__u32 n = m->n;
-				if (n > MAX_FRAMES - 1)
-					n = MAX_FRAMES - 1;
+				barrier_var(n);
+				n &= MAX_FRAMES - 1;
 				bpf_probe_read_kernel(ips, n * sizeof(__u64), m->ips);
 				*flags |= m->flags;
 				rec->hits++;
@@ -933,6 +937,10 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 	__u32 n = s.n;
 	if (n > MAX_FRAMES - 1)
 		n = MAX_FRAMES - 1;
+	/* masked too: with the memo's code around it, clang's registers lose the clamp's bound
+	 * for 6.1's verifier */
+	barrier_var(n);
+	n &= MAX_FRAMES - 1;
 	/* the CPU's MAX_FRAMES values follow each other in the array */
 	bpf_probe_read_kernel(ips, n * sizeof(__u64), first);
 	*flags |= s.flags | (fp_only ? 0 : SF_USER_CFI);
@@ -941,10 +949,15 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 			    SF_USER_NO_TABLE | SF_USER_NO_ROWS;
 		__u32 nw = s.nwords;
 		if ((s.memo & (UW_REC | UW_NOMEMO)) == UW_REC && !(s.flags & bad) &&
-		    rec->seq == s.rec_seq && n > 0 && nw <= UW_MEMO_WORDS) {
+		    rec->seq == s.rec_seq && n > 0 && nw < UW_MEMO_WORDS) {
+			barrier_var(nw);
+			nw &= UW_MEMO_WORDS - 1;
 			bpf_probe_read_kernel(m->waddr, nw * sizeof(__u64), rec->addr);
 			bpf_probe_read_kernel(m->wval, nw * sizeof(__u64), rec->val);
-			bpf_probe_read_kernel(m->ips, n * sizeof(__u64), first);
+			__u32 nf = n;
+			barrier_var(nf);
+			nf &= MAX_FRAMES - 1;
+			bpf_probe_read_kernel(m->ips, nf * sizeof(__u64), first);
 			m->nwords = nw;
 			m->n = n;
 			m->flags = s.flags | SF_USER_CFI;
