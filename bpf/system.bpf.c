@@ -258,6 +258,7 @@ int BPF_PROG(sys_exit, struct pt_regs *regs, long ret)
 /* --- run queue --- */
 
 #define TASK_RUNNING 0
+#define PF_EXITING 0x00000004
 
 struct runq_state {
 	__u64 ts;	/* when it became runnable (0: not waiting) */
@@ -496,6 +497,13 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->kframes = k & (KFRAMES - 1);
 	e->user_ip = uip;
 	e->user_sp = u ? u->sp : 0;
+	/* A thread on its way out (past sched_process_exit, which flushes what it holds) never
+	 * returns to user space: sent now, with its kernel stack. */
+	if (BPF_CORE_READ(next, flags) & PF_EXITING) {
+		e->pending = 1;
+		runq_flush(e);
+		return 0;
+	}
 	e->pending = 1;
 	runq_set_pending(st);
 	/* Only a wait after a system call counts (a page fault ends at no syscall exit), and

@@ -253,6 +253,12 @@ static __always_inline long uw_word_raw(struct uw_state *s, __u64 addr, __u64 *o
  * found without the table) or ended on an error are not kept. */
 #define UW_MEMO_WORDS 256
 
+/* Set by user space before load: false with --aggregate, whose programs' counting code
+ * after the walk already fills the verifier's budget (the memo's second way out of the
+ * walk doubled its states past a million instructions); the verifier then drops the memo's
+ * code as dead. */
+const volatile bool uw_memo_on = true;
+
 struct uw_memo {
 	__u32 busy;	/* taken with a compare-and-swap: an interrupt's walk of the same thread
 			 * (a cpu sample within a system call's program) leaves it alone */
@@ -877,7 +883,7 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 	struct uw_memo *m = 0;
 	struct uw_rec *rec = 0;
 	__u32 zero = 0;
-	if (!fp_only && s.gen) {
+	if (uw_memo_on && !fp_only && s.gen) {
 		m = bpf_task_storage_get(&uw_memo, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (m && __sync_val_compare_and_swap(&m->busy, 0, 1) != 0)
 			m = 0;

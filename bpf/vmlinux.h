@@ -140,6 +140,7 @@ struct files_struct {
 
 struct rseq;
 struct task_struct {
+	unsigned int flags;
 	int pid;
 	int tgid;
 	struct task_struct *group_leader;

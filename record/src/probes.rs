@@ -610,6 +610,7 @@ macro_rules! common_setup {
         }
         $ro.copy_bytes = $cfg.copy_bytes;
         $ro.rate_per_cpu = $cfg.rate_per_cpu;
+        $ro.uw_memo_on = $cfg.aggregate_stacks == 0;
         $open.maps.events.set_max_entries($cfg.ringbuf_bytes)?;
         $open.maps.copy_scratch.set_max_entries($ncpu)?;
         $open
