@@ -391,6 +391,23 @@ fn direct_program(member: u32) -> Option<(&'static str, &'static [&'static str])
     })
 }
 
+/// The u64 words at `idx` of entry 0 of a per-CPU array, each summed over the CPUs; None
+/// when the map cannot be read.
+fn percpu_words<const N: usize>(map: &libbpf_rs::MapMut<'_>, idx: [usize; N]) -> Option<[u64; N]> {
+    let cpus = map
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .ok()??;
+    let mut sum = [0u64; N];
+    for v in cpus {
+        for (s, &i) in sum.iter_mut().zip(&idx) {
+            *s += v
+                .get(i * 8..i * 8 + 8)
+                .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()));
+        }
+    }
+    Some(sum)
+}
+
 /// The chain member a program is, if it is one.
 fn chain_member(name: &str) -> Option<(u32, bool)> {
     Some(match name {
@@ -2053,21 +2070,8 @@ impl<'obj> Probes<'obj> {
     /// their ns off the CPU (exact); None without the off-CPU programs.
     pub fn offcpu_seen(&self) -> Option<(u64, u64)> {
         let p = self.profile.as_ref()?;
-        let cpus = p
-            .maps
-            .offcpu_seen
-            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        let mut sum = (0u64, 0u64);
-        for v in cpus {
-            let word = |i: usize| {
-                v.get(i * 8..i * 8 + 8)
-                    .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
-            };
-            sum.0 += word(0);
-            sum.1 += word(1);
-        }
-        Some(sum)
+        let [n, ns] = percpu_words(&p.maps.offcpu_seen, [0, 1])?;
+        Some((n, ns))
     }
 
     /// --stack-mode cfi|auto: (walks that could use their thread's memo, walks that did),
@@ -2080,18 +2084,13 @@ impl<'obj> Probes<'obj> {
             self.system.as_ref().map(|o| &o.maps.uw_rec),
         ];
         let mut sum = (0u64, 0u64);
-        for m in maps.into_iter().flatten() {
-            let Ok(Some(cpus)) = m.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) else {
-                continue;
-            };
-            for v in cpus {
-                let word = |i: usize| {
-                    v.get(i * 8..i * 8 + 8)
-                        .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap()))
-                };
-                sum.0 += word(1);
-                sum.1 += word(2);
-            }
+        for [walks, hits] in maps
+            .into_iter()
+            .flatten()
+            .filter_map(|m| percpu_words(m, [1, 2]))
+        {
+            sum.0 += walks;
+            sum.1 += hits;
         }
         sum
     }
