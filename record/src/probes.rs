@@ -1585,10 +1585,18 @@ impl<'obj> Probes<'obj> {
             (1, &h.progs.hub_sys_exit, "sys_exit"),
         ] {
             if plan[i].0 && links[i].is_none() {
-                links[i] = Some(
-                    prog.attach()
-                        .with_context(|| format!("attaching the hub's tp_btf/{what}"))?,
-                );
+                // A link of the same program still closing on its thread (a switch back
+                // within its grace periods) makes the kernel refuse the program twice
+                // (EEXIST): wait for the closes and try again.
+                let l = match prog.attach() {
+                    Ok(l) => l,
+                    Err(_) => {
+                        self.finish_closing();
+                        prog.attach()
+                            .with_context(|| format!("attaching the hub's tp_btf/{what}"))?
+                    }
+                };
+                links[i] = Some(l);
             }
         }
         let mut attach = || -> Result<()> {
@@ -1611,7 +1619,14 @@ impl<'obj> Probes<'obj> {
             }
             Ok(())
         };
-        if let Err(e) = attach() {
+        let mut tried = attach();
+        if tried.is_err() {
+            // As the hubs: a member's own links of a moment ago may still be closing
+            // (EEXIST on the same program and tracepoint).
+            self.finish_closing();
+            tried = attach();
+        }
+        if let Err(e) = tried {
             // A kernel without the syscall events (CONFIG_FTRACE_SYSCALLS), or no tracefs:
             // the chain on the raw tracepoints, as before, for the rest of the recording.
             eprintln!("ebrec: note: {e:#}: the system call families stay on the raw sys_enter/sys_exit tracepoints");
@@ -1621,6 +1636,14 @@ impl<'obj> Probes<'obj> {
             return self.sync_hubs();
         }
         Ok(())
+    }
+
+    /// Waits for the links `sync_hubs` took off to be closed.
+    fn finish_closing(&self) {
+        let closing = std::mem::take(&mut *self.closing.borrow_mut());
+        for t in closing {
+            let _ = t.join();
+        }
     }
 
     /// A member's own per-syscall program (`direct_program`), loaded.
