@@ -165,6 +165,10 @@ const volatile bool offcpu_rseq_mode = false;
  * exit. */
 __u64 offcpu_norseq = 0;
 __u64 offcpu_rseq_missed = 0;
+/* Set by user space when the recording ends: no block is kept any more and the kept ones
+ * still waiting for their thread's return to user space are sent by offcpu_end (a task
+ * iterator) or at the thread's exit, whichever claims the event first. */
+__u32 offcpu_ending = 0;
 
 /* Per target thread, the hot state: written at every block, read at every switch-in. */
 struct offcpu_block {
@@ -320,6 +324,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			b->epoch = offcpu_epoch;
 		}
 	}
+	if (offcpu_ending)
+		return 0;
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, next, 0, 0);
 	if (!b || !b->start)
 		return 0;
@@ -406,6 +412,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_waking")
 int BPF_PROG(offcpu_waking, struct task_struct *p)
 {
+	if (offcpu_ending)
+		return 0;
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, p, 0, 0);
 	/* Once per block: try_to_wake_up fires this under the wakee's pi_lock, after it saw the
 	 * task asleep, and the task is awake after it; a second waker finds it awake. */
@@ -458,7 +466,7 @@ static __always_inline void offcpu_at_user(void *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, task, 0, 0);
-	if (!b || !b->pending)
+	if (!b || !b->pending || offcpu_ending)
 		return;
 	b->pending = 0;
 	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
@@ -504,7 +512,9 @@ int BPF_PROG(offcpu_rseq, struct task_struct *t)
 	return 0;
 }
 
-/* A thread that exits with a kept block still waiting for a syscall exit. */
+/* A thread that exits with a kept block still waiting for a syscall exit, or one the
+ * recording's end finds so (offcpu_end): its event, with its kernel stack. The two may run
+ * at once at the end: the one that takes `pending` sends. */
 static __always_inline void offcpu_exit(struct task_struct *task)
 {
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, task, 0, 0);
@@ -512,8 +522,20 @@ static __always_inline void offcpu_exit(struct task_struct *task)
 		return;
 	b->pending = 0;
 	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
-	if (e && e->pending)
+	if (e && __sync_val_compare_and_swap(&e->pending, 1, 0) == 1)
 		offcpu_flush(e);
+}
+
+/* The recording's end (offcpu_ending set, then every thread of the machine): a kept block
+ * whose thread has not returned to user space since (woken, then blocked again in the same
+ * system call; or still on its way) is sent, not left in its thread's storage. */
+SEC("iter/task")
+int offcpu_end(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (task)
+		offcpu_exit(task);
+	return 0;
 }
 
 /* --- processes --- */

@@ -281,6 +281,10 @@ struct {
 /* Threads with a kept wait waiting for their syscall exit: while there are none, the
  * sys_exit program returns at once, without a task storage lookup. */
 __u64 runq_pending = 0;
+/* Set by user space when the recording ends: no wait is kept any more and the kept ones
+ * still waiting for their thread's return to user space are sent by runq_end (a task
+ * iterator) or at the thread's exit, whichever claims the event first. */
+__u32 runq_ending = 0;
 /* Set by user space when the kernel has the rseq_update tracepoint: a kept wait of a woken
  * or preempted thread with rseq takes its user stack where the thread returns to user
  * space (`runq_rseq`), as off-CPU does (profile.bpf.c); kept waits of threads without rseq,
@@ -300,8 +304,8 @@ static __always_inline void runq_set_pending(struct runq_state *st)
 
 static __always_inline void runq_clear_pending(struct runq_state *st)
 {
-	if (st->pending) {
-		st->pending = 0;
+	/* The recording's end may clear it from its task iterator while the thread exits. */
+	if (st->pending && __sync_val_compare_and_swap(&st->pending, 1, 0) == 1) {
 		__sync_fetch_and_add(&runq_pending, -1);
 	}
 }
@@ -382,6 +386,8 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	     unsigned int prev_state)
 {
 	__u64 now = 0;
+	if (runq_ending)
+		return 0;
 	/* A thread that blocks leaves nothing: its wait starts at its wakeup, which sets the
 	 * time again whatever was there. */
 	if (prev_state == TASK_RUNNING && prev->pid != 0) {
@@ -519,7 +525,9 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	return 0;
 }
 
-/* A thread that exits with a kept wait still waiting for its syscall exit. */
+/* A thread that exits with a kept wait still waiting for its syscall exit, or one the
+ * recording's end finds so (runq_end): its event, with its kernel stack. The two may run
+ * at once at the end: the one that takes `pending` sends. */
 static __always_inline void runq_exit(struct task_struct *task)
 {
 	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
@@ -527,8 +535,22 @@ static __always_inline void runq_exit(struct task_struct *task)
 		return;
 	runq_clear_pending(st);
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
-	if (e)
-		runq_flush(e);
+	if (e && __sync_val_compare_and_swap(&e->pending, 1, 0) == 1) {
+		e->nframes = 0;
+		e->flags |= SF_USER_NOT_AT_EXIT;
+		runq_send(e);
+	}
+}
+
+/* The recording's end (runq_ending set, then every thread of the machine): a kept wait
+ * whose thread has not returned to user space since is sent, not left in its storage. */
+SEC("iter/task")
+int runq_end(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	if (task)
+		runq_exit(task);
+	return 0;
 }
 
 static __always_inline void runq_sys_exit_do(unsigned long long *ctx, struct pt_regs *regs, long ret)
@@ -537,7 +559,7 @@ static __always_inline void runq_sys_exit_do(unsigned long long *ctx, struct pt_
 		return;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct runq_state *st = bpf_task_storage_get(&runq_states, task, 0, 0);
-	if (!st || !st->pending)
+	if (!st || !st->pending || runq_ending)
 		return;
 	runq_clear_pending(st);
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);

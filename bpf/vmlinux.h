@@ -208,6 +208,19 @@ struct sk_buff {
 	unsigned int len;
 };
 
+/* A task iterator's context (the end of a recording walks the threads for what they hold). */
+struct seq_file;
+struct bpf_iter_meta {
+	struct seq_file *seq;
+	__u64 session_id;
+	__u64 seq_num;
+};
+
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+};
+
 #pragma clang attribute pop
 
 /* Request flag bits (the kernel's values are read with bpf_core_enum_value: they moved

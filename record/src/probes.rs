@@ -295,6 +295,9 @@ pub struct Probes<'obj> {
     closing: std::cell::RefCell<Vec<std::thread::JoinHandle<()>>>,
     /// `sys_epoch` in the system object's .bss (bumped when syscalls or runq resume).
     sys_epoch_ptr: Option<*mut u32>,
+    /// `offcpu_ending` and `runq_ending` in their objects' .bss, when those families
+    /// record ([`Probes::end_pending`]).
+    ending_ptrs: Vec<(*mut u32, &'static str)>,
     /// `targets_gen` in the hub object's .bss (bumped when user space adds a target).
     targets_gen_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
@@ -1031,6 +1034,7 @@ impl<'obj> Probes<'obj> {
             direct_failed: Default::default(),
             closing: Default::default(),
             sys_epoch_ptr: None,
+            ending_ptrs: Vec::new(),
             targets_gen_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
@@ -1094,6 +1098,26 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.sys_epoch as *mut u32);
+        if cfg.offcpu_min_ns.is_some() {
+            if let Some(b) = p
+                .profile
+                .as_mut()
+                .and_then(|a| a.maps.bss_data.as_deref_mut())
+            {
+                p.ending_ptrs
+                    .push((&mut b.offcpu_ending as *mut u32, "offcpu_end"));
+            }
+        }
+        if cfg.runq_min_ns.is_some() {
+            if let Some(b) = p
+                .system
+                .as_mut()
+                .and_then(|a| a.maps.bss_data.as_deref_mut())
+            {
+                p.ending_ptrs
+                    .push((&mut b.runq_ending as *mut u32, "runq_end"));
+            }
+        }
         p.sample_bytes_ptr = p
             .alloc
             .as_mut()
@@ -2087,6 +2111,41 @@ impl<'obj> Probes<'obj> {
     /// back-pressure; None without it.
     pub fn sampler_ring(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.sampler.as_ref().map(|s| s.maps.events.as_fd())
+    }
+
+    /// The recording's end, before the last drain: a kept off-CPU block or run-queue wait
+    /// waits in its thread's storage for the thread's return to user space (for its user
+    /// stack), and a thread of a `-p` recording may still be in the kernel when it stops
+    /// (woken, then blocked again in the same system call). The programs stop keeping
+    /// (`*_ending`), and a task iterator sends what every thread holds, with its kernel
+    /// stack (flagged: no user stack at the exit), so that the trace has it and its
+    /// family's counts add up. A program that passed the flag before it was set has 20 ms
+    /// to finish; a thread's exit and the iterator take the event by compare-and-swap.
+    pub fn end_pending(&self) -> Result<()> {
+        if self.ending_ptrs.is_empty() {
+            return Ok(());
+        }
+        for &(ptr, _) in &self.ending_ptrs {
+            // SAFETY: points into an object's mmapped .bss, alive as long as `self`; an
+            // aligned u32 store is atomic on x86-64.
+            unsafe { std::ptr::write_volatile(ptr, 1) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for &(_, name) in &self.ending_ptrs {
+            let prog = match name {
+                "offcpu_end" => self.profile.as_ref().map(|p| &p.progs.offcpu_end),
+                _ => self.system.as_ref().map(|p| &p.progs.runq_end),
+            };
+            let Some(prog) = prog else { continue };
+            let link = prog
+                .attach_iter_with_opts(libbpf_rs::IterOpts::None)
+                .with_context(|| format!("attaching the task iterator {name}"))?;
+            let mut it = libbpf_rs::Iter::new(&link)
+                .with_context(|| format!("opening the task iterator {name}"))?;
+            std::io::copy(&mut it, &mut std::io::sink())
+                .with_context(|| format!("reading the task iterator {name}"))?;
+        }
+        Ok(())
     }
 
     /// --offcpu: the blocks past the threshold so far, kept or left out by the sample, and

@@ -642,7 +642,11 @@ fn record_with(
     if tty {
         eprintln!();
     }
-    // Last events, then the final counters and the trailer.
+    // What threads still hold (kept waits before their return to user space), the last
+    // events, then the final counters and the trailer.
+    if let Err(e) = probes_ref.end_pending() {
+        eprintln!("ebrec: note: {e:#}: kept off-CPU blocks and run-queue waits whose threads were still in the kernel at the end are missing");
+    }
     std::thread::sleep(Duration::from_millis(20));
     session::drain_once(&mut s, &rb, &pending, &mut side)?;
     if s.aggregating {

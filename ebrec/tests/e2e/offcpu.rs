@@ -615,3 +615,140 @@ fn threads_report_names_the_threads_and_where_their_time_goes() {
         }
     }
 }
+
+/// A kept block or run-queue wait waits in its thread's storage for the thread's return to
+/// user space (its user stack is taken there). A `-p` recording may end while a thread is
+/// still in the kernel after one: util-linux's `flock` waits in wait4 for its child, is
+/// woken when the child stops (SIGSTOP) and, nothing to report, sleeps again in the same
+/// call. The end of the recording sends what the threads hold (a task iterator): flock's
+/// 1 s block and its run-queue wait after the wake are in the trace with their kernel
+/// stacks (do_wait), and each family's kept, lost and filtered add up to its hits.
+#[test]
+fn blocks_and_waits_still_in_the_kernel_at_the_end_are_sent() {
+    if !root() {
+        return;
+    }
+    let _alone = common::exclusive();
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let lock = dir.path().join("lock");
+    let trace = dir.path().join("t.pb.zst");
+    // The shell polls for `go`, then becomes flock, whose child sleeps.
+    let mut target = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while [ ! -e {} ]; do sleep 0.05; done; exec flock {} sleep 60",
+            go.display(),
+            lock.display()
+        ))
+        .spawn()
+        .unwrap();
+    let pid = target.id();
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["--offcpu", "--runq=0", "--runq-sample", "0", "-p"])
+        .arg(pid.to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(rec.stderr.take().unwrap());
+    let mut log = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "ebrec stopped: {log}");
+        log += &l;
+        if l.contains("recording to") {
+            break;
+        }
+    }
+    std::fs::write(&go, b"").unwrap();
+    // flock's child, then a second in wait4.
+    let child = (0..200)
+        .find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            let out = Command::new("pgrep")
+                .args(["-P", &pid.to_string()])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<i32>()
+                .ok()
+        })
+        .expect("flock's child");
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let boot = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let stopped_at = boot();
+    // SAFETY: signals to processes this test started.
+    unsafe { libc::kill(child, libc::SIGSTOP) };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let state = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let status = rec.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    log += &rest;
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let _ = target.wait();
+    assert!(status.success(), "{log}");
+    assert_eq!(state, "do_wait", "flock is not back in wait4: {log}");
+
+    let (events, _, _) = offcpu_events(&trace);
+    let after: Vec<_> = events
+        .iter()
+        .filter(|e| e.tid == pid && e.time_ns < stopped_at && e.duration_ns >= 900 * MS)
+        .collect();
+    assert_eq!(after.len(), 1, "flock's block in wait4: {events:?}\n{log}");
+    let t = trace.to_str().unwrap();
+    let tid = pid.to_string();
+    let top = ebsym_json(&["top", t, "--kind", "offcpu", "--tid", &tid, "-n", "100"]);
+    let rows = top["rows"].as_array().unwrap();
+    assert!(
+        rows.iter().any(|r| {
+            r["total_ns"].as_u64().unwrap_or(0) >= 900 * MS
+                && kernel(&frames(r, "frames")).contains(&"do_wait")
+        }),
+        "{top:#}"
+    );
+
+    let runq = common::events_of(&trace, |k| match k {
+        Kind::Runq(b) => Some(b),
+        _ => None,
+    });
+    let woken: Vec<_> = runq
+        .iter()
+        .filter(|e| e.tid == pid && e.time_ns >= stopped_at)
+        .collect();
+    assert_eq!(
+        woken.len(),
+        1,
+        "flock's wait after its wake: {runq:?}\n{log}"
+    );
+    // The run-queue family's counts add up: nothing left in a thread's storage.
+    let mut r = TraceReader::open(&trace).unwrap();
+    let mut fams = None;
+    for rec in r.by_ref() {
+        if let Some(Kind::Stats(s)) = rec.kind {
+            fams = s
+                .families
+                .into_iter()
+                .find(|f| f.family == EventFamily::Runq as i32);
+        }
+    }
+    let f = fams.expect("runq's stats");
+    assert_eq!(f.kept + f.lost + f.filtered, f.hits, "{f:?}\n{log}");
+}
