@@ -622,7 +622,8 @@ fn threads_report_names_the_threads_and_where_their_time_goes() {
 /// woken when the child stops (SIGSTOP) and, nothing to report, sleeps again in the same
 /// call. The end of the recording sends what the threads hold (a task iterator): flock's
 /// 1 s block and its run-queue wait after the wake are in the trace with their kernel
-/// stacks (do_wait), and each family's kept, lost and filtered add up to its hits.
+/// stacks (do_wait), and each family's kept, lost and filtered add up to its hits. The
+/// block's waker is the child, named in its own image (it exec'd sleep after the block began).
 #[test]
 fn blocks_and_waits_still_in_the_kernel_at_the_end_are_sent() {
     if !root() {
@@ -717,12 +718,22 @@ fn blocks_and_waits_still_in_the_kernel_at_the_end_are_sent() {
     let tid = pid.to_string();
     let top = ebsym_json(&["top", t, "--kind", "offcpu", "--tid", &tid, "-n", "100"]);
     let rows = top["rows"].as_array().unwrap();
-    assert!(
-        rows.iter().any(|r| {
+    let row = rows
+        .iter()
+        .find(|r| {
             r["total_ns"].as_u64().unwrap_or(0) >= 900 * MS
                 && kernel(&frames(r, "frames")).contains(&"do_wait")
-        }),
-        "{top:#}"
+        })
+        .unwrap_or_else(|| panic!("{top:#}"));
+    // Its waker is the child, stopping, in its own image: it had exec'd sleep since the
+    // block began (its frames resolve in /usr/bin/sleep, not in flock's copy it forked).
+    assert!(
+        row["waker_frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["module"].as_str().is_some_and(|m| m.ends_with("/sleep"))),
+        "{row:#}"
     );
 
     let runq = common::events_of(&trace, |k| match k {

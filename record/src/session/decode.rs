@@ -221,10 +221,13 @@ impl Session<'_> {
                 // The waker's user frames are addresses in *its* process: kept only when
                 // that process is known (a target), under its own generation. A wake from
                 // an interrupt names whoever was running: the kernel frames tell.
+                // Its generation at the wake (the switch-in, at most a run-queue wait
+                // after it), not at the block's start: a child that woke its parent may
+                // have exec'd in between (flock's `sleep`, stopped).
                 let (wg, wuser) = if e.waker_pid == h.pid {
                     (g, wuser)
                 } else {
-                    match self.gen_at(e.waker_pid, h.time_ns) {
+                    match self.gen_at(e.waker_pid, h.time_ns.saturating_add(e.duration_ns)) {
                         Some(wg) => (wg, wuser),
                         None => {
                             // (The kernel side takes no user stack of a process that is
