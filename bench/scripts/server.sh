@@ -543,11 +543,15 @@ line = "%d processes: %d attached with -p, %d followed from their fork" % (len(p
 if ev and forked:
     kind = max(ev, key=ev.get)
     args = [sys.argv[2], "top", sys.argv[3], "--kind", kind, "-n", "1", "--json"]
-    for p in forked:
-        args += ["--pid", str(p["pid"])]
     try:
+        # top's count is what the events stand for (a sampled event counts 1/p): both sides
+        # in that unit, not against the trace's number of event records.
+        every = json.loads(subprocess.run(args, capture_output=True, check=True).stdout)
+        for p in forked:
+            args += ["--pid", str(p["pid"])]
         top = json.loads(subprocess.run(args, capture_output=True, check=True).stdout)
-        line += "; %s of the %s %s events from the forked ones" % (top["totals"]["count"], ev[kind], kind)
+        line += "; %s of the %s %s counted (ebsym top, from %s events) from the forked ones" % (
+            top["totals"]["count"], every["totals"]["count"], kind, ev[kind])
     except Exception as e:
         line += "; (ebsym top --pid failed: %s)" % e
 print(line)
