@@ -590,7 +590,6 @@ impl Drop for Probes<'_> {
                 .into_values()
                 .flatten(),
         );
-        let closing = std::mem::take(self.closing.get_mut());
         std::thread::scope(|s| {
             for l in links {
                 s.spawn(move || drop(l));
@@ -599,9 +598,7 @@ impl Drop for Probes<'_> {
                 s.spawn(move || drop(f));
             }
         });
-        for t in closing {
-            let _ = t.join();
-        }
+        self.finish_closing();
     }
 }
 
@@ -1098,26 +1095,29 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.sys_epoch as *mut u32);
-        if cfg.offcpu_min_ns.is_some() {
-            if let Some(b) = p
-                .profile
-                .as_mut()
-                .and_then(|a| a.maps.bss_data.as_deref_mut())
-            {
-                p.ending_ptrs
-                    .push((&mut b.offcpu_ending as *mut u32, "offcpu_end"));
-            }
-        }
-        if cfg.runq_min_ns.is_some() {
-            if let Some(b) = p
-                .system
-                .as_mut()
-                .and_then(|a| a.maps.bss_data.as_deref_mut())
-            {
-                p.ending_ptrs
-                    .push((&mut b.runq_ending as *mut u32, "runq_end"));
-            }
-        }
+        // The families that hold kept waits for their thread's return to user space.
+        let ending = [
+            (
+                cfg.offcpu_min_ns.is_some(),
+                p.profile
+                    .as_mut()
+                    .and_then(|a| a.maps.bss_data.as_deref_mut())
+                    .map(|b| &mut b.offcpu_ending as *mut u32),
+                "offcpu_end",
+            ),
+            (
+                cfg.runq_min_ns.is_some(),
+                p.system
+                    .as_mut()
+                    .and_then(|a| a.maps.bss_data.as_deref_mut())
+                    .map(|b| &mut b.runq_ending as *mut u32),
+                "runq_end",
+            ),
+        ];
+        p.ending_ptrs = ending
+            .into_iter()
+            .filter_map(|(on, ptr, name)| Some((ptr.filter(|_| on)?, name)))
+            .collect();
         p.sample_bytes_ptr = p
             .alloc
             .as_mut()
