@@ -324,10 +324,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 			b->epoch = offcpu_epoch;
 		}
 	}
-	if (offcpu_ending)
-		return 0;
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, next, 0, 0);
-	if (!b || !b->start)
+	if (!b || !b->start || offcpu_ending)
 		return 0;
 	if (b->epoch != offcpu_epoch) {
 		/* blocked before a pause of the off-CPU programs: its length is unknown */
@@ -412,12 +410,10 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_waking")
 int BPF_PROG(offcpu_waking, struct task_struct *p)
 {
-	if (offcpu_ending)
-		return 0;
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, p, 0, 0);
 	/* Once per block: try_to_wake_up fires this under the wakee's pi_lock, after it saw the
 	 * task asleep, and the task is awake after it; a second waker finds it awake. */
-	if (!b || !b->start || b->woken || b->epoch != offcpu_epoch)
+	if (!b || !b->start || b->woken || b->epoch != offcpu_epoch || offcpu_ending)
 		return 0;
 	b->woken = 1;
 	__u64 pt = bpf_get_current_pid_tgid();

@@ -386,11 +386,9 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	     unsigned int prev_state)
 {
 	__u64 now = 0;
-	if (runq_ending)
-		return 0;
 	/* A thread that blocks leaves nothing: its wait starts at its wakeup, which sets the
 	 * time again whatever was there. */
-	if (prev_state == TASK_RUNNING && prev->pid != 0) {
+	if (prev_state == TASK_RUNNING && prev->pid != 0 && !runq_ending) {
 		struct runq_state *st = runq_state_of(prev);
 		if (st) {
 			/* Preempted: it waits from now. A thread with rseq passes rseq_update on its
@@ -426,7 +424,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		}
 	}
 	struct runq_state *st = bpf_task_storage_get(&runq_states, next, 0, 0);
-	if (!st)
+	if (!st || runq_ending)
 		return 0;
 	if (!now)
 		now = bpf_ktime_get_boot_ns();
