@@ -671,7 +671,8 @@ fn blocks_and_waits_still_in_the_kernel_at_the_end_are_sent() {
         .find_map(|_| {
             std::thread::sleep(std::time::Duration::from_millis(25));
             let out = Command::new("pgrep")
-                .args(["-P", &pid.to_string()])
+                // flock's child, not a `sleep 0.05` of the shell's poll before its exec.
+                .args(["-P", &pid.to_string(), "-f", "^sleep 60$"])
                 .output()
                 .unwrap();
             String::from_utf8_lossy(&out.stdout)
