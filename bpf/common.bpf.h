@@ -67,6 +67,16 @@ static __always_inline struct pt_regs *sc_user_regs(void)
 	return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 }
 
+/* The traced processes, a bit per process id (targets.bpf.h). Here so that every object has
+ * it to share (user space creates it once, BPF_F_MMAPABLE for its atomic updates). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, TARGET_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} targets SEC(".maps");
+
 /* Per CPU, the chain in progress: the slots still to run for this call, whether they are
  * timed, and (timed) when the last member began. The raw syscall tracepoints do not nest
  * on a CPU. */

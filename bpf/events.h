@@ -31,6 +31,9 @@
 /* System call numbers with a slot mask of their own in `chain_wants` (enter chain: key nr,
  * exit chain: CHAIN_NRS + nr); a larger number runs every member. */
 #define CHAIN_NRS 512
+/* Words of the `targets` bitmap (common.bpf.h): one bit per process id up to Linux's
+ * PID_MAX_LIMIT (2^22), 512 KiB. */
+#define TARGET_WORDS 65536
 
 /* Counter slots of the per-CPU `counters` array: family * CTR_STRIDE + counter. */
 enum counter {

@@ -6,47 +6,17 @@
  * that was not even traced. Now one program on each tracepoint checks the target once and
  * tail-calls the families' programs in turn (the program arrays `sys_enter_chain` and
  * `sys_exit_chain`, filled by user space with the members of the families recorded, in a
- * fixed order); a process that is not a target pays one dispatch and one lookup. Of a
+ * fixed order); a process that is not a target pays one dispatch and one bit test. Of a
  * target's call, only the members that want its number run (chain_wants): futex's for
  * futex, memgrowth's for brk, mmap and munmap, TCP's for accept. */
 #include "common.bpf.h"
 #include "targets.bpf.h"
 
-/* Per thread, whether its process was a target when `targets_gen` was `gen`: the hubs run on
- * every system call of the machine, and a task-storage read (NULL at once for a thread that
- * has none) is cheaper than a hash lookup of the process in `targets` each time. A thread
- * gets its entry at its first system call; a new thread or process has none (the fork
- * programs mark a target's children in `targets` before they run), so only user space,
- * adding a running process to `targets` (-p, the agent's --comm), bumps `targets_gen`, after
- * the update: an entry of an older generation is looked up again. */
-struct hub_seen {
-	__u32 gen;
-	__u32 target;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct hub_seen);
-} hub_seen SEC(".maps");
-
-__u32 targets_gen = 0;
-
+/* Whether the calling thread's process is a target: one bit of `targets` (targets.bpf.h),
+ * the whole price of a call of a process that is not traced. */
 static __always_inline bool hub_target(void)
 {
-	struct task_struct *t = bpf_get_current_task_btf();
-	__u32 gen = targets_gen;
-	struct hub_seen *s = bpf_task_storage_get(&hub_seen, t, 0, 0);
-	if (s && s->gen == gen)
-		return s->target;
-	bool is = is_target(t->tgid);
-	s = bpf_task_storage_get(&hub_seen, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (s) {
-		s->gen = gen;
-		s->target = is;
-	}
-	return is;
+	return is_target(bpf_get_current_pid_tgid() >> 32);
 }
 
 /* Runs the members of `chain` that want system call `nr` (chain_wants at `base` + nr). */

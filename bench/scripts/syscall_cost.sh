@@ -11,6 +11,10 @@
 #   ebrec <set>, traced           ebrec starts the loop itself (-- perf bench ...)
 #   bpftrace, other process       raw_syscalls sys_enter+sys_exit timing one pid (not the loop)
 #   bpftrace, traced              the same, filtered to the loop's pid
+#   bt-floor                      bpftrace's least on the same two tracepoints: a pid test
+#                                 that fails (pid 1), nothing else; what any program there
+#                                 costs a process it does not trace (the slow path, two
+#                                 dispatches, one test): ebrec-diag-other's floor
 # <set> is `ebrec diagnose`'s families (--cpu --offcpu --lock --memgrowth --syscalls --bio
 # --runq --tcp), and --syscalls alone. BPF stats stay off (they cost every run ~30 ns).
 # Also --offcpu alone with the loop not traced: as it records (user stacks at the return to
@@ -90,6 +94,16 @@ measure() {
       EBTRACE_SYSCALL_HUB_ONLY=$hub "$EBREC" record -q -o "$work/t.pb.zst" "${flags[@]}" -- \
         perf bench syscall basic -l "$LOOPS" >"$work/out" 2>"$work/ebrec.log"
       awk '/usecs\/op/ { printf "%.1f\n", $1 * 1000 }' "$work/out" ;;
+    bt-floor)
+      bpftrace -e 'tracepoint:raw_syscalls:sys_enter /pid == 1/ { @e = count(); }
+        tracepoint:raw_syscalls:sys_exit /pid == 1/ { @x = count(); }' >"$work/bt.log" 2>&1 &
+      local btp=$! i
+      for i in $(seq 1 200); do grep -q "Attaching" "$work/bt.log" 2>/dev/null && break; sleep 0.05; done
+      grep -q "Attaching" "$work/bt.log" || die "bpftrace did not attach: $(tail -3 "$work/bt.log")"
+      sleep 0.5
+      ns=$(bench)
+      kill -INT "$btp"; wait "$btp" || true
+      echo "$ns" ;;
     bt-other | bt-traced)
       # bpftrace times the syscalls of one pid: a sleeping process, or the loop itself
       # (its pid is not known before it starts: it is started stopped, under a shell).

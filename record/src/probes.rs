@@ -298,8 +298,6 @@ pub struct Probes<'obj> {
     /// `offcpu_ending` and `runq_ending` in their objects' .bss, when those families
     /// record ([`Probes::end_pending`]).
     ending_ptrs: Vec<(*mut u32, &'static str)>,
-    /// `targets_gen` in the hub object's .bss (bumped when user space adds a target).
-    targets_gen_ptr: Option<*mut u32>,
     /// --cpu: the per-CPU cpu-clock perf events (owned by their links in `links`), for
     /// `set_cpu_hz`.
     cpu_fds: Vec<i32>,
@@ -439,6 +437,78 @@ struct ChainMaps {
     wants: libbpf_rs::MapHandle,
     /// Entry 0: the members are timed now (`chain_timing`), with the kernel's BPF stats.
     timing: libbpf_rs::MapHandle,
+    /// The traced processes, one bit per pid (`targets`, shared by every object).
+    targets: TargetBits,
+}
+
+/// The `targets` bitmap (bpf/targets.bpf.h): an mmapable array of TARGET_WORDS u64 words,
+/// bit pid & 63 of word pid >> 6. User space sets bits through the mapping with atomic ORs,
+/// as the fork programs do in the kernel, so that neither loses the other's bit of a word.
+#[derive(Debug)]
+struct TargetBits {
+    map: libbpf_rs::MapHandle,
+    words: *const std::sync::atomic::AtomicU64,
+}
+
+impl TargetBits {
+    const BYTES: usize = TARGET_WORDS * 8;
+
+    fn create() -> Result<Self> {
+        let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+            map_flags: libbpf_rs::libbpf_sys::BPF_F_MMAPABLE,
+            ..Default::default()
+        };
+        let map = libbpf_rs::MapHandle::create(
+            libbpf_rs::MapType::Array,
+            Some("targets"),
+            4,
+            8,
+            TARGET_WORDS as u32,
+            &opts,
+        )
+        .context("creating the BPF map targets")?;
+        // SAFETY: a shared mapping of the whole array (page-aligned: 512 KiB), unmapped in
+        // drop; the kernel keeps the map while it is mapped.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            bail!(
+                "mapping the BPF map targets: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(TargetBits {
+            map,
+            words: p as *const std::sync::atomic::AtomicU64,
+        })
+    }
+
+    fn set(&self, pid: u32) -> Result<()> {
+        let w = (pid >> 6) as usize;
+        if w >= TARGET_WORDS {
+            bail!("process id {pid} is above the kernel's limit of 2^22");
+        }
+        // SAFETY: w is within the mapping; u64 words of an array map are 8-byte aligned.
+        let word = unsafe { &*self.words.add(w) };
+        word.fetch_or(1u64 << (pid & 63), std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Drop for TargetBits {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in create, of BYTES bytes, no longer used.
+        unsafe { libc::munmap(self.words as *mut libc::c_void, Self::BYTES) };
+    }
 }
 
 impl ChainMaps {
@@ -484,6 +554,7 @@ impl ChainMaps {
             .context("creating the BPF map chain_wants")?,
             timing: MapHandle::create(MapType::Array, Some("chain_timing"), 4, 4, 1, &opts)
                 .context("creating the BPF map chain_timing")?,
+            targets: TargetBits::create()?,
         })
     }
 }
@@ -615,6 +686,7 @@ macro_rules! common_setup {
         $open.maps.chain_costs.reuse_fd($chain.costs.as_fd())?;
         $open.maps.chain_wants.reuse_fd($chain.wants.as_fd())?;
         $open.maps.chain_timing.reuse_fd($chain.timing.as_fd())?;
+        $open.maps.targets.reuse_fd($chain.targets.map.as_fd())?;
         if let Some(fds) = $cfi {
             $ro.cfi_mode = $cfg.cfi_mode;
             $ro.cfi_wakers = true;
@@ -1032,7 +1104,6 @@ impl<'obj> Probes<'obj> {
             closing: Default::default(),
             sys_epoch_ptr: None,
             ending_ptrs: Vec::new(),
-            targets_gen_ptr: None,
             cpu_fds: Vec::new(),
             pausable: Default::default(),
             tp_pausable: Default::default(),
@@ -1085,11 +1156,6 @@ impl<'obj> Probes<'obj> {
                 }
             }
         }
-        p.targets_gen_ptr = p
-            .hub
-            .as_mut()
-            .and_then(|a| a.maps.bss_data.as_deref_mut())
-            .map(|b| &mut b.targets_gen as *mut u32);
         p.sys_epoch_ptr = p
             .system
             .as_mut()
@@ -1336,33 +1402,7 @@ impl<'obj> Probes<'obj> {
     /// Marks `pid` as a target of the in-kernel filters (futex mode, and the tracepoint and
     /// sampling families).
     pub fn add_target(&self, pid: u32) -> Result<()> {
-        if let Some(l) = &self.lock {
-            l.maps
-                .targets
-                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
-        }
-        if let Some(p) = &self.profile {
-            p.maps
-                .targets
-                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
-        }
-        if let Some(p) = &self.system {
-            p.maps
-                .targets
-                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
-        }
-        if let Some(h) = &self.hub {
-            h.maps
-                .targets
-                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)?;
-            // After the update: the hubs' per-thread answers of before are stale.
-            if let Some(g) = self.targets_gen_ptr {
-                // SAFETY: an aligned u32 in the hub object's mmapped .bss, alive as long as
-                // self (as sys_epoch_ptr); BPF only reads it.
-                unsafe { std::ptr::write_volatile(g, std::ptr::read_volatile(g).wrapping_add(1)) };
-            }
-        }
-        Ok(())
+        self.chain_maps.targets.set(pid)
     }
 
     /// What the kernel's stats do not see, with them on: (runs of tracepoint and perf event
