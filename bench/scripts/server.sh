@@ -53,6 +53,9 @@
 #                  "tps = N (without initial connection time)", wrk's Requests/sec)
 #   x untraced     that median over untraced's median: 0.90 = the tracer cost 10% of the
 #                  throughput. Compare it with ebrec's own accounting, next column
+#   paired         the median over the rounds of this row's run over the same round's
+#                  untraced run (taken minutes apart at most): the machine's slow drift
+#                  (other tenants, the server's own state) cancels out of each ratio
 #   min-max        the spread over the rounds; ratios inside the untraced row's spread mean
 #                  nothing
 #   accounted cost what the tracer cost in CPU, % of one CPU, medians over the rounds:
@@ -435,7 +438,7 @@ server_libc() {
 # --- one run ----------------------------------------------------------------------------------
 # Per configuration: TPS (per-run list), CB/CP (ebrec BPF % / process %), NS (ns per run),
 # BU (budget %), EVN (events of the last run), WHY (why it does not run: set once).
-declare -A TPS CB CP NS BU CH EVN WHY FAILS
+declare -A TPS CB CP NS BU CH EVN WHY FAILS UNT_R PAIR
 FIRST_TRACE_DONE=0
 PROC_NOTE=""
 
@@ -568,6 +571,7 @@ run_config() { # CONFIG ROUND
     if run_load "$lout"; then
       rate=$(rate_of "$lout")
       TPS[$c]="${TPS[$c]:-} $rate"
+      UNT_R[$r]=$rate
       log "  untraced: $rate"
     else
       why="the load failed: $(why_of "$lout")"
@@ -621,6 +625,7 @@ run_config() { # CONFIG ROUND
       if [ -z "$why" ]; then
         rate=$(rate_of "$lout")
         TPS[$c]="${TPS[$c]:-} $rate"
+        [ -z "${UNT_R[$r]:-}" ] || PAIR[$c]="${PAIR[$c]:-} $(ratio "$rate" "${UNT_R[$r]}")"
         EVN[$c]=$ev
         CP[$c]="${CP[$c]:-} $(pct_of_cpu "$k0" "$k1" "$secs")"
         if [[ $c == ebrec-* ]]; then
@@ -692,17 +697,17 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
   echo "CPU ${BUSY_BEFORE}% busy before, load average $LOAD_BEFORE before, $LOAD_AFTER after; rows took $((end - start)) s."
   echo "ebrec: $EBREC$( [ "$EBREC_OK" = 1 ] && echo " ($(stat -c %y "$EBREC" | cut -d. -f1))")"
   echo
-  echo "| config | $unit median | x untraced | min-max | accounted cost, % of one CPU |"
-  echo "| --- | ---: | ---: | --- | --- |"
+  echo "| config | $unit median | x untraced | paired | min-max | accounted cost, % of one CPU |"
+  echo "| --- | ---: | ---: | ---: | --- | --- |"
   for c in $CONFIGS; do
     # shellcheck disable=SC2086
     m=$(median ${TPS[$c]:--})
     if [ -n "${WHY[$c]:-}" ] && [ -z "${TPS[$c]:-}" ]; then
-      echo "| $c | not run: ${WHY[$c]} | | | |"
+      echo "| $c | not run: ${WHY[$c]} | | | | |"
       continue
     fi
     if [ -z "${TPS[$c]:-}" ]; then
-      echo "| $c | not run:${FAILS[$c]#;} | | | |"
+      echo "| $c | not run:${FAILS[$c]#;} | | | | |"
       continue
     fi
     cost="-"
@@ -728,7 +733,10 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
     n=$(wc -w <<<"${TPS[$c]}")
     [ "$n" = "$ROUNDS" ] || cost+=" ($n of $ROUNDS runs)"
     # shellcheck disable=SC2086
-    echo "| $c | $(fmt1 "$m") | $(ratio "$m" "$UNTR") | $(minmax ${TPS[$c]}) | $cost |"
+    pair=-
+    # shellcheck disable=SC2086
+    [ "$c" = untraced ] || pair=$(median ${PAIR[$c]:--})
+    echo "| $c | $(fmt1 "$m") | $(ratio "$m" "$UNTR") | $pair | $(minmax ${TPS[$c]}) | $cost |"
   done
   echo
   [ -z "$PROC_NOTE" ] || echo "Processes followed (ebsym info of the first ebrec trace): $PROC_NOTE."
