@@ -466,7 +466,9 @@ static __always_inline void offcpu_at_user(void *ctx)
 		return;
 	b->pending = 0;
 	struct offcpu_event *e = bpf_task_storage_get(&offcpu_pend, task, 0, 0);
-	if (!e || !e->pending)
+	/* Taken (1 -> 2) by compare-and-swap, as the thread's exit and the recording's end
+	 * (offcpu_exit) take it (1 -> 0): one of them sends it, whatever the timing. */
+	if (!e || __sync_val_compare_and_swap(&e->pending, 1, 2) != 1)
 		return;
 	if (b->epoch != offcpu_epoch) {
 		/* kept before a pause: the syscall exit it waited for may have come while the

@@ -561,7 +561,8 @@ static __always_inline void runq_sys_exit_do(unsigned long long *ctx, struct pt_
 		return;
 	runq_clear_pending(st);
 	struct runq_event *e = bpf_task_storage_get(&runq_pend, task, 0, 0);
-	if (!e || !e->pending)
+	/* Taken (1 -> 2) by compare-and-swap, as runq_exit takes it (1 -> 0): one sends it. */
+	if (!e || __sync_val_compare_and_swap(&e->pending, 1, 2) != 1)
 		return;
 	if (st->epoch != sys_epoch) {
 		/* kept before a pause: the syscall exit it waited for may have come while the
