@@ -11,10 +11,11 @@
 #   ebrec <set>, traced           ebrec starts the loop itself (-- perf bench ...)
 #   bpftrace, other process       raw_syscalls sys_enter+sys_exit timing one pid (not the loop)
 #   bpftrace, traced              the same, filtered to the loop's pid
-#   bt-floor                      bpftrace's least on the same two tracepoints: a pid test
-#                                 that fails (pid 1), nothing else; what any program there
-#                                 costs a process it does not trace (the slow path, two
-#                                 dispatches, one test): ebrec-diag-other's floor
+#   bt-floor                      bpftrace's least program on raw_syscalls sys_enter and
+#                                 sys_exit: a pid test that fails (pid 1), nothing else;
+#                                 what the reference tool's cheapest filter costs a process
+#                                 it does not trace (bpftrace 0.17 attaches these as perf
+#                                 event tracepoints, dearer to dispatch than ebrec's tp_btf)
 # <set> is `ebrec diagnose`'s families (--cpu --offcpu --lock --memgrowth --syscalls --bio
 # --runq --tcp), and --syscalls alone. BPF stats stay off (they cost every run ~30 ns).
 # Also --offcpu alone with the loop not traced: as it records (user stacks at the return to
