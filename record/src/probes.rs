@@ -425,8 +425,9 @@ fn chain_member(name: &str) -> Option<(u32, bool)> {
     })
 }
 
-/// The maps every object shares for the system call chain (created here, their fds reused
-/// by each object at load).
+/// The maps every object shares (created here, their fds reused by each object at load):
+/// the system call chain's, and the targets bitmap the chain's hubs and every other
+/// program that sees all processes test.
 #[derive(Debug)]
 struct ChainMaps {
     enter: libbpf_rs::MapHandle,
