@@ -10,6 +10,10 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* One load of a .bss setting user space may write while recording (the samples' units):
+ * a decision and the weight it gives read the same value. */
+#define READ_ONCE_U64(x) (*(volatile __u64 *)&(x))
+
 /* Set by user space before load. */
 const volatile __u32 max_frames = MAX_FRAMES - 1;
 

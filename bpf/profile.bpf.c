@@ -31,8 +31,9 @@ __u64 offcpu_min_ns = 0;
  * the threshold by then, else at its switch-in) is kept with probability d/unit, and its event
  * says the time it stands for (weight_ns = duration * unit / d), so that totals per stack are
  * unbiased estimates; a block of at least the unit is always kept and stands for itself. The
- * blocks left out cost a timestamp: no stack is taken. Writable like offcpu_min_ns; user space
- * keeps it at most 1 s (the products below stay under 2^64). */
+ * blocks left out cost a timestamp: no stack is taken. Writable like offcpu_min_ns (--offcpu-rate
+ * raises it while recording: record/src/pacer.rs); user space keeps it at most 1 s (the
+ * products below stay under 2^64). */
 __u64 offcpu_unit_ns = 0;
 /* Every block past the threshold, kept or left out by the sample: count and ns (exact).
  * Per CPU: two atomic adds on one shared line at every block cost a cache-line transfer
@@ -197,7 +198,7 @@ struct offcpu_block {
  * the probability noted in `b` for its weight. */
 static __always_inline bool offcpu_sample(struct offcpu_block *b, __u64 d)
 {
-	__u64 unit = offcpu_unit_ns;
+	__u64 unit = READ_ONCE_U64(offcpu_unit_ns);
 	b->chosen_d = 0;
 	if (!unit || d >= unit)
 		return true;

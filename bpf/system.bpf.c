@@ -16,13 +16,15 @@ const volatile __u64 syscall_min_ns = 1000000;
 const volatile __u64 bio_min_ns = 0;
 const volatile __u64 runq_min_ns = 1000000;
 /* --runq-sample: the sampling unit, ns (0: every long wait kept), as syscall_unit_ns. */
-const volatile __u64 runq_unit_ns = 0;
+__u64 runq_unit_ns = 0;
 
 /* --syscalls-sample: the sampling unit, ns (0: every slow call kept). A call past the
  * threshold but shorter than the unit is kept, with its stack, with probability
  * duration/unit and stands for `unit` ns (duration / p); the histograms still count every
- * call. At most 1 s (user space), so that the products below stay under 2^64. */
-const volatile __u64 syscall_unit_ns = 0;
+ * call. At most 1 s (user space), so that the products below stay under 2^64. Writable
+ * (.bss), as runq_unit_ns: --syscalls-rate raises it while recording (record/src/pacer.rs);
+ * each call is judged by the value read once at its exit. */
+__u64 syscall_unit_ns = 0;
 
 /* Bumped by user space when --max-cpu resumes a paused family of this object: state taken
  * before the pause (an entry whose exit came while paused) is stale then. */
@@ -218,7 +220,7 @@ static __always_inline void sys_exit_do(unsigned long long *ctx, struct pt_regs 
 		return;
 	}
 	__u64 weight = 0;
-	if (!time_sample(d, syscall_unit_ns, &weight)) {
+	if (!time_sample(d, READ_ONCE_U64(syscall_unit_ns), &weight)) {
 		count(FAM_SYSCALL, CTR_FILTERED);
 		return;
 	}
@@ -447,7 +449,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	 * with p = d/unit and stands for `unit` ns. On a saturated CPU most waits pass the
 	 * threshold, and a stack each was most of the family's cost. */
 	__u64 weight = 0;
-	if (!time_sample(d, runq_unit_ns, &weight)) {
+	if (!time_sample(d, READ_ONCE_U64(runq_unit_ns), &weight)) {
 		count(FAM_RUNQ, CTR_FILTERED);
 		return 0;
 	}

@@ -114,6 +114,11 @@ pub struct Losses {
     /// estimate. The events that were sampled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memgrowth_sampled: Option<u64>,
+    /// What `--offcpu-rate`, `--syscalls-rate` or `--runq-rate` did to their sample's unit
+    /// while recording (reports/budget.rs), one sentence each: the estimates stand on
+    /// fewer events after a change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub paced: Vec<String>,
     /// Families counted in the kernel (--aggregate), with the events counted: there is no
     /// per-event timeline for them (no times within an interval, no threads, no addresses).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -101,6 +101,14 @@ pub struct RecordConfig {
     /// blocks are all kept. At most 1 s.
     #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
     pub offcpu_sample: u64,
+    /// Off-CPU blocks kept a second that --offcpu-sample's sample aims at (0: the unit stays as
+    /// given). Checked every second: past 1.5 times N the unit is multiplied by the power of
+    /// two that brings them back under N (up to 1 s), under a quarter of N halved (not below
+    /// --offcpu-sample); each event stands for the unit it was kept under, so totals stay
+    /// unbiased, and one at least as long as the unit is always kept. The trace records each
+    /// change (ebsym info).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 200))]
+    pub offcpu_rate: u64,
     /// Memory growth: brk, mmap, munmap and first-touch page faults, with user stacks.
     #[cfg_attr(feature = "cli", arg(long))]
     pub memgrowth: bool,
@@ -122,6 +130,14 @@ pub struct RecordConfig {
     /// the latency histograms still count every call. At most 1 s.
     #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
     pub syscalls_sample: u64,
+    /// Slow calls kept a second that --syscalls-sample's sample aims at (0: the unit stays as
+    /// given). Checked every second: past 1.5 times N the unit is multiplied by the power of
+    /// two that brings them back under N (up to 1 s), under a quarter of N halved (not below
+    /// --syscalls-sample); each event stands for the unit it was kept under, so totals stay
+    /// unbiased, and one at least as long as the unit is always kept. The trace records each
+    /// change (ebsym info).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 200))]
+    pub syscalls_rate: u64,
     /// Block I/O requests issued by the targets: device, sector, bytes, op, start to
     /// completion, the issuing stack; requests of at least MIN_US (default 0: all) kept as
     /// events, all counted in histograms per (process, device, op).
@@ -138,6 +154,14 @@ pub struct RecordConfig {
     /// rest of the family); the latency histograms still count every wait. At most 1 s.
     #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
     pub runq_sample: u64,
+    /// Long run-queue waits kept a second that --runq-sample's sample aims at (0: the unit stays as
+    /// given). Checked every second: past 1.5 times N the unit is multiplied by the power of
+    /// two that brings them back under N (up to 1 s), under a quarter of N halved (not below
+    /// --runq-sample); each event stands for the unit it was kept under, so totals stay
+    /// unbiased, and one at least as long as the unit is always kept. The trace records each
+    /// change (ebsym info).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 200))]
+    pub runq_rate: u64,
     /// The targets' TCP connections: connects and accepts with their stacks, state changes,
     /// lifetimes, bytes, retransmits and resets.
     #[cfg_attr(feature = "cli", arg(long))]

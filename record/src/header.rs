@@ -58,6 +58,7 @@ pub fn header(a: &RecordConfig) -> Header {
     if let Some(us) = a.offcpu {
         opt("offcpu", us.to_string());
         opt("offcpu-sample", a.offcpu_sample.to_string());
+        opt("offcpu-rate", a.offcpu_rate.to_string());
     }
     if a.memgrowth {
         opt("memgrowth", "true".into());
@@ -66,6 +67,7 @@ pub fn header(a: &RecordConfig) -> Header {
     if let Some(us) = a.syscalls {
         opt("syscalls", us.to_string());
         opt("syscalls-sample", a.syscalls_sample.to_string());
+        opt("syscalls-rate", a.syscalls_rate.to_string());
     }
     if let Some(us) = a.bio {
         opt("bio", us.to_string());
@@ -73,6 +75,7 @@ pub fn header(a: &RecordConfig) -> Header {
     if let Some(us) = a.runq {
         opt("runq", us.to_string());
         opt("runq-sample", a.runq_sample.to_string());
+        opt("runq-rate", a.runq_rate.to_string());
     }
     if a.tcp {
         opt("tcp", "true".into());

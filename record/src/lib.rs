@@ -14,6 +14,7 @@ pub mod features;
 pub mod funcs;
 pub mod header;
 pub mod kallsyms;
+pub mod pacer;
 pub mod perf;
 pub mod placement;
 pub mod preload;

@@ -275,6 +275,9 @@ pub struct Probes<'obj> {
     offcpu_min_ptr: Option<*mut u64>,
     /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
     offcpu_epoch_ptr: Option<*mut u32>,
+    /// The time-weighted samples' units in the objects' mmapped .bss (`offcpu_unit_ns`,
+    /// `syscall_unit_ns`, `runq_unit_ns`; see `set_sample_unit_ns`).
+    unit_ptrs: Vec<(ebtrace_proto::v1::EventFamily, *mut u64)>,
     /// The families that take user stacks on rseq_update, and what brings their syscall
     /// exit back ([`Probes::rseq_fallbacks`]).
     rseq_fallbacks: Vec<RseqFallback>,
@@ -1015,12 +1018,14 @@ impl<'obj> Probes<'obj> {
             ro.all_processes = cfg.all;
             ro.self_pid = std::process::id();
             ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
-            ro.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
             ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
             ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
-            ro.runq_unit_ns = cfg.runq_unit_ns.min(1_000_000_000);
             ro.runq_rseq_mode = cfg.runq_rseq;
             common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
+            if let Some(d) = open.maps.bss_data.as_deref_mut() {
+                d.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
+                d.runq_unit_ns = cfg.runq_unit_ns.min(1_000_000_000);
+            }
             // The histograms (one value for all CPUs): HIST_KEYS keys at the most, 33.4 MiB
             // (`hist_tests`; a full map is a counted loss).
             let new_bio = features::has_btf_type("btf_trace_block_io_start");
@@ -1096,6 +1101,7 @@ impl<'obj> Probes<'obj> {
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
             offcpu_epoch_ptr: None,
+            unit_ptrs: Vec::new(),
             rseq_fallbacks: Vec::new(),
             hub_links: Default::default(),
             chain_started: Default::default(),
@@ -1118,6 +1124,26 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_min_ns as *mut u64);
+        {
+            use ebtrace_proto::v1::EventFamily as F;
+            if let Some(b) = p
+                .profile
+                .as_mut()
+                .and_then(|a| a.maps.bss_data.as_deref_mut())
+            {
+                p.unit_ptrs
+                    .push((F::Offcpu, &mut b.offcpu_unit_ns as *mut u64));
+            }
+            if let Some(b) = p
+                .system
+                .as_mut()
+                .and_then(|a| a.maps.bss_data.as_deref_mut())
+            {
+                p.unit_ptrs
+                    .push((F::Syscall, &mut b.syscall_unit_ns as *mut u64));
+                p.unit_ptrs.push((F::Runq, &mut b.runq_unit_ns as *mut u64));
+            }
+        }
         p.offcpu_epoch_ptr = p
             .profile
             .as_mut()
@@ -2224,6 +2250,19 @@ impl<'obj> Probes<'obj> {
         if let Some(p) = self.offcpu_min_ptr {
             // SAFETY: as in `set_sample_bytes`, in the profile object's mmapped .bss.
             unsafe { std::ptr::write_volatile(p, ns) };
+        }
+    }
+
+    /// Sets the unit of a family's time-weighted sample (off-CPU, syscalls, run queue), ns,
+    /// at most 1 s, while recording; each block, call or wait is judged by the value it
+    /// reads once when it is decided (record/src/pacer.rs).
+    pub fn set_sample_unit_ns(&self, family: ebtrace_proto::v1::EventFamily, ns: u64) {
+        for &(f, p) in &self.unit_ptrs {
+            if f == family {
+                // SAFETY: as in `set_sample_bytes`, an aligned u64 in an object's mmapped
+                // .bss, alive as long as self.
+                unsafe { std::ptr::write_volatile(p, ns.min(crate::pacer::UNIT_CEIL_NS)) };
+            }
         }
     }
 

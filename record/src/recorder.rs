@@ -519,6 +519,43 @@ fn record_with(
         }
     };
     let mut budget_changes = 0u32;
+    // The time-weighted samples bounded in events a second (record/src/pacer.rs).
+    let mut pacers: Vec<crate::pacer::Pacer> = {
+        use crate::pacer::Pacer;
+        use ebtrace_proto::v1::EventFamily as F;
+        [
+            a.offcpu.and_then(|_| {
+                Pacer::new(
+                    F::Offcpu,
+                    "offcpu-sample-ns",
+                    "--offcpu-rate",
+                    a.offcpu_rate,
+                    cfg.offcpu_unit_ns,
+                )
+            }),
+            a.syscalls.and_then(|_| {
+                Pacer::new(
+                    F::Syscall,
+                    "syscalls-sample-ns",
+                    "--syscalls-rate",
+                    a.syscalls_rate,
+                    cfg.syscall_unit_ns,
+                )
+            }),
+            a.runq.and_then(|_| {
+                Pacer::new(
+                    F::Runq,
+                    "runq-sample-ns",
+                    "--runq-rate",
+                    a.runq_rate,
+                    cfg.runq_unit_ns,
+                )
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    };
     let mut pace = Pace::new(cfg.ringbuf_bytes);
     if let Some(h) = hooks.as_deref_mut() {
         h.started(&mut s)?;
@@ -609,6 +646,21 @@ fn record_with(
             for (change, why) in b.tick(probes_ref) {
                 budget_changes += 1;
                 apply_budget(&mut s, probes_ref, &change, why, a.quiet)?;
+            }
+        }
+        for p in pacers.iter_mut() {
+            let kept = s.kept[p.family];
+            if let Some((unit, why)) = p.tick(kept, started.elapsed().as_secs_f64()) {
+                probes_ref.set_sample_unit_ns(p.family, unit);
+                s.probe_change(ebtrace_proto::v1::ProbeChange {
+                    time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+                    family: p.family as i32,
+                    kind: ebtrace_proto::v1::ProbeChangeKind::Rate as i32,
+                    setting: p.setting.into(),
+                    value: unit,
+                    reason: why,
+                    ..Default::default()
+                })?;
             }
         }
         if last_stats.elapsed() >= Duration::from_secs(1) {
@@ -755,6 +807,7 @@ fn record_with(
         stacks,
         cfi,
         offcpu_sample,
+        paced: pacers.iter().filter_map(|p| p.summary()).collect(),
     }
     .print();
     Ok(())

@@ -39,6 +39,8 @@ pub struct Summary<'a> {
     pub cfi: Option<String>,
     /// --offcpu with --offcpu-sample: the blocks seen and those kept.
     pub offcpu_sample: Option<String>,
+    /// --offcpu-rate, --syscalls-rate, --runq-rate: the units they raised.
+    pub paced: Vec<String>,
     /// --alloc-sampler preload: where the shim's events went (channel or probes).
     pub preload: Option<String>,
 }
@@ -68,6 +70,7 @@ impl Summary<'_> {
             stacks,
             cfi,
             offcpu_sample,
+            paced,
             preload,
         } = self;
         eprintln!(
@@ -86,6 +89,9 @@ impl Summary<'_> {
             );
         }
         if let Some(l) = &offcpu_sample {
+            eprintln!("ebrec:   {l}");
+        }
+        for l in &paced {
             eprintln!("ebrec:   {l}");
         }
         if let Some(l) = &preload {

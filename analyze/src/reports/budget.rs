@@ -1,6 +1,7 @@
 //! What `ebrec record --max-cpu` changed while recording, as notes for the report of one
-//! kind: the cpu sampling rate (`cpu-hz`), the off-CPU threshold (`offcpu-min-ns`), and the
-//! pauses of any family (the allocator's are noted in `stacks.rs`, as they were first).
+//! kind: the cpu sampling rate (`cpu-hz`), the off-CPU threshold (`offcpu-min-ns`), the
+//! time-weighted samples' units `--offcpu-rate` and its kin raised (`offcpu-sample-ns`,
+//! `syscalls-sample-ns`, `runq-sample-ns`), and the pauses of any family (the allocator's are noted in `stacks.rs`, as they were first).
 use super::kind::EventKind;
 use crate::model::Loaded;
 use ebtrace_format::proto::{EventFamily, ProbeChange, ProbeChangeKind};
@@ -44,6 +45,49 @@ fn steps(l: &Loaded, ch: &[&ProbeChange], value: impl Fn(u64) -> String) -> Stri
         ch.len() - 8,
         tail.join(", ")
     )
+}
+
+/// What `--offcpu-rate` and its kin (record/src/pacer.rs) did to the time-weighted sample's
+/// unit of `kind`'s family, for the report's estimates (`Losses::paced`).
+pub(crate) fn paced(l: &Loaded, kind: EventKind) -> Vec<String> {
+    let mut out = Vec::new();
+    // --offcpu-rate and its kin (record/src/pacer.rs): the time-weighted samples' units.
+    let paced = match kind {
+        EventKind::OffCpu => Some((
+            EventFamily::Offcpu,
+            "offcpu-sample-ns",
+            "offcpu-sample",
+            "--offcpu-rate",
+            "blocks",
+        )),
+        EventKind::Syscall => Some((
+            EventFamily::Syscall,
+            "syscalls-sample-ns",
+            "syscalls-sample",
+            "--syscalls-rate",
+            "calls",
+        )),
+        EventKind::Runq => Some((
+            EventFamily::Runq,
+            "runq-sample-ns",
+            "runq-sample",
+            "--runq-rate",
+            "waits",
+        )),
+        _ => None,
+    };
+    if let Some((family, setting, opt, flag, what)) = paced {
+        let ch = rates(l, family, setting);
+        if let Some(highest) = ch.iter().map(|c| c.value).max() {
+            let from_us = option(l, opt).unwrap_or(0);
+            out.push(format!(
+                "the time-weighted sample's unit went from {from_us} us up to {} us by {flag} ({}): shorter {what} were kept with probability length/unit, each standing for the unit in force when it was kept, so totals stay unbiased estimates with fewer {what} behind them (ebsym info lists the changes)",
+                highest / 1000,
+                steps(l, &ch, |v| format!("{} us", v / 1000))
+            ));
+        }
+    }
+    out
 }
 
 /// The notes for a report on `kind`.

@@ -323,6 +323,7 @@ impl StackSink {
         }
         let notes = super::budget::notes(l, kind);
         l.losses.damage.extend(notes);
+        l.losses.paced = super::budget::paced(l, kind);
         type Key = (u64, String, FrameKey);
         let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
         let mut keys: Vec<StackKey> = self.by_stack.keys().copied().collect();

@@ -285,6 +285,7 @@ impl HistSink {
         let mut sink = self;
         let notes = super::budget::notes(l, kind);
         l.losses.damage.extend(notes);
+        l.losses.paced = super::budget::paced(l, kind);
         let arch = l.header.arch.clone();
         let capped = sink.kept >= EXACT_CAP;
         let sub_buckets = if sink.by_key.values().any(|h| h.layout == Layout::Log2) {

@@ -93,6 +93,9 @@ pub fn losses_text(l: &Losses) -> String {
             "estimates: off-CPU blocks shorter than --offcpu-sample's unit are a time-weighted sample ({n} sampled blocks, each kept with probability length/unit): off-CPU times and counts are scaled by 1/p; longer blocks are all kept"
         );
     }
+    for p in &l.paced {
+        let _ = writeln!(s, "estimates: {p}");
+    }
     if let Some(n) = l.memgrowth_sampled {
         let _ = writeln!(
             s,

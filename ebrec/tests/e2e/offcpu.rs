@@ -437,6 +437,106 @@ fn offcpu_time_weighted_sample_estimates_the_total() {
     }
 }
 
+/// --offcpu-rate, the sample bounded in events a second: 1,500 naps of 2 ms under the 10 ms
+/// unit are ~100 kept blocks a second, five times --offcpu-rate=20. After its first second
+/// ebrec multiplies the unit by 8 (the power of two that brings them under 20), writes the
+/// change in the trace and says so at exit and in the report; the naps kept after it stand
+/// for 80 ms each, so the estimated off-CPU time and count are still the program's own
+/// timing (within the sample's error: ~120 kept naps, about 9%; the bounds are 30%), from
+/// a third of the events the fixed unit writes.
+#[test]
+fn offcpu_rate_raises_the_unit_and_keeps_the_total() {
+    if !root() {
+        return;
+    }
+    const NAPS: u64 = 1500;
+    let rec = common::record_loud(
+        "offcpu_blocks",
+        &["--offcpu=1000", "--offcpu-sample=10000", "--offcpu-rate=20"],
+        &[
+            "--naps",
+            &NAPS.to_string(),
+            "--ms",
+            "2",
+            "--rounds",
+            "1",
+            "--pingpong",
+            "0",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&rec.out.stderr);
+    let expect = expect_line(&rec.out, "offcpu_blocks");
+    let sleeper = expect["sleeper"]["tid"].as_u64().unwrap();
+    let timed: u64 = expect["sleeper"]["durations_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    let t = rec.trace.to_str().unwrap();
+    // the change, in the trace: 10 ms -> 80 ms (maybe back down at the end, when the naps
+    // stop and nothing is kept)
+    let info = ebsym_json(&["info", t]);
+    let units: Vec<u64> = info["probe_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["family"] == "offcpu" && c["kind"] == "rate" && c["setting"] == "offcpu-sample-ns"
+        })
+        .map(|c| c["value"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        units.first(),
+        Some(&80_000_000),
+        "{}",
+        info["probe_changes"]
+    );
+    assert!(
+        stderr.contains("--offcpu-rate 20: the unit raised up to 80000 us"),
+        "{stderr}"
+    );
+    let (events, _, skipped) = offcpu_events(&rec.trace);
+    assert_eq!(skipped, 0);
+    let naps: Vec<_> = events
+        .iter()
+        .filter(|e| u64::from(e.tid) == sleeper)
+        .collect();
+    let k = naps.len() as u64;
+    // ~100 in the first second, ~12 a second after: far under the ~300 of the fixed unit
+    assert!(
+        (30..=NAPS / 8).contains(&k),
+        "{k} of {NAPS} naps kept: the unit was not raised"
+    );
+    // the weights: 10 ms before the change, 80 ms after (a block decided at its wake
+    // stands for unit * length / (its length at the wake): a little more than the unit)
+    let weights: Vec<u64> = naps.iter().map(|e| e.weight_ns).collect();
+    assert!(
+        weights.iter().any(|&w| w >= 80_000_000) && weights.iter().any(|&w| w < 20_000_000),
+        "{weights:?}"
+    );
+    let rows = rows_with(t, sleeper, "offcpu::sleeper_a");
+    let count: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let ns: u64 = rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
+    let ratio = ns as f64 / timed as f64;
+    assert!(
+        (0.7..1.3).contains(&ratio),
+        "estimated {ns} ns off the CPU, the program timed {timed} ns ({k} kept)"
+    );
+    let cr = count as f64 / NAPS as f64;
+    assert!(
+        (0.7..1.3).contains(&cr),
+        "estimated {count} naps of {NAPS} ({k} kept)"
+    );
+    // the report says what the unit became
+    let top = common::run(&common::ebsym_path(), &["top", t, "--kind", "offcpu"]);
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        text.contains("unit went from 10000 us up to 80000 us by --offcpu-rate"),
+        "{text}"
+    );
+}
+
 /// Thread names and `ebsym threads`: offcpu_blocks's threads name themselves as they start
 /// (sleeper, reader, writer, pingpong-1, pingpong-2); the report groups them by name with
 /// the digits folded and splits each group's time by cause from the blocked thread's
