@@ -346,6 +346,40 @@ fn offcpu_blocks_dwarf() {
     check("dwarf");
 }
 
+/// offcpu_blocks's sleeper thread and the time its naps took by its own clock, ns.
+fn sleeper_timing(out: &std::process::Output) -> (u64, u64) {
+    let expect = expect_line(out, "offcpu_blocks");
+    let timed = expect["sleeper"]["durations_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    (expect["sleeper"]["tid"].as_u64().unwrap(), timed)
+}
+
+/// `ebsym top`'s naps of thread `sleeper` in sleeper_a: (count, ns off the CPU).
+fn sleeper_totals(t: &str, sleeper: u64) -> (u64, u64) {
+    let rows = rows_with(t, sleeper, "offcpu::sleeper_a");
+    let count = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let ns = rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
+    (count, ns)
+}
+
+/// A sample's estimates of `naps` naps that took `timed` ns, from `k` kept: within 30%.
+fn assert_estimates(count: u64, ns: u64, naps: u64, timed: u64, k: u64) {
+    let ratio = ns as f64 / timed as f64;
+    assert!(
+        (0.7..1.3).contains(&ratio),
+        "estimated {ns} ns off the CPU, the program timed {timed} ns ({k} kept)"
+    );
+    let cr = count as f64 / naps as f64;
+    assert!(
+        (0.7..1.3).contains(&cr),
+        "estimated {count} naps of {naps} ({k} kept)"
+    );
+}
+
 /// --offcpu-sample, the time-weighted sample: 800 naps of 2 ms, under the 10 ms unit, are
 /// each kept (with their stacks) with probability 2/10 and stand for 1/p naps, so sleeper_a's
 /// off-CPU time and count in `ebsym top` are the program's own timing within the sample's
@@ -373,14 +407,7 @@ fn offcpu_time_weighted_sample_estimates_the_total() {
                 "0",
             ],
         );
-        let expect = expect_line(&rec.out, "offcpu_blocks");
-        let sleeper = expect["sleeper"]["tid"].as_u64().unwrap();
-        let timed: u64 = expect["sleeper"]["durations_ns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .sum();
+        let (sleeper, timed) = sleeper_timing(&rec.out);
         let (events, (hits, kept, filtered), skipped) = offcpu_events(&rec.trace);
         assert_eq!(skipped, 0, "{unit}: program runs skipped");
         assert!(hits >= kept + filtered, "{unit}: {hits} {kept} {filtered}");
@@ -389,9 +416,7 @@ fn offcpu_time_weighted_sample_estimates_the_total() {
             .filter(|e| u64::from(e.tid) == sleeper)
             .collect();
         let t = rec.trace.to_str().unwrap();
-        let rows = rows_with(t, sleeper, "offcpu::sleeper_a");
-        let count: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
-        let ns: u64 = rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
+        let (count, ns) = sleeper_totals(t, sleeper);
         if unit == 0 {
             // Every nap kept, but for a few that a loaded 2-CPU machine misses (1-3 in 800
             // there with a debug ebrec beside, not all of them counted: a known defect,
@@ -416,16 +441,7 @@ fn offcpu_time_weighted_sample_estimates_the_total() {
             );
             // each kept nap stands for unit/(its length at the wake) naps: more than itself
             assert!(naps.iter().all(|e| e.weight_ns > e.duration_ns), "{naps:?}");
-            let ratio = ns as f64 / timed as f64;
-            assert!(
-                (0.7..1.3).contains(&ratio),
-                "estimated {ns} ns off the CPU, the program timed {timed} ns ({k} kept)"
-            );
-            let cr = count as f64 / NAPS as f64;
-            assert!(
-                (0.7..1.3).contains(&cr),
-                "estimated {count} naps of {NAPS} ({k} kept)"
-            );
+            assert_estimates(count, ns, NAPS, timed, k);
             // the report says its numbers are estimates
             let top = ebsym_json(&["top", t, "--kind", "offcpu"]);
             assert!(
@@ -465,14 +481,7 @@ fn offcpu_rate_raises_the_unit_and_keeps_the_total() {
         ],
     );
     let stderr = String::from_utf8_lossy(&rec.out.stderr);
-    let expect = expect_line(&rec.out, "offcpu_blocks");
-    let sleeper = expect["sleeper"]["tid"].as_u64().unwrap();
-    let timed: u64 = expect["sleeper"]["durations_ns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .sum();
+    let (sleeper, timed) = sleeper_timing(&rec.out);
     let t = rec.trace.to_str().unwrap();
     // the change, in the trace: 10 ms -> 80 ms (maybe back down at the end, when the naps
     // stop and nothing is kept)
@@ -515,19 +524,8 @@ fn offcpu_rate_raises_the_unit_and_keeps_the_total() {
         weights.iter().any(|&w| w >= 80_000_000) && weights.iter().any(|&w| w < 20_000_000),
         "{weights:?}"
     );
-    let rows = rows_with(t, sleeper, "offcpu::sleeper_a");
-    let count: u64 = rows.iter().map(|r| r["count"].as_u64().unwrap()).sum();
-    let ns: u64 = rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum();
-    let ratio = ns as f64 / timed as f64;
-    assert!(
-        (0.7..1.3).contains(&ratio),
-        "estimated {ns} ns off the CPU, the program timed {timed} ns ({k} kept)"
-    );
-    let cr = count as f64 / NAPS as f64;
-    assert!(
-        (0.7..1.3).contains(&cr),
-        "estimated {count} naps of {NAPS} ({k} kept)"
-    );
+    let (count, ns) = sleeper_totals(t, sleeper);
+    assert_estimates(count, ns, NAPS, timed, k);
     // the report says what the unit became
     let top = common::run(&common::ebsym_path(), &["top", t, "--kind", "offcpu"]);
     let text = String::from_utf8_lossy(&top.stdout);
