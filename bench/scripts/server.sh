@@ -82,6 +82,10 @@
 #   ROUNDS=5                 rounds over the configurations; the table shows the median per row
 #   DURATION=15              seconds of load per run
 #   CONFIGS="untraced ebrec-offcpu ..."   the configurations to run (default all)
+#   EBREC_B=path             a second ebrec build: an ebrec row NAME@b (ebrec-offcpu@b) runs
+#                            it in the same rounds as NAME, and its paired cell adds "vs A
+#                            M, min-max": the median over the rounds of (this round's NAME@b
+#                            / NAME), two builds compared without the drift between runs
 #   CLIENTS=8*CPUs           pgbench -c (wrk: -c 64 unless CLIENTS is set)
 #   JOBS=CPUs                pgbench -j / wrk -t
 #   SCALE=20                 pgbench -i -s SCALE (20: about 300 MiB, fits in RAM)
@@ -149,7 +153,11 @@ for v in ROUNDS DURATION CLIENTS JOBS SCALE PORT READY_TIMEOUT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive whole number"
 done
 for c in $CONFIGS; do
-  [[ " $KNOWN_CONFIGS " == *" $c "* ]] || die "unknown configuration $c (known: $KNOWN_CONFIGS)"
+  [[ " $KNOWN_CONFIGS " == *" ${c%@b} "* ]] || die "unknown configuration $c (known: $KNOWN_CONFIGS)"
+  case $c in
+    ebrec-*@b) [ -x "${EBREC_B:-}" ] || die "$c: EBREC_B must name an ebrec build" ;;
+    *@b) die "$c: only ebrec rows take @b" ;;
+  esac
 done
 [[ " $CONFIGS " == *" untraced "* ]] || log "no untraced in CONFIGS: the x untraced column stays empty"
 
@@ -438,7 +446,7 @@ server_libc() {
 # --- one run ----------------------------------------------------------------------------------
 # Per configuration: TPS (per-run list), CB/CP (ebrec BPF % / process %), NS (ns per run),
 # BU (budget %), EVN (events of the last run), WHY (why it does not run: set once).
-declare -A TPS CB CP NS BU CH EVN WHY FAILS UNT_R PAIR
+declare -A TPS CB CP NS BU CH EVN WHY FAILS UNT_R PAIR RATE_R
 FIRST_TRACE_DONE=0
 PROC_NOTE=""
 
@@ -446,61 +454,64 @@ PROC_NOTE=""
 # its maps or tables after SIGINT: bpftrace resolves every stack's symbols then, per process);
 # or WHY[CONFIG].
 tool_argv() {
-  local c=$1 pids=() p fam
+  local c=$1 pids=() p fam ebrec=$EBREC
   for p in $(server_pids); do pids+=(-p "$p"); done
   TOOL_ARGV=() READY="" EVFN="" STOP_S=300 TRACE=""
   local hub=()
+  case $c in
+    *@b) ebrec=$EBREC_B c=${c%@b} ;;
+  esac
   case $c in
     *-hub) hub=(EBTRACE_SYSCALL_HUB_ONLY=1); c=${c%-hub} ;;
   esac
   case $c in
     ebrec-*)
-      [ "$EBREC_OK" = 1 ] || { WHY[$c]=$(ebrec_skip_reason); return 1; }
-      TRACE=$TMP/$c.pb.zst
+      [ "$EBREC_OK" = 1 ] || { WHY[$1]=$(ebrec_skip_reason); return 1; }
+      TRACE=$TMP/$1.pb.zst
       READY='^ebrec: recording to'
       EVFN=ev_ebrec
       case $c in
         ebrec-alloc4096) fam=(--alloc=4096) ;;
         ebrec-offcpu-sysexit)
           # --offcpu as before rseq_update: user stacks at the next syscall exit.
-          TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$EBREC" record -q "${STATS_FLAG[@]}" -o "$TRACE" --offcpu "${pids[@]}")
+          TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --offcpu "${pids[@]}")
           return 0 ;;
         ebrec-diagset) fam=(--cpu --offcpu --lock --memgrowth --syscalls --bio --runq --tcp) ;;
         ebrec-diagnose)
           rm -rf "$TMP/diag"
-          TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$EBREC" diagnose "${pids[@]}" --duration $((DURATION + 3)) -o "$TMP/diag")
+          TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$ebrec" diagnose "${pids[@]}" --duration $((DURATION + 3)) -o "$TMP/diag")
           [ ! -x "$EBSYM" ] || TOOL_ARGV+=(--ebsym "$EBSYM")
           EVFN=ev_diagnose
           return 0 ;;
         ebrec-agent)
           rm -rf "$TMP/agent"
           mkdir -p "$TMP/agent"
-          TOOL_ARGV=(env --default-signal=INT "$EBREC" agent -q "${STATS_FLAG[@]}" --cpu --offcpu --comm "^$COMM\$" -o "$TMP/agent/a.pb.zst")
+          TOOL_ARGV=(env --default-signal=INT "$ebrec" agent -q "${STATS_FLAG[@]}" --cpu --offcpu --comm "^$COMM\$" -o "$TMP/agent/a.pb.zst")
           READY='^ebrec'
           EVFN=ev_agent
           return 0 ;;
         *) fam=("--${c#ebrec-}") ;;
       esac
-      TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$EBREC" record -q "${STATS_FLAG[@]}" -o "$TRACE" "${fam[@]}" "${pids[@]}") ;;
+      TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" "${fam[@]}" "${pids[@]}") ;;
     bt-*)
-      command -v bpftrace >/dev/null || { WHY[$c]="no bpftrace"; return 1; }
+      command -v bpftrace >/dev/null || { WHY[$1]="no bpftrace"; return 1; }
       READY=$BT_READY
       case $c in
         bt-offcpu) TOOL_ARGV=("${BT[@]}" "$(bt_offcpu_prog)") EVFN=ev_bt_hist ;;
         bt-malloc)
           local libc
           libc=$(server_libc)
-          [ -n "$libc" ] || { WHY[$c]="no libc in the maps of pid $(server_main)"; return 1; }
+          [ -n "$libc" ] || { WHY[$1]="no libc in the maps of pid $(server_main)"; return 1; }
           TOOL_ARGV=("${BT[@]}" "$(bt_malloc_prog "$libc")") EVFN=ev_bt_map ;;
         bt-profile) TOOL_ARGV=("${BT[@]}" "$(bt_profile_prog)") EVFN=ev_bt_map ;;
       esac ;;
     bcc-*)
-      [ "$BCC_OK" = 1 ] || { WHY[$c]="bcc: $BCC_WHY"; return 1; }
+      [ "$BCC_OK" = 1 ] || { WHY[$1]="bcc: $BCC_WHY"; return 1; }
       local tool=${c#bcc-}-bpfcc
-      command -v "$tool" >/dev/null || { WHY[$c]="no $tool in PATH"; return 1; }
+      command -v "$tool" >/dev/null || { WHY[$1]="no $tool in PATH"; return 1; }
       case $c in bcc-offcputime | bcc-biolatency)
         if [ ! -e /sys/bus/event_source/devices/kprobe ] && [ ! -e /sys/kernel/tracing/kprobe_events ]; then
-          WHY[$c]="the kernel has no kprobes (no kprobe PMU, no kprobe_events); bcc $(dpkg-query -W -f='${Version}' bpfcc-tools 2>/dev/null | cut -d+ -f1)'s ${c#bcc-} attaches kprobes only"
+          WHY[$1]="the kernel has no kprobes (no kprobe PMU, no kprobe_events); bcc $(dpkg-query -W -f='${Version}' bpfcc-tools 2>/dev/null | cut -d+ -f1)'s ${c#bcc-} attaches kprobes only"
           return 1
         fi
         if [ ! -e /sys/kernel/debug/kprobes ]; then
@@ -612,7 +623,7 @@ run_config() { # CONFIG ROUND
       if ! kill -0 "$tpid" 2>/dev/null; then
         wait_exit "$tpid" 1
         why=${why:-"exited during the run (status $EXIT_RC): $(why_of "$out")"}
-      elif [ "$c" = ebrec-diagnose ]; then
+      elif [ "${c%@b}" = ebrec-diagnose ]; then
         wait_exit "$tpid" "$STOP_S" # its recording ends by itself, then ebsym makes the reports
         if [ "$EXIT_RC" = 124 ]; then stop_tool "$tpid" 30; EXIT_RC=124; fi
       else
@@ -626,6 +637,7 @@ run_config() { # CONFIG ROUND
         rate=$(rate_of "$lout")
         TPS[$c]="${TPS[$c]:-} $rate"
         [ -z "${UNT_R[$r]:-}" ] || PAIR[$c]="${PAIR[$c]:-} $(ratio "$rate" "${UNT_R[$r]}")"
+        RATE_R[$c:$r]=$rate
         EVN[$c]=$ev
         CP[$c]="${CP[$c]:-} $(pct_of_cpu "$k0" "$k1" "$secs")"
         if [[ $c == ebrec-* ]]; then
@@ -696,6 +708,7 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
   echo "kernel $(uname -r), $(date -u '+%F %H:%M') UTC; $ROUNDS round(s) of ${DURATION}s per configuration, round-robin; BPF stats $([ "$STATS" = 1 ] && echo on || echo "off (STATS=0)");"
   echo "CPU ${BUSY_BEFORE}% busy before, load average $LOAD_BEFORE before, $LOAD_AFTER after; rows took $((end - start)) s."
   echo "ebrec: $EBREC$( [ "$EBREC_OK" = 1 ] && echo " ($(stat -c %y "$EBREC" | cut -d. -f1))")"
+  [ -z "${EBREC_B:-}" ] || echo "ebrec @b rows: $EBREC_B ($(stat -c %y "$EBREC_B" | cut -d. -f1))"
   echo
   echo "| config | $unit median | x untraced | paired | min-max | accounted cost, % of one CPU |"
   echo "| --- | ---: | ---: | ---: | --- | --- |"
@@ -736,6 +749,15 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
     pair=-
     # shellcheck disable=SC2086
     [ "$c" = untraced ] || pair=$(median ${PAIR[$c]:--})
+    if [[ $c == *@b ]]; then
+      vs=""
+      for r in $(seq 1 "$ROUNDS"); do
+        a=${RATE_R[${c%@b}:$r]:-} b=${RATE_R[$c:$r]:-}
+        [ -z "$a" ] || [ -z "$b" ] || vs+=" $(ratio "$b" "$a")"
+      done
+      # shellcheck disable=SC2086
+      [ -z "$vs" ] || pair+=" (vs A $(median $vs), $(printf '%s\n' $vs | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%s-%s", a, b }'))"
+    fi
     echo "| $c | $(fmt1 "$m") | $(ratio "$m" "$UNTR") | $pair | $(minmax ${TPS[$c]}) | $cost |"
   done
   echo
