@@ -46,14 +46,14 @@ pub struct Pacer {
 
 impl Pacer {
     /// A pacer for a family whose sample has `unit_ns` (None when it is not paced: no
-    /// sample, or a rate of 0).
-    pub fn new(
-        family: EventFamily,
-        setting: &'static str,
-        flag: &'static str,
-        rate: u64,
-        unit_ns: u64,
-    ) -> Option<Pacer> {
+    /// sample, a rate of 0, or a family without a time-weighted sample).
+    pub fn new(family: EventFamily, rate: u64, unit_ns: u64) -> Option<Pacer> {
+        let (setting, flag) = match family {
+            EventFamily::Offcpu => ("offcpu-sample-ns", "--offcpu-rate"),
+            EventFamily::Syscall => ("syscalls-sample-ns", "--syscalls-rate"),
+            EventFamily::Runq => ("runq-sample-ns", "--runq-rate"),
+            _ => return None,
+        };
         if rate == 0 || unit_ns == 0 {
             return None;
         }
@@ -135,14 +135,7 @@ mod tests {
 
     #[test]
     fn raises_by_the_power_of_two_that_fits_then_comes_back() {
-        let mut p = Pacer::new(
-            EventFamily::Offcpu,
-            "offcpu-sample-ns",
-            "--offcpu-rate",
-            200,
-            10_000_000,
-        )
-        .unwrap();
+        let mut p = Pacer::new(EventFamily::Offcpu, 200, 10_000_000).unwrap();
         assert_eq!(p.tick(5000, 0.5), None, "not a second yet");
         aged(&mut p);
         // 1,500 a second against 200: x8 (7.5 rounded up to a power of two)
@@ -165,33 +158,13 @@ mod tests {
 
     #[test]
     fn stops_at_one_second_and_leaves_zero_alone() {
-        let mut p = Pacer::new(
-            EventFamily::Syscall,
-            "syscalls-sample-ns",
-            "--syscalls-rate",
-            10,
-            500_000_000,
-        )
-        .unwrap();
+        let mut p = Pacer::new(EventFamily::Syscall, 10, 500_000_000).unwrap();
         aged(&mut p);
         assert_eq!(p.tick(100_000, 1.0).unwrap().0, UNIT_CEIL_NS);
         aged(&mut p);
         assert_eq!(p.tick(200_000, 2.0), None, "at the ceiling");
-        assert!(Pacer::new(
-            EventFamily::Offcpu,
-            "offcpu-sample-ns",
-            "--offcpu-rate",
-            200,
-            0
-        )
-        .is_none());
-        assert!(Pacer::new(
-            EventFamily::Offcpu,
-            "offcpu-sample-ns",
-            "--offcpu-rate",
-            0,
-            10
-        )
-        .is_none());
+        assert!(Pacer::new(EventFamily::Offcpu, 200, 0).is_none());
+        assert!(Pacer::new(EventFamily::Offcpu, 0, 10).is_none());
+        assert!(Pacer::new(EventFamily::Cpu, 200, 10).is_none());
     }
 }

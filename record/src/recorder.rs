@@ -521,39 +521,25 @@ fn record_with(
     let mut budget_changes = 0u32;
     // The time-weighted samples bounded in events a second (record/src/pacer.rs).
     let mut pacers: Vec<crate::pacer::Pacer> = {
-        use crate::pacer::Pacer;
         use ebtrace_proto::v1::EventFamily as F;
         [
-            a.offcpu.and_then(|_| {
-                Pacer::new(
-                    F::Offcpu,
-                    "offcpu-sample-ns",
-                    "--offcpu-rate",
-                    a.offcpu_rate,
-                    cfg.offcpu_unit_ns,
-                )
-            }),
-            a.syscalls.and_then(|_| {
-                Pacer::new(
-                    F::Syscall,
-                    "syscalls-sample-ns",
-                    "--syscalls-rate",
-                    a.syscalls_rate,
-                    cfg.syscall_unit_ns,
-                )
-            }),
-            a.runq.and_then(|_| {
-                Pacer::new(
-                    F::Runq,
-                    "runq-sample-ns",
-                    "--runq-rate",
-                    a.runq_rate,
-                    cfg.runq_unit_ns,
-                )
-            }),
+            (
+                a.offcpu.is_some(),
+                F::Offcpu,
+                a.offcpu_rate,
+                cfg.offcpu_unit_ns,
+            ),
+            (
+                a.syscalls.is_some(),
+                F::Syscall,
+                a.syscalls_rate,
+                cfg.syscall_unit_ns,
+            ),
+            (a.runq.is_some(), F::Runq, a.runq_rate, cfg.runq_unit_ns),
         ]
         .into_iter()
-        .flatten()
+        .filter(|t| t.0)
+        .filter_map(|(_, family, rate, unit)| crate::pacer::Pacer::new(family, rate, unit))
         .collect()
     };
     let mut pace = Pace::new(cfg.ringbuf_bytes);
