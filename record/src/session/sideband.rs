@@ -5,14 +5,7 @@ use super::*;
 impl Session<'_> {
     /// Applies side-band records (in time order).
     pub fn side_band(&mut self, mut recs: Vec<SideBand>) -> Result<()> {
-        let time = |r: &SideBand| match r {
-            SideBand::Mmap { time, .. }
-            | SideBand::Fork { time, .. }
-            | SideBand::Exit { time, .. }
-            | SideBand::Exec { time, .. } => *time,
-            SideBand::Lost { .. } => 0,
-        };
-        recs.sort_by_key(time);
+        recs.sort_by_key(SideBand::time);
         for r in recs {
             match r {
                 SideBand::Fork {
