@@ -29,6 +29,9 @@
 #   LOOPS=200000            perf bench sched pipe -l LOOPS
 #   MODES="untraced bt-offcpu ebrec-offcpu ebrec-offcpu-fp ebrec-offcpu-cfi"
 #   REPEAT=3                rounds over all rows; the table shows the median per row
+#   PIN=CPU                 run perf bench's two processes on that one CPU (taskset): every op
+#                           is then two switches on one run queue, with no wakeup migration,
+#                           and the rows move by a few percent where unpinned runs move by 30%
 #   WAIT_IDLE_S=0           before each row, wait up to this long for the machine to be idle
 #   NOISY_RETRIES=0         rerun a row up to this many times while other processes used more
 #                           than NOISE_LIMIT=10 % of the CPU during it
@@ -78,7 +81,8 @@ PERF=$(readlink -f "$PERF") # bpftrace -c wants one binary, /bin and /usr/bin ar
 # the BPF programs run: sched_switch in the thread leaving the CPU, sys_exit in the thread
 # returning, sched_waking in the waker) is steadier than the wall time on a shared machine.
 # (No space in the format: bpftrace -c splits its command on spaces, without quoting.)
-BENCH=(/usr/bin/time -o "$TMP/time" -f "%U+%S" "$PERF" bench sched pipe -l "$LOOPS")
+PIN=${PIN:-}
+BENCH=(/usr/bin/time -o "$TMP/time" -f "%U+%S" ${PIN:+taskset -c "$PIN"} "$PERF" bench sched pipe -l "$LOOPS")
 
 us_of() { awk '/usecs\/op/ { v = $1 } END { print (v == "" ? "-" : v) }' "$1"; }
 # cpu_us: CPU us per op of the benchmark's processes, from /usr/bin/time's "%U+%S".
