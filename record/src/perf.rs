@@ -256,6 +256,17 @@ impl SideBand {
             SideBand::Lost { .. } => 0,
         }
     }
+
+    /// Whose it is (0 for a loss).
+    pub fn pid(&self) -> u32 {
+        match self {
+            SideBand::Mmap { pid, .. }
+            | SideBand::Fork { pid, .. }
+            | SideBand::Exit { pid, .. }
+            | SideBand::Exec { pid, .. } => *pid,
+            SideBand::Lost { .. } => 0,
+        }
+    }
 }
 
 /// The records of the processes in `watch` among `fresh` and those `held` from the pass
@@ -294,10 +305,7 @@ fn follow(watch: &mut HashSet<u32>, r: &SideBand) -> bool {
             watch.remove(&pid);
             true
         }
-        SideBand::Mmap { pid, .. }
-        | SideBand::Fork { pid, .. }
-        | SideBand::Exit { pid, .. }
-        | SideBand::Exec { pid, .. } => watch.contains(&pid),
+        _ => watch.contains(&r.pid()),
     }
 }
 
@@ -332,13 +340,13 @@ impl Drop for Ring {
 pub struct SideBandReader {
     rings: Vec<Ring>,
     scratch: Vec<u8>,
-    /// The processes whose records are kept (their children join at their fork); None:
-    /// every process (`add(-1)`).
-    watch: Option<HashSet<u32>>,
+    /// Every process's records (`add(-1)`), not only those in `watch`.
+    all: bool,
+    /// The processes whose records are kept (their children join at their fork).
+    watch: HashSet<u32>,
     /// Records of processes not watched yet, kept for one more pass: a child's first
     /// records on one CPU may be read before its fork's on another.
     held: Vec<SideBand>,
-    opened: bool,
 }
 
 const SAMPLE_ID_LEN: usize = 16; // u32 pid, u32 tid, u64 time
@@ -348,7 +356,7 @@ impl SideBandReader {
     /// when the process is gone (ESRCH) or the events cannot be opened.
     pub fn add(&mut self, pid: i32, pages: usize) -> io::Result<()> {
         if pid == -1 {
-            self.watch = None;
+            self.all = true;
         } else {
             // SAFETY: signal 0 only checks that the process exists.
             if unsafe { libc::kill(pid, 0) } != 0 {
@@ -357,19 +365,22 @@ impl SideBandReader {
                     return Err(e);
                 }
             }
-            if !self.opened {
-                self.watch = Some(HashSet::new());
-            }
-            if let Some(w) = self.watch.as_mut() {
-                w.insert(pid as u32);
+            self.follow_from_now(pid as u32);
+        }
+        if self.rings.is_empty() {
+            if let Err(e) = self.open_all(pages) {
+                self.rings.clear();
+                return Err(e);
             }
         }
-        if self.opened {
-            return Ok(());
-        }
-        self.open_all(pages)?;
-        self.opened = true;
         Ok(())
+    }
+
+    /// Follows `pid` from now: what it did before, held from the last pass, is dropped, as
+    /// an event bound to it would not have seen it (the caller snapshots its maps now).
+    fn follow_from_now(&mut self, pid: u32) {
+        self.held.retain(|r| r.pid() != pid);
+        self.watch.insert(pid);
     }
 
     /// One dummy event per CPU for every process, with its ring buffer.
@@ -418,7 +429,7 @@ impl SideBandReader {
 
     /// Reads every pending record of every CPU: those of the processes followed.
     pub fn drain(&mut self, out: &mut Vec<SideBand>) {
-        if self.watch.is_none() {
+        if self.all {
             for i in 0..self.rings.len() {
                 self.drain_ring(i, out);
             }
@@ -428,9 +439,7 @@ impl SideBandReader {
         for i in 0..self.rings.len() {
             self.drain_ring(i, &mut fresh);
         }
-        if let Some(watch) = self.watch.as_mut() {
-            select(watch, &mut self.held, fresh, out);
-        }
+        select(&mut self.watch, &mut self.held, fresh, out);
     }
 
     fn drain_ring(&mut self, i: usize, out: &mut Vec<SideBand>) {
@@ -584,15 +593,7 @@ mod tests {
     }
 
     fn pids(v: &[SideBand]) -> Vec<(u32, u64)> {
-        v.iter()
-            .map(|r| match *r {
-                SideBand::Mmap { pid, time, .. }
-                | SideBand::Fork { pid, time, .. }
-                | SideBand::Exit { pid, time, .. }
-                | SideBand::Exec { pid, time, .. } => (pid, time),
-                SideBand::Lost { .. } => (0, 0),
-            })
-            .collect()
+        v.iter().map(|r| (r.pid(), r.time())).collect()
     }
 
     #[test]
@@ -632,5 +633,18 @@ mod tests {
         select(&mut watch, &mut held, vec![exit, mmap(11, 9)], &mut out);
         assert_eq!(pids(&out), [(11, 8)]);
         assert_eq!(watch, HashSet::from([10]));
+    }
+
+    #[test]
+    fn a_process_followed_later_starts_from_then() {
+        let mut r = SideBandReader::default();
+        r.watch.insert(10);
+        let mut out = Vec::new();
+        select(&mut r.watch, &mut r.held, vec![mmap(20, 1)], &mut out);
+        assert!(out.is_empty());
+        // The agent follows 20 now and snapshots its maps: its mapping before is not replayed.
+        r.follow_from_now(20);
+        select(&mut r.watch, &mut r.held, vec![mmap(20, 5)], &mut out);
+        assert_eq!(pids(&out), [(20, 5)]);
     }
 }
