@@ -38,6 +38,12 @@
 #   ebrec-agent        ebrec agent --bpf-stats --cpu --offcpu --comm '^postgres$' -o DIR/a.pb.zst
 #   bt-offcpu          bpftrace on sched_switch: at the switch-out of a server thread that blocks,
 #                      @start[tid] = nsecs; at its switch-in the delta into hist() (no stacks)
+#   bt-syscalls        bpftrace on raw_syscalls: at the entry of a server thread's call @start[tid]
+#                      = nsecs; at its exit the delta into hist() per syscall number (what
+#                      --syscalls counts of every call, without its stacks of slow calls)
+#   bt-sysfloor        bpftrace's least program on raw_syscalls sys_enter and sys_exit: a pid
+#                      test that fails (pid 1); what any tool timing system calls on these
+#                      tracepoints pays per call before it does anything (not in the default set)
 #   bt-malloc          bpftrace uprobe:LIBC:malloc /arg0 >= 4096 && comm == server/
 #                      { @[ustack] = count(); } on the server's libc (the trap is paid by every
 #                      process calling malloc: pgbench too)
@@ -135,9 +141,9 @@ EBREC=${EBREC:-$root/target/release/ebrec}
 EBSYM=${EBSYM:-$root/target/release/ebsym}
 ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-syscalls ebrec-bio"
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
-ALL_CONFIGS+=" bt-offcpu bt-malloc bt-profile"
+ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 CONFIGS=${CONFIGS:-$ALL_CONFIGS}
 CONFIGS=$(tr -s ' \t\n' ' ' <<<"$CONFIGS" | sed 's/^ //; s/ $//')
@@ -382,6 +388,8 @@ bpf_ns() {
 # Output checks: each prints the tool's events (a count > 0) or nothing.
 # bpftrace's hist(): "[512, 1K)  958 |@@@@|"; maps of stacks: "]: 123".
 ev_bt_hist() { awk '/^[[(].*\|/ { sub(/\|.*/, ""); s += $NF } END { if (s > 0) print s }' "$1"; }
+# bt-sysfloor counts nothing on purpose: it ran when bpftrace printed its map (@n, maybe empty).
+ev_bt_none() { grep -q '^Attaching' "$1" && echo 0; }
 ev_bt_map() { awk '/^\]: [0-9]+$/ { s += $2 } END { if (s > 0) print s }' "$1"; }
 # bcc: histograms ("  32 -> 63  : 294  |****|"); profile/offcputime stacks end with a count
 # line; syscount -L's table rows "NAME COUNT TIME".
@@ -436,6 +444,18 @@ bt_offcpu_prog() {
 }
 END { clear(@start); }"
 }
+# What --syscalls keeps of every call (its latency in a histogram per system call), as bpftrace
+# says it: the entry's time per thread, at the exit the delta into hist() per syscall number.
+bt_syscalls_prog() {
+  echo "tracepoint:raw_syscalls:sys_enter /comm == \"$COMM\"/ { @start[tid] = nsecs; }
+tracepoint:raw_syscalls:sys_exit /@start[tid]/ {
+  @sys_ns[args->id] = hist(nsecs - @start[tid]); delete(@start[tid]);
+}
+END { clear(@start); }"
+}
+# The floor of every tool on the raw system call tracepoints: a program on each that tests the
+# pid and leaves (pid 1 is never the server): the kernel's slow path and dispatch per call.
+bt_sysfloor_prog() { echo "tracepoint:raw_syscalls:sys_enter,tracepoint:raw_syscalls:sys_exit /pid == 1/ { @n = count(); }"; }
 bt_malloc_prog() { echo "uprobe:$1:malloc /arg0 >= 4096 && comm == \"$COMM\"/ { @[ustack] = count(); }"; }
 bt_profile_prog() { echo "profile:hz:99 /comm == \"$COMM\"/ { @[kstack, ustack] = count(); }"; }
 # The server's libc, as its processes map it.
@@ -498,6 +518,8 @@ tool_argv() {
       READY=$BT_READY
       case $c in
         bt-offcpu) TOOL_ARGV=("${BT[@]}" "$(bt_offcpu_prog)") EVFN=ev_bt_hist ;;
+        bt-syscalls) TOOL_ARGV=("${BT[@]}" "$(bt_syscalls_prog)") EVFN=ev_bt_hist ;;
+        bt-sysfloor) TOOL_ARGV=("${BT[@]}" "$(bt_sysfloor_prog)") EVFN=ev_bt_none ;;
         bt-malloc)
           local libc
           libc=$(server_libc)
