@@ -44,6 +44,9 @@
 #   bt-sysfloor        bpftrace's least program on raw_syscalls sys_enter and sys_exit: a pid
 #                      test that fails (pid 1); what any tool timing system calls on these
 #                      tracepoints pays per call before it does anything (not in the default set)
+#   ebrec-sysfloor     ebrec record --syscalls -p of a sleeping process: the server's calls are
+#                      not traced; what they pay is the hub's floor (tp_btf dispatch, one bit
+#                      test) and the kernel's system call slow path (not in the default set)
 #   bt-malloc          bpftrace uprobe:LIBC:malloc /arg0 >= 4096 && comm == server/
 #                      { @[ustack] = count(); } on the server's libc (the trap is paid by every
 #                      process calling malloc: pgbench too)
@@ -143,7 +146,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 CONFIGS=${CONFIGS:-$ALL_CONFIGS}
 CONFIGS=$(tr -s ' \t\n' ' ' <<<"$CONFIGS" | sed 's/^ //; s/ $//')
@@ -314,11 +317,20 @@ rate_of() { # OUT: the throughput, or "-"
   esac
 }
 # run_load OUT: the load, bounded (a hung server must not hang the script); fails without a rate.
+# Sets STEAL: the share of the machine's CPU time the hypervisor gave to others during the
+# run (/proc/stat's steal over all of its columns, %): on a virtual machine the largest
+# source of run-to-run spread, and a round with much of it says little.
 run_load() {
+  local s0 s1
   load_cmd "$DURATION"
+  s0=$(cpu_steal)
   timeout -k 10 $((DURATION + 120)) "${LOAD[@]}" >"$1" 2>&1 || return 1
+  s1=$(cpu_steal)
+  STEAL=$(awk -v a="$s0" -v b="$s1" 'BEGIN { split(a, x); split(b, y); t = y[2] - x[2]; printf "%.1f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }')
   [ "$(rate_of "$1")" != - ]
 }
+# cpu_steal: "STEAL TOTAL" jiffies of all CPUs so far (guest time is in user time already).
+cpu_steal() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat; }
 
 # --- helpers ----------------------------------------------------------------------------------
 # proc_ticks PID: user + system clock ticks of a running process, or "-".
@@ -466,7 +478,7 @@ server_libc() {
 # --- one run ----------------------------------------------------------------------------------
 # Per configuration: TPS (per-run list), CB/CP (ebrec BPF % / process %), NS (ns per run),
 # BU (budget %), EVN (events of the last run), WHY (why it does not run: set once).
-declare -A TPS CB CP NS BU CH EVN WHY FAILS UNT_R PAIR RATE_R
+declare -A TPS CB CP NS BU CH EVN WHY FAILS UNT_R PAIR RATE_R ST
 FIRST_TRACE_DONE=0
 PROC_NOTE=""
 
@@ -497,6 +509,12 @@ tool_argv() {
           TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --offcpu "${pids[@]}")
           return 0 ;;
         ebrec-diagset) fam=(--cpu --offcpu --lock --memgrowth --syscalls --bio --runq --tcp) ;;
+        ebrec-sysfloor)
+          # --syscalls of a sleeping process: every call of the server pays the system call
+          # hub's dispatch and target test, and nothing else.
+          [ -n "${SLEEPER:-}" ] && kill -0 "$SLEEPER" 2>/dev/null || { sleep 100000 & SLEEPER=$!; BG_PIDS+=("$SLEEPER:TERM"); }
+          TOOL_ARGV=(env --default-signal=INT "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --syscalls -p "$SLEEPER")
+          return 0 ;;
         ebrec-diagnose)
           rm -rf "$TMP/diag"
           TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$ebrec" diagnose "${pids[@]}" --duration $((DURATION + 3)) -o "$TMP/diag")
@@ -605,7 +623,8 @@ run_config() { # CONFIG ROUND
       rate=$(rate_of "$lout")
       TPS[$c]="${TPS[$c]:-} $rate"
       UNT_R[$r]=$rate
-      log "  untraced: $rate"
+      ST[$c]="${ST[$c]:-} $STEAL"
+      log "  untraced: $rate; steal $STEAL%"
     else
       why="the load failed: $(why_of "$lout")"
     fi
@@ -678,7 +697,8 @@ run_config() { # CONFIG ROUND
             if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && s > 0) printf "%.2f", (b - a) / 1e9 / s * 100; else print "-" }')
           CB[$c]="${CB[$c]:-} $bns"
         fi
-        log "  $c: $rate; events $ev; proc $(pct_of_cpu "$k0" "$k1" "$secs")% BPF ${COST_BPF:-}${bns:-}%"
+        ST[$c]="${ST[$c]:-} $STEAL"
+        log "  $c: $rate; events $ev; proc $(pct_of_cpu "$k0" "$k1" "$secs")% BPF ${COST_BPF:-}${bns:-}%; steal $STEAL%"
       fi
       if [ -n "$KEEP" ]; then
         cp "$out" "$KEEP/$c.r$r.out" 2>/dev/null || true
@@ -764,6 +784,8 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
       fi
       cost+="; events ${EVN[$c]:--}"
     fi
+    # shellcheck disable=SC2086
+    [ -z "${ST[$c]:-}" ] || cost+="; steal $(median ${ST[$c]})%"
     [ -z "${FAILS[$c]:-}" ] || cost+="; failed:${FAILS[$c]#;}"
     n=$(wc -w <<<"${TPS[$c]}")
     [ "$n" = "$ROUNDS" ] || cost+=" ($n of $ROUNDS runs)"
