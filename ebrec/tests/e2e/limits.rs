@@ -117,7 +117,9 @@ fn max_size_stops_and_rotate_keeps_files_that_read_alone() {
         &trace,
         "alloc_workload",
         &["--alloc", "--max-size", "64k"],
-        &["--rounds", "400"],
+        // Long enough to outlast the first chunk (cut about once a second) on a fast machine:
+        // 400 rounds once ended first there, and the trace stopped with its target.
+        &["--rounds", "1500"],
     );
     let f = read(&trace);
     assert_eq!(f.trailer.as_ref().unwrap().stop_reason, "max size");
