@@ -178,6 +178,8 @@ POLICY_RC_ADDED=0
 STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled 2>/dev/null || echo 0)
 cleanup() {
   bg_cleanup
+  # ebrec-sysfloor's target outlives the runs (BG_PIDS is emptied after each): stopped here.
+  [ -z "${SLEEPER:-}" ] || kill "$SLEEPER" 2>/dev/null || true
   sysctl -q -w kernel.bpf_stats_enabled="$STATS_WAS" 2>/dev/null || true
   server_stop || true
   [ "$POLICY_RC_ADDED" = 0 ] || rm -f /usr/sbin/policy-rc.d
@@ -318,7 +320,7 @@ rate_of() { # OUT: the throughput, or "-"
 }
 # run_load OUT: the load, bounded (a hung server must not hang the script); fails without a rate.
 # Sets STEAL: the share of the machine's CPU time the hypervisor gave to others during the
-# run (/proc/stat's steal over all of its columns, %): on a virtual machine the largest
+# run (/proc/stat's steal over the time of every CPU state, %): on a virtual machine the largest
 # source of run-to-run spread, and a round with much of it says little.
 run_load() {
   local s0 s1
@@ -512,7 +514,7 @@ tool_argv() {
         ebrec-sysfloor)
           # --syscalls of a sleeping process: every call of the server pays the system call
           # hub's dispatch and target test, and nothing else.
-          [ -n "${SLEEPER:-}" ] && kill -0 "$SLEEPER" 2>/dev/null || { sleep 100000 & SLEEPER=$!; BG_PIDS+=("$SLEEPER:TERM"); }
+          [ -n "${SLEEPER:-}" ] && kill -0 "$SLEEPER" 2>/dev/null || { sleep 100000 & SLEEPER=$!; }
           TOOL_ARGV=(env --default-signal=INT "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --syscalls -p "$SLEEPER")
           return 0 ;;
         ebrec-diagnose)
