@@ -402,7 +402,7 @@ bpf_ns() {
 # Output checks: each prints the tool's events (a count > 0) or nothing.
 # bpftrace's hist(): "[512, 1K)  958 |@@@@|"; maps of stacks: "]: 123".
 ev_bt_hist() { awk '/^[[(].*\|/ { sub(/\|.*/, ""); s += $NF } END { if (s > 0) print s }' "$1"; }
-# bt-sysfloor counts nothing on purpose: it ran when bpftrace printed its map (@n, maybe empty).
+# bt-sysfloor counts nothing on purpose: it ran when bpftrace said it attached its probes.
 ev_bt_none() { grep -q '^Attaching' "$1" && echo 0; }
 ev_bt_map() { awk '/^\]: [0-9]+$/ { s += $2 } END { if (s > 0) print s }' "$1"; }
 # bcc: histograms ("  32 -> 63  : 294  |****|"); profile/offcputime stacks end with a count
