@@ -450,15 +450,13 @@ int custom_free_enter(struct pt_regs *ctx)
 
 /* --- uprobe sessions (kernel >= 6.13) ---
  *
- * One program for every allocator function of a library, attached with one uprobe_multi
- * link whose cookie per offset is the AllocKind (AK_FREE for free). At entry it returns 1
- * for a call it does not keep, and the kernel then skips the return probe: an allocation
- * below the threshold (or not sampled) costs one trap instead of two, and free never has a
- * return probe. The return runs the same code as alloc_return. */
+ * One program for every allocation function of a library, attached with one uprobe_multi
+ * link whose cookie per offset is the AllocKind. At entry it returns 1 for a call it does
+ * not keep, and the kernel then skips the return probe: an allocation below the threshold
+ * (or not sampled) costs one trap instead of two (with one traced process: see free_multi).
+ * The return runs the same code as alloc_return. free has a link of its own (free_multi). */
 extern bool bpf_session_is_return(void) __ksym __weak;
 
-/* The cookie of free's offset (AllocKind values are 1..10). */
-#define AK_FREE 100
 
 /* A uprobe_multi link with a pid covers that one process: its children are not probed
  * until ebrec attaches links for them. So that none of their allocations go unseen, a new
@@ -513,10 +511,6 @@ int alloc_session(struct pt_regs *ctx)
 	__u64 a0 = PT_REGS_PARM1(ctx), a1 = PT_REGS_PARM2(ctx), a2 = PT_REGS_PARM3(ctx);
 	int want;
 	switch (kind) {
-	case AK_FREE:
-		if (a0)
-			do_free(a0);
-		return 1;
 	case AK_CALLOC:
 		want = enter(ctx, kind, ((a0 | a1) >> 32) ? ~0ULL : a0 * a1, 0);
 		break;
@@ -538,6 +532,19 @@ int alloc_session(struct pt_regs *ctx)
 		break;
 	}
 	return want ? 0 : 1;
+}
+
+/* free beside the sessions, in a uprobe_multi link of its own that is not a session. A
+ * uprobe has one consumer per link, that is per traced process, and a trap runs the handler
+ * of each: a session consumer whose process is not the caller's asks for the return, so a
+ * free in the sessions' link took the return probe too (and the kernel's bookkeeping for
+ * every other process's consumer) as soon as two processes were traced. free needs no
+ * return: here it has none, whatever the number of processes. */
+SEC("uprobe.multi")
+int BPF_UPROBE(free_multi, __u64 ptr)
+{
+	do_free(ptr);
+	return 0;
 }
 
 /* Blocks of a process that exits or execs can never be freed: forget them, so that the map

@@ -635,7 +635,8 @@ pub fn use_sessions(arg: crate::config::AllocProbesArg) -> bool {
     }
 }
 
-/// The uprobe_multi cookie of free in the session program (AK_FREE of bpf/alloc.bpf.c).
+/// The session plan's cookie for free (AllocKind values are 1..10): its offset goes to the
+/// free_multi link, not to the session program.
 const AK_FREE: u64 = 100;
 
 impl std::fmt::Debug for Probes<'_> {
@@ -921,7 +922,7 @@ impl<'obj> Probes<'obj> {
                     // --alloc-fn's programs are classic uprobes in both modes.
                     let uprobe = (name.ends_with("_enter") || name == "alloc_return")
                         && !name.starts_with("custom_");
-                    if name == "alloc_session" || name == "alloc_fork" {
+                    if name == "alloc_session" || name == "alloc_fork" || name == "free_multi" {
                         p.set_autoload(cfg.alloc_sessions);
                     } else if uprobe {
                         p.set_autoload(!cfg.alloc_sessions);
@@ -1929,7 +1930,11 @@ impl<'obj> Probes<'obj> {
                 };
                 plan[i].1.push(s.probe_offset());
                 plan[i].2.push(kind);
-                self.attached.push(format!("{s} (uprobe session)"));
+                self.attached.push(if kind == AK_FREE {
+                    format!("{s} (uprobe_multi, no return probe)")
+                } else {
+                    format!("{s} (uprobe session)")
+                });
             }
             *self.session_plan.borrow_mut() = plan;
             self.attach_sessions(pid)?;
@@ -2085,31 +2090,45 @@ impl<'obj> Probes<'obj> {
         }
         let plan = self.session_plan.borrow();
         for (lib, offsets, cookies) in plan.iter() {
-            let link = a
-                .progs
-                .alloc_session
-                .attach_uprobe_multi_with_opts(
-                    pid,
-                    lib,
-                    "",
-                    libbpf_rs::UprobeMultiOpts {
-                        offsets: offsets.iter().map(|&o| o as usize).collect(),
-                        cookies: cookies.clone(),
-                        session: true,
-                        ..Default::default()
-                    },
+            // free in a link of its own that is not a session (see free_multi in
+            // bpf/alloc.bpf.c): the sessions' other consumers would give it a return probe.
+            let (free, alloc): (Vec<_>, Vec<_>) = offsets
+                .iter()
+                .zip(cookies)
+                .map(|(&o, &c)| (o as usize, c))
+                .partition(|&(_, c)| c == AK_FREE);
+            let context = || {
+                format!(
+                    "attaching the allocator's uprobe session to {} (pid {pid}); --alloc-probes classic uses entry and return probes",
+                    lib.display()
                 )
-                .with_context(|| {
-                    format!(
-                        "attaching the allocator's uprobe session to {} (pid {pid}); --alloc-probes classic uses entry and return probes",
-                        lib.display()
+            };
+            for (prog, sites, session) in [
+                (&a.progs.alloc_session, alloc, true),
+                (&a.progs.free_multi, free, false),
+            ] {
+                if sites.is_empty() {
+                    continue;
+                }
+                let link = prog
+                    .attach_uprobe_multi_with_opts(
+                        pid,
+                        lib,
+                        "",
+                        libbpf_rs::UprobeMultiOpts {
+                            offsets: sites.iter().map(|s| s.0).collect(),
+                            cookies: sites.iter().map(|s| s.1).collect(),
+                            session,
+                            ..Default::default()
+                        },
                     )
-                })?;
-            self.session_links
-                .borrow_mut()
-                .entry(pid)
-                .or_default()
-                .push(link);
+                    .with_context(context)?;
+                self.session_links
+                    .borrow_mut()
+                    .entry(pid)
+                    .or_default()
+                    .push(link);
+            }
         }
         Ok(())
     }
@@ -2913,7 +2932,7 @@ fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {
     }
 }
 
-/// The session program's cookie for an allocator function: its AllocKind, AK_FREE for free.
+/// The session plan's cookie for an allocator function: its AllocKind, AK_FREE for free.
 fn alloc_kind_cookie(symbol: &str) -> Option<u64> {
     use ebtrace_proto::v1::AllocKind as K;
     Some(match symbol {
