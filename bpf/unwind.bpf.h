@@ -99,7 +99,6 @@ struct uw_state {
 	__u32 rec_seq;	/* uw_rec's seq when this walk started recording */
 	__u64 ra_addr;	/* where the last return address was read from */
 	__u64 stack_hi;	/* the end of the thread's stack mapping (0: unknown) */
-	__u64 hole;	/* stack_bounds.hole */
 	__u64 xol;	/* the uretprobe trampoline's address (fp_only; 0: none) */
 	__u64 win_lo, win_hi;	/* the stack addresses uw_window holds now */
 	__u64 win_seq;	/* uw_window's seq when this walk filled it */
@@ -113,7 +112,9 @@ struct uw_state {
 	__u8 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
 			 * per program run): do not call it again */
 	__u8 fp_only;	/* --stack-mode fp (and dwarf): frame-pointer steps only, no rows */
-	__u8 pad[2];
+	/* stack_bounds.hole as pages below stack_hi (0: none; 2 bytes, not 8: 6.1's verifier
+	 * counts this state in every walking program's 512 bytes of stack) */
+	__u16 hole_pages;
 };
 
 /* uw_state.memo's bits */
@@ -213,6 +214,19 @@ static long uw_stack_vma(struct task_struct *task, struct vm_area_struct *vma, v
 	return 0;
 }
 
+/* A window read from below `hole` (page-aligned) faulted: kept for the walk and the thread. */
+static __always_inline void uw_note_hole(struct uw_state *s, __u64 hole)
+{
+	__u64 pages = (s->stack_hi - hole) >> 12;
+	if (hole >= s->stack_hi || pages >= 65536)
+		return;
+	s->hole_pages = pages;
+	struct stack_bounds *b = bpf_task_storage_get(&stack_bounds, bpf_get_current_task_btf(),
+						      0, 0);
+	if (b && b->hi == s->stack_hi && (!b->hole || hole < b->hole))
+		b->hole = hole;
+}
+
 /* The 8 bytes at addr of the walked thread's stack, through the window: refilled from addr
  * up to the stack's end (at most UW_WIN bytes) when addr is not in it. Without known bounds
  * (or when that read fails: a page out) the word is read alone. 0: read. */
@@ -232,15 +246,22 @@ static __always_inline long uw_word_raw(struct uw_state *s, __u64 addr, __u64 *o
 		if (len > UW_WIN)
 			len = UW_WIN;
 		/* below a known hole, a window ends at it; above, within its page */
-		__u64 in_page = 4096 - (addr & 4095);
-		if (s->hole && addr < s->hole) {
-			if (len > s->hole - addr)
-				len = s->hole - addr;
-		} else if (s->hole && len > in_page) {
-			len = in_page;
+		if (s->hole_pages) {
+			__u64 hole = s->stack_hi - ((__u64)s->hole_pages << 12);
+			if (addr < hole) {
+				if (len > hole - addr)
+					len = hole - addr;
+			} else if (len > 4096 - (addr & 4095)) {
+				len = 4096 - (addr & 4095);
+			}
 		}
 		if (len < 8)
 			return bpf_probe_read_user(out, 8, (void *)addr);
+		/* the clamp again, where 6.1's verifier sees it: it does not carry a bound
+		 * through the comparisons of two registers above */
+		barrier_var(len);
+		if (len > UW_WIN)
+			len = UW_WIN;
 		__u64 seq = w->seq + 1;
 		w->seq = seq;
 		if (bpf_probe_read_user(w->w, len, (void *)addr)) {
@@ -248,19 +269,10 @@ static __always_inline long uw_word_raw(struct uw_state *s, __u64 addr, __u64 *o
 			 * the first frames and the arguments (a PostgreSQL backend's has), and
 			 * then every window read near it faulted: 82% of the reads of a backend's
 			 * walks, each fault costing more than the walk's other reads together.
-			 * The thread's bounds keep where it is (past addr's own page, present as
-			 * the walk reads it), and the window is read again up to there. */
-			if (len <= in_page || in_page < 8)
-				return bpf_probe_read_user(out, 8, (void *)addr);
-			__u64 hole = addr + in_page;
-			s->hole = hole;
-			struct stack_bounds *b = bpf_task_storage_get(&stack_bounds,
-								      bpf_get_current_task_btf(), 0, 0);
-			if (b && b->hi == s->stack_hi && (!b->hole || hole < b->hole))
-				b->hole = hole;
-			len = in_page;
-			if (bpf_probe_read_user(w->w, len, (void *)addr))
-				return bpf_probe_read_user(out, 8, (void *)addr);
+			 * The walk and the thread's bounds keep where it is (past addr's own page,
+			 * present as the walk reads it): later windows end below it. */
+			uw_note_hole(s, (addr | 4095) + 1);
+			return bpf_probe_read_user(out, 8, (void *)addr);
 		}
 		s->win_lo = addr;
 		s->win_hi = addr + len;
@@ -352,15 +364,17 @@ static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
 	return r;
 }
 
-/* The end of the mapping that holds sp, cached per thread; 0 when unknown. *hole: where a
- * window read found a page missing (stack_bounds.hole), 0: nowhere known. */
-static __always_inline __u64 uw_stack_hi(struct task_struct *task, __u64 sp, __u64 *hole)
+/* The end of the mapping that holds sp, cached per thread; 0 when unknown. *hole_pages:
+ * where a window read found a page missing (stack_bounds.hole), in pages below the end; 0:
+ * nowhere known. */
+static __always_inline __u64 uw_stack_hi(struct task_struct *task, __u64 sp, __u16 *hole_pages)
 {
 	struct stack_bounds *b = bpf_task_storage_get(&stack_bounds, task, 0,
 						      BPF_LOCAL_STORAGE_GET_F_CREATE);
-	*hole = 0;
+	*hole_pages = 0;
 	if (b && sp >= b->lo && sp < b->hi) {
-		*hole = b->hole;
+		if (b->hole && b->hole < b->hi && ((b->hi - b->hole) >> 12) < 65536)
+			*hole_pages = (b->hi - b->hole) >> 12;
 		return b->hi;
 	}
 	struct stack_bounds nb = {};
@@ -914,7 +928,7 @@ static __always_inline __u32 cfi_stack(__u64 *ips, __u32 *flags, bool at_entry, 
 		struct cfi_proc *p = bpf_map_lookup_elem(&cfi_procs, &s.pid);
 		s.gen = p ? p->gen : 0;
 	}
-	s.stack_hi = uw_stack_hi(task, s.sp, &s.hole);
+	s.stack_hi = uw_stack_hi(task, s.sp, &s.hole_pages);
 	if (fp_only)
 		s.xol = BPF_CORE_READ(task, mm, uprobes_state.xol_area, vaddr);
 	s.frame0 = bpf_get_smp_processor_id() * MAX_FRAMES;
