@@ -31,6 +31,8 @@
 #                      tracepoints (not in the default set)
 #   ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-syscalls ebrec-bio ebrec-runq
 #   ebrec-tcp ebrec-alloc4096   ebrec record --bpf-stats -o T --FAMILY -p PID... (--alloc=4096)
+#   ebrec-alloc4096-nofree  --alloc=4096 --no-free: a stack per malloc of 4 KiB or more, no
+#                      return probe, free not probed: what bt-malloc does (not in the default set)
 #   ebrec-diagset      the diagnose set in one record: --cpu --offcpu --lock --memgrowth
 #                      --syscalls --bio --runq --tcp (default thresholds, no budget)
 #   ebrec-diagnose     ebrec diagnose -p PID... --duration DURATION+3 -o DIR (its own --max-cpu 5
@@ -50,6 +52,10 @@
 #   bt-malloc          bpftrace uprobe:LIBC:malloc /arg0 >= 4096 && comm == server/
 #                      { @[ustack] = count(); } on the server's libc (the trap is paid by every
 #                      process calling malloc: pgbench too)
+#   bt-malloc-leak     bpftrace doing what --alloc=4096 does (the leak report's data): size and
+#                      ustack at malloc's entry, the block kept in a map at its return, deleted
+#                      at free; comm filters as bt-malloc. Its uretprobe and free probe trap in
+#                      every process calling malloc and free (not in the default set)
 #   bt-profile         bpftrace profile:hz:99 /comm == server/ { @[kstack, ustack] = count(); }
 #   bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency
 #                      the bpfcc-tools (offcputime, profile -F 99, runqlat, biolatency: every
@@ -146,7 +152,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 CONFIGS=${CONFIGS:-$ALL_CONFIGS}
 CONFIGS=$(tr -s ' \t\n' ' ' <<<"$CONFIGS" | sed 's/^ //; s/ $//')
@@ -403,6 +409,7 @@ bpf_ns() {
 # bpftrace's hist(): "[512, 1K)  958 |@@@@|"; maps of stacks: "]: 123".
 ev_bt_hist() { awk '/^[[(].*\|/ { sub(/\|.*/, ""); s += $NF } END { if (s > 0) print s }' "$1"; }
 # bt-sysfloor counts nothing on purpose: it ran when bpftrace said it attached its probes.
+ev_bt_kept() { awk '/^@kept: [0-9]+$/ { print $2 }' "$1"; }
 ev_bt_none() { grep -q '^Attaching' "$1" && echo 0; }
 ev_bt_map() { awk '/^\]: [0-9]+$/ { s += $2 } END { if (s > 0) print s }' "$1"; }
 # bcc: histograms ("  32 -> 63  : 294  |****|"); profile/offcputime stacks end with a count
@@ -471,6 +478,14 @@ END { clear(@start); }"
 # pid and leaves (pid 1 is never the server): the kernel's slow path and dispatch per call.
 bt_sysfloor_prog() { echo "tracepoint:raw_syscalls:sys_enter,tracepoint:raw_syscalls:sys_exit /pid == 1/ { @n = count(); }"; }
 bt_malloc_prog() { echo "uprobe:$1:malloc /arg0 >= 4096 && comm == \"$COMM\"/ { @[ustack] = count(); }"; }
+# As leveldb.sh's bt-malloc-leak: the blocks of 4 KiB or more still live, by address, with
+# their stacks (cleared at END: only the count of blocks kept is printed).
+bt_malloc_leak_prog() {
+  echo "uprobe:$1:malloc /arg0 >= 4096 && comm == \"$COMM\"/ { @sz[tid] = arg0; @stk[tid] = ustack; }
+uretprobe:$1:malloc /@sz[tid]/ { @live[retval] = @stk[tid]; @kept = count(); delete(@sz[tid]); delete(@stk[tid]); }
+uprobe:$1:free /comm == \"$COMM\"/ { delete(@live[arg0]); }
+END { clear(@live); clear(@sz); clear(@stk); }"
+}
 bt_profile_prog() { echo "profile:hz:99 /comm == \"$COMM\"/ { @[kstack, ustack] = count(); }"; }
 # The server's libc, as its processes map it.
 server_libc() {
@@ -506,6 +521,7 @@ tool_argv() {
       EVFN=ev_ebrec
       case $c in
         ebrec-alloc4096) fam=(--alloc=4096) ;;
+        ebrec-alloc4096-nofree) fam=(--alloc=4096 --no-free) ;;
         ebrec-offcpu-sysexit)
           # --offcpu as before rseq_update: user stacks at the next syscall exit.
           TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --offcpu "${pids[@]}")
@@ -545,6 +561,11 @@ tool_argv() {
           libc=$(server_libc)
           [ -n "$libc" ] || { WHY[$1]="no libc in the maps of pid $(server_main)"; return 1; }
           TOOL_ARGV=("${BT[@]}" "$(bt_malloc_prog "$libc")") EVFN=ev_bt_map ;;
+        bt-malloc-leak)
+          local libc
+          libc=$(server_libc)
+          [ -n "$libc" ] || { WHY[$1]="no libc in the maps of pid $(server_main)"; return 1; }
+          TOOL_ARGV=("${BT[@]}" "$(bt_malloc_leak_prog "$libc")") EVFN=ev_bt_kept ;;
         bt-profile) TOOL_ARGV=("${BT[@]}" "$(bt_profile_prog)") EVFN=ev_bt_map ;;
       esac ;;
     bcc-*)
@@ -779,7 +800,7 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
         cost+=", proc $cp%"
         # shellcheck disable=SC2086
         [ "$bu" = - ] || cost+=", budget $bu% ($(median ${CH[$c]:--}) changes)"
-        [ "$c" != ebrec-alloc4096 ] || cost+=" + uprobe traps"
+        case $c in ebrec-alloc4096*) cost+=" + uprobe traps" ;; esac
       else
         cost="proc $cp%"
         [ "$cb" = - ] || cost+=", BPF $cb%"
