@@ -162,7 +162,8 @@ impl std::fmt::Debug for Budget {
 }
 
 /// This process's user + system CPU time, ns.
-fn own_cpu_ns() -> u64 {
+/// ebrec's own CPU time so far (every thread, user and system), ns.
+pub(crate) fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

@@ -238,9 +238,10 @@ pub struct RecordConfig {
     #[cfg_attr(feature = "cli", arg(short, long))]
     pub quiet: bool,
     /// Measure each BPF program's run time (kernel BPF stats) for the exit summary and the
-    /// trace's Stats. They cost every BPF program run on the machine two clock reads (about
-    /// 30 ns here), so they are off unless asked for; --max-cpu turns them on (it measures
-    /// with them).
+    /// trace's Stats; the summary adds what the stats do not see (the tracepoints' dispatch,
+    /// the uprobe traps, each timed here) and ebrec's own CPU, and prints the sum. They cost
+    /// every BPF program run on the machine two clock reads (about 30 ns here), so they are
+    /// off unless asked for; --max-cpu turns them on (it measures with them).
     #[cfg_attr(feature = "cli", arg(long))]
     pub bpf_stats: bool,
     /// The command to start and trace from its first instruction.

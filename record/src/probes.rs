@@ -1447,6 +1447,21 @@ impl<'obj> Probes<'obj> {
         (runs, self.dispatch_ns)
     }
 
+    /// Runs of the uprobe programs (uprobe, uretprobe, uprobe_multi and session programs:
+    /// the kprobe program type), each one uprobe trap or return, counted while the
+    /// kernel's BPF stats are on.
+    pub fn uprobe_runs(&self) -> u64 {
+        let mut runs = 0u64;
+        each_skel!(self, s => {
+            for p in s.object().progs() {
+                if p.prog_type() == libbpf_rs::ProgramType::Kprobe {
+                    runs += prog_run_stats(p.as_fd()).1;
+                }
+            }
+        });
+        runs
+    }
+
     /// Fills the chain's program arrays and attaches the hub's programs (the fork and exit
     /// ones keep its targets; sys_enter and sys_exit only when they have members).
     fn start_chain(&mut self, calibrate: bool) -> Result<()> {

@@ -696,6 +696,25 @@ fn record_with(
     let families = s.stats(end)?;
     let programs = probes_ref.program_stats();
     let dispatch = probes_ref.dispatch_cost();
+    // What the stats do not see of a uprobe program's run: the trap (or the return's
+    // trampoline) around it, timed on a probe of ebrec's own (the budget's, or now).
+    let uprobe_runs = probes_ref.uprobe_runs();
+    let traps = if uprobe_runs == 0 {
+        None
+    } else {
+        budget
+            .as_ref()
+            .map(|b| b.trap_ns)
+            .or_else(|| {
+                crate::budget::calibrate_trap()
+                    .map_err(|e| {
+                        eprintln!("ebrec: warning: could not time a uprobe trap here ({e:#}): the cost below leaves the traps out");
+                    })
+                    .ok()
+            })
+            .map(|ns| (uprobe_runs, ns))
+    };
+    let own_cpu_s = crate::budget::own_cpu_ns() as f64 / 1e9;
     let elapsed = started.elapsed().as_secs_f64();
     let processes = s.processes();
     let malformed = s.malformed;
@@ -780,6 +799,8 @@ fn record_with(
         families,
         programs,
         dispatch,
+        traps,
+        own_cpu_s,
         sampled: budget.as_ref().and_then(|b| b.sampling()),
         evictions,
         rotations,

@@ -18,6 +18,11 @@ pub struct Summary<'a> {
     /// Tracepoint and perf event program runs and what each costs beyond its measured run
     /// time (`Probes::dispatch_cost`; 0 ns when not calibrated).
     pub dispatch: (u64, f64),
+    /// Runs of uprobe programs and what the trap around each costs (calibrated), when the
+    /// stats counted some.
+    pub traps: Option<(u64, f64)>,
+    /// ebrec's own CPU time over the recording, its start included, s.
+    pub own_cpu_s: f64,
     /// --max-cpu measured a part of the time (without --bpf-stats): the seconds measured
     /// (the runs and run time above are of them).
     pub sampled: Option<f64>,
@@ -57,6 +62,8 @@ impl Summary<'_> {
             families,
             programs,
             dispatch,
+            traps,
+            own_cpu_s,
             sampled,
             evictions,
             rotations,
@@ -167,15 +174,40 @@ impl Summary<'_> {
                     p.run_time_ns as f64 / p.runs as f64
                 );
             }
+            let measured = sampled.unwrap_or(elapsed).max(1e-9);
+            let pct = |ns: f64| ns / 1e9 / measured * 100.0;
             let (runs, ns) = dispatch;
-            if ns > 0.0 && runs > 0 {
+            let dispatch_ns = if ns > 0.0 && runs > 0 {
                 let total = runs as f64 * ns;
                 eprintln!(
                     "ebrec:   tracepoint dispatch {:.1} ms more ({runs} runs of tracepoint and perf event programs, {ns:.0} ns each beyond their run time, calibrated at start on a system call loop): {:.2}% of a CPU",
                     total / 1e6,
-                    total / 1e9 / sampled.unwrap_or(elapsed).max(1e-9) * 100.0
+                    pct(total)
                 );
-            }
+                total
+            } else {
+                0.0
+            };
+            let trap_ns = match traps {
+                Some((runs, ns)) => {
+                    let total = runs as f64 * ns;
+                    eprintln!(
+                        "ebrec:   uprobe traps {:.1} ms more ({runs} runs of uprobe programs, {ns:.0} ns each beyond their run time, timed on a uprobe of ebrec's own; a function probed in several processes costs more a trap): {:.2}% of a CPU",
+                        total / 1e6,
+                        pct(total)
+                    );
+                    total
+                }
+                None => 0.0,
+            };
+            let bpf = pct(total_ns as f64);
+            let own = own_cpu_s / elapsed.max(1e-9) * 100.0;
+            eprintln!(
+                "ebrec:   cost {:.2}% of a CPU: BPF {bpf:.2}%, tracepoint dispatch {:.2}%, uprobe traps {:.2}%, ebrec's process {own:.2}% (its start included)",
+                bpf + pct(dispatch_ns) + pct(trap_ns) + own,
+                pct(dispatch_ns),
+                pct(trap_ns)
+            );
         }
     }
 }

@@ -153,6 +153,37 @@ fn session_probes_return_only_for_kept_calls() {
         free_runs >= free_hits && free_runs < free_hits + 100,
         "free runs {free_runs}, hits {free_hits}: {err}"
     );
+    // The summary counts a trap around each uprobe program run (the stats do not see it),
+    // timed on a uprobe of ebrec's own, and puts it in the cost beside BPF and ebrec's own.
+    let traps = err
+        .lines()
+        .find(|l| l.starts_with("ebrec:   uprobe traps "))
+        .unwrap_or_else(|| panic!("no uprobe traps line: {err}"));
+    let num_before = |what: &str| -> f64 {
+        let i = traps
+            .find(what)
+            .unwrap_or_else(|| panic!("{what}: {traps}"));
+        let w = traps[..i].split_whitespace().last().unwrap();
+        w.trim_start_matches('(').parse().unwrap()
+    };
+    assert_eq!(
+        num_before(" runs of uprobe programs") as u64,
+        runs + free_runs,
+        "{traps}"
+    );
+    let ns = num_before(" ns each beyond");
+    assert!((50.0..100_000.0).contains(&ns), "{traps}");
+    let ms = num_before(" ms more");
+    let want_ms = (runs + free_runs) as f64 * ns / 1e6;
+    assert!((ms - want_ms).abs() <= 0.1 + want_ms * 0.01, "{traps}");
+    let cost = err
+        .lines()
+        .find(|l| l.starts_with("ebrec:   cost "))
+        .unwrap_or_else(|| panic!("no cost line: {err}"));
+    assert!(
+        cost.contains("uprobe traps ") && cost.contains("ebrec's process "),
+        "{cost}"
+    );
     let top = ebsym_json(&["top", s.trace.to_str().unwrap(), "--kind", "alloc"]);
     let got = by_function(&top);
     assert_eq!(got["medium"], (20_000, 20_000 * 16384), "{got:?}");
