@@ -82,7 +82,9 @@
 #                  the budget cut or paused a family); "proc Y%" = ebrec's process CPU (user +
 #                  system, /proc/PID/stat) during the load, measured by the script. "BPF" has no
 #                  uprobe traps in it (ebrec-alloc4096: every malloc of the server traps, ~1 us
-#                  each here). Other rows, measured by the script: "proc" the tool's process
+#                  each here): "uprobe traps T%" is ebrec's own account of them (its summary's
+#                  "uprobe traps X ms more": its uprobe programs' runs times a trap timed on a
+#                  uprobe of ebrec's own, STATS=1 only). Other rows, measured by the script: "proc" the tool's process
 #                  CPU during the load, "BPF" the run time of the programs it holds (their fds'
 #                  fdinfo, with kernel.bpf_stats_enabled on for the run, as ebrec's --bpf-stats
 #                  turns it on). "events": what the tool saw (ebrec: probe hits of its summary;
@@ -440,7 +442,9 @@ ev_diagnose() { [ -s "$TMP/diag/summary.txt" ] && ev_ebrec "$1"; }
 # ebrec_cost OUT SECS: from ebrec's exit summary: COST_BPF, its BPF run time over SECS (the
 # load's length: the events come from the load; ebrec's recording is a second or two longer, its
 # start and stop), % of one CPU; COST_NSRUN, its ns per program run; with --max-cpu, COST_BUDGET
-# (the budget line's mean over the recording) and COST_CHANGES (the budget's changes).
+# (the budget line's mean over the recording) and COST_CHANGES (the budget's changes);
+# COST_TRAPS, the uprobe traps around its uprobe programs' runs by its own account ("uprobe
+# traps X ms more", --bpf-stats), over SECS as COST_BPF.
 ebrec_cost() {
   local out=$1 secs=$2
   # --max-cpu without --bpf-stats measures a part of the time ("BPF run time measured X s of
@@ -448,6 +452,10 @@ ebrec_cost() {
   COST_BPF=$(tr '\r' '\n' <"$out" | awk -v secs="$secs" '
     /^ebrec: +BPF run time measured [0-9.]+ s of/ { secs = $6 }
     /^ebrec: +BPF run time [0-9.]+ ms/ { ms += $5; n++ }
+    END { if (secs > 0 && n) printf "%.2f", ms / (secs * 1000) * 100; else print "-" }')
+  COST_TRAPS=$(tr '\r' '\n' <"$out" | awk -v secs="$secs" '
+    /^ebrec: +BPF run time measured [0-9.]+ s of/ { secs = $6 }
+    /^ebrec: +uprobe traps [0-9.]+ ms more/ { ms += $4; n++ }
     END { if (secs > 0 && n) printf "%.2f", ms / (secs * 1000) * 100; else print "-" }')
   COST_CHANGES=$(tr '\r' '\n' <"$out" | awk '/--max-cpu [0-9.]+%: ebrec cost/ { if (match($0, /[0-9]+ changes/)) v = substr($0, RSTART, RLENGTH - 8) } END { print (v == "" ? "-" : v) }')
   COST_NSRUN=$(tr '\r' '\n' <"$out" | awk '/^ebrec: +BPF run time/ { if (match($0, /[0-9]+ ns per run/)) v = substr($0, RSTART, RLENGTH - 11) } END { print (v == "" ? "-" : v) }')
@@ -495,7 +503,7 @@ server_libc() {
 # --- one run ----------------------------------------------------------------------------------
 # Per configuration: TPS (per-run list), CB/CP (ebrec BPF % / process %), NS (ns per run),
 # BU (budget %), EVN (events of the last run), WHY (why it does not run: set once).
-declare -A TPS CB CP NS BU CH EVN WHY FAILS UNT_R PAIR RATE_R ST
+declare -A TPS CB CP NS BU CH TR EVN WHY FAILS UNT_R PAIR RATE_R ST
 FIRST_TRACE_DONE=0
 PROC_NOTE=""
 
@@ -707,6 +715,7 @@ run_config() { # CONFIG ROUND
         if [[ $c == ebrec-* ]]; then
           ebrec_cost "$out" "$secs"
           CB[$c]="${CB[$c]:-} $COST_BPF"
+          TR[$c]="${TR[$c]:-} $COST_TRAPS"
           CH[$c]="${CH[$c]:-} $COST_CHANGES"
           NS[$c]="${NS[$c]:-} $COST_NSRUN"
           BU[$c]="${BU[$c]:-} $COST_BUDGET"
@@ -800,7 +809,13 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
         cost+=", proc $cp%"
         # shellcheck disable=SC2086
         [ "$bu" = - ] || cost+=", budget $bu% ($(median ${CH[$c]:--}) changes)"
-        case $c in ebrec-alloc4096*) cost+=" + uprobe traps" ;; esac
+        # shellcheck disable=SC2086
+        tr=$(median ${TR[$c]:--})
+        if [ "$tr" != - ]; then
+          cost+=", uprobe traps $tr%"
+        else
+          case $c in ebrec-alloc4096*) cost+=" + uprobe traps" ;; esac
+        fi
       else
         cost="proc $cp%"
         [ "$cb" = - ] || cost+=", BPF $cb%"
