@@ -681,6 +681,9 @@ pub fn run(a: AgentArgs) -> Result<()> {
         ring_fill: Default::default(),
     };
     if let Some(m) = metrics {
+        // One uprobe trap here, timed once the uprobe programs have run (None: not yet;
+        // Some(0): could not be timed).
+        let mut trap_ns: Option<f64> = None;
         hooks.each_second = Some(Box::new(move |s: &mut Session<'_>, h: &Hooks| {
             let programs: Vec<ebtrace_format::proto::ProgramStats> = s
                 .probes
@@ -694,6 +697,21 @@ pub fn run(a: AgentArgs) -> Result<()> {
                 })
                 .collect();
             metrics::health(&m, &s.last_families, &programs);
+            if s.probes.stats_on() {
+                let (runs, ns) = s.probes.dispatch_cost();
+                let uprobe_runs = s.probes.uprobe_runs();
+                if uprobe_runs > 0 && trap_ns.is_none() {
+                    trap_ns = Some(ebtrace_record::budget::calibrate_trap().unwrap_or_else(|e| {
+                        eprintln!("ebrec: warning: could not time a uprobe trap here ({e:#}): ebrec_bpf_unseen_seconds_total leaves the traps out");
+                        0.0
+                    }));
+                }
+                metrics::unseen(
+                    &m,
+                    runs as f64 * ns / 1e9,
+                    uprobe_runs as f64 * trap_ns.unwrap_or(0.0) / 1e9,
+                );
+            }
             metrics::targets(&m, s.live.len());
             for (ring, fill) in &h.ring_fill {
                 metrics::ringbuf_fill(&m, ring, fill.min(1.0));

@@ -544,6 +544,25 @@ pub fn health(
     process(m);
 }
 
+/// `ebrec_bpf_unseen_seconds_total{kind}`: what the kernel's BPF stats (`--bpf-stats`) do
+/// not see around the programs' runs, so that run time + this + `ebrec_cpu_seconds_total`
+/// is what ebrec costs: `tracepoint_dispatch`, the runs of tracepoint and perf event
+/// programs times their dispatch (timed at start on a system call loop), and `uprobe_traps`,
+/// the runs of uprobe programs times one trap (timed on a uprobe of ebrec's own).
+pub fn unseen(m: &Metrics, dispatch_s: f64, traps_s: f64) {
+    for (kind, v) in [
+        ("tracepoint_dispatch", dispatch_s),
+        ("uprobe_traps", traps_s),
+    ] {
+        m.set_counter(
+            "ebrec_bpf_unseen_seconds_total",
+            "What the BPF run-time stats do not see around the programs' runs (with --bpf-stats): tracepoint dispatch, uprobe traps; each timed on this machine.",
+            &[("kind", kind)],
+            v,
+        );
+    }
+}
+
 /// `ebrec_cpu_seconds_total` and `ebrec_rss_bytes` of this process.
 pub fn process(m: &Metrics) {
     // SAFETY: getrusage writes the struct it is given; zeroed is a valid rusage.

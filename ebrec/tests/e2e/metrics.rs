@@ -1218,3 +1218,84 @@ fn end_to_end(served: Served) {
     }
     drop(agent);
 }
+
+/// `ebrec agent --bpf-stats --alloc`: the agent exports what the BPF stats do not see, the
+/// uprobe trap around each run of the allocator's programs, as those runs times one trap
+/// timed here (`ebrec_bpf_unseen_seconds_total{kind="uprobe_traps"}`), beside their run time.
+#[test]
+fn agent_exports_the_uprobe_traps_the_bpf_stats_do_not_see() {
+    if !root() {
+        return;
+    }
+    let w = start_waiting("sampled_heap", &["--churn", "200000"]);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["agent", "--window", "1", "--bpf-stats", "--alloc=4096"])
+        .args([
+            "--metrics",
+            &addr,
+            "-p",
+            &w.pid.to_string(),
+            "--duration",
+            "60",
+        ])
+        .arg("-o")
+        .arg(dir.path().join("a.pb.zst"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut agent = Reaped(agent);
+    let mut err = BufReader::new(agent.0.stderr.take().unwrap());
+    let mut log = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(
+            err.read_line(&mut l).unwrap() > 0,
+            "ebrec agent ended: {log}"
+        );
+        log.push_str(&l);
+        if l.contains("ebrec: recording") {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    w.go();
+    // The workload's calls: 200,000 small and 20,000 medium allocations and their frees.
+    let s = wait_for(
+        30,
+        || format!("the allocator's runs in the metrics: {log}"),
+        || {
+            let s = samples(&http_get(&addr, "/metrics").ok()?.1);
+            let runs = s
+                .get(r#"ebrec_bpf_runs_total{program="alloc_session"}"#)
+                .or_else(|| s.get(r#"ebrec_bpf_runs_total{program="malloc_enter"}"#))
+                .copied()?;
+            let traps = s
+                .get(r#"ebrec_bpf_unseen_seconds_total{kind="uprobe_traps"}"#)
+                .copied()?;
+            (runs >= 200_000.0 && traps > 0.0).then_some(s)
+        },
+    );
+    let runs: f64 = s
+        .iter()
+        .filter(|(k, _)| k.starts_with("ebrec_bpf_runs_total{"))
+        .map(|(_, v)| v)
+        .sum();
+    let traps = get(&s, r#"ebrec_bpf_unseen_seconds_total{kind="uprobe_traps"}"#);
+    // At least one trap a uprobe program's run, at 50 ns to 100 us a trap (the tracepoint
+    // programs' runs, fork and exit, are few here).
+    let per_run = traps * 1e9 / runs;
+    assert!(
+        (50.0..100_000.0).contains(&per_run),
+        "{per_run} ns a run: {s:?}"
+    );
+    assert!(
+        get(
+            &s,
+            r#"ebrec_bpf_unseen_seconds_total{kind="tracepoint_dispatch"}"#
+        ) >= 0.0,
+        "{s:?}"
+    );
+}
