@@ -1233,11 +1233,12 @@ fn agent_exports_the_uprobe_traps_the_bpf_stats_do_not_see() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Command::new(env!("CARGO_BIN_EXE_ebrec"))
         .args(["agent", "--window", "1", "--bpf-stats", "--alloc=4096"])
+        // by comm: with -p the agent stops when its target exits, maybe before the scrape
         .args([
             "--metrics",
             &addr,
-            "-p",
-            &w.pid.to_string(),
+            "--comm",
+            &format!("^{}$", w.comm()),
             "--duration",
             "60",
         ])
@@ -1261,6 +1262,15 @@ fn agent_exports_the_uprobe_traps_the_bpf_stats_do_not_see() {
         }
     }
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    // The workload found and probed before it runs.
+    wait_for(
+        30,
+        || "the agent's target".to_string(),
+        || {
+            let s = samples(&http_get(&addr, "/metrics").ok()?.1);
+            (s.get("ebrec_targets").copied()? >= 1.0).then_some(())
+        },
+    );
     w.go();
     // The workload's calls: 200,000 small and 20,000 medium allocations and their frees.
     let s = wait_for(
