@@ -112,7 +112,7 @@ struct uw_state {
 	__u8 vma_busy;	/* bpf_find_vma said EBUSY (with interrupts off it works once
 			 * per program run): do not call it again */
 	__u8 fp_only;	/* --stack-mode fp (and dwarf): frame-pointer steps only, no rows */
-	/* stack_bounds.hole as pages below stack_hi (0: none; 2 bytes, not 8: 6.1's verifier
+	/* stack_bounds.hole_pages, for this walk (0: none; 2 bytes, not 8: 6.1's verifier
 	 * counts this state in every walking program's 512 bytes of stack) */
 	__u16 hole_pages;
 };
@@ -194,9 +194,10 @@ struct {
  * about 0.7 us here, measured with perf on bpf_get_stack's walk). */
 struct stack_bounds {
 	__u64 lo, hi;
-	/* a page at or above this address was missing when a window was read from below it:
-	 * windows below end there, and those above stay within their page (0: none seen) */
-	__u64 hole;
+	/* the page this many pages below hi was missing when a window was read from below it:
+	 * windows below end there, and those above stay within their page (0: none seen; less
+	 * than 65536, as uw_state.hole_pages) */
+	__u64 hole_pages;
 };
 
 struct {
@@ -223,8 +224,8 @@ static __always_inline void uw_note_hole(struct uw_state *s, __u64 hole)
 	s->hole_pages = pages;
 	struct stack_bounds *b = bpf_task_storage_get(&stack_bounds, bpf_get_current_task_btf(),
 						      0, 0);
-	if (b && b->hi == s->stack_hi && (!b->hole || hole < b->hole))
-		b->hole = hole;
+	if (b && b->hi == s->stack_hi && pages > b->hole_pages)
+		b->hole_pages = pages;
 }
 
 /* The 8 bytes at addr of the walked thread's stack, through the window: refilled from addr
@@ -365,16 +366,15 @@ static __always_inline long uw_word(struct uw_state *s, __u64 addr, __u64 *out)
 }
 
 /* The end of the mapping that holds sp, cached per thread; 0 when unknown. *hole_pages:
- * where a window read found a page missing (stack_bounds.hole), in pages below the end; 0:
- * nowhere known. */
+ * where a window read found a page missing (stack_bounds.hole_pages), in pages below the
+ * end; 0: nowhere known. */
 static __always_inline __u64 uw_stack_hi(struct task_struct *task, __u64 sp, __u16 *hole_pages)
 {
 	struct stack_bounds *b = bpf_task_storage_get(&stack_bounds, task, 0,
 						      BPF_LOCAL_STORAGE_GET_F_CREATE);
 	*hole_pages = 0;
 	if (b && sp >= b->lo && sp < b->hi) {
-		if (b->hole && b->hole < b->hi && ((b->hi - b->hole) >> 12) < 65536)
-			*hole_pages = (b->hi - b->hole) >> 12;
+		*hole_pages = b->hole_pages;
 		return b->hi;
 	}
 	struct stack_bounds nb = {};
@@ -383,7 +383,7 @@ static __always_inline __u64 uw_stack_hi(struct task_struct *task, __u64 sp, __u
 	if (b) {
 		b->lo = nb.lo;
 		b->hi = nb.hi;
-		b->hole = 0;
+		b->hole_pages = 0;
 	}
 	return nb.hi;
 }
