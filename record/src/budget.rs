@@ -161,8 +161,7 @@ impl std::fmt::Debug for Budget {
     }
 }
 
-/// This process's user + system CPU time, ns.
-/// ebrec's own CPU time so far (every thread, user and system), ns.
+/// This process's user + system CPU time (every thread), ns.
 pub(crate) fn own_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
