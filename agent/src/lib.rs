@@ -698,13 +698,14 @@ pub fn run(a: AgentArgs) -> Result<()> {
                 .collect();
             metrics::health(&m, &s.last_families, &programs);
             if s.probes.stats_on() {
-                let (runs, ns) = s.probes.dispatch_cost();
-                let uprobe_runs = s.probes.uprobe_runs();
+                let (runs, ns, uprobe_runs) = s.probes.dispatch_cost();
                 if uprobe_runs > 0 && trap_ns.is_none() {
-                    trap_ns = Some(ebtrace_record::budget::calibrate_trap().unwrap_or_else(|e| {
-                        eprintln!("ebrec: warning: could not time a uprobe trap here ({e:#}): ebrec_bpf_unseen_seconds_total leaves the traps out");
-                        0.0
-                    }));
+                    trap_ns = Some(
+                        ebtrace_record::budget::calibrate_trap_or_warn(
+                            "ebrec_bpf_unseen_seconds_total leaves the traps out",
+                        )
+                        .unwrap_or(0.0),
+                    );
                 }
                 metrics::unseen(
                     &m,

@@ -598,6 +598,15 @@ extern "C" {
     fn ebrec_trap_calibration(x: u64) -> u64;
 }
 
+/// [`calibrate_trap`], or None after a one-line warning saying what `leaves_out` leaves out.
+pub fn calibrate_trap_or_warn(leaves_out: &str) -> Option<f64> {
+    calibrate_trap()
+        .map_err(|e| {
+            eprintln!("ebrec: warning: could not time a uprobe trap here ({e:#}): {leaves_out}")
+        })
+        .ok()
+}
+
 /// ns of one uprobe trap on this machine: calls to `ebrec_trap_calibration` timed without and
 /// with a uprobe on it (a perf event that never samples: the trap and the probe's dispatch),
 /// rounds of each interleaved, the least of each kept (the machine may be busy).

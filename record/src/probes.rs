@@ -1434,32 +1434,22 @@ impl<'obj> Probes<'obj> {
     }
 
     /// What the kernel's stats do not see, with them on: (runs of tracepoint and perf event
-    /// programs, `dispatch_ns` each). Chain members are not dispatched: the hub is.
-    pub fn dispatch_cost(&self) -> (u64, f64) {
-        let mut runs = 0u64;
+    /// programs, `dispatch_ns` each; runs of uprobe programs, the kprobe program type:
+    /// uprobe, uretprobe, uprobe_multi and session, each one trap or return). Chain members
+    /// are not dispatched: the hub is.
+    pub fn dispatch_cost(&self) -> (u64, f64, u64) {
+        let (mut runs, mut uprobe_runs) = (0u64, 0u64);
         each_skel!(self, s => {
             for p in s.object().progs() {
-                if p.prog_type() != libbpf_rs::ProgramType::Kprobe {
-                    runs += prog_run_stats(p.as_fd()).1;
-                }
-            }
-        });
-        (runs, self.dispatch_ns)
-    }
-
-    /// Runs of the uprobe programs (uprobe, uretprobe, uprobe_multi and session programs:
-    /// the kprobe program type), each one uprobe trap or return, counted while the
-    /// kernel's BPF stats are on.
-    pub fn uprobe_runs(&self) -> u64 {
-        let mut runs = 0u64;
-        each_skel!(self, s => {
-            for p in s.object().progs() {
+                let n = prog_run_stats(p.as_fd()).1;
                 if p.prog_type() == libbpf_rs::ProgramType::Kprobe {
-                    runs += prog_run_stats(p.as_fd()).1;
+                    uprobe_runs += n;
+                } else {
+                    runs += n;
                 }
             }
         });
-        runs
+        (runs, self.dispatch_ns, uprobe_runs)
     }
 
     /// Fills the chain's program arrays and attaches the hub's programs (the fork and exit

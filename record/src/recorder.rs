@@ -695,10 +695,10 @@ fn record_with(
     s.clock_sync()?;
     let families = s.stats(end)?;
     let programs = probes_ref.program_stats();
-    let dispatch = probes_ref.dispatch_cost();
+    let (tp_runs, dispatch_ns, uprobe_runs) = probes_ref.dispatch_cost();
+    let dispatch = (tp_runs, dispatch_ns);
     // What the stats do not see of a uprobe program's run: the trap (or the return's
     // trampoline) around it, timed on a probe of ebrec's own (the budget's, or now).
-    let uprobe_runs = probes_ref.uprobe_runs();
     let traps = if uprobe_runs == 0 {
         None
     } else {
@@ -706,11 +706,7 @@ fn record_with(
             .as_ref()
             .map(|b| b.trap_ns)
             .or_else(|| {
-                crate::budget::calibrate_trap()
-                    .map_err(|e| {
-                        eprintln!("ebrec: warning: could not time a uprobe trap here ({e:#}): the cost below leaves the traps out");
-                    })
-                    .ok()
+                crate::budget::calibrate_trap_or_warn("the cost below leaves the traps out")
             })
             .map(|ns| (uprobe_runs, ns))
     };
