@@ -8,11 +8,9 @@ pub mod metrics;
 pub mod push;
 
 use anyhow::{bail, Context, Result};
-use ebtrace_format::proto::Header;
 use ebtrace_record::config::RecordConfig as RecordArgs;
-use ebtrace_record::perf::SideBandReader;
-use ebtrace_record::procfs;
-use ebtrace_record::session::Session;
+use ebtrace_record::host::{self, clock_ns};
+use ebtrace_record::{Followed, Recording};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -101,6 +99,9 @@ struct Seen {
     hit: bool,
 }
 
+/// The agent's work once a second on the recording thread (its metrics).
+pub type EachSecond = Box<dyn FnMut(&mut Recording<'_>, &Hooks)>;
+
 /// The agent's part of the recording loop (`ebtrace_record::Hooks`).
 pub struct Hooks {
     comm: Vec<regex::Regex>,
@@ -118,16 +119,14 @@ pub struct Hooks {
     window_started: Instant,
     window_start_real: u64,
     output: PathBuf,
-    header: Header,
     keep: u32,
     max_size: Option<u64>,
-    alloc_sessions: bool,
     quiet: bool,
     /// Window files the worker still reads: pruning leaves them.
     in_use: Arc<Mutex<HashSet<PathBuf>>>,
     worker: Option<(SyncSender<Job>, std::thread::JoinHandle<()>)>,
     /// Per-second work (metrics) on the recording thread.
-    pub each_second: Option<Box<dyn FnMut(&mut Session<'_>, &Hooks)>>,
+    pub each_second: Option<EachSecond>,
     last_second: Instant,
     pub windows: u64,
     pub windows_dropped: u64,
@@ -152,15 +151,15 @@ impl ebtrace_record::Hooks for Hooks {
     fn scan(&mut self) -> Vec<u32> {
         Hooks::scan(self)
     }
-    fn started(&mut self, s: &mut Session<'_>) -> Result<()> {
-        Hooks::started(self, s)
+    fn started(&mut self, r: &mut Recording<'_>) -> Result<()> {
+        Hooks::started(self, r)
     }
     fn ring_drained(&mut self, ring: &'static str, fill: f64) {
         let f = self.ring_fill.entry(ring).or_insert(0.0);
         *f = f.max(fill);
     }
-    fn tick(&mut self, s: &mut Session<'_>, side: &mut SideBandReader) -> Result<()> {
-        Hooks::tick(self, s, side)
+    fn tick(&mut self, r: &mut Recording<'_>) -> Result<()> {
+        Hooks::tick(self, r)
     }
     fn finished(&mut self) -> Result<()> {
         Hooks::finished(self)
@@ -281,8 +280,8 @@ impl Hooks {
         self.last_pid = last_pid;
         self.young_left = false;
         let me = std::process::id();
-        let hz = procfs::clock_ticks().max(1);
-        let now_ticks = procfs::clock_ns(libc::CLOCK_BOOTTIME) / (1_000_000_000 / hz);
+        let hz = host::clock_ticks().max(1);
+        let now_ticks = clock_ns(libc::CLOCK_BOOTTIME) / (1_000_000_000 / hz);
         let mut now_seen = HashMap::with_capacity(self.seen.len());
         let mut found = Vec::new();
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -339,7 +338,7 @@ impl Hooks {
     /// and, with --cgroup, its cgroup. None: gone.
     fn identity(&self, pid: u32) -> Option<Seen> {
         use std::hash::{Hash, Hasher};
-        let (comm, start) = procfs::comm_and_start(pid)?;
+        let (comm, start) = host::comm_and_start(pid)?;
         let hash = |b: &[u8]| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             b.hash(&mut h);
@@ -360,26 +359,16 @@ impl Hooks {
     }
 
     /// Makes `pid` a target while recording.
-    fn follow(&mut self, s: &mut Session<'_>, side: &mut SideBandReader, pid: u32) -> Result<()> {
-        if s.knows(pid) {
-            // A child of a target, followed from its fork already.
-            return Ok(());
-        }
-        s.probes.add_target(pid)?;
-        if side.add(pid as i32, 64).is_err() {
-            // Gone already.
-            return Ok(());
-        }
-        if self.alloc_sessions {
-            if let Err(e) = s.probes.attach_sessions(pid as i32) {
-                eprintln!("ebrec agent: --alloc: pid {pid}: {e:#}");
+    fn follow(&mut self, r: &mut Recording<'_>, pid: u32) -> Result<()> {
+        match r.follow(pid)? {
+            // A child of a target, followed from its fork already; or gone already.
+            Followed::Known | Followed::Gone => return Ok(()),
+            Followed::New { alloc_error } => {
+                if let Some(e) = alloc_error {
+                    eprintln!("ebrec agent: --alloc: pid {pid}: {e:#}");
+                }
             }
         }
-        let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
-        if s.snapshot(pid, now).is_err() {
-            return Ok(());
-        }
-        s.live.insert(pid);
         self.followed += 1;
         if !self.quiet {
             eprintln!(
@@ -390,33 +379,29 @@ impl Hooks {
         Ok(())
     }
 
-    pub fn started(&mut self, _s: &mut Session<'_>) -> Result<()> {
+    pub fn started(&mut self, _r: &mut Recording<'_>) -> Result<()> {
         self.window_started = Instant::now();
-        self.window_start_real = procfs::clock_ns(libc::CLOCK_REALTIME);
+        self.window_start_real = clock_ns(libc::CLOCK_REALTIME);
         Ok(())
     }
 
     /// Once per pass of the recording loop: new targets (every second), the window's end,
     /// the per-second work.
-    pub fn tick(&mut self, s: &mut Session<'_>, side: &mut SideBandReader) -> Result<()> {
+    pub fn tick(&mut self, r: &mut Recording<'_>) -> Result<()> {
         if self.selects() && self.last_scan.elapsed() >= SCAN_EVERY {
             for pid in self.scan() {
-                self.follow(s, side, pid)?;
+                self.follow(r, pid)?;
             }
         }
         if self.window_started.elapsed() >= self.window {
-            if s.aggregating {
-                s.aggregate()?;
-            }
-            s.histograms()?;
             let closed = self.closed_name();
-            ebtrace_record::rotate::rotate_to(s, self.header.clone(), &self.output, &closed)?;
+            r.close_window(&closed)?;
             self.window_closed(closed);
         }
         if self.last_second.elapsed() >= Duration::from_secs(1) {
             self.last_second = Instant::now();
             if let Some(mut f) = self.each_second.take() {
-                f(s, self);
+                f(r, self);
                 self.each_second = Some(f);
             }
             self.ring_fill.values_mut().for_each(|f| *f = 0.0);
@@ -467,7 +452,7 @@ impl Hooks {
     }
 
     fn window_closed(&mut self, closed: PathBuf) {
-        let until = procfs::clock_ns(libc::CLOCK_REALTIME);
+        let until = clock_ns(libc::CLOCK_REALTIME);
         let from = std::mem::replace(&mut self.window_start_real, until);
         self.window_started = Instant::now();
         self.windows += 1;
@@ -584,9 +569,9 @@ fn check(a: &AgentArgs) -> Result<()> {
         }
         if r.alloc.is_some()
             && (r.alloc_probes == ebtrace_record::config::AllocProbesArg::Classic
-                || !ebtrace_record::features::uprobe_sessions())
+                || !ebtrace_record::host::uprobe_sessions())
         {
-            bail!("--alloc with --comm or --cgroup attaches the allocator probes to each process found, which needs uprobe sessions (kernel 6.13; this is {}): use -p PID", procfs::uname().1);
+            bail!("--alloc with --comm or --cgroup attaches the allocator probes to each process found, which needs uprobe sessions (kernel 6.13; this is {}): use -p PID", host::uname().1);
         }
     }
     for c in &a.cgroup {
@@ -626,9 +611,6 @@ pub fn run(a: AgentArgs) -> Result<()> {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
     }
-    let alloc_sessions = record.alloc.is_some()
-        && record.alloc_sampler == ebtrace_record::config::AllocSampler::Uprobe
-        && ebtrace_record::probes::use_sessions(record.alloc_probes);
     let metrics = match &a.metrics {
         Some(addr) => {
             let m = metrics::Metrics::new();
@@ -664,12 +646,10 @@ pub fn run(a: AgentArgs) -> Result<()> {
         young_left: false,
         window: Duration::from_secs(a.window),
         window_started: Instant::now(),
-        window_start_real: procfs::clock_ns(libc::CLOCK_REALTIME),
+        window_start_real: clock_ns(libc::CLOCK_REALTIME),
         output: record.output.clone(),
-        header: ebtrace_record::header::header(&record),
         keep: a.keep,
         max_size,
-        alloc_sessions,
         quiet: record.quiet,
         in_use: Default::default(),
         worker,
@@ -681,39 +661,13 @@ pub fn run(a: AgentArgs) -> Result<()> {
         ring_fill: Default::default(),
     };
     if let Some(m) = metrics {
-        // One uprobe trap here, timed once the uprobe programs have run (None: not yet;
-        // Some(0): could not be timed).
-        let mut trap_ns: Option<f64> = None;
-        hooks.each_second = Some(Box::new(move |s: &mut Session<'_>, h: &Hooks| {
-            let programs: Vec<ebtrace_format::proto::ProgramStats> = s
-                .probes
-                .program_stats()
-                .into_iter()
-                .map(|p| ebtrace_format::proto::ProgramStats {
-                    name: p.name,
-                    run_time_ns: p.run_time_ns,
-                    run_count: p.runs,
-                    recursion_misses: p.recursion_misses,
-                })
-                .collect();
-            metrics::health(&m, &s.last_families, &programs);
-            if s.probes.stats_on() {
-                let (runs, ns, uprobe_runs) = s.probes.dispatch_cost();
-                if uprobe_runs > 0 && trap_ns.is_none() {
-                    trap_ns = Some(
-                        ebtrace_record::budget::calibrate_trap_or_warn(
-                            "ebrec_bpf_unseen_seconds_total leaves the traps out",
-                        )
-                        .unwrap_or(0.0),
-                    );
-                }
-                metrics::unseen(
-                    &m,
-                    runs as f64 * ns / 1e9,
-                    uprobe_runs as f64 * trap_ns.unwrap_or(0.0) / 1e9,
-                );
+        hooks.each_second = Some(Box::new(move |r: &mut Recording<'_>, h: &Hooks| {
+            let health = r.health();
+            metrics::health(&m, health.families, &health.programs);
+            if let Some(u) = health.unseen {
+                metrics::unseen(&m, u.tracepoint_dispatch, u.uprobe_traps);
             }
-            metrics::targets(&m, s.live.len());
+            metrics::targets(&m, health.targets);
             for (ring, fill) in &h.ring_fill {
                 metrics::ringbuf_fill(&m, ring, fill.min(1.0));
             }
@@ -731,7 +685,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
             );
         }));
     }
-    ebtrace_record::recorder::run(record, Some(&mut hooks))
+    ebtrace_record::run(record, Some(&mut hooks))
 }
 
 /// What the worker does with a closed window: its latencies into the metrics, then to the

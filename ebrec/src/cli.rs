@@ -3,7 +3,7 @@
 //! them. `ebrec record`'s flags are the recorder's `RecordConfig` (its `cli` feature).
 
 use clap::{Parser, Subcommand};
-use ebtrace_record::funcs::FuncSpec;
+use ebtrace_record::lookup::FuncSpec;
 use std::ffi::OsString;
 use std::path::PathBuf;
 

@@ -18,8 +18,7 @@
 //! ```
 use crate::cli::DoctorArgs;
 use anyhow::{bail, Result};
-use ebtrace_record::features::{self, kernel_version};
-use ebtrace_record::procfs;
+use ebtrace_record::host::{self, kernel_version};
 use serde_json::{json, Value};
 use std::io::{self, BufRead, Write};
 use std::path::Path;
@@ -175,7 +174,7 @@ const ROOT_FIX: &str = "run ebrec as root (sudo ebrec …), or give it CAP_BPF a
 
 fn check_kernel(release: &str, machine: &str) -> Check {
     match kernel_version(release) {
-        Some(v) if v >= features::MIN_KERNEL => {
+        Some(v) if v >= host::MIN_KERNEL => {
             Check::ok("kernel", format!("Linux {release} ({machine})"))
         }
         Some(_) => Check::fail(
@@ -390,7 +389,7 @@ fn check_ringbuf() -> Check {
 /// Uprobe sessions (6.13): the allocator's one-trap path (`--alloc-probes`).
 fn check_uprobe_sessions(version: Option<(u32, u32)>) -> Check {
     match version {
-        Some(v) if v >= features::UPROBE_SESSIONS => Check::ok(
+        Some(v) if v >= host::UPROBE_SESSIONS => Check::ok(
             "uprobe sessions",
             "kernel >= 6.13: --alloc pays the return probe only for the calls it keeps (one trap for the others)",
         ),
@@ -405,7 +404,7 @@ fn check_uprobe_sessions(version: Option<(u32, u32)>) -> Check {
 /// The rseq_update tracepoint: --offcpu and --runq take a kept event's user stack there,
 /// where the thread returns to user space, instead of at syscall exits.
 fn check_rseq_update() -> Check {
-    if features::has_btf_type("btf_trace_rseq_update") {
+    if host::has_btf_type("btf_trace_rseq_update") {
         Check::ok(
             "rseq_update",
             "--offcpu and --runq take user stacks where a thread with rseq (glibc 2.35+) returns to user space: no program at anyone's system calls",
@@ -504,11 +503,11 @@ fn check_tracefs(p: &Privileges) -> Check {
 
 fn check_perf_event() -> Check {
     const NAME: &str = "perf events";
-    let cpu = procfs::online_cpus()
+    let cpu = host::online_cpus()
         .ok()
         .and_then(|c| c.first().copied())
         .unwrap_or(0);
-    match ebtrace_record::perf::open_cpu_clock(cpu as i32, 99) {
+    match host::open_cpu_clock(cpu as i32, 99) {
         Ok(fd) => {
             drop(fd);
             Check::ok(
@@ -794,7 +793,7 @@ fn check_process(pid: u32) -> (Vec<Check>, Vec<BinaryReport>, Option<&'static st
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim().to_string())
         .unwrap_or_default();
-    let maps = match procfs::maps(pid) {
+    let maps = match host::maps(pid) {
         Ok(m) => m,
         Err(e) => {
             return (
@@ -836,7 +835,7 @@ fn check_process(pid: u32) -> (Vec<Check>, Vec<BinaryReport>, Option<&'static st
         }
         bins.push(BinaryReport::read(
             path,
-            &procfs::path_in(pid, &m.path),
+            &host::path_in(pid, &m.path),
             executable,
         ));
     }
@@ -956,7 +955,7 @@ pub fn run(a: DoctorArgs) -> Result<()> {
     };
     // SAFETY: rl is a valid out pointer.
     unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
-    let (_, release, machine) = procfs::uname();
+    let (_, release, machine) = host::uname();
     let version = kernel_version(&release);
 
     let mut checks = vec![

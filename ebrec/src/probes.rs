@@ -1,7 +1,7 @@
 //! `ebrec probes`: what `--func` would attach to, one function a line.
 use crate::cli::ProbesArgs;
 use anyhow::{bail, Context, Result};
-use ebtrace_record::funcs::{resolve_all, Binaries};
+use ebtrace_record::lookup::{resolve_all, Binaries};
 use std::io::Write;
 
 /// Runs `ebrec probes`.
@@ -9,7 +9,7 @@ pub fn probes(a: ProbesArgs) -> Result<()> {
     let bins = match (a.pid, a.command.first()) {
         (Some(pid), None) => Binaries::of_pid(pid)?,
         (None, Some(cmd)) => {
-            let exe = ebtrace_record::targets::find_in_path(cmd)
+            let exe = ebtrace_record::lookup::find_in_path(cmd)
                 .with_context(|| format!("command not found: {}", cmd.to_string_lossy()))?;
             Binaries::of_command(&exe)?
         }
@@ -21,11 +21,11 @@ pub fn probes(a: ProbesArgs) -> Result<()> {
     // placement.rs): "entry" (an emulated first instruction), "+0xN" (past instructions the
     // kernel would single-step), "single-step" (a second trap per call).
     let written = matches.iter().try_for_each(|m| {
-        let p = ebtrace_record::probes::place_in_file(
+        let p = ebtrace_record::lookup::place_in_file(
             &m.path,
             m.file_offset,
             m.size,
-            &ebtrace_record::placement::ARGS,
+            &ebtrace_record::lookup::ARGS,
         );
         let at = match (p.skip, p.single_step) {
             (_, true) => "single-step".to_string(),

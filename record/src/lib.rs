@@ -4,27 +4,54 @@
 //! symbolizes; it links no command-line parser (its config derives clap's traits only under
 //! the `cli` feature, ebrec's), no report code and no HTTP.
 //!
-//! `recorder::run(RecordConfig, Option<&mut dyn Hooks>)` is the whole recording;
-//! `ebtrace-agent` runs it with its hooks.
-pub mod budget;
-pub mod cfi;
+//! [`run`]`(RecordConfig, Option<&mut dyn Hooks>)` is the whole recording; `ebtrace-agent`
+//! runs it with its [`Hooks`], which get the [`Recording`] at each pass (to follow new
+//! targets, close windows and read its health). What else is public is the configuration
+//! ([`config`]) and two narrow doors for `ebrec`'s other commands: [`host`] (what this
+//! machine and kernel can do) and [`lookup`] (`ebrec probes`: the functions a spec matches
+//! and where their probes would go). Every other module is the crate's own.
+pub(crate) mod budget;
+pub(crate) mod cfi;
 pub mod config;
-pub mod elf;
-pub mod features;
-pub mod funcs;
-pub mod header;
-pub mod kallsyms;
-pub mod pacer;
-pub mod perf;
-pub mod placement;
-pub mod preload;
-pub mod probes;
-pub mod procfs;
-pub mod recorder;
-pub mod rotate;
-pub mod session;
-pub mod summary;
-pub mod targets;
+pub(crate) mod elf;
+pub(crate) mod features;
+pub(crate) mod funcs;
+pub(crate) mod header;
+pub(crate) mod kallsyms;
+pub(crate) mod pacer;
+pub(crate) mod perf;
+pub(crate) mod placement;
+pub(crate) mod preload;
+pub(crate) mod probes;
+pub(crate) mod procfs;
+pub(crate) mod recorder;
+pub(crate) mod recording;
+pub(crate) mod rotate;
+pub(crate) mod session;
+pub(crate) mod summary;
+pub(crate) mod targets;
 
 pub use config::RecordConfig;
 pub use recorder::{record, run, Hooks};
+pub use recording::{Followed, Health, Recording, Unseen};
+
+/// What this machine and its kernel can do, for `ebrec doctor` and the agent.
+pub mod host {
+    pub use crate::features::{
+        has_btf_type, kernel_version, rseq_update, running_version, uprobe_sessions, MIN_KERNEL,
+        UPROBE_SESSIONS,
+    };
+    pub use crate::perf::open_cpu_clock;
+    pub use crate::procfs::{
+        clock_ns, clock_ticks, comm_and_start, maps, online_cpus, path_in, uname,
+    };
+}
+
+/// `ebrec probes`: the functions a `--func` spec matches in a program, and where their
+/// probes would go.
+pub mod lookup {
+    pub use crate::funcs::{resolve_all, Binaries, FuncSpec};
+    pub use crate::placement::ARGS;
+    pub use crate::probes::place_in_file;
+    pub use crate::targets::find_in_path;
+}

@@ -169,17 +169,33 @@ pub fn pids(a: &RecordConfig, launched: Option<&Launched>) -> Vec<i32> {
     pids
 }
 
+/// What `attach` attaches, and to what.
+#[derive(Debug, Clone, Copy)]
+pub struct AttachTo<'a> {
+    pub a: &'a RecordConfig,
+    pub cfg: &'a ProbeConfig,
+    pub func_specs: &'a [funcs::FuncSpec],
+    pub launched: Option<&'a Launched>,
+    /// The targets' pids, or -1 for `--all`.
+    pub pids: &'a [i32],
+    /// `--alloc-sampler preload`: the shim, whose sites get the sampler's probes.
+    pub shim: Option<&'a Path>,
+}
+
 /// Attaches the uprobes of every target (allocator, locks, `--func`) and makes each a
 /// target. Returns the `--func` functions: (match, build-id), the id being the index + 1.
 pub fn attach(
-    a: &RecordConfig,
-    cfg: &ProbeConfig,
-    func_specs: &[funcs::FuncSpec],
-    launched: Option<&Launched>,
-    pids: &[i32],
-    shim: Option<&Path>,
+    to: AttachTo<'_>,
     probes: &mut Probes<'_>,
 ) -> Result<Vec<(funcs::FuncMatch, Vec<u8>)>> {
+    let AttachTo {
+        a,
+        cfg,
+        func_specs,
+        launched,
+        pids,
+        shim,
+    } = to;
     let mut probed: Vec<(funcs::FuncMatch, Vec<u8>)> = Vec::new();
     for &pid in pids {
         let (lookup_pid, exe) = match launched {

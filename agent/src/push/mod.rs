@@ -558,7 +558,7 @@ impl Pusher {
             Some(p) => read_auth_file(p)?,
             None => Vec::new(),
         };
-        let (host, kernel, _) = ebtrace_record::procfs::uname();
+        let (host, kernel, _) = ebtrace_record::host::uname();
         let backends: Vec<Arc<Backend>> = endpoints
             .into_iter()
             .map(|endpoint| {

@@ -73,7 +73,6 @@ pub struct Rows {
     /// Rows whose rule the walk cannot do (an unusual CFA expression, a return address not
     /// at CFA - 8): kept as CFI_INVALID, so a pc there is "no rows", never a wrong frame.
     pub unsupported: u64,
-    pub fdes: u64,
 }
 
 /// The rows of the ELF file at `elf` (None: no `.eh_frame`, or not x86-64 ELF).
@@ -82,7 +81,6 @@ pub fn build(elf: &Elf) -> Option<Rows> {
     Some(Rows {
         rows: c.rows.into_iter().map(Row::from).collect(),
         unsupported: c.unsupported,
-        fdes: c.fdes,
     })
 }
 
@@ -101,9 +99,8 @@ mod tests {
         let elf = Elf::open(Path::new("/lib/x86_64-linux-gnu/libc.so.6")).unwrap();
         let built = build(&elf).unwrap();
         eprintln!(
-            "{} rows, {} fdes, {} unsupported",
+            "{} rows, {} unsupported",
             built.rows.len(),
-            built.fdes,
             built.unsupported
         );
         let syms = elf.text_symbols().unwrap();

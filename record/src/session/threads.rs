@@ -15,8 +15,6 @@ pub(super) struct Threads {
     /// The last (generation, tid) found in `written`: most events follow one of the
     /// same thread.
     last: Option<(u32, u32)>,
-    /// Threads whose name could not be read (gone first).
-    pub unnamed: u64,
 }
 
 impl Threads {
@@ -53,9 +51,6 @@ impl Session<'_> {
             Some(n) => n.clone(),
             None => {
                 let n = read_comm(pid, tid);
-                if n.is_none() {
-                    self.threads.unnamed += 1;
-                }
                 self.threads.names.insert((g, tid), n.clone());
                 n
             }
@@ -90,10 +85,5 @@ impl Session<'_> {
             })),
         })?;
         Ok(())
-    }
-
-    /// Threads whose name could not be read (gone before the recorder saw them).
-    pub fn unnamed_threads(&self) -> u64 {
-        self.threads.unnamed
     }
 }
