@@ -20,6 +20,7 @@ use ebtrace_proto::opentelemetry::proto::common::v1::{
 };
 use ebtrace_proto::opentelemetry::proto::profiles::v1development as otel;
 use ebtrace_proto::opentelemetry::proto::resource::v1::Resource;
+use ebtrace_proto::pprof::Profile as Pprof;
 use prost::Message;
 use std::collections::HashMap;
 
@@ -130,88 +131,9 @@ pub fn export_request(w: &Window) -> ExportProfilesServiceRequest {
     let mut profiles = Vec::new();
     for kp in &w.profiles {
         let p = &kp.profile;
+        let location_index = dict.add_tables(p);
+        let samples = dict.sample_keys(p, &location_index);
         let s = |i: i64| p.string_table.get(i as usize).map_or("", |s| s.as_str());
-        // pprof ids (1-based) -> dictionary indices.
-        let mut mapping_index = HashMap::new();
-        for m in &p.mapping {
-            let mut attribute_indices = Vec::new();
-            if m.build_id != 0 && !s(m.build_id).is_empty() {
-                attribute_indices.push(dict.attr(
-                    "process.executable.build_id.gnu",
-                    any_value::Value::StringValue(s(m.build_id).to_string()),
-                ));
-            }
-            let filename_strindex = dict.string(s(m.filename));
-            let i = dict.d.mapping_table.len() as i32;
-            dict.d.mapping_table.push(otel::Mapping {
-                memory_start: m.memory_start,
-                memory_limit: m.memory_limit,
-                file_offset: m.file_offset,
-                filename_strindex,
-                attribute_indices,
-            });
-            mapping_index.insert(m.id, i);
-        }
-        let mut function_index = HashMap::new();
-        for f in &p.function {
-            let name_strindex = dict.string(s(f.name));
-            let system_name_strindex = dict.string(s(f.system_name));
-            let filename_strindex = dict.string(s(f.filename));
-            let i = dict.d.function_table.len() as i32;
-            dict.d.function_table.push(otel::Function {
-                name_strindex,
-                system_name_strindex,
-                filename_strindex,
-                start_line: f.start_line,
-            });
-            function_index.insert(f.id, i);
-        }
-        let mut location_index = HashMap::new();
-        for l in &p.location {
-            let i = dict.d.location_table.len() as i32;
-            dict.d.location_table.push(otel::Location {
-                mapping_index: mapping_index.get(&l.mapping_id).copied().unwrap_or(0),
-                address: l.address,
-                lines: l
-                    .line
-                    .iter()
-                    .map(|ln| otel::Line {
-                        function_index: function_index.get(&ln.function_id).copied().unwrap_or(0),
-                        line: ln.line,
-                        column: 0,
-                    })
-                    .collect(),
-                attribute_indices: Vec::new(),
-            });
-            location_index.insert(l.id, i);
-        }
-        // Each sample's stack and attributes, once.
-        let samples: Vec<(i32, Vec<i32>)> = p
-            .sample
-            .iter()
-            .map(|smp| {
-                let stack = dict.stack(
-                    smp.location_id
-                        .iter()
-                        .map(|id| location_index.get(id).copied().unwrap_or(0))
-                        .collect(),
-                );
-                let attrs = smp
-                    .label
-                    .iter()
-                    .map(|l| {
-                        let key = attr_key(s(l.key));
-                        let v = s(l.str);
-                        let value = match (key, v.parse::<i64>()) {
-                            ("process.pid", Ok(n)) => any_value::Value::IntValue(n),
-                            _ => any_value::Value::StringValue(v.to_string()),
-                        };
-                        dict.attr(key, value)
-                    })
-                    .collect();
-                (stack, attrs)
-            })
-            .collect();
         let period_type = p.period_type.as_ref().map(|t| otel::ValueType {
             type_strindex: dict.string(s(t.r#type)),
             unit_strindex: dict.string(s(t.unit)),
@@ -249,21 +171,10 @@ pub fn export_request(w: &Window) -> ExportProfilesServiceRequest {
             });
         }
     }
-    let mut attributes = vec![
-        kv("service.name", &w.service),
-        kv("host.name", w.label("host")),
-        kv("os.type", "linux"),
-        kv("os.version", w.label("kernel")),
-    ];
-    for (k, v) in &w.labels {
-        if !matches!(k.as_str(), "service_name" | "host" | "kernel") {
-            attributes.push(kv(k, v));
-        }
-    }
     ExportProfilesServiceRequest {
         resource_profiles: vec![otel::ResourceProfiles {
             resource: Some(Resource {
-                attributes,
+                attributes: resource_attributes(w),
                 ..Default::default()
             }),
             scope_profiles: vec![otel::ScopeProfiles {
@@ -278,6 +189,118 @@ pub fn export_request(w: &Window) -> ExportProfilesServiceRequest {
             schema_url: String::new(),
         }],
         dictionary: Some(dict.d),
+    }
+}
+
+/// The window's resource: the service, the host, the kernel and the other labels.
+fn resource_attributes(w: &Window) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        kv("service.name", &w.service),
+        kv("host.name", w.label("host")),
+        kv("os.type", "linux"),
+        kv("os.version", w.label("kernel")),
+    ];
+    for (k, v) in &w.labels {
+        if !matches!(k.as_str(), "service_name" | "host" | "kernel") {
+            attributes.push(kv(k, v));
+        }
+    }
+    attributes
+}
+
+impl Dict {
+    /// A pprof profile's mappings, functions and locations into the dictionary's tables;
+    /// its location ids (1-based) -> their indices there.
+    fn add_tables(&mut self, p: &Pprof) -> HashMap<u64, i32> {
+        let s = |i: i64| p.string_table.get(i as usize).map_or("", |s| s.as_str());
+        let mut mapping_index = HashMap::new();
+        for m in &p.mapping {
+            let mut attribute_indices = Vec::new();
+            if m.build_id != 0 && !s(m.build_id).is_empty() {
+                attribute_indices.push(self.attr(
+                    "process.executable.build_id.gnu",
+                    any_value::Value::StringValue(s(m.build_id).to_string()),
+                ));
+            }
+            let filename_strindex = self.string(s(m.filename));
+            let i = self.d.mapping_table.len() as i32;
+            self.d.mapping_table.push(otel::Mapping {
+                memory_start: m.memory_start,
+                memory_limit: m.memory_limit,
+                file_offset: m.file_offset,
+                filename_strindex,
+                attribute_indices,
+            });
+            mapping_index.insert(m.id, i);
+        }
+        let mut function_index = HashMap::new();
+        for f in &p.function {
+            let name_strindex = self.string(s(f.name));
+            let system_name_strindex = self.string(s(f.system_name));
+            let filename_strindex = self.string(s(f.filename));
+            let i = self.d.function_table.len() as i32;
+            self.d.function_table.push(otel::Function {
+                name_strindex,
+                system_name_strindex,
+                filename_strindex,
+                start_line: f.start_line,
+            });
+            function_index.insert(f.id, i);
+        }
+        let mut location_index = HashMap::new();
+        for l in &p.location {
+            let i = self.d.location_table.len() as i32;
+            self.d.location_table.push(otel::Location {
+                mapping_index: mapping_index.get(&l.mapping_id).copied().unwrap_or(0),
+                address: l.address,
+                lines: l
+                    .line
+                    .iter()
+                    .map(|ln| otel::Line {
+                        function_index: function_index.get(&ln.function_id).copied().unwrap_or(0),
+                        line: ln.line,
+                        column: 0,
+                    })
+                    .collect(),
+                attribute_indices: Vec::new(),
+            });
+            location_index.insert(l.id, i);
+        }
+        location_index
+    }
+
+    /// Each sample's stack and attributes, once: (stack index, attribute indices).
+    fn sample_keys(
+        &mut self,
+        p: &Pprof,
+        location_index: &HashMap<u64, i32>,
+    ) -> Vec<(i32, Vec<i32>)> {
+        let s = |i: i64| p.string_table.get(i as usize).map_or("", |s| s.as_str());
+        p.sample
+            .iter()
+            .map(|smp| {
+                let stack = self.stack(
+                    smp.location_id
+                        .iter()
+                        .map(|id| location_index.get(id).copied().unwrap_or(0))
+                        .collect(),
+                );
+                let attrs = smp
+                    .label
+                    .iter()
+                    .map(|l| {
+                        let key = attr_key(s(l.key));
+                        let v = s(l.str);
+                        let value = match (key, v.parse::<i64>()) {
+                            ("process.pid", Ok(n)) => any_value::Value::IntValue(n),
+                            _ => any_value::Value::StringValue(v.to_string()),
+                        };
+                        self.attr(key, value)
+                    })
+                    .collect();
+                (stack, attrs)
+            })
+            .collect()
     }
 }
 

@@ -117,3 +117,169 @@ fn the_man_pages_are_the_ones_clap_gives() {
         "docs/man has pages no command writes: {stale:?}"
     );
 }
+
+/// ARCHITECTURE.md's table of crates, as (package, the crates of ours it names in its last
+/// column); rows of things that are not workspace packages (the C sources, fuzz) left out.
+fn architecture_table() -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(workspace().join("ARCHITECTURE.md")).unwrap();
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        assert!(
+            cells.len() >= 4,
+            "ARCHITECTURE.md row with fewer than 4 cells: {line}"
+        );
+        // "`ebtrace-ebsym` → `ebsym`": the package is the first name.
+        let Some(package) = cells[1].strip_prefix('`').and_then(|c| c.split('`').next()) else {
+            continue;
+        };
+        let deps = cells[cells.len() - 1];
+        let deps = if deps == "—" {
+            Vec::new()
+        } else {
+            deps.split(", ").map(|d| d.to_string()).collect()
+        };
+        rows.push((package.to_string(), deps));
+    }
+    rows
+}
+
+/// A package's direct dependencies of ours (normal and build; tests' own left out), by
+/// their short names as the table writes them ("record" for ebtrace-record).
+fn our_dependencies() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+            "--locked",
+        ])
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let short = |n: &str| {
+        let n = n.strip_prefix("ebtrace-").unwrap_or(n);
+        n.to_string()
+    };
+    let mut all = std::collections::BTreeMap::new();
+    for p in m["packages"].as_array().unwrap() {
+        let deps = p["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["kind"].as_str() != Some("dev"))
+            .filter_map(|d| d["name"].as_str())
+            .filter(|n| n.starts_with("ebtrace-"))
+            .map(short)
+            .collect();
+        all.insert(p["name"].as_str().unwrap().to_string(), deps);
+    }
+    all
+}
+
+#[test]
+fn architecture_md_names_every_crates_dependencies_of_ours() {
+    let table = architecture_table();
+    let actual = our_dependencies();
+    let mut wrong = Vec::new();
+    for (package, named) in &table {
+        let Some(deps) = actual.get(package) else {
+            wrong.push(format!(
+                "{package}: in ARCHITECTURE.md, not in the workspace"
+            ));
+            continue;
+        };
+        let named: std::collections::BTreeSet<String> = named.iter().cloned().collect();
+        if &named != deps {
+            wrong.push(format!(
+                "{package}: ARCHITECTURE.md says {named:?}, Cargo.toml says {deps:?}"
+            ));
+        }
+    }
+    for package in actual.keys() {
+        if !table.iter().any(|(p, _)| p == package) {
+            wrong.push(format!("{package}: not in ARCHITECTURE.md's table"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The check reads the real table: the recorder's row is there, with its crates.
+    let record = table.iter().find(|(p, _)| p == "ebtrace-record").unwrap();
+    assert!(record.1.contains(&"bpf".to_string()), "{record:?}");
+}
+
+/// The recorder library's public face is narrow: its configuration, the recording (`run`,
+/// `Hooks`, `Recording`), and the two doors `host` and `lookup`; every other module is the
+/// crate's own (ARCHITECTURE.md, record/).
+#[test]
+fn the_recorder_library_makes_only_its_narrow_modules_public() {
+    let lib = std::fs::read_to_string(workspace().join("record/src/lib.rs")).unwrap();
+    let public: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches([';', '{', ' ']))
+        .collect();
+    assert_eq!(public, ["config", "host", "lookup"], "record/src/lib.rs");
+    let crate_own = lib
+        .lines()
+        .filter(|l| l.starts_with("pub(crate) mod "))
+        .count();
+    assert!(
+        crate_own >= 15,
+        "record/src/lib.rs has {crate_own} pub(crate) modules"
+    );
+}
+
+/// Nothing of ours is built twice into one binary (two versions of object, gimli, addr2line
+/// or a demangler would mean two ELF or DWARF readers that can disagree).
+#[test]
+fn no_crate_is_built_twice() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-d",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .expect("run cargo tree -d");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8(out.stdout).unwrap();
+    // Each block (blank-line separated) starts with a crate built twice, then what uses it.
+    let twice: Vec<&str> = tree
+        .split("\n\n")
+        .filter_map(|block| block.lines().next()?.split_whitespace().next())
+        .collect();
+    for name in &twice {
+        assert!(
+            ![
+                "object",
+                "gimli",
+                "addr2line",
+                "cpp_demangle",
+                "rustc-demangle"
+            ]
+            .contains(name)
+                && !name.starts_with("ebtrace-"),
+            "built twice: {name}\n{tree}"
+        );
+    }
+}
