@@ -295,12 +295,7 @@ fn record_with(
     chan: Option<crate::preload::Chan>,
     mut hooks: Option<&mut dyn Hooks>,
 ) -> Result<()> {
-    let mut alloc_obj = std::mem::MaybeUninit::uninit();
-    let mut sampler_obj = std::mem::MaybeUninit::uninit();
-    let mut lock_obj = std::mem::MaybeUninit::uninit();
-    let mut profile_obj = std::mem::MaybeUninit::uninit();
-    let mut system_obj = std::mem::MaybeUninit::uninit();
-    let mut hub_obj = std::mem::MaybeUninit::uninit();
+    let mut objects = crate::probes::ProbeObjects::new();
     // Before the loading and attaching (a second or more with many families on a busy
     // machine): a SIGINT or SIGTERM then stops the recording as soon as it starts. Installed
     // after, one sent early was lost, or ignored altogether by a recorder started in the
@@ -317,16 +312,7 @@ fn record_with(
     } else {
         None
     };
-    let mut probes = Probes::load(
-        cfg,
-        &mut alloc_obj,
-        &mut lock_obj,
-        &mut profile_obj,
-        &mut sampler_obj,
-        &mut system_obj,
-        &mut hub_obj,
-        cfi.as_ref().map(|t| t.fds()),
-    )?;
+    let mut probes = Probes::load(cfg, &mut objects, cfi.as_ref().map(|t| t.fds()))?;
     probes.chan = chan;
     // Read while the programs attach: the loop's first kernel frame needs it. Not before
     // the loading: the programs' own symbols (bpf_prog_…) name the tracer frames stripped

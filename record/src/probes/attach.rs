@@ -2,8 +2,8 @@
 //! --func, --alloc-fn, the preload sampler's sites, and the tracepoint programs at load.
 use super::chain::{chain_member, direct_program};
 use super::*;
-use crate::perf;
 use crate::placement::Placement;
+use crate::{features, perf, procfs};
 use anyhow::{bail, Context, Result};
 use ebtrace_elf::Symbols;
 use libbpf_rs::{Link, MapCore, MapFlags};
@@ -60,6 +60,238 @@ pub(super) fn attach_present(
         .filter(|(_, name)| !missing.iter().any(|m| m == name))
         .collect();
     attach_tps(into, chain, family, &present)
+}
+
+impl<'obj> Probes<'obj> {
+    /// The allocation object's process tracepoints (fork with uprobe sessions, exit and
+    /// exec).
+    pub(super) fn attach_alloc_tracepoints(&mut self, cfg: &ProbeConfig) -> Result<()> {
+        if let Some(a) = &self.alloc {
+            // Only the targets' exits matter, but the tracepoint sees all: the programs
+            // return at once for a pid with no blocks (an empty map walk).
+            if cfg.alloc_sessions {
+                self.links.push(
+                    a.progs
+                        .alloc_fork
+                        .attach()
+                        .context("attaching the fork tracepoint (uprobe sessions)")?,
+                );
+            }
+            for prog in [&a.progs.alloc_exit, &a.progs.alloc_exec] {
+                self.links.push(
+                    prog.attach()
+                        .context("attaching the process exit/exec tracepoints")?,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Futex mode's tracepoints (the fork and exit ones, and futex's system calls, pausable).
+    pub(super) fn attach_lock_tracepoints(&mut self, cfg: &ProbeConfig) -> Result<()> {
+        if let Some(l) = &self.lock {
+            if cfg.lock_mode == LockMode::Futex {
+                for prog in [&l.progs.lock_fork, &l.progs.lock_exit] {
+                    let link = prog.attach().context("attaching the futex tracepoints")?;
+                    self.links.push(link);
+                }
+                // The exit first: a resume attaches them in this order.
+                attach_tps(
+                    self.tp_pausable.get_mut(),
+                    self.chain.get_mut(),
+                    ebtrace_proto::v1::EventFamily::Lock,
+                    &[
+                        (&l.progs.futex_exit, "futex_exit"),
+                        (&l.progs.futex_enter, "futex_enter"),
+                    ],
+                )?;
+                self.attached
+                    .push("futex's syscalls:sys_enter/exit (raw sys_enter/exit with --syscalls), tp_btf/sched_process_fork/exit".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The profile object's tracepoints (fork and exit, off-CPU's, memory growth's, pausable)
+    /// and --cpu's per-CPU cpu-clock events.
+    pub(super) fn attach_profile_tracepoints(&mut self, cfg: &ProbeConfig) -> Result<()> {
+        if let Some(pr) = &self.profile {
+            let g = &pr.progs;
+            let tps = vec![
+                (&g.prof_fork, "sched_process_fork"),
+                (&g.prof_exit, "sched_process_exit"),
+            ];
+            if cfg.offcpu_min_ns.is_some() {
+                // The one that takes the user stacks first: a resume attaches them in
+                // this order.
+                let first = if cfg.offcpu_rseq {
+                    (&g.offcpu_rseq, "offcpu_rseq")
+                } else {
+                    (&g.offcpu_sys_exit, "offcpu_sys_exit")
+                };
+                attach_tps(
+                    self.tp_pausable.get_mut(),
+                    self.chain.get_mut(),
+                    ebtrace_proto::v1::EventFamily::Offcpu,
+                    &[
+                        first,
+                        (&g.offcpu_waking, "offcpu_waking"),
+                        (&g.offcpu_switch, "offcpu_switch"),
+                    ],
+                )?;
+                self.attached.push(if cfg.offcpu_rseq {
+                    "tp_btf/sched_switch, sched_waking, rseq_update (off-CPU)".into()
+                } else {
+                    "tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into()
+                });
+            }
+            if cfg.memgrowth {
+                attach_tps(
+                    self.tp_pausable.get_mut(),
+                    self.chain.get_mut(),
+                    ebtrace_proto::v1::EventFamily::MemGrowth,
+                    &[
+                        (&g.mem_exit, "mem_exit"),
+                        (&g.mem_enter, "mem_enter"),
+                        (&g.mem_fault, "mem_fault"),
+                    ],
+                )?;
+                self.attached.push(
+                    "brk, mmap and munmap's syscalls:sys_enter/exit (raw with --syscalls), tp_btf/page_fault_user (memory growth)"
+                        .into(),
+                );
+            }
+            for (prog, what) in tps {
+                self.links.push(
+                    prog.attach()
+                        .with_context(|| format!("attaching tp_btf/{what}"))?,
+                );
+            }
+            if let Some(hz) = cfg.cpu_hz {
+                let cpus = procfs::online_cpus().context("reading the online CPUs")?;
+                for &cpu in &cpus {
+                    let fd = perf::open_cpu_clock(cpu as i32, hz)
+                        .with_context(|| format!("cpu-clock perf event on CPU {cpu}"))?;
+                    self.cpu_fds.push(fd.as_raw_fd());
+                    self.links.push(
+                        g.cpu_sample
+                            .attach_perf_event(fd.into_raw_fd())
+                            .with_context(|| format!("attaching the sampler on CPU {cpu}"))?,
+                    );
+                }
+                self.attached.push(format!(
+                    "cpu-clock sampling at {hz} Hz on {} CPUs",
+                    cpus.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The system object's tracepoints, but those in `missing` (the kernel lacks them): fork
+    /// and exit, and the families' (pausable).
+    pub(super) fn attach_system_tracepoints(
+        &mut self,
+        cfg: &ProbeConfig,
+        missing_tps: &[String],
+    ) -> Result<()> {
+        if let Some(sy) = &self.system {
+            let mut what = Vec::new();
+            let g = &sy.progs;
+            for (prog, tp) in [
+                (&g.proc_fork, "sched_process_fork"),
+                (&g.proc_exit, "sched_process_exit"),
+            ] {
+                self.links.push(
+                    prog.attach()
+                        .with_context(|| format!("attaching tp_btf/{tp}"))?,
+                );
+            }
+            use ebtrace_proto::v1::EventFamily as F;
+            // Exits before entries: a resume attaches them in this order.
+            if cfg.syscall_min_ns.is_some() {
+                attach_present(
+                    missing_tps,
+                    self.tp_pausable.get_mut(),
+                    self.chain.get_mut(),
+                    F::Syscall,
+                    &[(&g.sys_exit, "sys_exit"), (&g.sys_enter, "sys_enter")],
+                )?;
+                what.push("sys_enter, sys_exit (syscalls)");
+            }
+            if cfg.runq_min_ns.is_some() {
+                attach_present(
+                    missing_tps,
+                    self.tp_pausable.get_mut(),
+                    self.chain.get_mut(),
+                    F::Runq,
+                    &[
+                        if cfg.runq_rseq {
+                            (&g.runq_rseq, "runq_rseq")
+                        } else {
+                            (&g.runq_sys_exit, "runq_sys_exit")
+                        },
+                        (&g.runq_switch, "runq_switch"),
+                        (&g.runq_wakeup, "runq_wakeup"),
+                        (&g.runq_wakeup_new, "runq_wakeup_new"),
+                    ],
+                )?;
+                what.push(if cfg.runq_rseq {
+                    "sched_wakeup, sched_wakeup_new, sched_switch, rseq_update (run queue)"
+                } else {
+                    "sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)"
+                });
+            }
+            if cfg.bio_min_ns.is_some() {
+                if features::has_btf_type("btf_trace_block_io_start") {
+                    attach_present(
+                        missing_tps,
+                        self.tp_pausable.get_mut(),
+                        self.chain.get_mut(),
+                        F::Bio,
+                        &[
+                            (&g.bio_io_done, "bio_io_done"),
+                            (&g.bio_io_start, "bio_io_start"),
+                        ],
+                    )?;
+                    what.push("block_io_start, block_io_done (block I/O)");
+                } else {
+                    eprintln!("ebrec: note: this kernel has no block:block_io_start (6.5): block I/O is timed from block_rq_issue (the driver's queue), and attributed to the task that issued it to the driver, which is not always the one that made the request");
+                    attach_present(
+                        missing_tps,
+                        self.tp_pausable.get_mut(),
+                        self.chain.get_mut(),
+                        F::Bio,
+                        &[
+                            (&g.bio_rq_complete, "bio_rq_complete"),
+                            (&g.bio_rq_issue, "bio_rq_issue"),
+                        ],
+                    )?;
+                    what.push("block_rq_issue, block_rq_complete (block I/O)");
+                }
+            }
+            if cfg.tcp {
+                attach_present(
+                    missing_tps,
+                    self.tp_pausable.get_mut(),
+                    self.chain.get_mut(),
+                    F::Tcp,
+                    &[
+                        (&g.tcp_set_state, "tcp_set_state"),
+                        (&g.tcp_sys_exit, "tcp_sys_exit"),
+                        (&g.tcp_retransmit, "tcp_retransmit"),
+                        (&g.tcp_send_reset, "tcp_send_reset"),
+                        (&g.tcp_receive_reset, "tcp_receive_reset"),
+                    ],
+                )?;
+                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, syscalls:sys_exit_accept/accept4 (TCP)");
+            }
+            for w in what {
+                self.attached.push(format!("tp_btf/{w}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A classic uprobe link that can be detached and attached again (see `pause_classic`).

@@ -1,35 +1,39 @@
-//! Opening and loading the skeletons (each object's settings and programs), the
-//! attaching done at load, and the load errors (the verifier's messages).
-use super::attach::{attach_present, attach_tps};
+//! Opening and loading the skeletons (each object's settings and programs, into the
+//! caller's `ProbeObjects`), and the load errors (the verifier's messages).
 use super::*;
-use crate::{perf, procfs};
+use crate::procfs;
 use alloc_skel::AllocSkelBuilder;
 use anyhow::{Context, Result};
 use hub_skel::HubSkelBuilder;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::OpenObject;
 use lock_skel::LockSkelBuilder;
 use profile_skel::ProfileSkelBuilder;
 use sampler_skel::SamplerSkelBuilder;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use system_skel::SystemSkelBuilder;
 
-/// The settings every object shares (they all include `common.bpf.h`): stack depth, stack
-/// copies, the rate cap, the ring buffer and the per-CPU copy buffers. A macro because each
-/// skeleton has its own generated types.
+/// The settings every object shares (they all include `common.bpf.h`), from `Shared`: stack
+/// depth, stack copies, the rate cap, the ring buffer and the per-CPU copy buffers. A macro
+/// because each skeleton has its own generated types.
 macro_rules! common_setup {
-    ($open:expr, $ro:expr, $cfg:expr, $depth:expr, $ncpu:expr, $cfi:expr, $chain:expr) => {{
-        $ro.max_frames = $depth;
-        $ro.chain_timed = $cfg.bpf_stats;
-        $open.maps.sys_enter_chain.reuse_fd($chain.enter.as_fd())?;
-        $open.maps.sys_exit_chain.reuse_fd($chain.exit.as_fd())?;
-        $open.maps.chain_state.reuse_fd($chain.state.as_fd())?;
-        $open.maps.chain_costs.reuse_fd($chain.costs.as_fd())?;
-        $open.maps.chain_wants.reuse_fd($chain.wants.as_fd())?;
-        $open.maps.chain_timing.reuse_fd($chain.timing.as_fd())?;
-        $open.maps.targets.reuse_fd($chain.targets.map.as_fd())?;
-        if let Some(fds) = $cfi {
-            $ro.cfi_mode = $cfg.cfi_mode;
+    ($open:expr, $ro:expr, $sh:expr) => {{
+        let sh: &Shared<'_> = $sh;
+        $ro.max_frames = sh.depth;
+        $ro.chain_timed = sh.cfg.bpf_stats;
+        $open
+            .maps
+            .sys_enter_chain
+            .reuse_fd(sh.chain.enter.as_fd())?;
+        $open.maps.sys_exit_chain.reuse_fd(sh.chain.exit.as_fd())?;
+        $open.maps.chain_state.reuse_fd(sh.chain.state.as_fd())?;
+        $open.maps.chain_costs.reuse_fd(sh.chain.costs.as_fd())?;
+        $open.maps.chain_wants.reuse_fd(sh.chain.wants.as_fd())?;
+        $open.maps.chain_timing.reuse_fd(sh.chain.timing.as_fd())?;
+        $open.maps.targets.reuse_fd(sh.chain.targets.map.as_fd())?;
+        if let Some(fds) = sh.cfi {
+            $ro.cfi_mode = sh.cfg.cfi_mode;
             $ro.cfi_wakers = true;
             $open.maps.cfi_rows.reuse_fd(fds.rows)?;
             $open.maps.cfi_pages.reuse_fd(fds.pages)?;
@@ -38,15 +42,15 @@ macro_rules! common_setup {
             $open.maps.cfi_inodes.reuse_fd(fds.inodes)?;
             $open.maps.cfi_early.reuse_fd(fds.early)?;
         }
-        $ro.copy_bytes = $cfg.copy_bytes;
-        $ro.rate_per_cpu = $cfg.rate_per_cpu;
-        $ro.uw_memo_on = $cfg.aggregate_stacks == 0;
-        $open.maps.events.set_max_entries($cfg.ringbuf_bytes)?;
-        $open.maps.copy_scratch.set_max_entries($ncpu)?;
+        $ro.copy_bytes = sh.cfg.copy_bytes;
+        $ro.rate_per_cpu = sh.cfg.rate_per_cpu;
+        $ro.uw_memo_on = sh.cfg.aggregate_stacks == 0;
+        $open.maps.events.set_max_entries(sh.cfg.ringbuf_bytes)?;
+        $open.maps.copy_scratch.set_max_entries(sh.ncpu)?;
         $open
             .maps
             .uw_frames
-            .set_max_entries($ncpu * MAX_FRAMES as u32)?;
+            .set_max_entries(sh.ncpu * MAX_FRAMES as u32)?;
     }};
 }
 
@@ -172,225 +176,125 @@ fn verifier_rejection(log: &[String]) -> Option<String> {
     ))
 }
 
+/// The storage of the BPF objects libbpf opens, one per skeleton. The caller makes it and
+/// keeps it while the [`Probes`] loaded into it live: `Probes::load(cfg, &mut objects, cfi)`.
+pub struct ProbeObjects {
+    alloc: MaybeUninit<OpenObject>,
+    lock: MaybeUninit<OpenObject>,
+    profile: MaybeUninit<OpenObject>,
+    sampler: MaybeUninit<OpenObject>,
+    system: MaybeUninit<OpenObject>,
+    hub: MaybeUninit<OpenObject>,
+}
+
+impl ProbeObjects {
+    pub fn new() -> Self {
+        ProbeObjects {
+            alloc: MaybeUninit::uninit(),
+            lock: MaybeUninit::uninit(),
+            profile: MaybeUninit::uninit(),
+            sampler: MaybeUninit::uninit(),
+            system: MaybeUninit::uninit(),
+            hub: MaybeUninit::uninit(),
+        }
+    }
+}
+
+impl Default for ProbeObjects {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for ProbeObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeObjects").finish_non_exhaustive()
+    }
+}
+
+/// What every object's loading shares (`common_setup!`): the config, the stack depth, the
+/// CPUs, the CFI maps and the chain's maps.
+struct Shared<'a> {
+    cfg: &'a ProbeConfig,
+    depth: u32,
+    ncpu: u32,
+    cfi: Option<crate::cfi::Fds<'a>>,
+    chain: &'a ChainMaps,
+}
+
+/// The loaded skeletons (None: not needed for this recording).
+struct Skels<'obj> {
+    alloc: Option<AllocSkel<'obj>>,
+    lock: Option<LockSkel<'obj>>,
+    profile: Option<ProfileSkel<'obj>>,
+    sampler: Option<SamplerSkel<'obj>>,
+    system: Option<SystemSkel<'obj>>,
+    hub: Option<HubSkel<'obj>>,
+}
+
 impl<'obj> Probes<'obj> {
+    /// Opens and loads the objects `cfg` needs into `objects`, with the CFI maps `cfi` (for
+    /// --stack-mode cfi|auto and the wakers' stacks), and attaches their tracepoints.
     pub fn load(
         cfg: &ProbeConfig,
-        alloc_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-        lock_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-        profile_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-        sampler_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-        system_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
-        hub_obj: &'obj mut MaybeUninit<libbpf_rs::OpenObject>,
+        objects: &'obj mut ProbeObjects,
         cfi: Option<crate::cfi::Fds<'_>>,
     ) -> Result<Self> {
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, libbpf_print)));
-        // Kernel BPF stats (run time per program) stay on while this fd is open. They cost
-        // every BPF program run on the machine two clock reads (about 30 ns a run here: a
-        // getppid loop under --syscalls went from 350 to 415 ns a call), so only --max-cpu
-        // (which measures with them) and --bpf-stats turn them on.
-        // SAFETY: plain syscall wrapper.
-        let stats_fd = if cfg.bpf_stats {
-            unsafe {
-                libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
-            }
-        } else {
-            -1
-        };
-        if cfg.bpf_stats && stats_fd < 0 {
-            // Say why BPF time will not be measured (BPF_ENABLE_STATS needs CAP_SYS_ADMIN).
-            eprintln!(
-                "ebrec: warning: BPF run time is not measured: the kernel refused to turn its BPF stats on ({}; it needs CAP_SYS_ADMIN)",
-                std::io::Error::from_raw_os_error(-stats_fd)
-            );
-        }
-        let stats_fd = (stats_fd >= 0).then(|| {
-            // SAFETY: a fresh fd we own.
-            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(stats_fd) }
-        });
-        let depth = cfg.stack_depth.clamp(1, 127);
-        let ncpu = procfs::possible_cpus().unwrap_or(1).max(1) as u32;
+        let stats_fd = enable_bpf_stats(cfg.bpf_stats);
         let chain_maps = ChainMaps::create()?;
-        let alloc = match cfg.alloc_min {
-            _ if cfg.preload_period.is_some() => None,
-            None => None,
-            Some(min) => {
-                let mut open = AllocSkelBuilder::default()
-                    .open(alloc_obj)
-                    .map_err(|e| load_error("allocation", e))?;
-                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-                ro.min_size = min;
-                ro.sample_every = cfg.sample_every.max(1);
-                ro.hold_children = cfg.alloc_sessions && !cfg.all;
-                ro.entry_only = cfg.alloc_entry_only;
-                common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-                agg_setup!(open, ro, cfg);
-                if let Some(d) = open.maps.bss_data.as_deref_mut() {
-                    d.sample_bytes = cfg.sample_bytes;
-                }
-                // Either the session program or the entry/return programs (the session
-                // program type does not load before 6.13).
-                for mut p in open.open_object_mut().progs_mut() {
-                    let name = p.name().to_string_lossy().into_owned();
-                    // --alloc-fn's programs are classic uprobes in both modes.
-                    let uprobe = (name.ends_with("_enter") || name == "alloc_return")
-                        && !name.starts_with("custom_");
-                    if name == "alloc_session" || name == "alloc_fork" || name == "free_multi" {
-                        p.set_autoload(cfg.alloc_sessions);
-                    } else if uprobe {
-                        p.set_autoload(!cfg.alloc_sessions);
-                    }
-                }
-                let skel = open.load().map_err(|e| load_error("allocation", e))?;
-                Some(skel)
-            }
+        let sh = Shared {
+            cfg,
+            depth: cfg.stack_depth.clamp(1, 127),
+            ncpu: procfs::possible_cpus().unwrap_or(1).max(1) as u32,
+            cfi,
+            chain: &chain_maps,
         };
-        let lock = match cfg.lock_min_ns {
-            None => None,
-            Some(min) => {
-                let mut open = LockSkelBuilder::default()
-                    .open(lock_obj)
-                    .map_err(|e| load_error("lock", e))?;
-                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-                ro.min_wait_ns = min;
-                ro.min_hold_ns = min;
-                ro.all_processes = cfg.all;
-                common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-                agg_setup!(open, ro, cfg);
-                // Only the programs of the chosen mode get loaded.
-                let futex = cfg.lock_mode == LockMode::Futex;
-                for mut p in open.open_object_mut().progs_mut() {
-                    let name = p.name().to_string_lossy().into_owned();
-                    let is_futex = name.starts_with("futex_") || name.starts_with("lock_");
-                    p.set_autoload(is_futex == futex);
-                }
-                Some(open.load().map_err(|e| load_error("lock", e))?)
-            }
-        };
-        let profile = if cfg.profile() {
-            let mut open = ProfileSkelBuilder::default()
-                .open(profile_obj)
-                .map_err(|e| load_error("profiling", e))?;
-            let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-            ro.all_processes = cfg.all;
-            ro.func_args = cfg.func_args.min(6);
-            ro.page_size = procfs::page_size() as u64;
-            ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
-            ro.offcpu_rseq_mode = cfg.offcpu_rseq;
-            common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-            agg_setup!(open, ro, cfg);
-            if let Some(d) = open.maps.bss_data.as_deref_mut() {
-                d.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
-                d.offcpu_unit_ns = cfg.offcpu_unit_ns.min(1_000_000_000);
-            }
-            for mut p in open.open_object_mut().progs_mut() {
-                let name = p.name().to_string_lossy().into_owned();
-                let on = if name.starts_with("cpu_") {
-                    cfg.cpu_hz.is_some()
-                } else if name == "offcpu_rseq" {
-                    cfg.offcpu_min_ns.is_some() && cfg.offcpu_rseq
-                } else if name.starts_with("offcpu_") {
-                    cfg.offcpu_min_ns.is_some()
-                } else if name.starts_with("mem_") {
-                    cfg.memgrowth
-                } else if name.starts_with("func_") {
-                    cfg.func
-                } else {
-                    true // prof_fork, prof_exit
-                };
-                p.set_autoload(on);
-            }
-            Some(open.load().map_err(|e| load_error("profiling", e))?)
-        } else {
-            None
-        };
-        let sampler = match cfg.preload_period {
-            None => None,
-            Some(_) if cfg.preload_chan => None,
-            Some(period) => {
-                let mut open = SamplerSkelBuilder::default()
-                    .open(sampler_obj)
-                    .map_err(|e| load_error("allocation sampler", e))?;
-                let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-                // --sample-bytes 1 keeps every allocation (the shim samples none away):
-                // the events say they are not sampled, so reports count them exactly.
-                ro.sample_period = if period == 1 { 0 } else { period };
-                common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-                Some(
-                    open.load()
-                        .map_err(|e| load_error("allocation sampler", e))?,
-                )
-            }
-        };
+        let alloc = load_alloc(&sh, &mut objects.alloc)?;
+        let lock = load_lock(&sh, &mut objects.lock)?;
+        let profile = load_profile(&sh, &mut objects.profile)?;
+        let sampler = load_sampler(&sh, &mut objects.sampler)?;
         // The system object's programs whose tracepoint this kernel lacks (not loaded).
-        let mut missing_tps: Vec<String> = Vec::new();
-        let system = if cfg.system() {
-            let mut open = SystemSkelBuilder::default()
-                .open(system_obj)
-                .map_err(|e| load_error("system", e))?;
-            let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-            ro.all_processes = cfg.all;
-            ro.self_pid = std::process::id();
-            ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
-            ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
-            ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
-            ro.runq_rseq_mode = cfg.runq_rseq;
-            common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-            if let Some(d) = open.maps.bss_data.as_deref_mut() {
-                d.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
-                d.runq_unit_ns = cfg.runq_unit_ns.min(1_000_000_000);
-            }
-            // The histograms (one value for all CPUs): HIST_KEYS keys at the most, 33.4 MiB
-            // (`hist_tests`; a full map is a counted loss).
-            let new_bio = features::has_btf_type("btf_trace_block_io_start");
-            for mut p in open.open_object_mut().progs_mut() {
-                let name = p.name().to_string_lossy().into_owned();
-                let on = if name.starts_with("sys_") {
-                    cfg.syscall_min_ns.is_some()
-                } else if name.starts_with("bio_io_") {
-                    cfg.bio_min_ns.is_some() && new_bio
-                } else if name.starts_with("bio_rq_") {
-                    cfg.bio_min_ns.is_some() && !new_bio
-                } else if name == "runq_rseq" {
-                    cfg.runq_min_ns.is_some() && cfg.runq_rseq
-                } else if name.starts_with("runq_") {
-                    cfg.runq_min_ns.is_some()
-                } else if name.starts_with("tcp_") {
-                    cfg.tcp
-                } else {
-                    true // proc_fork, proc_exit
-                };
-                // A tracepoint this kernel does not have: one line, and the rest loads.
-                let section = p.section().to_string_lossy().into_owned();
-                let tp = section.strip_prefix("tp_btf/").map(str::to_string);
-                let missing = on
-                    && tp
-                        .as_ref()
-                        .is_some_and(|tp| !features::has_btf_type(&format!("btf_trace_{tp}")));
-                let tp = tp.unwrap_or(section);
-                if missing && !(name.starts_with("bio_io_") || name.starts_with("bio_rq_")) {
-                    eprintln!("ebrec: note: this kernel has no tracepoint {tp}: {name} is not attached, and what it records is missing from the trace");
-                    missing_tps.push(name.clone());
-                }
-                p.set_autoload(on && !missing);
-            }
-            Some(open.load().map_err(|e| load_error("system", e))?)
-        } else {
-            None
+        let (system, missing_tps) = load_system(&sh, &mut objects.system)?;
+        let hub = Some(load_hub(&sh, &mut objects.hub)?);
+        let skels = Skels {
+            alloc,
+            lock,
+            profile,
+            sampler,
+            system,
+            hub,
         };
-        // The hub: the system call chain when a family has a program on raw sys_enter or
-        // sys_exit, and always the targets' thread renames (task_rename).
-        let hub = {
-            let mut open = HubSkelBuilder::default()
-                .open(hub_obj)
-                .map_err(|e| load_error("system call hub", e))?;
-            let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
-            ro.all_processes = cfg.all;
-            common_setup!(open, ro, cfg, depth, ncpu, cfi, chain_maps);
-            // It sends only thread renames: a small ring.
-            open.maps.events.set_max_entries(64 * 1024)?;
-            Some(open.load().map_err(|e| load_error("system call hub", e))?)
-        };
-        let mut p = Probes {
+        let mut p = Probes::new(cfg, skels, stats_fd, chain_maps);
+        p.find_knobs(cfg);
+        p.find_rseq_fallbacks(cfg);
+        p.attach_alloc_tracepoints(cfg)?;
+        p.attach_lock_tracepoints(cfg)?;
+        p.attach_profile_tracepoints(cfg)?;
+        p.attach_system_tracepoints(cfg, &missing_tps)?;
+        if p.stats_ok {
+            p.set_chain_timing(true);
+        }
+        p.start_chain(p.stats_ok)?;
+        Ok(p)
+    }
+
+    /// The probes of the loaded `skels`, nothing attached yet.
+    fn new(
+        cfg: &ProbeConfig,
+        skels: Skels<'obj>,
+        stats_fd: Option<OwnedFd>,
+        chain_maps: ChainMaps,
+    ) -> Self {
+        let Skels {
+            alloc,
+            lock,
+            profile,
+            sampler,
+            system,
+            hub,
+        } = skels;
+        Probes {
             alloc,
             lock,
             profile,
@@ -431,7 +335,14 @@ impl<'obj> Probes<'obj> {
             chain_maps,
             hub,
             dispatch_ns: 0.0,
-        };
+        }
+    }
+
+    /// Finds the words of the objects' mmapped .bss that the knobs write while recording
+    /// (`set_offcpu_min_ns`, `set_sample_unit_ns`, `set_sample_bytes`, the epochs `resume`
+    /// bumps, the `*_ending` flags of `end_pending`).
+    fn find_knobs(&mut self, cfg: &ProbeConfig) {
+        let p = self;
         p.offcpu_min_ptr = p
             .profile
             .as_mut()
@@ -462,6 +373,45 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_epoch as *mut u32);
+        p.sys_epoch_ptr = p
+            .system
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.sys_epoch as *mut u32);
+        // The families that hold kept waits for their thread's return to user space.
+        let ending = [
+            (
+                cfg.offcpu_min_ns.is_some(),
+                p.profile
+                    .as_mut()
+                    .and_then(|a| a.maps.bss_data.as_deref_mut())
+                    .map(|b| &mut b.offcpu_ending as *mut u32),
+                "offcpu_end",
+            ),
+            (
+                cfg.runq_min_ns.is_some(),
+                p.system
+                    .as_mut()
+                    .and_then(|a| a.maps.bss_data.as_deref_mut())
+                    .map(|b| &mut b.runq_ending as *mut u32),
+                "runq_end",
+            ),
+        ];
+        p.ending_ptrs = ending
+            .into_iter()
+            .filter_map(|(on, ptr, name)| Some((ptr.filter(|_| on)?, name)))
+            .collect();
+        p.sample_bytes_ptr = p
+            .alloc
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.sample_bytes as *mut u64);
+    }
+
+    /// The families on rseq_update (--offcpu, --runq with rseq), with their syscall-exit
+    /// member and counters, for [`Probes::rseq_fallbacks`].
+    fn find_rseq_fallbacks(&mut self, cfg: &ProbeConfig) {
+        let p = self;
         if cfg.offcpu_rseq {
             if let Some(pr) = p.profile.as_mut() {
                 let fd = pr.progs.offcpu_sys_exit.as_fd().as_raw_fd();
@@ -496,248 +446,263 @@ impl<'obj> Probes<'obj> {
                 }
             }
         }
-        p.sys_epoch_ptr = p
-            .system
-            .as_mut()
-            .and_then(|a| a.maps.bss_data.as_deref_mut())
-            .map(|b| &mut b.sys_epoch as *mut u32);
-        // The families that hold kept waits for their thread's return to user space.
-        let ending = [
-            (
-                cfg.offcpu_min_ns.is_some(),
-                p.profile
-                    .as_mut()
-                    .and_then(|a| a.maps.bss_data.as_deref_mut())
-                    .map(|b| &mut b.offcpu_ending as *mut u32),
-                "offcpu_end",
-            ),
-            (
-                cfg.runq_min_ns.is_some(),
-                p.system
-                    .as_mut()
-                    .and_then(|a| a.maps.bss_data.as_deref_mut())
-                    .map(|b| &mut b.runq_ending as *mut u32),
-                "runq_end",
-            ),
-        ];
-        p.ending_ptrs = ending
-            .into_iter()
-            .filter_map(|(on, ptr, name)| Some((ptr.filter(|_| on)?, name)))
-            .collect();
-        p.sample_bytes_ptr = p
-            .alloc
-            .as_mut()
-            .and_then(|a| a.maps.bss_data.as_deref_mut())
-            .map(|b| &mut b.sample_bytes as *mut u64);
-        if let Some(a) = &p.alloc {
-            // Only the targets' exits matter, but the tracepoint sees all: the programs
-            // return at once for a pid with no blocks (an empty map walk).
-            if cfg.alloc_sessions {
-                p.links.push(
-                    a.progs
-                        .alloc_fork
-                        .attach()
-                        .context("attaching the fork tracepoint (uprobe sessions)")?,
-                );
-            }
-            for prog in [&a.progs.alloc_exit, &a.progs.alloc_exec] {
-                p.links.push(
-                    prog.attach()
-                        .context("attaching the process exit/exec tracepoints")?,
-                );
-            }
-        }
-        if let Some(l) = &p.lock {
-            if cfg.lock_mode == LockMode::Futex {
-                for prog in [&l.progs.lock_fork, &l.progs.lock_exit] {
-                    let link = prog.attach().context("attaching the futex tracepoints")?;
-                    p.links.push(link);
-                }
-                // The exit first: a resume attaches them in this order.
-                attach_tps(
-                    p.tp_pausable.get_mut(),
-                    p.chain.get_mut(),
-                    ebtrace_proto::v1::EventFamily::Lock,
-                    &[
-                        (&l.progs.futex_exit, "futex_exit"),
-                        (&l.progs.futex_enter, "futex_enter"),
-                    ],
-                )?;
-                p.attached
-                    .push("futex's syscalls:sys_enter/exit (raw sys_enter/exit with --syscalls), tp_btf/sched_process_fork/exit".into());
-            }
-        }
-        if let Some(pr) = &p.profile {
-            let g = &pr.progs;
-            let tps = vec![
-                (&g.prof_fork, "sched_process_fork"),
-                (&g.prof_exit, "sched_process_exit"),
-            ];
-            if cfg.offcpu_min_ns.is_some() {
-                // The one that takes the user stacks first: a resume attaches them in
-                // this order.
-                let first = if cfg.offcpu_rseq {
-                    (&g.offcpu_rseq, "offcpu_rseq")
-                } else {
-                    (&g.offcpu_sys_exit, "offcpu_sys_exit")
-                };
-                attach_tps(
-                    p.tp_pausable.get_mut(),
-                    p.chain.get_mut(),
-                    ebtrace_proto::v1::EventFamily::Offcpu,
-                    &[
-                        first,
-                        (&g.offcpu_waking, "offcpu_waking"),
-                        (&g.offcpu_switch, "offcpu_switch"),
-                    ],
-                )?;
-                p.attached.push(if cfg.offcpu_rseq {
-                    "tp_btf/sched_switch, sched_waking, rseq_update (off-CPU)".into()
-                } else {
-                    "tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into()
-                });
-            }
-            if cfg.memgrowth {
-                attach_tps(
-                    p.tp_pausable.get_mut(),
-                    p.chain.get_mut(),
-                    ebtrace_proto::v1::EventFamily::MemGrowth,
-                    &[
-                        (&g.mem_exit, "mem_exit"),
-                        (&g.mem_enter, "mem_enter"),
-                        (&g.mem_fault, "mem_fault"),
-                    ],
-                )?;
-                p.attached.push(
-                    "brk, mmap and munmap's syscalls:sys_enter/exit (raw with --syscalls), tp_btf/page_fault_user (memory growth)"
-                        .into(),
-                );
-            }
-            for (prog, what) in tps {
-                p.links.push(
-                    prog.attach()
-                        .with_context(|| format!("attaching tp_btf/{what}"))?,
-                );
-            }
-            if let Some(hz) = cfg.cpu_hz {
-                let cpus = procfs::online_cpus().context("reading the online CPUs")?;
-                for &cpu in &cpus {
-                    let fd = perf::open_cpu_clock(cpu as i32, hz)
-                        .with_context(|| format!("cpu-clock perf event on CPU {cpu}"))?;
-                    p.cpu_fds.push(fd.as_raw_fd());
-                    p.links.push(
-                        g.cpu_sample
-                            .attach_perf_event(fd.into_raw_fd())
-                            .with_context(|| format!("attaching the sampler on CPU {cpu}"))?,
-                    );
-                }
-                p.attached.push(format!(
-                    "cpu-clock sampling at {hz} Hz on {} CPUs",
-                    cpus.len()
-                ));
-            }
-        }
-        if let Some(sy) = &p.system {
-            let mut what = Vec::new();
-            let g = &sy.progs;
-            for (prog, tp) in [
-                (&g.proc_fork, "sched_process_fork"),
-                (&g.proc_exit, "sched_process_exit"),
-            ] {
-                p.links.push(
-                    prog.attach()
-                        .with_context(|| format!("attaching tp_btf/{tp}"))?,
-                );
-            }
-            use ebtrace_proto::v1::EventFamily as F;
-            // Exits before entries: a resume attaches them in this order.
-            if cfg.syscall_min_ns.is_some() {
-                attach_present(
-                    &missing_tps,
-                    p.tp_pausable.get_mut(),
-                    p.chain.get_mut(),
-                    F::Syscall,
-                    &[(&g.sys_exit, "sys_exit"), (&g.sys_enter, "sys_enter")],
-                )?;
-                what.push("sys_enter, sys_exit (syscalls)");
-            }
-            if cfg.runq_min_ns.is_some() {
-                attach_present(
-                    &missing_tps,
-                    p.tp_pausable.get_mut(),
-                    p.chain.get_mut(),
-                    F::Runq,
-                    &[
-                        if cfg.runq_rseq {
-                            (&g.runq_rseq, "runq_rseq")
-                        } else {
-                            (&g.runq_sys_exit, "runq_sys_exit")
-                        },
-                        (&g.runq_switch, "runq_switch"),
-                        (&g.runq_wakeup, "runq_wakeup"),
-                        (&g.runq_wakeup_new, "runq_wakeup_new"),
-                    ],
-                )?;
-                what.push(if cfg.runq_rseq {
-                    "sched_wakeup, sched_wakeup_new, sched_switch, rseq_update (run queue)"
-                } else {
-                    "sched_wakeup, sched_wakeup_new, sched_switch, sys_exit (run queue)"
-                });
-            }
-            if cfg.bio_min_ns.is_some() {
-                if features::has_btf_type("btf_trace_block_io_start") {
-                    attach_present(
-                        &missing_tps,
-                        p.tp_pausable.get_mut(),
-                        p.chain.get_mut(),
-                        F::Bio,
-                        &[
-                            (&g.bio_io_done, "bio_io_done"),
-                            (&g.bio_io_start, "bio_io_start"),
-                        ],
-                    )?;
-                    what.push("block_io_start, block_io_done (block I/O)");
-                } else {
-                    eprintln!("ebrec: note: this kernel has no block:block_io_start (6.5): block I/O is timed from block_rq_issue (the driver's queue), and attributed to the task that issued it to the driver, which is not always the one that made the request");
-                    attach_present(
-                        &missing_tps,
-                        p.tp_pausable.get_mut(),
-                        p.chain.get_mut(),
-                        F::Bio,
-                        &[
-                            (&g.bio_rq_complete, "bio_rq_complete"),
-                            (&g.bio_rq_issue, "bio_rq_issue"),
-                        ],
-                    )?;
-                    what.push("block_rq_issue, block_rq_complete (block I/O)");
-                }
-            }
-            if cfg.tcp {
-                attach_present(
-                    &missing_tps,
-                    p.tp_pausable.get_mut(),
-                    p.chain.get_mut(),
-                    F::Tcp,
-                    &[
-                        (&g.tcp_set_state, "tcp_set_state"),
-                        (&g.tcp_sys_exit, "tcp_sys_exit"),
-                        (&g.tcp_retransmit, "tcp_retransmit"),
-                        (&g.tcp_send_reset, "tcp_send_reset"),
-                        (&g.tcp_receive_reset, "tcp_receive_reset"),
-                    ],
-                )?;
-                what.push("inet_sock_set_state, tcp_retransmit_skb, tcp_send_reset, tcp_receive_reset, syscalls:sys_exit_accept/accept4 (TCP)");
-            }
-            for w in what {
-                p.attached.push(format!("tp_btf/{w}"));
-            }
-        }
-        if p.stats_ok {
-            p.set_chain_timing(true);
-        }
-        p.start_chain(p.stats_ok)?;
-        Ok(p)
     }
+}
+
+/// Turns the kernel's BPF stats on when `on` (--max-cpu, --bpf-stats): the fd that keeps
+/// them on, or None (said in a warning when the kernel refused).
+fn enable_bpf_stats(on: bool) -> Option<OwnedFd> {
+    // Kernel BPF stats (run time per program) stay on while this fd is open. They cost
+    // every BPF program run on the machine two clock reads (about 30 ns a run here: a
+    // getppid loop under --syscalls went from 350 to 415 ns a call), so only --max-cpu
+    // (which measures with them) and --bpf-stats turn them on.
+    // SAFETY: plain syscall wrapper.
+    let stats_fd = if on {
+        unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        }
+    } else {
+        -1
+    };
+    if on && stats_fd < 0 {
+        // Say why BPF time will not be measured (BPF_ENABLE_STATS needs CAP_SYS_ADMIN).
+        eprintln!(
+            "ebrec: warning: BPF run time is not measured: the kernel refused to turn its BPF stats on ({}; it needs CAP_SYS_ADMIN)",
+            std::io::Error::from_raw_os_error(-stats_fd)
+        );
+    }
+    (stats_fd >= 0).then(|| {
+        // SAFETY: a fresh fd we own.
+        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(stats_fd) }
+    })
+}
+
+/// The allocation object (--alloc with uprobes; not with the preload sampler).
+fn load_alloc<'obj>(
+    sh: &Shared<'_>,
+    obj: &'obj mut MaybeUninit<OpenObject>,
+) -> Result<Option<AllocSkel<'obj>>> {
+    let cfg = sh.cfg;
+    let min = match cfg.alloc_min {
+        _ if cfg.preload_period.is_some() => return Ok(None),
+        None => return Ok(None),
+        Some(min) => min,
+    };
+    let mut open = AllocSkelBuilder::default()
+        .open(obj)
+        .map_err(|e| load_error("allocation", e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+    ro.min_size = min;
+    ro.sample_every = cfg.sample_every.max(1);
+    ro.hold_children = cfg.alloc_sessions && !cfg.all;
+    ro.entry_only = cfg.alloc_entry_only;
+    common_setup!(open, ro, sh);
+    agg_setup!(open, ro, cfg);
+    if let Some(d) = open.maps.bss_data.as_deref_mut() {
+        d.sample_bytes = cfg.sample_bytes;
+    }
+    // Either the session program or the entry/return programs (the session
+    // program type does not load before 6.13).
+    for mut p in open.open_object_mut().progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        // --alloc-fn's programs are classic uprobes in both modes.
+        let uprobe =
+            (name.ends_with("_enter") || name == "alloc_return") && !name.starts_with("custom_");
+        if name == "alloc_session" || name == "alloc_fork" || name == "free_multi" {
+            p.set_autoload(cfg.alloc_sessions);
+        } else if uprobe {
+            p.set_autoload(!cfg.alloc_sessions);
+        }
+    }
+    let skel = open.load().map_err(|e| load_error("allocation", e))?;
+    Ok(Some(skel))
+}
+
+/// The lock object (--lock), with the programs of its mode (futex or uprobe).
+fn load_lock<'obj>(
+    sh: &Shared<'_>,
+    obj: &'obj mut MaybeUninit<OpenObject>,
+) -> Result<Option<LockSkel<'obj>>> {
+    let cfg = sh.cfg;
+    let Some(min) = cfg.lock_min_ns else {
+        return Ok(None);
+    };
+    let mut open = LockSkelBuilder::default()
+        .open(obj)
+        .map_err(|e| load_error("lock", e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+    ro.min_wait_ns = min;
+    ro.min_hold_ns = min;
+    ro.all_processes = cfg.all;
+    common_setup!(open, ro, sh);
+    agg_setup!(open, ro, cfg);
+    // Only the programs of the chosen mode get loaded.
+    let futex = cfg.lock_mode == LockMode::Futex;
+    for mut p in open.open_object_mut().progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        let is_futex = name.starts_with("futex_") || name.starts_with("lock_");
+        p.set_autoload(is_futex == futex);
+    }
+    Ok(Some(open.load().map_err(|e| load_error("lock", e))?))
+}
+
+/// The profile object (--cpu, --offcpu, --memgrowth, --func), with the programs of the
+/// families on.
+fn load_profile<'obj>(
+    sh: &Shared<'_>,
+    obj: &'obj mut MaybeUninit<OpenObject>,
+) -> Result<Option<ProfileSkel<'obj>>> {
+    let cfg = sh.cfg;
+    if !cfg.profile() {
+        return Ok(None);
+    }
+    let mut open = ProfileSkelBuilder::default()
+        .open(obj)
+        .map_err(|e| load_error("profiling", e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+    ro.all_processes = cfg.all;
+    ro.func_args = cfg.func_args.min(6);
+    ro.page_size = procfs::page_size() as u64;
+    ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
+    ro.offcpu_rseq_mode = cfg.offcpu_rseq;
+    common_setup!(open, ro, sh);
+    agg_setup!(open, ro, cfg);
+    if let Some(d) = open.maps.bss_data.as_deref_mut() {
+        d.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
+        d.offcpu_unit_ns = cfg.offcpu_unit_ns.min(1_000_000_000);
+    }
+    for mut p in open.open_object_mut().progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        let on = if name.starts_with("cpu_") {
+            cfg.cpu_hz.is_some()
+        } else if name == "offcpu_rseq" {
+            cfg.offcpu_min_ns.is_some() && cfg.offcpu_rseq
+        } else if name.starts_with("offcpu_") {
+            cfg.offcpu_min_ns.is_some()
+        } else if name.starts_with("mem_") {
+            cfg.memgrowth
+        } else if name.starts_with("func_") {
+            cfg.func
+        } else {
+            true // prof_fork, prof_exit
+        };
+        p.set_autoload(on);
+    }
+    Ok(Some(open.load().map_err(|e| load_error("profiling", e))?))
+}
+
+/// The preload sampler's object (--alloc-sampler preload, unless the shim writes into its
+/// channel itself).
+fn load_sampler<'obj>(
+    sh: &Shared<'_>,
+    obj: &'obj mut MaybeUninit<OpenObject>,
+) -> Result<Option<SamplerSkel<'obj>>> {
+    let cfg = sh.cfg;
+    let period = match cfg.preload_period {
+        None => return Ok(None),
+        Some(_) if cfg.preload_chan => return Ok(None),
+        Some(period) => period,
+    };
+    let mut open = SamplerSkelBuilder::default()
+        .open(obj)
+        .map_err(|e| load_error("allocation sampler", e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+    // --sample-bytes 1 keeps every allocation (the shim samples none away):
+    // the events say they are not sampled, so reports count them exactly.
+    ro.sample_period = if period == 1 { 0 } else { period };
+    common_setup!(open, ro, sh);
+    Ok(Some(
+        open.load()
+            .map_err(|e| load_error("allocation sampler", e))?,
+    ))
+}
+
+/// The system object (--syscalls, --bio, --runq, --tcp), with the programs of the families
+/// on, and the names of those whose tracepoint this kernel lacks (said in one line each,
+/// not loaded).
+fn load_system<'obj>(
+    sh: &Shared<'_>,
+    obj: &'obj mut MaybeUninit<OpenObject>,
+) -> Result<(Option<SystemSkel<'obj>>, Vec<String>)> {
+    let cfg = sh.cfg;
+    let mut missing_tps: Vec<String> = Vec::new();
+    if !cfg.system() {
+        return Ok((None, missing_tps));
+    }
+    let mut open = SystemSkelBuilder::default()
+        .open(obj)
+        .map_err(|e| load_error("system", e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+    ro.all_processes = cfg.all;
+    ro.self_pid = std::process::id();
+    ro.syscall_min_ns = cfg.syscall_min_ns.unwrap_or(0);
+    ro.bio_min_ns = cfg.bio_min_ns.unwrap_or(0);
+    ro.runq_min_ns = cfg.runq_min_ns.unwrap_or(0);
+    ro.runq_rseq_mode = cfg.runq_rseq;
+    common_setup!(open, ro, sh);
+    if let Some(d) = open.maps.bss_data.as_deref_mut() {
+        d.syscall_unit_ns = cfg.syscall_unit_ns.min(1_000_000_000);
+        d.runq_unit_ns = cfg.runq_unit_ns.min(1_000_000_000);
+    }
+    // The histograms (one value for all CPUs): HIST_KEYS keys at the most, 33.4 MiB
+    // (`hist_tests`; a full map is a counted loss).
+    let new_bio = features::has_btf_type("btf_trace_block_io_start");
+    for mut p in open.open_object_mut().progs_mut() {
+        let name = p.name().to_string_lossy().into_owned();
+        let on = system_prog_on(cfg, &name, new_bio);
+        // A tracepoint this kernel does not have: one line, and the rest loads.
+        let section = p.section().to_string_lossy().into_owned();
+        let tp = section.strip_prefix("tp_btf/").map(str::to_string);
+        let missing = on
+            && tp
+                .as_ref()
+                .is_some_and(|tp| !features::has_btf_type(&format!("btf_trace_{tp}")));
+        let tp = tp.unwrap_or(section);
+        if missing && !(name.starts_with("bio_io_") || name.starts_with("bio_rq_")) {
+            eprintln!("ebrec: note: this kernel has no tracepoint {tp}: {name} is not attached, and what it records is missing from the trace");
+            missing_tps.push(name.clone());
+        }
+        p.set_autoload(on && !missing);
+    }
+    let skel = open.load().map_err(|e| load_error("system", e))?;
+    Ok((Some(skel), missing_tps))
+}
+
+/// Whether the system object's program `name` is for a family that is on (`new_bio`: the
+/// kernel has block_io_start, 6.5).
+fn system_prog_on(cfg: &ProbeConfig, name: &str, new_bio: bool) -> bool {
+    if name.starts_with("sys_") {
+        cfg.syscall_min_ns.is_some()
+    } else if name.starts_with("bio_io_") {
+        cfg.bio_min_ns.is_some() && new_bio
+    } else if name.starts_with("bio_rq_") {
+        cfg.bio_min_ns.is_some() && !new_bio
+    } else if name == "runq_rseq" {
+        cfg.runq_min_ns.is_some() && cfg.runq_rseq
+    } else if name.starts_with("runq_") {
+        cfg.runq_min_ns.is_some()
+    } else if name.starts_with("tcp_") {
+        cfg.tcp
+    } else {
+        true // proc_fork, proc_exit
+    }
+}
+
+/// The hub: the system call chain when a family has a program on raw sys_enter or
+/// sys_exit, and always the targets' thread renames (task_rename).
+fn load_hub<'obj>(
+    sh: &Shared<'_>,
+    obj: &'obj mut MaybeUninit<OpenObject>,
+) -> Result<HubSkel<'obj>> {
+    let mut open = HubSkelBuilder::default()
+        .open(obj)
+        .map_err(|e| load_error("system call hub", e))?;
+    let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
+    ro.all_processes = sh.cfg.all;
+    common_setup!(open, ro, sh);
+    // It sends only thread renames: a small ring.
+    open.maps.events.set_max_entries(64 * 1024)?;
+    open.load().map_err(|e| load_error("system call hub", e))
 }
 
 #[cfg(test)]

@@ -294,6 +294,7 @@ mod readers;
 mod site;
 mod stats;
 
+pub use load::ProbeObjects;
 pub use readers::Counters;
 pub use site::{
     find_provider, place_in_file, read_at, sites, CustomSite, FuncExit, FuncSite, Site,
