@@ -628,7 +628,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
     }
     let alloc_sessions = record.alloc.is_some()
         && record.alloc_sampler == ebtrace_record::config::AllocSampler::Uprobe
-        && ebtrace_record::probes::use_sessions(record.alloc_probes);
+        && ebtrace_record::config::use_sessions(record.alloc_probes);
     let metrics = match &a.metrics {
         Some(addr) => {
             let m = metrics::Metrics::new();

@@ -192,7 +192,7 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         sample_every: a.sample.max(1),
         sample_bytes: a.sample_bytes.unwrap_or(0),
         alloc_sessions: a.alloc_sampler == AllocSampler::Uprobe
-            && crate::probes::use_sessions(a.alloc_probes),
+            && crate::config::use_sessions(a.alloc_probes),
         alloc_entry_only: a.no_free,
         aggregate_stacks: if a.aggregate.is_some() {
             a.aggregate_stacks

@@ -214,15 +214,6 @@ pub struct Probes<'obj> {
     pub dispatch_ns: f64,
 }
 
-/// Whether the allocator probes run as uprobe sessions for `arg`.
-pub fn use_sessions(arg: crate::config::AllocProbesArg) -> bool {
-    match arg {
-        crate::config::AllocProbesArg::Classic => false,
-        crate::config::AllocProbesArg::Session => true,
-        crate::config::AllocProbesArg::Auto => features::uprobe_sessions(),
-    }
-}
-
 impl std::fmt::Debug for Probes<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Probes")
