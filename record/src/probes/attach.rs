@@ -336,11 +336,13 @@ impl<'obj> Probes<'obj> {
                 &mut self.trace_probes,
                 &self.pausable,
                 func,
-                &pr.progs.func_enter,
-                &f.site,
-                false,
-                pid,
-                f.id,
+                Uprobe {
+                    prog: &pr.progs.func_enter,
+                    site: &f.site,
+                    ret: false,
+                    pid,
+                    cookie: f.id,
+                },
             )?;
             match &f.exit {
                 FuncExit::Uretprobe => {
@@ -348,11 +350,13 @@ impl<'obj> Probes<'obj> {
                         &mut self.trace_probes,
                         &self.pausable,
                         func,
-                        &pr.progs.func_return,
-                        &f.site,
-                        true,
-                        pid,
-                        f.id,
+                        Uprobe {
+                            prog: &pr.progs.func_return,
+                            site: &f.site,
+                            ret: true,
+                            pid,
+                            cookie: f.id,
+                        },
                     )?;
                     self.attached.push(format!("{} (uretprobe)", f.site));
                 }
@@ -374,11 +378,13 @@ impl<'obj> Probes<'obj> {
                             &mut self.trace_probes,
                             &self.pausable,
                             func,
-                            &pr.progs.func_exit,
-                            &exit,
-                            false,
-                            pid,
-                            cookie,
+                            Uprobe {
+                                prog: &pr.progs.func_exit,
+                                site: &exit,
+                                ret: false,
+                                pid,
+                                cookie,
+                            },
                         )?;
                     }
                     self.attached.push(format!(
@@ -430,11 +436,13 @@ impl<'obj> Probes<'obj> {
             let links = attach(
                 &mut self.trace_probes,
                 &mut self.filter_fds,
-                prog,
-                &site,
-                false,
-                pid,
-                0,
+                Uprobe {
+                    prog,
+                    site: &site,
+                    ret: false,
+                    pid,
+                    cookie: 0,
+                },
             )?;
             self.links.extend(links);
             self.attached.push(site.to_string());
@@ -525,22 +533,26 @@ impl<'obj> Probes<'obj> {
                     &mut self.trace_probes,
                     &self.pausable,
                     alloc,
-                    entry,
-                    s,
-                    false,
-                    pid,
-                    0,
+                    Uprobe {
+                        prog: entry,
+                        site: s,
+                        ret: false,
+                        pid,
+                        cookie: 0,
+                    },
                 )?;
                 if let Some(ret) = ret {
                     attach_pausable(
                         &mut self.trace_probes,
                         &self.pausable,
                         alloc,
-                        ret,
-                        s,
-                        true,
-                        pid,
-                        0,
+                        Uprobe {
+                            prog: ret,
+                            site: s,
+                            ret: true,
+                            pid,
+                            cookie: 0,
+                        },
                     )?;
                 }
                 attached.push(s.to_string());
@@ -549,21 +561,25 @@ impl<'obj> Probes<'obj> {
             links.extend(attach(
                 &mut self.trace_probes,
                 &mut self.filter_fds,
-                entry,
-                s,
-                false,
-                pid,
-                0,
+                Uprobe {
+                    prog: entry,
+                    site: s,
+                    ret: false,
+                    pid,
+                    cookie: 0,
+                },
             )?);
             if let Some(ret) = ret {
                 links.extend(attach(
                     &mut self.trace_probes,
                     &mut self.filter_fds,
-                    ret,
-                    s,
-                    true,
-                    pid,
-                    0,
+                    Uprobe {
+                        prog: ret,
+                        site: s,
+                        ret: true,
+                        pid,
+                        cookie: 0,
+                    },
                 )?);
             }
             attached.push(s.to_string());
@@ -601,11 +617,13 @@ impl<'obj> Probes<'obj> {
                     &mut self.trace_probes,
                     &self.pausable,
                     alloc,
-                    prog,
-                    &c.site,
-                    ret,
-                    pid,
-                    cookie,
+                    Uprobe {
+                        prog,
+                        site: &c.site,
+                        ret,
+                        pid,
+                        cookie,
+                    },
                 )?;
             }
             self.attached.push(format!("{} (--alloc-fn)", c.site));
@@ -711,7 +729,18 @@ fn alloc_kind_cookie(symbol: &str) -> Option<u64> {
     })
 }
 
-/// Attaches `prog` to a uprobe at `s` for `pid` (-1: every process) and its descendants.
+/// One uprobe to attach ([`attach`], [`attach_pausable`]): `prog` at `site` (at its return
+/// with `ret`) for `pid` (-1: every process) and its descendants, `cookie` its BPF cookie.
+struct Uprobe<'a, 'p> {
+    prog: &'a libbpf_rs::ProgramMut<'p>,
+    site: &'a Site,
+    ret: bool,
+    pid: i32,
+    cookie: u64,
+}
+
+/// Attaches `u.prog` to a uprobe at `u.site` for `u.pid` (-1: every process) and its
+/// descendants.
 ///
 /// Two perf events per target, on purpose. An inherited event that carries the program
 /// would be copied into every child, program included, and when such a child exits the
@@ -723,12 +752,15 @@ fn alloc_kind_cookie(symbol: &str) -> Option<u64> {
 fn attach(
     probes: &mut Vec<perf::TraceProbe>,
     filters: &mut Vec<OwnedFd>,
-    prog: &libbpf_rs::ProgramMut<'_>,
-    s: &Site,
-    ret: bool,
-    pid: i32,
-    cookie: u64,
+    u: Uprobe<'_, '_>,
 ) -> Result<Vec<Link>> {
+    let Uprobe {
+        prog,
+        site: s,
+        ret,
+        pid,
+        cookie,
+    } = u;
     let what = || s.to_string();
     let probe = perf::TraceProbe::new(&s.lib, s.probe_offset(), ret)
         .with_context(|| format!("uprobe on {}", what()))?;
@@ -793,18 +825,20 @@ pub(super) fn open_link(
     Ok((link, filter))
 }
 
-/// [`attach`], the link kept where `Probes::pause_classic` can detach it.
-#[allow(clippy::too_many_arguments)]
+/// [`attach`], the link kept where `Probes::pause` can detach it (for `family`).
 fn attach_pausable(
     probes: &mut Vec<perf::TraceProbe>,
     pausable: &std::cell::RefCell<Vec<PausableLink>>,
     family: ebtrace_proto::v1::EventFamily,
-    prog: &libbpf_rs::ProgramMut<'_>,
-    s: &Site,
-    ret: bool,
-    pid: i32,
-    cookie: u64,
+    u: Uprobe<'_, '_>,
 ) -> Result<()> {
+    let Uprobe {
+        prog,
+        site: s,
+        ret,
+        pid,
+        cookie,
+    } = u;
     let probe = perf::TraceProbe::new(&s.lib, s.probe_offset(), ret)
         .with_context(|| format!("uprobe on {s}"))?;
     let (link, filter) = open_link(&probe, prog, pid, cookie)
