@@ -465,63 +465,21 @@ impl<'obj> Probes<'obj> {
             Option<&libbpf_rs::ProgramMut<'_>>,
             bool,
         )> = Vec::new();
-        if let (Some(a), true) = (&self.alloc, self.alloc_sessions_cfg) {
-            let _ = a;
-            let mut plan: Vec<SessionPlan> = Vec::new();
-            for s in alloc_sites {
-                let Some(kind) = alloc_kind_cookie(&s.symbol) else {
-                    continue;
-                };
-                let i = match plan.iter().position(|p| p.0 == s.lib) {
-                    Some(i) => i,
-                    None => {
-                        plan.push((s.lib.clone(), Vec::new(), Vec::new()));
-                        plan.len() - 1
-                    }
-                };
-                plan[i].1.push(s.probe_offset());
-                plan[i].2.push(kind);
-                self.attached.push(if kind == AK_FREE {
-                    format!("{s} (uprobe_multi, no return probe)")
-                } else {
-                    format!("{s} (uprobe session)")
-                });
-            }
-            *self.session_plan.borrow_mut() = plan;
+        if let (Some(_), true) = (&self.alloc, self.alloc_sessions_cfg) {
+            self.plan_sessions(alloc_sites);
             self.attach_sessions(pid)?;
         } else if let Some(a) = &self.alloc {
-            let pr = &a.progs;
             for s in alloc_sites {
-                let entry = match s.symbol.as_ref() {
-                    "malloc" => &pr.malloc_enter,
-                    "calloc" => &pr.calloc_enter,
-                    "realloc" => &pr.realloc_enter,
-                    "reallocarray" => &pr.reallocarray_enter,
-                    "posix_memalign" => &pr.posix_memalign_enter,
-                    "aligned_alloc" => &pr.aligned_alloc_enter,
-                    "memalign" => &pr.memalign_enter,
-                    "valloc" => &pr.valloc_enter,
-                    "pvalloc" => &pr.pvalloc_enter,
-                    "free" => &pr.free_enter,
-                    _ => continue,
-                };
-                let ret =
-                    (s.symbol != "free" && !self.alloc_entry_only).then_some(&pr.alloc_return);
-                plan.push((s, entry, ret, true));
+                if let Some((entry, ret)) = alloc_progs(&a.progs, s, self.alloc_entry_only) {
+                    plan.push((s, entry, ret, true));
+                }
             }
         }
         if let Some(l) = &self.lock {
-            let pr = &l.progs;
             for s in lock_sites {
-                let (entry, ret) = match s.symbol.as_ref() {
-                    "pthread_mutex_lock" => (&pr.mutex_lock_enter, Some(&pr.mutex_lock_return)),
-                    "pthread_mutex_trylock" => {
-                        (&pr.mutex_trylock_enter, Some(&pr.mutex_lock_return))
-                    }
-                    "pthread_mutex_unlock" => (&pr.mutex_unlock_enter, None),
-                    _ => continue,
-                };
-                plan.push((s, entry, ret, false));
+                if let Some((entry, ret)) = lock_progs(&l.progs, s) {
+                    plan.push((s, entry, ret, false));
+                }
             }
         }
         let mut links = Vec::new();
@@ -587,6 +545,32 @@ impl<'obj> Probes<'obj> {
         self.links.extend(links);
         self.attached.extend(attached);
         Ok(())
+    }
+
+    /// --alloc-probes session: the session plan of the allocator functions at `alloc_sites`
+    /// (per library, their offsets and cookies), for `attach_sessions`.
+    fn plan_sessions(&mut self, alloc_sites: &[Site]) {
+        let mut plan: Vec<SessionPlan> = Vec::new();
+        for s in alloc_sites {
+            let Some(kind) = alloc_kind_cookie(&s.symbol) else {
+                continue;
+            };
+            let i = match plan.iter().position(|p| p.0 == s.lib) {
+                Some(i) => i,
+                None => {
+                    plan.push((s.lib.clone(), Vec::new(), Vec::new()));
+                    plan.len() - 1
+                }
+            };
+            plan[i].1.push(s.probe_offset());
+            plan[i].2.push(kind);
+            self.attached.push(if kind == AK_FREE {
+                format!("{s} (uprobe_multi, no return probe)")
+            } else {
+                format!("{s} (uprobe session)")
+            });
+        }
+        *self.session_plan.borrow_mut() = plan;
     }
 
     /// `--alloc-fn`: attaches a custom allocator's functions to `pid` (-1: every process),
@@ -709,6 +693,46 @@ impl<'obj> Probes<'obj> {
                 .as_ref()
                 .is_some_and(|a| a.maps.rodata_data.as_ref().is_some_and(|r| r.hold_children))
     }
+}
+
+/// An entry program and, if any, its return program.
+type EntryReturn<'a, 'p> = (
+    &'a libbpf_rs::ProgramMut<'p>,
+    Option<&'a libbpf_rs::ProgramMut<'p>>,
+);
+
+/// The classic programs of the allocator function at `s` (None: not one): its entry
+/// program, and alloc_return but for free and with --no-free (`entry_only`).
+fn alloc_progs<'a, 'p>(
+    pr: &'a alloc_skel::AllocProgs<'p>,
+    s: &Site,
+    entry_only: bool,
+) -> Option<EntryReturn<'a, 'p>> {
+    let entry = match s.symbol.as_ref() {
+        "malloc" => &pr.malloc_enter,
+        "calloc" => &pr.calloc_enter,
+        "realloc" => &pr.realloc_enter,
+        "reallocarray" => &pr.reallocarray_enter,
+        "posix_memalign" => &pr.posix_memalign_enter,
+        "aligned_alloc" => &pr.aligned_alloc_enter,
+        "memalign" => &pr.memalign_enter,
+        "valloc" => &pr.valloc_enter,
+        "pvalloc" => &pr.pvalloc_enter,
+        "free" => &pr.free_enter,
+        _ => return None,
+    };
+    let ret = (s.symbol != "free" && !entry_only).then_some(&pr.alloc_return);
+    Some((entry, ret))
+}
+
+/// The programs of the mutex function at `s` (None: not one): entry, and return.
+fn lock_progs<'a, 'p>(pr: &'a lock_skel::LockProgs<'p>, s: &Site) -> Option<EntryReturn<'a, 'p>> {
+    Some(match s.symbol.as_ref() {
+        "pthread_mutex_lock" => (&pr.mutex_lock_enter, Some(&pr.mutex_lock_return)),
+        "pthread_mutex_trylock" => (&pr.mutex_trylock_enter, Some(&pr.mutex_lock_return)),
+        "pthread_mutex_unlock" => (&pr.mutex_unlock_enter, None),
+        _ => return None,
+    })
 }
 
 /// The session plan's cookie for an allocator function: its AllocKind, AK_FREE for free.
