@@ -1,7 +1,7 @@
 //! Opening and loading the skeletons (each object's settings and programs, into the
 //! caller's `ProbeObjects`), and the load errors (the verifier's messages).
 use super::*;
-use crate::procfs;
+use crate::{features, procfs};
 use alloc_skel::AllocSkelBuilder;
 use anyhow::{Context, Result};
 use hub_skel::HubSkelBuilder;

@@ -1,11 +1,10 @@
 //! Loading the BPF skeletons, attaching them to targets, and reading their counters: the
-//! `Probes` (their struct, config and shared small types, here) split by concern into
+//! `Probes` (its struct, config and shared small types, here) split by concern into
 //! `load` (opening and loading the objects), `attach` (uprobes, sessions, --func, the
 //! sampler, tracepoints), `chain` (the system call chain and its hubs), `knobs` (what the
 //! budget turns while recording: pause and resume, sample units, stats on or off),
 //! `readers` (counters, aggregates, histograms), `stats` (program stats and costs) and
 //! `site` (where a probe goes in a binary).
-use crate::features;
 use crate::perf;
 use libbpf_rs::Link;
 use std::collections::HashMap;
