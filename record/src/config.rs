@@ -362,6 +362,16 @@ pub enum AllocProbesArg {
     Classic,
 }
 
+/// Whether the allocator probes run as uprobe sessions for `arg` (`ProbeConfig`'s
+/// `alloc_sessions`, with the uprobe sampler).
+pub fn use_sessions(arg: AllocProbesArg) -> bool {
+    match arg {
+        AllocProbesArg::Classic => false,
+        AllocProbesArg::Session => true,
+        AllocProbesArg::Auto => crate::features::uprobe_sessions(),
+    }
+}
+
 /// `--alloc-sampler`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]

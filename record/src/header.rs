@@ -27,7 +27,7 @@ pub fn header(a: &RecordConfig) -> Header {
         if a.alloc_sampler == AllocSampler::Uprobe {
             opt(
                 "alloc-probes",
-                if crate::probes::use_sessions(a.alloc_probes) {
+                if crate::config::use_sessions(a.alloc_probes) {
                     "session"
                 } else {
                     "classic"

@@ -256,7 +256,7 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
         sample_every: a.sample.max(1),
         sample_bytes: a.sample_bytes.unwrap_or(0),
         alloc_sessions: a.alloc_sampler == AllocSampler::Uprobe
-            && crate::probes::use_sessions(a.alloc_probes),
+            && crate::config::use_sessions(a.alloc_probes),
         alloc_entry_only: a.no_free,
         aggregate_stacks: if a.aggregate.is_some() {
             a.aggregate_stacks
@@ -317,12 +317,7 @@ fn record_with(
     launched: &mut Option<Launched>,
     mut hooks: Option<&mut dyn Hooks>,
 ) -> Result<()> {
-    let mut alloc_obj = std::mem::MaybeUninit::uninit();
-    let mut sampler_obj = std::mem::MaybeUninit::uninit();
-    let mut lock_obj = std::mem::MaybeUninit::uninit();
-    let mut profile_obj = std::mem::MaybeUninit::uninit();
-    let mut system_obj = std::mem::MaybeUninit::uninit();
-    let mut hub_obj = std::mem::MaybeUninit::uninit();
+    let mut objects = crate::probes::ProbeObjects::new();
     // Before the loading and attaching (a second or more with many families on a busy
     // machine): a SIGINT or SIGTERM then stops the recording as soon as it starts. Installed
     // after, one sent early was lost, or ignored altogether by a recorder started in the
@@ -339,16 +334,7 @@ fn record_with(
     } else {
         None
     };
-    let mut probes = Probes::load(
-        cfg,
-        &mut alloc_obj,
-        &mut lock_obj,
-        &mut profile_obj,
-        &mut sampler_obj,
-        &mut system_obj,
-        &mut hub_obj,
-        cfi.as_ref().map(|t| t.fds()),
-    )?;
+    let mut probes = Probes::load(cfg, &mut objects, cfi.as_ref().map(|t| t.fds()))?;
     probes.chan = at.chan;
     let kernel = kernel_symbols(a);
     let mut pids = targets::pids(a, launched.as_ref());

@@ -249,195 +249,27 @@ impl Binaries {
             Some(l) => format!("{l} of {}", self.target),
             None => self.target.clone(),
         };
-        let out = |b: &Binary, t: &Table, f: &Func| FuncMatch {
-            spec: spec.text.clone(),
-            path: b.path.clone(),
-            binary: b.name.clone(),
-            symbol: f.raw.clone(),
-            demangled: f.display.clone(),
-            vaddr: f.addr,
-            file_offset: t.file_offset(f.addr).unwrap_or(f.addr),
-            size: f.size,
+        let look = Lookup {
+            spec,
+            tables,
+            unreadable,
+            place,
             min_ns,
-            cold: {
-                let name = format!("{}.cold", f.raw);
-                t.funcs
-                    .iter()
-                    .find(|c| c.raw == name)
-                    .and_then(|c| t.file_offset(c.addr).map(|off| (c.addr, off, c.size)))
-            },
         };
-        let unknown = |query: &str, by_sig: bool| {
-            let mut msg = format!(
-                "no function matches '{}' in {place} (closest: {})",
-                spec.text,
-                closest(
-                    query,
-                    by_sig,
-                    &tables.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
-                    3
-                )
-                .join(", ")
-            );
-            if !unreadable.is_empty() {
-                msg += &format!("; could not read {}", unreadable.join("; "));
+        let (hits, explicit) = match &spec.what {
+            What::Address(addr) => {
+                return self.resolve_address(spec, &look.tables, *addr, min_ns);
             }
-            anyhow::anyhow!(msg)
+            What::Name(name) => look.by_name(name)?,
+            What::Glob(g) => return look.by_glob(g),
         };
-
-        let (hits, explicit): (Vec<(&Binary, &Table, &Func)>, bool) = match &spec.what {
-            What::Address(addr) => return self.resolve_address(spec, &tables, *addr, min_ns),
-            What::Name(name) => {
-                let mut hits = Vec::new();
-                // A raw symbol named exactly: `_ZN...`, or `foo.part.0`.
-                if name.starts_with("_Z") || name.contains('.') {
-                    for &(b, t) in &tables {
-                        hits.extend(t.funcs.iter().filter(|f| f.raw == *name).map(|f| (b, t, f)));
-                    }
-                }
-                let key = norm(name);
-                if hits.is_empty() && key.contains("[clone") {
-                    // A clone as ebsym names it from the symbol table: that symbol.
-                    for &(b, t) in &tables {
-                        hits.extend(
-                            t.funcs
-                                .iter()
-                                .filter(|f| f.clone_norm.as_ref() == Some(&key))
-                                .map(|f| (b, t, f)),
-                        );
-                    }
-                }
-                if !hits.is_empty() {
-                    (hits, true)
-                } else {
-                    let by_sig = key.contains('(');
-                    for &(b, t) in &tables {
-                        hits.extend(
-                            t.funcs
-                                .iter()
-                                .filter(|f| {
-                                    // With `(`: the signature, with or without the return
-                                    // type ebsym prints for a template function; or a base
-                                    // name that holds brackets itself (a lambda's
-                                    // `{lambda()#1}::operator()`).
-                                    if by_sig {
-                                        f.sig_norm == key
-                                            || f.full_norm == key
-                                            || f.base_norm == key
-                                    } else {
-                                        f.base_norm == key
-                                    }
-                                })
-                                .map(|f| (b, t, f)),
-                        );
-                    }
-                    if hits.is_empty() {
-                        // An unknown mangled name: suggest by what it means.
-                        let query =
-                            demangle(name).map(|(_, sig, base)| if by_sig { sig } else { base });
-                        return Err(unknown(query.as_deref().unwrap_or(name), by_sig));
-                    }
-                    if hits.iter().all(|h| h.2.fragment()) {
-                        let frags: Vec<&str> = hits.iter().map(|h| h.2.raw.as_str()).collect();
-                        bail!(
-                            "'{}' is only in fragments ({}): the function was inlined into its callers and these pieces are not its entry; name one by its symbol to probe it anyway",
-                            spec.text,
-                            frags.join(", ")
-                        );
-                    }
-                    hits.retain(|h| !h.2.fragment());
-                    (hits, false)
-                }
-            }
-            What::Glob(g) => {
-                let glob = Glob::new(g);
-                let by_raw = g.starts_with("_Z");
-                let by_sig = g.contains('(');
-                let mut hits = Vec::new();
-                for &(b, t) in &tables {
-                    hits.extend(
-                        t.funcs
-                            .iter()
-                            .filter(|f| !f.fragment() && !f.ifunc)
-                            .filter(|f| {
-                                if by_raw {
-                                    glob.matches(f.raw.as_bytes())
-                                } else if by_sig {
-                                    glob.matches(f.sig_norm.as_bytes())
-                                        || glob.matches(f.full_norm.as_bytes())
-                                } else {
-                                    glob.matches(f.base_norm.as_bytes())
-                                }
-                            })
-                            .map(|f| (b, t, f)),
-                    );
-                }
-                if hits.is_empty() {
-                    return Err(unknown(&glob.literal(), by_sig));
-                }
-                let mut all = merge_aliases(hits)
-                    .into_iter()
-                    .map(|(b, t, f)| out(b, t, f))
-                    .collect::<Vec<_>>();
-                if all.len() > GLOB_LIMIT {
-                    bail!(
-                        "'{}' matches {} functions in {place}, more than {GLOB_LIMIT}: narrow it",
-                        spec.text,
-                        all.len()
-                    );
-                }
-                sort_matches(&mut all);
-                return Ok(all);
-            }
-        };
-
-        if let Some(&(b, _, f)) = hits.iter().find(|h| h.2.ifunc) {
-            bail!(
-                "'{}' is an indirect function (GNU ifunc) in {}: its symbol is the resolver that picks an implementation at load time; probe the implementation instead (`ebrec probes` with '{}:*{}*' lists them)",
-                spec.text,
-                b.file_name(),
-                b.file_name(),
-                f.base.trim_start_matches('_')
-            );
-        }
+        refuse_ifunc(spec, &hits)?;
         let hits = merge_aliases(hits);
-        // One function: one binary, one signature (raw name when named exactly).
-        let mut groups: Vec<(&str, &str, &Func)> = Vec::new();
-        for &(b, _, f) in &hits {
-            let key = if explicit {
-                f.raw.as_str()
-            } else {
-                f.sig_norm.as_str()
-            };
-            if !groups.iter().any(|g| g.0 == b.name && g.1 == key) {
-                groups.push((b.name.as_str(), key, f));
-            }
-        }
-        if groups.len() > 1 {
-            let files: HashSet<&str> = groups.iter().map(|g| g.0).collect();
-            let mut list: Vec<String> = groups
-                .iter()
-                .take(8)
-                .map(|(bin, _, f)| {
-                    let file = bin.rsplit('/').next().unwrap_or(bin);
-                    if files.len() > 1 || explicit {
-                        format!("{} [{}] in {file}", f.display, f.raw)
-                    } else {
-                        format!("{} [{}]", f.display, f.raw)
-                    }
-                })
-                .collect();
-            if groups.len() > 8 {
-                list.push(format!("and {} more", groups.len() - 8));
-            }
-            bail!(
-                "'{}' is ambiguous: {} functions ({}); use the signature, the mangled name or LIB:SYMBOL",
-                spec.text,
-                groups.len(),
-                list.join("; ")
-            );
-        }
-        let mut all: Vec<FuncMatch> = hits.into_iter().map(|(b, t, f)| out(b, t, f)).collect();
+        refuse_ambiguous(spec, &hits, explicit)?;
+        let mut all: Vec<FuncMatch> = hits
+            .into_iter()
+            .map(|(b, t, f)| look.found(b, t, f))
+            .collect();
         sort_matches(&mut all);
         Ok(all)
     }
@@ -513,6 +345,223 @@ impl Binaries {
             cold: None,
         }])
     }
+}
+
+/// A function of a binary's table.
+type Hit<'a> = (&'a Binary, &'a Table, &'a Func);
+
+/// What resolving one spec searches: the tables of the binaries it selected, the ones that
+/// could not be read, and where that is (for messages).
+struct Lookup<'a> {
+    spec: &'a FuncSpec,
+    tables: Vec<(&'a Binary, &'a Table)>,
+    unreadable: Vec<String>,
+    place: String,
+    min_ns: u64,
+}
+
+impl<'a> Lookup<'a> {
+    /// The match of function `f` of `b`.
+    fn found(&self, b: &Binary, t: &Table, f: &Func) -> FuncMatch {
+        FuncMatch {
+            spec: self.spec.text.clone(),
+            path: b.path.clone(),
+            binary: b.name.clone(),
+            symbol: f.raw.clone(),
+            demangled: f.display.clone(),
+            vaddr: f.addr,
+            file_offset: t.file_offset(f.addr).unwrap_or(f.addr),
+            size: f.size,
+            min_ns: self.min_ns,
+            cold: {
+                let name = format!("{}.cold", f.raw);
+                t.funcs
+                    .iter()
+                    .find(|c| c.raw == name)
+                    .and_then(|c| t.file_offset(c.addr).map(|off| (c.addr, off, c.size)))
+            },
+        }
+    }
+
+    /// The error for a spec no function matches, with the names closest to `query`.
+    fn unknown(&self, query: &str, by_sig: bool) -> anyhow::Error {
+        let mut msg = format!(
+            "no function matches '{}' in {} (closest: {})",
+            self.spec.text,
+            self.place,
+            closest(
+                query,
+                by_sig,
+                &self.tables.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+                3
+            )
+            .join(", ")
+        );
+        if !self.unreadable.is_empty() {
+            msg += &format!("; could not read {}", self.unreadable.join("; "));
+        }
+        anyhow::anyhow!(msg)
+    }
+
+    /// The functions named `name` (a raw symbol, a clone as ebsym names it, a base name or
+    /// a signature), and whether it named them exactly (by symbol).
+    fn by_name(&self, name: &str) -> Result<(Vec<Hit<'a>>, bool)> {
+        let mut hits = Vec::new();
+        // A raw symbol named exactly: `_ZN...`, or `foo.part.0`.
+        if name.starts_with("_Z") || name.contains('.') {
+            for &(b, t) in &self.tables {
+                hits.extend(t.funcs.iter().filter(|f| f.raw == *name).map(|f| (b, t, f)));
+            }
+        }
+        let key = norm(name);
+        if hits.is_empty() && key.contains("[clone") {
+            // A clone as ebsym names it from the symbol table: that symbol.
+            for &(b, t) in &self.tables {
+                hits.extend(
+                    t.funcs
+                        .iter()
+                        .filter(|f| f.clone_norm.as_ref() == Some(&key))
+                        .map(|f| (b, t, f)),
+                );
+            }
+        }
+        if !hits.is_empty() {
+            return Ok((hits, true));
+        }
+        let by_sig = key.contains('(');
+        for &(b, t) in &self.tables {
+            hits.extend(
+                t.funcs
+                    .iter()
+                    .filter(|f| {
+                        // With `(`: the signature, with or without the return
+                        // type ebsym prints for a template function; or a base
+                        // name that holds brackets itself (a lambda's
+                        // `{lambda()#1}::operator()`).
+                        if by_sig {
+                            f.sig_norm == key || f.full_norm == key || f.base_norm == key
+                        } else {
+                            f.base_norm == key
+                        }
+                    })
+                    .map(|f| (b, t, f)),
+            );
+        }
+        if hits.is_empty() {
+            // An unknown mangled name: suggest by what it means.
+            let query = demangle(name).map(|(_, sig, base)| if by_sig { sig } else { base });
+            return Err(self.unknown(query.as_deref().unwrap_or(name), by_sig));
+        }
+        if hits.iter().all(|h| h.2.fragment()) {
+            let frags: Vec<&str> = hits.iter().map(|h| h.2.raw.as_str()).collect();
+            bail!(
+                "'{}' is only in fragments ({}): the function was inlined into its callers and these pieces are not its entry; name one by its symbol to probe it anyway",
+                self.spec.text,
+                frags.join(", ")
+            );
+        }
+        hits.retain(|h| !h.2.fragment());
+        Ok((hits, false))
+    }
+
+    /// The functions glob `g` matches (by raw symbol, signature or base name), sorted; at
+    /// most GLOB_LIMIT.
+    fn by_glob(&self, g: &str) -> Result<Vec<FuncMatch>> {
+        let glob = Glob::new(g);
+        let by_raw = g.starts_with("_Z");
+        let by_sig = g.contains('(');
+        let mut hits = Vec::new();
+        for &(b, t) in &self.tables {
+            hits.extend(
+                t.funcs
+                    .iter()
+                    .filter(|f| !f.fragment() && !f.ifunc)
+                    .filter(|f| {
+                        if by_raw {
+                            glob.matches(f.raw.as_bytes())
+                        } else if by_sig {
+                            glob.matches(f.sig_norm.as_bytes())
+                                || glob.matches(f.full_norm.as_bytes())
+                        } else {
+                            glob.matches(f.base_norm.as_bytes())
+                        }
+                    })
+                    .map(|f| (b, t, f)),
+            );
+        }
+        if hits.is_empty() {
+            return Err(self.unknown(&glob.literal(), by_sig));
+        }
+        let mut all = merge_aliases(hits)
+            .into_iter()
+            .map(|(b, t, f)| self.found(b, t, f))
+            .collect::<Vec<_>>();
+        if all.len() > GLOB_LIMIT {
+            bail!(
+                "'{}' matches {} functions in {}, more than {GLOB_LIMIT}: narrow it",
+                self.spec.text,
+                all.len(),
+                self.place
+            );
+        }
+        sort_matches(&mut all);
+        Ok(all)
+    }
+}
+
+/// An indirect function (GNU ifunc) among `hits`: an error naming what to probe instead.
+fn refuse_ifunc(spec: &FuncSpec, hits: &[Hit<'_>]) -> Result<()> {
+    if let Some(&(b, _, f)) = hits.iter().find(|h| h.2.ifunc) {
+        bail!(
+            "'{}' is an indirect function (GNU ifunc) in {}: its symbol is the resolver that picks an implementation at load time; probe the implementation instead (`ebrec probes` with '{}:*{}*' lists them)",
+            spec.text,
+            b.file_name(),
+            b.file_name(),
+            f.base.trim_start_matches('_')
+        );
+    }
+    Ok(())
+}
+
+/// More than one function among `hits` (one function: one binary, one signature, or one
+/// raw name when named `explicit`ly): an error listing them.
+fn refuse_ambiguous(spec: &FuncSpec, hits: &[Hit<'_>], explicit: bool) -> Result<()> {
+    let mut groups: Vec<(&str, &str, &Func)> = Vec::new();
+    for &(b, _, f) in hits {
+        let key = if explicit {
+            f.raw.as_str()
+        } else {
+            f.sig_norm.as_str()
+        };
+        if !groups.iter().any(|g| g.0 == b.name && g.1 == key) {
+            groups.push((b.name.as_str(), key, f));
+        }
+    }
+    if groups.len() > 1 {
+        let files: HashSet<&str> = groups.iter().map(|g| g.0).collect();
+        let mut list: Vec<String> = groups
+            .iter()
+            .take(8)
+            .map(|(bin, _, f)| {
+                let file = bin.rsplit('/').next().unwrap_or(bin);
+                if files.len() > 1 || explicit {
+                    format!("{} [{}] in {file}", f.display, f.raw)
+                } else {
+                    format!("{} [{}]", f.display, f.raw)
+                }
+            })
+            .collect();
+        if groups.len() > 8 {
+            list.push(format!("and {} more", groups.len() - 8));
+        }
+        bail!(
+            "'{}' is ambiguous: {} functions ({}); use the signature, the mangled name or LIB:SYMBOL",
+            spec.text,
+            groups.len(),
+            list.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// Several symbols at one address of one file are one function: keep the global, shortest

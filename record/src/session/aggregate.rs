@@ -2,6 +2,7 @@
 //! bytes, live blocks and bytes; cpu: samples; offcpu: blocks and ns; lock: waits, ns
 //! waited and held (bpf/aggregate.bpf.h) — read every interval and written as one
 //! `Aggregate` record per family of what changed since the previous read.
+use super::decode::RawStack;
 use super::*;
 use ebtrace_format::proto::Aggregate;
 
@@ -103,11 +104,13 @@ impl Session<'_> {
                 self.family = k.family as usize;
                 w.stack = self.stack(
                     w.generation,
-                    &st.ips[..n],
-                    n as u32,
-                    &st.ips[n..n + kn],
-                    st.flags,
-                    0,
+                    RawStack {
+                        user: &st.ips[..n],
+                        n: n as u32,
+                        kernel: &st.ips[n..n + kn],
+                        flags: st.flags,
+                        copy_id: 0,
+                    },
                 )?;
                 w.mutex = st.mutex;
             }

@@ -2,18 +2,28 @@
 //! left the code, kernel frames) and each family's event.
 use super::*;
 
+/// A stack as an event carries it ([`Session::stack`]): `user[..n]` and `kernel` frames,
+/// leaf first, its `StackFlag` bits, and the id of its user stack copy (0: none).
+pub(super) struct RawStack<'a> {
+    pub user: &'a [u64],
+    pub n: u32,
+    pub kernel: &'a [u64],
+    pub flags: u32,
+    pub copy_id: u64,
+}
+
 impl Session<'_> {
-    /// The id of a stack: `user[..n]` and `kernel` frames, leaf first. Kernel frames of a
-    /// new stack queue their kallsyms entries for the next KernelSymbols record.
-    pub(super) fn stack(
-        &mut self,
-        g: u32,
-        user: &[u64],
-        n: u32,
-        kernel: &[u64],
-        flags: u32,
-        copy_id: u64,
-    ) -> Result<u64> {
+    /// The id of a stack of generation `g`: `user[..n]` and `kernel` frames, leaf first.
+    /// Kernel frames of a new stack queue their kallsyms entries for the next KernelSymbols
+    /// record.
+    pub(super) fn stack(&mut self, g: u32, s: RawStack<'_>) -> Result<u64> {
+        let RawStack {
+            user,
+            n,
+            kernel,
+            flags,
+            copy_id,
+        } = s;
         let n = (n as usize).min(user.len());
         let kernel = if kernel.is_empty() {
             kernel
@@ -135,254 +145,392 @@ impl Session<'_> {
         self.thread_seen(g, h.pid, h.tid, h.time_ns)?;
         self.family = h.r#type as usize;
         match h.r#type {
-            t if t == EventFamily::Alloc as u32 => {
-                let e: probes::alloc_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
-                self.w.alloc(&AllocEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    size: e.size,
-                    address: e.addr,
-                    kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
-                    sample_period: e.sample_period,
-                    allocator: e.allocator,
-                })?;
-                self.kept[EventFamily::Alloc] += 1;
-            }
-            t if t == EventFamily::Free as u32 => {
-                let e: probes::free_event = probes::read_event(data);
-                self.w.free(&FreeEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    address: e.addr,
-                    allocator: e.allocator,
-                })?;
-                self.kept[EventFamily::Free] += 1;
-            }
-            t if t == EventFamily::Lock as u32 => {
-                let e: probes::lock_event = probes::read_event(data);
-                let stack = self.stack(
-                    g,
-                    &e.ips[..probes::MAX_FRAMES],
-                    e.nframes,
-                    &[],
-                    e.flags,
-                    e.copy_id,
-                )?;
-                let waker_stack = self.stack(
-                    g,
-                    &e.ips[probes::MAX_FRAMES..],
-                    e.waker_nframes,
-                    &[],
-                    e.waker_flags,
-                    0,
-                )?;
-                self.w.lock(&LockEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    mutex: e.uaddr,
-                    wait_ns: e.wait_ns,
-                    hold_ns: e.hold_ns,
-                    waker_tid: e.waker_tid,
-                    waker_stack,
-                    futex_op: e.op,
-                    source: LockSource::try_from(e.source as i32).unwrap_or_default(),
-                    result: e.ret,
-                })?;
-                self.kept[EventFamily::Lock] += 1;
-            }
-            t if t == EventFamily::Cpu as u32 => {
-                let e: probes::sample_event = probes::read_event(data);
-                let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
-                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
-                self.w.cpu_sample(&CpuSample {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    cpu: h.cpu,
-                })?;
-                self.kept[EventFamily::Cpu] += 1;
-            }
-            t if t == EventFamily::Offcpu as u32 => {
-                let e: probes::offcpu_event = probes::read_event(data);
-                // `ips`, in the order the kernel side took them: the waker's user and
-                // kernel frames, the blocked thread's kernel frames, then its user frames.
-                let (wuser, rest) = take_frames(&e.ips, e.waker_nframes);
-                let (wkernel, rest) = take_frames(rest, e.waker_kframes);
-                let (kernel, rest) = take_frames(rest, e.kframes);
-                let (user, _) = take_frames(rest, e.nframes);
-                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
-                // The waker's user frames are addresses in *its* process: kept only when
-                // that process is known (a target), under its own generation. A wake from
-                // an interrupt names whoever was running: the kernel frames tell.
-                // Its generation at the wake (the switch-in, at most a run-queue wait
-                // after it), not at the block's start: a child that woke its parent may
-                // have exec'd in between (flock's `sleep`, stopped).
-                let (wg, wuser) = if e.waker_pid == h.pid {
-                    (g, wuser)
-                } else {
-                    match self.gen_at(e.waker_pid, h.time_ns.saturating_add(e.duration_ns)) {
-                        Some(wg) => (wg, wuser),
-                        None => {
-                            // (The kernel side takes no user stack of a process that is
-                            // not a target: only its kernel frames come.)
-                            if !wuser.is_empty() || !wkernel.is_empty() {
-                                self.waker_frames_dropped += 1;
-                            }
-                            (g, &[][..])
-                        }
-                    }
-                };
-                let waker_stack = if e.waker_tid != 0 {
-                    self.stack(wg, wuser, wuser.len() as u32, wkernel, e.waker_flags, 0)?
-                } else {
-                    0
-                };
-                self.w.offcpu(&OffCpuEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    duration_ns: e.duration_ns,
-                    waker_tid: e.waker_tid,
-                    waker_stack,
-                    state: e.state,
-                    // 0: the block stands for itself (kept whatever its length)
-                    weight_ns: if e.weight_ns == e.duration_ns {
-                        0
-                    } else {
-                        e.weight_ns
-                    },
-                })?;
-                self.kept[EventFamily::Offcpu] += 1;
-            }
-            t if t == EventFamily::Func as u32 => {
-                let e: probes::func_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
-                let nargs = (e.nargs as usize).min(e.args.len());
-                self.w.func(&FuncEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    function: e.function,
-                    duration_ns: e.duration_ns,
-                    args: e.args[..nargs].to_vec(),
-                    ret: e.ret,
-                })?;
-                self.kept[EventFamily::Func] += 1;
-            }
-            t if t == EventFamily::MemGrowth as u32 => {
-                let e: probes::mem_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
-                self.w.mem_growth(&MemGrowthEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    kind: MemGrowthKind::try_from(e.kind as i32).unwrap_or_default(),
-                    size: e.size,
-                    address: e.addr,
-                    weight: e.weight,
-                })?;
-                self.kept[EventFamily::MemGrowth] += 1;
-            }
-            t if t == EventFamily::Syscall as u32 => {
-                let e: probes::syscall_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
-                self.w.syscall(&SyscallEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    nr: e.nr,
-                    duration_ns: e.duration_ns,
-                    ret: e.ret,
-                    weight_ns: e.weight_ns,
-                })?;
-                self.kept[EventFamily::Syscall] += 1;
-            }
-            t if t == EventFamily::Bio as u32 => {
-                let e: probes::bio_event = probes::read_event(data);
-                // Kernel frames first, then user frames.
-                let (kernel, rest) = take_frames(&e.ips, e.kframes);
-                let (user, _) = take_frames(rest, e.nframes);
-                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
-                self.block_device(e.dev)?;
-                self.w.bio(&BioEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    dev: e.dev,
-                    sector: e.sector,
-                    bytes: e.bytes,
-                    op: e.op,
-                    flags: e.bio_flags,
-                    duration_ns: e.duration_ns,
-                    error: e.error,
-                })?;
-                self.kept[EventFamily::Bio] += 1;
-            }
-            t if t == EventFamily::Runq as u32 => {
-                let e: probes::runq_event = probes::read_event(data);
-                let (kernel, rest) = take_frames(&e.ips, e.kframes);
-                let (user, _) = take_frames(rest, e.nframes);
-                let stack = self.stack(g, user, user.len() as u32, kernel, e.flags, e.copy_id)?;
-                self.w.runq(&RunqEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    duration_ns: e.duration_ns,
-                    preempted: e.preempted,
-                    cpu: h.cpu,
-                    weight_ns: e.weight_ns,
-                })?;
-                self.kept[EventFamily::Runq] += 1;
-            }
-            t if t == EventFamily::Tcp as u32 => {
-                let e: probes::tcp_event = probes::read_event(data);
-                let stack = self.stack(g, &e.ips, e.nframes, &[], e.flags, e.copy_id)?;
-                if self.tcp_written.insert(e.conn) {
-                    let len = if e.family == 6 { 16 } else { 4 };
-                    self.w.write_record(&Record {
-                        kind: Some(Kind::TcpConnection(TcpConnection {
-                            id: e.conn,
-                            generation: g,
-                            local_addr: e.laddr[..len].to_vec(),
-                            local_port: e.lport.into(),
-                            remote_addr: e.raddr[..len].to_vec(),
-                            remote_port: e.rport.into(),
-                            start_ns: e.start_ns,
-                        })),
-                    })?;
-                }
-                self.w.tcp(&TcpEvent {
-                    time_ns: h.time_ns,
-                    generation: g,
-                    tid: h.tid,
-                    stack,
-                    conn: e.conn,
-                    kind: TcpEventKind::try_from(e.kind as i32).unwrap_or_default(),
-                    state: e.state,
-                    old_state: e.old_state,
-                    local_port: e.lport.into(),
-                    remote_port: e.rport.into(),
-                    bytes_sent: e.bytes_sent,
-                    bytes_received: e.bytes_received,
-                    retransmits: e.retransmits,
-                })?;
-                self.kept[EventFamily::Tcp] += 1;
-            }
+            t if t == EventFamily::Alloc as u32 => self.decode_alloc(&h, g, data)?,
+            t if t == EventFamily::Free as u32 => self.decode_free(&h, g, data)?,
+            t if t == EventFamily::Lock as u32 => self.decode_lock(&h, g, data)?,
+            t if t == EventFamily::Cpu as u32 => self.decode_cpu_sample(&h, g, data)?,
+            t if t == EventFamily::Offcpu as u32 => self.decode_offcpu(&h, g, data)?,
+            t if t == EventFamily::Func as u32 => self.decode_func(&h, g, data)?,
+            t if t == EventFamily::MemGrowth as u32 => self.decode_mem_growth(&h, g, data)?,
+            t if t == EventFamily::Syscall as u32 => self.decode_syscall(&h, g, data)?,
+            t if t == EventFamily::Bio as u32 => self.decode_bio(&h, g, data)?,
+            t if t == EventFamily::Runq as u32 => self.decode_runq(&h, g, data)?,
+            t if t == EventFamily::Tcp as u32 => self.decode_tcp(&h, g, data)?,
             _ => self.malformed += 1,
         }
+        Ok(())
+    }
+
+    /// Decodes and writes an allocation, of generation `g`.
+    fn decode_alloc(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::alloc_event = probes::read_event(data);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips,
+                n: e.nframes,
+                kernel: &[],
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        self.w.alloc(&AllocEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            size: e.size,
+            address: e.addr,
+            kind: AllocKind::try_from(e.kind as i32).unwrap_or_default(),
+            sample_period: e.sample_period,
+            allocator: e.allocator,
+        })?;
+        self.kept[EventFamily::Alloc] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a free, of generation `g`.
+    fn decode_free(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::free_event = probes::read_event(data);
+        self.w.free(&FreeEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            address: e.addr,
+            allocator: e.allocator,
+        })?;
+        self.kept[EventFamily::Free] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a lock wait (and its waker), of generation `g`.
+    fn decode_lock(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::lock_event = probes::read_event(data);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips[..probes::MAX_FRAMES],
+                n: e.nframes,
+                kernel: &[],
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        let waker_stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips[probes::MAX_FRAMES..],
+                n: e.waker_nframes,
+                kernel: &[],
+                flags: e.waker_flags,
+                copy_id: 0,
+            },
+        )?;
+        self.w.lock(&LockEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            mutex: e.uaddr,
+            wait_ns: e.wait_ns,
+            hold_ns: e.hold_ns,
+            waker_tid: e.waker_tid,
+            waker_stack,
+            futex_op: e.op,
+            source: LockSource::try_from(e.source as i32).unwrap_or_default(),
+            result: e.ret,
+        })?;
+        self.kept[EventFamily::Lock] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a CPU sample, of generation `g`.
+    fn decode_cpu_sample(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::sample_event = probes::read_event(data);
+        let (user, kernel) = split_frames(&e.ips, e.nframes, e.kframes);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user,
+                n: user.len() as u32,
+                kernel,
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        self.w.cpu_sample(&CpuSample {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            cpu: h.cpu,
+        })?;
+        self.kept[EventFamily::Cpu] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes an off-CPU block (and its waker), of generation `g`.
+    fn decode_offcpu(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::offcpu_event = probes::read_event(data);
+        // `ips`, in the order the kernel side took them: the waker's user and
+        // kernel frames, the blocked thread's kernel frames, then its user frames.
+        let (wuser, rest) = take_frames(&e.ips, e.waker_nframes);
+        let (wkernel, rest) = take_frames(rest, e.waker_kframes);
+        let (kernel, rest) = take_frames(rest, e.kframes);
+        let (user, _) = take_frames(rest, e.nframes);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user,
+                n: user.len() as u32,
+                kernel,
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        // The waker's user frames are addresses in *its* process: kept only when
+        // that process is known (a target), under its own generation. A wake from
+        // an interrupt names whoever was running: the kernel frames tell.
+        // Its generation at the wake (the switch-in, at most a run-queue wait
+        // after it), not at the block's start: a child that woke its parent may
+        // have exec'd in between (flock's `sleep`, stopped).
+        let (wg, wuser) = if e.waker_pid == h.pid {
+            (g, wuser)
+        } else {
+            match self.gen_at(e.waker_pid, h.time_ns.saturating_add(e.duration_ns)) {
+                Some(wg) => (wg, wuser),
+                None => {
+                    // (The kernel side takes no user stack of a process that is
+                    // not a target: only its kernel frames come.)
+                    if !wuser.is_empty() || !wkernel.is_empty() {
+                        self.waker_frames_dropped += 1;
+                    }
+                    (g, &[][..])
+                }
+            }
+        };
+        let waker_stack = if e.waker_tid != 0 {
+            self.stack(
+                wg,
+                RawStack {
+                    user: wuser,
+                    n: wuser.len() as u32,
+                    kernel: wkernel,
+                    flags: e.waker_flags,
+                    copy_id: 0,
+                },
+            )?
+        } else {
+            0
+        };
+        self.w.offcpu(&OffCpuEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            duration_ns: e.duration_ns,
+            waker_tid: e.waker_tid,
+            waker_stack,
+            state: e.state,
+            // 0: the block stands for itself (kept whatever its length)
+            weight_ns: if e.weight_ns == e.duration_ns {
+                0
+            } else {
+                e.weight_ns
+            },
+        })?;
+        self.kept[EventFamily::Offcpu] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a --func call, of generation `g`.
+    fn decode_func(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::func_event = probes::read_event(data);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips,
+                n: e.nframes,
+                kernel: &[],
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        let nargs = (e.nargs as usize).min(e.args.len());
+        self.w.func(&FuncEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            function: e.function,
+            duration_ns: e.duration_ns,
+            args: e.args[..nargs].to_vec(),
+            ret: e.ret,
+        })?;
+        self.kept[EventFamily::Func] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a memory growth, of generation `g`.
+    fn decode_mem_growth(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::mem_event = probes::read_event(data);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips,
+                n: e.nframes,
+                kernel: &[],
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        self.w.mem_growth(&MemGrowthEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            kind: MemGrowthKind::try_from(e.kind as i32).unwrap_or_default(),
+            size: e.size,
+            address: e.addr,
+            weight: e.weight,
+        })?;
+        self.kept[EventFamily::MemGrowth] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a slow system call, of generation `g`.
+    fn decode_syscall(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::syscall_event = probes::read_event(data);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips,
+                n: e.nframes,
+                kernel: &[],
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        self.w.syscall(&SyscallEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            nr: e.nr,
+            duration_ns: e.duration_ns,
+            ret: e.ret,
+            weight_ns: e.weight_ns,
+        })?;
+        self.kept[EventFamily::Syscall] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a block I/O request (and its device, once), of generation `g`.
+    fn decode_bio(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::bio_event = probes::read_event(data);
+        // Kernel frames first, then user frames.
+        let (kernel, rest) = take_frames(&e.ips, e.kframes);
+        let (user, _) = take_frames(rest, e.nframes);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user,
+                n: user.len() as u32,
+                kernel,
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        self.block_device(e.dev)?;
+        self.w.bio(&BioEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            dev: e.dev,
+            sector: e.sector,
+            bytes: e.bytes,
+            op: e.op,
+            flags: e.bio_flags,
+            duration_ns: e.duration_ns,
+            error: e.error,
+        })?;
+        self.kept[EventFamily::Bio] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a run-queue wait, of generation `g`.
+    fn decode_runq(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::runq_event = probes::read_event(data);
+        let (kernel, rest) = take_frames(&e.ips, e.kframes);
+        let (user, _) = take_frames(rest, e.nframes);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user,
+                n: user.len() as u32,
+                kernel,
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        self.w.runq(&RunqEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            duration_ns: e.duration_ns,
+            preempted: e.preempted,
+            cpu: h.cpu,
+            weight_ns: e.weight_ns,
+        })?;
+        self.kept[EventFamily::Runq] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a TCP event (and its connection, once), of generation `g`.
+    fn decode_tcp(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::tcp_event = probes::read_event(data);
+        let stack = self.stack(
+            g,
+            RawStack {
+                user: &e.ips,
+                n: e.nframes,
+                kernel: &[],
+                flags: e.flags,
+                copy_id: e.copy_id,
+            },
+        )?;
+        if self.tcp_written.insert(e.conn) {
+            let len = if e.family == 6 { 16 } else { 4 };
+            self.w.write_record(&Record {
+                kind: Some(Kind::TcpConnection(TcpConnection {
+                    id: e.conn,
+                    generation: g,
+                    local_addr: e.laddr[..len].to_vec(),
+                    local_port: e.lport.into(),
+                    remote_addr: e.raddr[..len].to_vec(),
+                    remote_port: e.rport.into(),
+                    start_ns: e.start_ns,
+                })),
+            })?;
+        }
+        self.w.tcp(&TcpEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            conn: e.conn,
+            kind: TcpEventKind::try_from(e.kind as i32).unwrap_or_default(),
+            state: e.state,
+            old_state: e.old_state,
+            local_port: e.lport.into(),
+            remote_port: e.rport.into(),
+            bytes_sent: e.bytes_sent,
+            bytes_received: e.bytes_received,
+            retransmits: e.retransmits,
+        })?;
+        self.kept[EventFamily::Tcp] += 1;
         Ok(())
     }
 

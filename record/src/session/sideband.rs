@@ -14,206 +14,235 @@ impl Session<'_> {
                     tid,
                     time,
                     ..
-                } if pid == tid && pid != ppid => {
-                    let parent = self.gen_at(ppid, time);
-                    let (comm, exe, cmdline, maps) = match parent {
-                        Some(p) => {
-                            let p = &self.gens[p as usize - 1];
-                            (p.comm, p.exe, p.cmdline.clone(), p.maps.clone())
-                        }
-                        None => (0, 0, Vec::new(), Vec::new()),
-                    };
-                    // Its pids, namespaces and cgroup, read now: nothing when it has
-                    // exited already (or its pid is another process's by now).
-                    let info = procfs::proc_info_started(pid, time);
-                    let ident = self.ident_of(info.as_ref(), ppid, time)?;
-                    let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
-                    self.write_process(g, pid, ProcessEvent::Fork, time, parent.unwrap_or(0))?;
-                    for m in maps {
-                        self.add_mapping(g, m, time, MappingSource::Fork)?;
-                    }
-                    if let Some(t) = self.cfi.as_mut() {
-                        t.fork(ppid, pid);
-                    }
-                    if self.follow {
-                        self.live.insert(pid);
-                        if self.probes.alloc_sessions() {
-                            // Held at fork (alloc_fork) and continued once attached; a
-                            // child the kernel side did not hold is attached late.
-                            // A child that is neither stopped nor about to be was not
-                            // held (its hold event found the ring buffer full): it has
-                            // run unprobed since its fork, which the trace must say.
-                            let held = || procfs::stopped_or_stopping(pid) != Some(false);
-                            let attached = procfs::start_ticks(pid)
-                                .is_some_and(|t| self.children_attached.get(&pid) == Some(&t));
-                            if self.probes.holds_children() && (attached || held()) {
-                                self.attach_child(pid);
-                            } else {
-                                self.follow_sessions(pid, g, time)?;
-                            }
-                        }
-                    }
-                }
+                } if pid == tid && pid != ppid => self.process_forked(pid, ppid, time)?,
                 SideBand::Fork { .. } => {}
                 SideBand::Exec {
                     pid, time, comm, ..
-                } => {
-                    let parent = self.gen_at(pid, time);
-                    // The process that exec'd, if /proc still shows it: the one that
-                    // started when its earlier generation says (when it is known).
-                    let started = parent
-                        .map(|p| self.gens[p as usize - 1].ident.started_ns)
-                        .unwrap_or(0);
-                    let info = if started != 0 {
-                        procfs::proc_info_started(pid, started)
-                    } else {
-                        procfs::proc_info(pid).ok()
-                    };
-                    let i = info.clone().unwrap_or_default();
-                    let comm = self.w.intern_string(&comm)?;
-                    let exe = self.w.intern_string(&i.exe)?;
-                    let cmdline = i
-                        .cmdline
-                        .iter()
-                        .map(|a| self.w.intern_string(a))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    if let Some(t) = self.cfi.as_mut() {
-                        t.forget(pid);
-                    }
-                    let ppid = parent
-                        .map(|p| self.gens[p as usize - 1].ident.ppid)
-                        .unwrap_or(0);
-                    let started = match (started, &info) {
-                        (0, Some(i)) => boot_of_ticks(i.start_ticks),
-                        _ => started,
-                    };
-                    let ident = self.ident_of(info.as_ref(), ppid, started)?;
-                    let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
-                    self.write_process(g, pid, ProcessEvent::Exec, time, parent.unwrap_or(0))?;
-                }
-                SideBand::Mmap {
-                    pid,
-                    time,
-                    start,
-                    len,
-                    pgoff,
-                    inode,
-                    build_id,
-                    prot,
-                    flags,
-                    path,
-                    ..
-                } => {
-                    let g = self.gen_or_snapshot(pid, time)?;
-                    let (dev, ino) = inode
-                        .map(|(ma, mi, ino)| ((u64::from(ma) << 20) | u64::from(mi), ino))
-                        .unwrap_or((0, 0));
-                    let file = path.starts_with(b"/").then(|| procfs::path_in(pid, &path));
-                    let kernel_bid = build_id.clone();
-                    let vdso = generations::is_vdso(&path, start, start + len);
-                    let bid = match (build_id, &file) {
-                        _ if vdso => 0,
-                        (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
-                        (None, Some(file)) => {
-                            self.build_id_of(dev, ino, &path, || ebtrace_elf::build_id(file))?
-                        }
-                        (None, None) => 0,
-                    };
-                    if let (Some(file), true) = (&file, prot & libc::PROT_EXEC as u32 != 0) {
-                        // A process that has already exited has no /proc/PID/root: the
-                        // file at the same path here will do if it has the same build-id.
-                        let here = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&path));
-                        if file.exists() {
-                            self.unwind_tables(bid, file)?;
-                        } else if self.unwind_info
-                            && kernel_bid.is_some()
-                            && ebtrace_elf::build_id(&here) == kernel_bid
-                        {
-                            self.unwind_tables(bid, &here)?;
-                        }
-                    }
-                    let mut perms = 0;
-                    if prot & libc::PROT_READ as u32 != 0 {
-                        perms |= 1;
-                    }
-                    if prot & libc::PROT_WRITE as u32 != 0 {
-                        perms |= 2;
-                    }
-                    if prot & libc::PROT_EXEC as u32 != 0 {
-                        perms |= 4;
-                    }
-                    if flags & libc::MAP_SHARED as u32 != 0 {
-                        perms |= 8;
-                    }
-                    if let (Some(t), true) = (self.cfi.as_mut(), prot & libc::PROT_EXEC as u32 != 0)
-                    {
-                        let f = file.as_deref();
-                        t.map_path(
-                            pid,
-                            start,
-                            start + len,
-                            pgoff,
-                            &path,
-                            f,
-                            kernel_bid.as_deref(),
-                        );
-                    }
-                    let path = self.w.intern_string(&path)?;
-                    self.add_mapping(
-                        g,
-                        MapRec {
-                            start,
-                            end: start + len,
-                            offset: pgoff,
-                            path,
-                            build_id: bid,
-                            inode: ino,
-                            dev,
-                            perms,
-                            vdso,
-                        },
-                        time,
-                        MappingSource::Mmap,
-                    )?;
-                }
+                } => self.process_execed(pid, time, comm)?,
+                m @ SideBand::Mmap { .. } => self.mapped(m)?,
                 SideBand::Exit { pid, tid, time, .. } if pid == tid => {
-                    if let Some(t) = self.cfi.as_mut() {
-                        t.forget(pid);
-                    }
-                    if self.probes.alloc_sessions() {
-                        self.probes.forget_session_pid(pid as i32);
-                    }
-                    self.exited.insert(pid, time);
-                    // The launched command stays "live" until waitpid has its exit code,
-                    // so that its EXIT record is written before the recording stops.
-                    if !self.awaiting_code(pid) {
-                        self.live.remove(&pid);
-                    }
-                    if !self.exit_codes.contains_key(&pid) {
-                        // the launched command's exit is written once waitpid gives its code
-                        if !self.awaiting_code(pid) {
-                            self.write_exit(pid, time, 0)?;
-                        }
-                    }
+                    self.process_exited(pid, time)?
                 }
                 SideBand::Exit { .. } => {}
-                SideBand::Lost { count, cpu } => {
-                    self.sideband_lost += count;
-                    self.w.write_record(&Record {
-                        kind: Some(Kind::Lost(Lost {
-                            time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
-                            family: EventFamily::Process as i32,
-                            reason: LossReason::RingbufFull as i32,
-                            count,
-                            cpu,
-                        })),
-                    })?;
-                }
+                SideBand::Lost { count, cpu } => self.side_band_lost(count, cpu)?,
             }
         }
         if let Some(t) = self.cfi.as_mut() {
             t.flush();
         }
+        Ok(())
+    }
+
+    /// A new process (FORK of a thread group leader): its generation, inheriting its
+    /// parent's mappings, and with --alloc-probes session, its links.
+    fn process_forked(&mut self, pid: u32, ppid: u32, time: u64) -> Result<()> {
+        let parent = self.gen_at(ppid, time);
+        let (comm, exe, cmdline, maps) = match parent {
+            Some(p) => {
+                let p = &self.gens[p as usize - 1];
+                (p.comm, p.exe, p.cmdline.clone(), p.maps.clone())
+            }
+            None => (0, 0, Vec::new(), Vec::new()),
+        };
+        // Its pids, namespaces and cgroup, read now: nothing when it has
+        // exited already (or its pid is another process's by now).
+        let info = procfs::proc_info_started(pid, time);
+        let ident = self.ident_of(info.as_ref(), ppid, time)?;
+        let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
+        self.write_process(g, pid, ProcessEvent::Fork, time, parent.unwrap_or(0))?;
+        for m in maps {
+            self.add_mapping(g, m, time, MappingSource::Fork)?;
+        }
+        if let Some(t) = self.cfi.as_mut() {
+            t.fork(ppid, pid);
+        }
+        if self.follow {
+            self.live.insert(pid);
+            if self.probes.alloc_sessions() {
+                // Held at fork (alloc_fork) and continued once attached; a
+                // child the kernel side did not hold is attached late.
+                // A child that is neither stopped nor about to be was not
+                // held (its hold event found the ring buffer full): it has
+                // run unprobed since its fork, which the trace must say.
+                let held = || procfs::stopped_or_stopping(pid) != Some(false);
+                let attached = procfs::start_ticks(pid)
+                    .is_some_and(|t| self.children_attached.get(&pid) == Some(&t));
+                if self.probes.holds_children() && (attached || held()) {
+                    self.attach_child(pid);
+                } else {
+                    self.follow_sessions(pid, g, time)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An exec (COMM with the exec flag): a new generation of `pid`.
+    fn process_execed(&mut self, pid: u32, time: u64, comm: Vec<u8>) -> Result<()> {
+        let parent = self.gen_at(pid, time);
+        // The process that exec'd, if /proc still shows it: the one that
+        // started when its earlier generation says (when it is known).
+        let started = parent
+            .map(|p| self.gens[p as usize - 1].ident.started_ns)
+            .unwrap_or(0);
+        let info = if started != 0 {
+            procfs::proc_info_started(pid, started)
+        } else {
+            procfs::proc_info(pid).ok()
+        };
+        let i = info.clone().unwrap_or_default();
+        let comm = self.w.intern_string(&comm)?;
+        let exe = self.w.intern_string(&i.exe)?;
+        let cmdline = i
+            .cmdline
+            .iter()
+            .map(|a| self.w.intern_string(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(t) = self.cfi.as_mut() {
+            t.forget(pid);
+        }
+        let ppid = parent
+            .map(|p| self.gens[p as usize - 1].ident.ppid)
+            .unwrap_or(0);
+        let started = match (started, &info) {
+            (0, Some(i)) => boot_of_ticks(i.start_ticks),
+            _ => started,
+        };
+        let ident = self.ident_of(info.as_ref(), ppid, started)?;
+        let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
+        self.write_process(g, pid, ProcessEvent::Exec, time, parent.unwrap_or(0))?;
+        Ok(())
+    }
+
+    /// A mapping (MMAP2, the record `m`): its build-id, unwind tables and CFI rows, and
+    /// the mapping in its generation.
+    fn mapped(&mut self, m: SideBand) -> Result<()> {
+        let SideBand::Mmap {
+            pid,
+            time,
+            start,
+            len,
+            pgoff,
+            inode,
+            build_id,
+            prot,
+            flags,
+            path,
+            ..
+        } = m
+        else {
+            return Ok(());
+        };
+        let g = self.gen_or_snapshot(pid, time)?;
+        let (dev, ino) = inode
+            .map(|(ma, mi, ino)| ((u64::from(ma) << 20) | u64::from(mi), ino))
+            .unwrap_or((0, 0));
+        let file = path.starts_with(b"/").then(|| procfs::path_in(pid, &path));
+        let kernel_bid = build_id.clone();
+        let vdso = generations::is_vdso(&path, start, start + len);
+        let bid = match (build_id, &file) {
+            _ if vdso => 0,
+            (Some(b), _) => self.build_id_of(0, 0, &b, || Some(b.clone()))?,
+            (None, Some(file)) => {
+                self.build_id_of(dev, ino, &path, || ebtrace_elf::build_id(file))?
+            }
+            (None, None) => 0,
+        };
+        if let (Some(file), true) = (&file, prot & libc::PROT_EXEC as u32 != 0) {
+            // A process that has already exited has no /proc/PID/root: the
+            // file at the same path here will do if it has the same build-id.
+            let here = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&path));
+            if file.exists() {
+                self.unwind_tables(bid, file)?;
+            } else if self.unwind_info
+                && kernel_bid.is_some()
+                && ebtrace_elf::build_id(&here) == kernel_bid
+            {
+                self.unwind_tables(bid, &here)?;
+            }
+        }
+        let mut perms = 0;
+        if prot & libc::PROT_READ as u32 != 0 {
+            perms |= 1;
+        }
+        if prot & libc::PROT_WRITE as u32 != 0 {
+            perms |= 2;
+        }
+        if prot & libc::PROT_EXEC as u32 != 0 {
+            perms |= 4;
+        }
+        if flags & libc::MAP_SHARED as u32 != 0 {
+            perms |= 8;
+        }
+        if let (Some(t), true) = (self.cfi.as_mut(), prot & libc::PROT_EXEC as u32 != 0) {
+            let f = file.as_deref();
+            t.map_path(
+                pid,
+                start,
+                start + len,
+                pgoff,
+                &path,
+                f,
+                kernel_bid.as_deref(),
+            );
+        }
+        let path = self.w.intern_string(&path)?;
+        self.add_mapping(
+            g,
+            MapRec {
+                start,
+                end: start + len,
+                offset: pgoff,
+                path,
+                build_id: bid,
+                inode: ino,
+                dev,
+                perms,
+                vdso,
+            },
+            time,
+            MappingSource::Mmap,
+        )?;
+        Ok(())
+    }
+
+    /// A process's exit (EXIT of its leader): its state forgotten, and its EXIT record
+    /// written (the launched command's once waitpid gives its exit code).
+    fn process_exited(&mut self, pid: u32, time: u64) -> Result<()> {
+        if let Some(t) = self.cfi.as_mut() {
+            t.forget(pid);
+        }
+        if self.probes.alloc_sessions() {
+            self.probes.forget_session_pid(pid as i32);
+        }
+        self.exited.insert(pid, time);
+        // The launched command stays "live" until waitpid has its exit code,
+        // so that its EXIT record is written before the recording stops.
+        if !self.awaiting_code(pid) {
+            self.live.remove(&pid);
+        }
+        if !self.exit_codes.contains_key(&pid) {
+            // the launched command's exit is written once waitpid gives its code
+            if !self.awaiting_code(pid) {
+                self.write_exit(pid, time, 0)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Side-band records the kernel lost (its ring buffer was full): counted, and a Lost
+    /// record.
+    fn side_band_lost(&mut self, count: u64, cpu: u32) -> Result<()> {
+        self.sideband_lost += count;
+        self.w.write_record(&Record {
+            kind: Some(Kind::Lost(Lost {
+                time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+                family: EventFamily::Process as i32,
+                reason: LossReason::RingbufFull as i32,
+                count,
+                cpu,
+            })),
+        })?;
         Ok(())
     }
 
