@@ -72,19 +72,42 @@ impl Drop for Shim {
 /// sampler's ring buffer, `EBTRACE_RING_FD`).
 pub const RELEASED_FD: i32 = 1017;
 
+/// What the preload shim is told through the launched command's environment
+/// (`child_env`).
+#[derive(Debug, Clone, Copy)]
+pub struct PreloadEnv<'a> {
+    /// The shim written out (`Shim::path`), put first in LD_PRELOAD.
+    pub shim: &'a Path,
+    /// The sampling period: mean bytes allocated between two samples
+    /// (`EBTRACE_SAMPLE_BYTES`).
+    pub period: u64,
+    /// --alloc's threshold: smaller samples are dropped (`EBTRACE_MIN_BYTES`).
+    pub min: u64,
+    /// --no-free: frees are not reported (`EBTRACE_NO_FREE`).
+    pub no_free: bool,
+    /// The sampler's ring buffer's size in bytes: the shim waits while it is half full
+    /// (without a channel).
+    pub ring_bytes: u32,
+    /// The channel's size (`Chan::size`) when the shim writes into one, else None.
+    pub chan_bytes: Option<u64>,
+    /// The most frames the shim walks per stack (with a channel).
+    pub stack_depth: u32,
+}
+
 /// The environment the command gets on top of ebrec's: the shim first in LD_PRELOAD (the
 /// entries already there kept after it), the period, --alloc's threshold and --no-free.
 /// An LD_PRELOAD entry that is itself an allocator is refused: the shim forwards to glibc's
 /// malloc, so it would replace that allocator, not sample it.
-pub fn child_env(
-    shim: &Path,
-    period: u64,
-    min: u64,
-    no_free: bool,
-    ring_bytes: u32,
-    chan_bytes: Option<u64>,
-    stack_depth: u32,
-) -> Result<Vec<(OsString, OsString)>> {
+pub fn child_env(e: &PreloadEnv<'_>) -> Result<Vec<(OsString, OsString)>> {
+    let PreloadEnv {
+        shim,
+        period,
+        min,
+        no_free,
+        ring_bytes,
+        chan_bytes,
+        stack_depth,
+    } = *e;
     let mut preload = shim.as_os_str().to_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD") {
         for entry in old

@@ -81,15 +81,15 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         None
     };
     let env = match (&shim, cfg.preload_period) {
-        (Some(s), Some(period)) => crate::preload::child_env(
-            &s.path,
+        (Some(s), Some(period)) => crate::preload::child_env(&crate::preload::PreloadEnv {
+            shim: &s.path,
             period,
-            a.alloc.unwrap_or(0),
-            a.no_free,
-            cfg.ringbuf_bytes,
-            chan.as_ref().map(|c| c.size()),
-            a.stack_depth,
-        )?,
+            min: a.alloc.unwrap_or(0),
+            no_free: a.no_free,
+            ring_bytes: cfg.ringbuf_bytes,
+            chan_bytes: chan.as_ref().map(|c| c.size()),
+            stack_depth: a.stack_depth,
+        })?,
         _ => Vec::new(),
     };
     let mut launched = if a.command.is_empty() {
