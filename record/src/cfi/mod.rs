@@ -185,14 +185,30 @@ impl std::fmt::Debug for Tables {
     }
 }
 
-fn create(
+/// One of the BPF maps `Tables` creates (`create`).
+#[derive(Debug, Clone, Copy)]
+struct MapSpec<'a> {
     kind: MapType,
-    name: &str,
+    name: &'a str,
+    /// Key size in bytes.
     key: u32,
+    /// Value size in bytes.
     value: u32,
+    /// Most entries.
     n: u32,
+    /// `BPF_F_*` map flags.
     flags: u32,
-) -> Result<MapHandle> {
+}
+
+fn create(spec: MapSpec<'_>) -> Result<MapHandle> {
+    let MapSpec {
+        kind,
+        name,
+        key,
+        value,
+        n,
+        flags,
+    } = spec;
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
         map_flags: flags,
@@ -224,40 +240,54 @@ impl Tables {
         let row_bytes = budget.saturating_sub(page_bytes).max(64 << 10);
         let nrows = u32::try_from(row_bytes / 8).unwrap_or(u32::MAX / 2);
         let npages = u32::try_from(page_bytes / 8).unwrap_or(u32::MAX / 2);
-        let rows_map = create(MapType::Array, "cfi_rows", 4, 8, nrows, BPF_F_MMAPABLE)?;
-        let pages_map = create(MapType::Array, "cfi_pages", 4, 8, npages, BPF_F_MMAPABLE)?;
-        let files_map = create(
-            MapType::Array,
-            "cfi_files",
-            4,
-            std::mem::size_of::<cfi_file>() as u32,
-            CFI_MAX_FILES as u32,
-            0,
-        )?;
-        let procs_map = create(
-            MapType::Hash,
-            "cfi_procs",
-            4,
-            std::mem::size_of::<cfi_proc>() as u32,
-            16384,
-            BPF_F_NO_PREALLOC,
-        )?;
-        let inodes_map = create(
-            MapType::Hash,
-            "cfi_inodes",
-            std::mem::size_of::<cfi_inode>() as u32,
-            4,
-            CFI_MAX_FILES as u32,
-            0,
-        )?;
-        let early_map = create(
-            MapType::Hash,
-            "cfi_early",
-            4,
-            std::mem::size_of::<ebtrace_bpf::cfi_early>() as u32,
-            4096,
-            0,
-        )?;
+        let rows_map = create(MapSpec {
+            kind: MapType::Array,
+            name: "cfi_rows",
+            key: 4,
+            value: 8,
+            n: nrows,
+            flags: BPF_F_MMAPABLE,
+        })?;
+        let pages_map = create(MapSpec {
+            kind: MapType::Array,
+            name: "cfi_pages",
+            key: 4,
+            value: 8,
+            n: npages,
+            flags: BPF_F_MMAPABLE,
+        })?;
+        let files_map = create(MapSpec {
+            kind: MapType::Array,
+            name: "cfi_files",
+            key: 4,
+            value: std::mem::size_of::<cfi_file>() as u32,
+            n: CFI_MAX_FILES as u32,
+            flags: 0,
+        })?;
+        let procs_map = create(MapSpec {
+            kind: MapType::Hash,
+            name: "cfi_procs",
+            key: 4,
+            value: std::mem::size_of::<cfi_proc>() as u32,
+            n: 16384,
+            flags: BPF_F_NO_PREALLOC,
+        })?;
+        let inodes_map = create(MapSpec {
+            kind: MapType::Hash,
+            name: "cfi_inodes",
+            key: std::mem::size_of::<cfi_inode>() as u32,
+            value: 4,
+            n: CFI_MAX_FILES as u32,
+            flags: 0,
+        })?;
+        let early_map = create(MapSpec {
+            kind: MapType::Hash,
+            name: "cfi_early",
+            key: 4,
+            value: std::mem::size_of::<ebtrace_bpf::cfi_early>() as u32,
+            n: 4096,
+            flags: 0,
+        })?;
         let rows = Mapped::new(&rows_map, nrows as usize)?;
         let pages = Mapped::new(&pages_map, npages as usize)?;
         Ok(Tables {
