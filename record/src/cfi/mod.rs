@@ -185,6 +185,23 @@ impl std::fmt::Debug for Tables {
     }
 }
 
+/// An executable mapping of a target process, as `Tables::map_path` takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcMapping<'a> {
+    pub pid: u32,
+    /// The mapped range [start, end).
+    pub start: u64,
+    pub end: u64,
+    /// The file offset the range starts at.
+    pub pgoff: u64,
+    /// The path the kernel or /proc/PID/maps gave (`[vdso]` for the vDSO).
+    pub path: &'a [u8],
+    /// Where the mapped file can be opened from here (None: no file, or none reachable).
+    pub file: Option<&'a Path>,
+    /// The file's build-id, when the kernel gave it.
+    pub build_id: Option<&'a [u8]>,
+}
+
 /// One of the BPF maps `Tables` creates (`create`).
 #[derive(Debug, Clone, Copy)]
 struct MapSpec<'a> {
@@ -366,20 +383,19 @@ impl Tables {
             .sum()
     }
 
-    /// `pid` maps [start, end) of `path` at file offset `pgoff`: a file (opened at `file`,
-    /// its build-id `build_id` when the kernel gave it), or the vDSO; any other mapping (no
-    /// file: JIT code, the stack) gets no rows.
-    #[allow(clippy::too_many_arguments)]
-    pub fn map_path(
-        &mut self,
-        pid: u32,
-        start: u64,
-        end: u64,
-        pgoff: u64,
-        path: &[u8],
-        file: Option<&Path>,
-        build_id: Option<&[u8]>,
-    ) {
+    /// `m.pid` maps [start, end) of `path` at file offset `pgoff`: a file (opened at
+    /// `file`, its build-id `build_id` when the kernel gave it), or the vDSO; any other
+    /// mapping (no file: JIT code, the stack) gets no rows.
+    pub fn map_path(&mut self, m: &ProcMapping<'_>) {
+        let ProcMapping {
+            pid,
+            start,
+            end,
+            pgoff,
+            path,
+            file,
+            build_id,
+        } = *m;
         let (slot, pgoff) = match file {
             Some(f) => (self.slot(&key(build_id, f), f), pgoff),
             None if path == b"[vdso]" => (self.vdso_slot(), 0),

@@ -162,15 +162,15 @@ impl Session<'_> {
                 }
             });
             if let Some(t) = self.cfi.as_mut() {
-                t.map_path(
+                t.map_path(&crate::cfi::ProcMapping {
                     pid,
-                    m.start,
-                    m.end,
-                    m.offset,
-                    &m.path,
-                    file.as_deref(),
-                    None,
-                );
+                    start: m.start,
+                    end: m.end,
+                    pgoff: m.offset,
+                    path: &m.path,
+                    file: file.as_deref(),
+                    build_id: None,
+                });
             }
             let vdso = is_vdso(&m.path, m.start, m.end);
             let bid = match &file {

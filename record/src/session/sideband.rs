@@ -176,15 +176,15 @@ impl Session<'_> {
         }
         if let (Some(t), true) = (self.cfi.as_mut(), prot & libc::PROT_EXEC as u32 != 0) {
             let f = file.as_deref();
-            t.map_path(
+            t.map_path(&crate::cfi::ProcMapping {
                 pid,
                 start,
-                start + len,
+                end: start + len,
                 pgoff,
-                &path,
-                f,
-                kernel_bid.as_deref(),
-            );
+                path: &path,
+                file: f,
+                build_id: kernel_bid.as_deref(),
+            });
         }
         let path = self.w.intern_string(&path)?;
         self.add_mapping(
