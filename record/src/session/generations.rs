@@ -18,16 +18,31 @@ pub(super) struct Ident {
     pub container_id: String,
 }
 
+/// What a new generation starts as (`Session::new_gen`): its Process record's start,
+/// names and [`Ident`].
+#[derive(Debug, Clone)]
+pub(super) struct GenStart {
+    /// When the generation began (its fork or exec, or the process's start for a
+    /// snapshot; boottime ns).
+    pub start_ns: u64,
+    /// String id of the command name.
+    pub comm: u64,
+    /// String id of the executable's path.
+    pub exe: u64,
+    /// String ids of the command line's arguments.
+    pub cmdline: Vec<u64>,
+    pub ident: Ident,
+}
+
 impl Session<'_> {
-    pub(super) fn new_gen(
-        &mut self,
-        pid: u32,
-        start_ns: u64,
-        comm: u64,
-        exe: u64,
-        cmdline: Vec<u64>,
-        ident: Ident,
-    ) -> u32 {
+    pub(super) fn new_gen(&mut self, pid: u32, start: GenStart) -> u32 {
+        let GenStart {
+            start_ns,
+            comm,
+            exe,
+            cmdline,
+            ident,
+        } = start;
         self.gens.push(Gen {
             start_ns,
             comm,
@@ -147,7 +162,16 @@ impl Session<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         let start_ns = boot_of_ticks(i.start_ticks);
         let ident = self.ident_of(info.as_ref(), 0, start_ns)?;
-        let g = self.new_gen(pid, start_ns, comm, exe, cmdline, ident);
+        let g = self.new_gen(
+            pid,
+            GenStart {
+                start_ns,
+                comm,
+                exe,
+                cmdline,
+                ident,
+            },
+        );
         self.write_process(g, pid, ProcessEvent::Existing, now, 0)?;
         for m in procfs::maps(pid).unwrap_or_default() {
             if m.perms & 4 == 0 || m.path.is_empty() {

@@ -48,7 +48,16 @@ impl Session<'_> {
         // exited already (or its pid is another process's by now).
         let info = procfs::proc_info_started(pid, time);
         let ident = self.ident_of(info.as_ref(), ppid, time)?;
-        let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
+        let g = self.new_gen(
+            pid,
+            generations::GenStart {
+                start_ns: time,
+                comm,
+                exe,
+                cmdline,
+                ident,
+            },
+        );
         self.write_process(g, pid, ProcessEvent::Fork, time, parent.unwrap_or(0))?;
         for m in maps {
             self.add_mapping(g, m, time, MappingSource::Fork)?;
@@ -109,7 +118,16 @@ impl Session<'_> {
             _ => started,
         };
         let ident = self.ident_of(info.as_ref(), ppid, started)?;
-        let g = self.new_gen(pid, time, comm, exe, cmdline, ident);
+        let g = self.new_gen(
+            pid,
+            generations::GenStart {
+                start_ns: time,
+                comm,
+                exe,
+                cmdline,
+                ident,
+            },
+        );
         self.write_process(g, pid, ProcessEvent::Exec, time, parent.unwrap_or(0))?;
         Ok(())
     }
