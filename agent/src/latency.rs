@@ -28,7 +28,7 @@
 //! are not in these histograms.
 #![allow(dead_code)] // the agent loop calls what it needs of it
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, Observations};
 use ebtrace_analyze::model::{Event, Filter, Loaded, Sink};
 use ebtrace_analyze::reports::system::{bio_op_name, device_name, syscall_name};
 use ebtrace_format::proto::EventFamily;
@@ -157,9 +157,11 @@ fn put(m: &Metrics, name: &str, help: &str, labels: &[(&str, &str)], h: &Hist) {
         name,
         help,
         labels,
-        &LATENCY_BOUNDS,
-        &h.counts,
-        h.sum_ns as f64 / 1e9,
+        Observations {
+            bounds: &LATENCY_BOUNDS,
+            counts: &h.counts,
+            sum: h.sum_ns as f64 / 1e9,
+        },
     );
 }
 

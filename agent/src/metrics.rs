@@ -66,6 +66,18 @@ struct Family {
     series: BTreeMap<Labels, Value>,
 }
 
+/// Observations added to a histogram series at once (`Metrics::add_histogram`).
+#[derive(Debug, Clone, Copy)]
+pub struct Observations<'a> {
+    /// The buckets' upper bounds, increasing (the +Inf bucket is implicit).
+    pub bounds: &'a [f64],
+    /// Observations per bucket (not cumulative), `bounds.len() + 1` of them (the last:
+    /// +Inf).
+    pub counts: &'a [u64],
+    /// The sum of the observed values.
+    pub sum: f64,
+}
+
 /// The registry: every family by name. Send + Sync (one mutex; a scrape holds it while it
 /// renders, a few hundred microseconds for thousands of series).
 #[derive(Debug, Default)]
@@ -233,7 +245,16 @@ impl Metrics {
     pub fn observe(&self, name: &str, help: &str, labels: &[(&str, &str)], bounds: &[f64], v: f64) {
         let mut counts = vec![0u64; bounds.len() + 1];
         counts[bucket_of(bounds, v)] = 1;
-        self.add_histogram(name, help, labels, bounds, &counts, v);
+        self.add_histogram(
+            name,
+            help,
+            labels,
+            Observations {
+                bounds,
+                counts: &counts,
+                sum: v,
+            },
+        );
     }
 
     /// Adds many at once: counts[i] observations in bucket i (bounds.len()+1 buckets, the
@@ -244,10 +265,13 @@ impl Metrics {
         name: &str,
         help: &str,
         labels: &[(&str, &str)],
-        bounds: &[f64],
-        counts: &[u64],
-        sum: f64,
+        o: Observations<'_>,
     ) {
+        let Observations {
+            bounds,
+            counts,
+            sum,
+        } = o;
         debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]), "unsorted bounds");
         debug_assert_eq!(counts.len(), bounds.len() + 1, "one count per bucket");
         // Extra counts go to +Inf, missing ones are 0.

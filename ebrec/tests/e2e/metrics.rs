@@ -331,9 +331,11 @@ fn render_is_the_text_format() {
         "ebrec_h_seconds",
         "H.",
         &[("p", "1")],
-        &[0.1, 1.0],
-        &[1, 0, 2],
-        30.0,
+        metrics::Observations {
+            bounds: &[0.1, 1.0],
+            counts: &[1, 0, 2],
+            sum: 30.0,
+        },
     );
     let want = "\
 # HELP ebrec_a A with \\\\ and\\nnewline.
