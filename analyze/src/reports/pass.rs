@@ -3,7 +3,7 @@
 //! one [`Loaded`], with the losses it would have had reading the trace alone (each starts
 //! from the losses of the reading; its own notes and unresolved frames are its own). What
 //! `ebsym report` and `ebsym summary` read a trace with.
-use super::heap::{HeapMeasure, HeapReport, HeapSink, HeapTimeline};
+use super::heap::{HeapMeasure, HeapQuery, HeapReport, HeapSink, HeapTimeline};
 use super::heatmap::HeatPoint;
 use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
@@ -278,7 +278,13 @@ impl Passed {
         sink.finish();
         let timeline = sink.take_timeline();
         let filter = self.filter.clone();
-        let (report, leaks) = sink.report_and_leaks(self.fresh(), &filter, by, usize::MAX, rules);
+        let query = HeapQuery {
+            filter: &filter,
+            by,
+            n: usize::MAX,
+            rules,
+        };
+        let (report, leaks) = sink.report_and_leaks(self.fresh(), &query);
         self.heap_leaks = Some(leaks);
         (report, timeline)
     }
