@@ -27,8 +27,9 @@
 //! stack and each generation has had), `timeline` (the heap over time, for `ebsym
 //! report`), `caveats` (what the recording's options say about the numbers), `leaked`
 //! (the blocks never freed, as `leaks` classifies them), `rows` (stacks merged into rows,
-//! the allocators' shares, the processes), `query` (what a report is asked for), `assemble` (the report from a finished
-//! sink), `report` (the JSON) and `text` (the report for people).
+//! the allocators' shares, the processes), `query` (what a report is asked for),
+//! `assemble` (the report from a finished sink), `report` (the JSON) and `text` (the
+//! report for people).
 mod assemble;
 mod caveats;
 mod leaked;
