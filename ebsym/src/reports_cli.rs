@@ -383,7 +383,14 @@ pub fn leaks(
     }
     let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::leaks_grouped(input.reader()?, &a.filter(), a.n, &rules, group, &wrappers);
+    let opts = reports::LeakOptions {
+        filter: &a.filter(),
+        n: a.n,
+        rules: &rules,
+        group,
+        wrappers: &wrappers,
+    };
+    let r = reports::leaks_grouped(input.reader()?, &opts);
     print(&r, a.json, out)
 }
 
