@@ -7,7 +7,7 @@
 use ebtrace_analyze::model::Filter;
 use ebtrace_analyze::reports::idle::IdleRules;
 use ebtrace_analyze::reports::summary::summary_with;
-use ebtrace_analyze::reports::{top_with, EventKind, Measure, Row};
+use ebtrace_analyze::reports::{top_with, EventKind, Measure, Row, TopOptions};
 use ebtrace_format::events::{LockEvent, OffCpuEvent};
 use ebtrace_format::{TraceReader, TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{self as pb, record::Kind, Record};
@@ -342,11 +342,13 @@ fn every_default_shape_and_its_look_alikes_in_top_offcpu() {
     let names: Vec<&str> = OFFCPU.iter().map(|x| x.0).collect();
     let rep = top_with(
         reader(&bytes),
-        EventKind::OffCpu,
-        Measure::Time,
-        &Filter::default(),
-        100,
-        &IdleRules::defaults(),
+        &TopOptions {
+            kind: EventKind::OffCpu,
+            by: Measure::Time,
+            filter: &Filter::default(),
+            n: 100,
+            idle: &IdleRules::defaults(),
+        },
     );
     let got = reasons(&rep.rows, &names);
     // The work first, largest first; then the idle waits, largest first.
@@ -412,11 +414,13 @@ fn idle_patterns_add_a_shape_and_no_idle_rules_turns_the_defaults_off() {
     let top = |rules: &IdleRules| {
         let rep = top_with(
             reader(&bytes),
-            EventKind::OffCpu,
-            Measure::Time,
-            &Filter::default(),
-            100,
-            rules,
+            &TopOptions {
+                kind: EventKind::OffCpu,
+                by: Measure::Time,
+                filter: &Filter::default(),
+                n: 100,
+                idle: rules,
+            },
         );
         reasons(&rep.rows, &names)
     };
@@ -530,11 +534,13 @@ fn contention_first_and_a_condvar_is_contention_only_when_its_mutex_was() {
     let bytes = lock_trace();
     let rep = top_with(
         reader(&bytes),
-        EventKind::Lock,
-        Measure::Wait,
-        &Filter::default(),
-        100,
-        &IdleRules::defaults(),
+        &TopOptions {
+            kind: EventKind::Lock,
+            by: Measure::Wait,
+            filter: &Filter::default(),
+            n: 100,
+            idle: &IdleRules::defaults(),
+        },
     );
     let rows: Vec<serde_json::Value> = rep
         .rows
@@ -656,11 +662,13 @@ fn contention_first_and_a_condvar_is_contention_only_when_its_mutex_was() {
     let bytes2 = b.finish();
     let rep = top_with(
         reader(&bytes2),
-        EventKind::Lock,
-        Measure::Wait,
-        &Filter::default(),
-        100,
-        &IdleRules::defaults(),
+        &TopOptions {
+            kind: EventKind::Lock,
+            by: Measure::Wait,
+            filter: &Filter::default(),
+            n: 100,
+            idle: &IdleRules::defaults(),
+        },
     );
     let cv = rep
         .rows

@@ -256,16 +256,14 @@ pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) 
     let idle = a.idle_rules()?;
     let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::top_grouped(
-        input.reader()?,
-        k,
+    let opts = reports::TopOptions {
+        kind: k,
         by,
-        &a.filter(),
-        a.n,
-        &idle,
-        group,
-        &wrappers,
-    );
+        filter: &a.filter(),
+        n: a.n,
+        idle: &idle,
+    };
+    let r = reports::top_grouped(input.reader()?, &opts, group, &wrappers);
     print(&r, a.json, out)
 }
 

@@ -71,6 +71,6 @@ pub use text::{empty_note, losses_text};
 pub use threads::{threads_from, ThreadsReport};
 pub use top::{
     top, top_from, top_grouped, top_with, BioRow, BytesRow, CpuRow, FuncRow, Group, LeakRow,
-    LockRow, OffCpuRow, Report, Row, RunqRow, SyscallRow, TcpStackRow,
+    LockRow, OffCpuRow, Report, Row, RunqRow, SyscallRow, TcpStackRow, TopOptions,
 };
 pub use wrappers::{Site, WrapperRules};
