@@ -580,14 +580,12 @@ pub fn diff(
     let by = measure(k, by)?;
     let before_input = symbolized_input(a, &a.trace)?;
     let after_input = symbolized_input(a, after)?;
-    let d = reports::diff_from(
-        before_input.reader()?,
-        after_input.reader()?,
-        k,
-        by,
-        &a.filter(),
-        a.n,
-    );
+    let opts = reports::DiffOptions {
+        kind: k,
+        filter: &a.filter(),
+        n: a.n,
+    };
+    let d = reports::diff_from(before_input.reader()?, after_input.reader()?, by, &opts);
     if let Some(output) = output {
         let f = std::fs::File::create(output)
             .with_context(|| format!("cannot create {}", output.display()))?;

@@ -56,7 +56,7 @@ mod top;
 pub mod wrappers;
 
 pub use crate::model::{Records, Trace};
-pub use diff::{diff, diff_from, diff_stacks, DiffReport, DiffRow};
+pub use diff::{diff, diff_from, diff_stacks, DiffOptions, DiffReport, DiffRow};
 pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
 pub use folded::{folded, folded_from, folded_key, Folded};
 pub use heap::{heap_from, heap_with, HeapAllocator, HeapMeasure, HeapReport, HeapRow, HeapTotals};
