@@ -465,7 +465,11 @@ fn data<R: Read + Send, B: Read + Send>(
         if acc.events > 0 || !acc.agg.is_empty() {
             let kind = EventKind::ALL[i];
             present.push(kind);
-            let v = kind_json(kind, acc, sink.bucket_ns, l, &mut int, t0);
+            let buckets = Buckets {
+                t0,
+                ns: sink.bucket_ns,
+            };
+            let v = kind_json(kind, acc, buckets, l, &mut int);
             kinds.insert(kind.name().to_string(), v);
         }
     }
@@ -547,19 +551,25 @@ fn thread_groups_json(p: &mut Passed) -> Value {
     })
 }
 
+/// The page's time buckets: `ns` each, from `t0`.
+#[derive(Debug, Clone, Copy)]
+struct Buckets {
+    t0: u64,
+    ns: u64,
+}
+
 /// One kind's part of the page: its flame graph's sums per (stack, time bucket), its
 /// timeline events, the waker of each stack, its latencies.
 fn kind_json(
     kind: EventKind,
     acc: &mut KindAcc,
-    bucket_ns: u64,
+    buckets: Buckets,
     l: &mut Loaded,
     int: &mut Interner,
-    t0: u64,
 ) -> Value {
     acc.trim();
     let (flat, totals, factor) = flame_sums(acc, l, int);
-    let tl = timeline(acc, l, int, t0);
+    let tl = timeline(acc, l, int, buckets.t0);
     let wakers = top_wakers(acc, l, int);
     let lat: Vec<Value> = acc
         .lat
@@ -576,7 +586,7 @@ fn kind_json(
     json!({
         "unit": kind_unit(kind),
         "measures": measures(kind),
-        "bucket_ns": bucket_ns * u64::from(factor),
+        "bucket_ns": buckets.ns * u64::from(factor),
         "agg": flat,
         "totals": totals,
         "events": acc.events,
