@@ -3,7 +3,7 @@
 //! one [`Loaded`], with the losses it would have had reading the trace alone (each starts
 //! from the losses of the reading; its own notes and unresolved frames are its own). What
 //! `ebsym report` and `ebsym summary` read a trace with.
-use super::heap::{HeapMeasure, HeapQuery, HeapReport, HeapSink, HeapTimeline};
+use super::heap::{HeapMeasure, HeapOptions, HeapReport, HeapSink, HeapTimeline};
 use super::heatmap::HeatPoint;
 use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
@@ -277,7 +277,7 @@ impl Passed {
         sink.finish();
         let timeline = sink.take_timeline();
         let filter = self.filter.clone();
-        let query = HeapQuery {
+        let query = HeapOptions {
             filter: &filter,
             by,
             n: usize::MAX,

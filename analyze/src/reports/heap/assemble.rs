@@ -2,7 +2,7 @@
 //! the blocks never freed, the rows, the processes and the totals.
 use super::caveats::Caveats;
 use super::leaked::Leaked;
-use super::query::{HeapQuery, Known};
+use super::options::{HeapOptions, Known};
 use super::report::{HeapReport, HeapTotals};
 use super::sink::HeapSink;
 use crate::model::Loaded;
@@ -15,7 +15,7 @@ impl HeapSink {
     pub(crate) fn report_and_leaks(
         mut self,
         l: &mut Loaded,
-        q: &HeapQuery,
+        q: &HeapOptions,
     ) -> (HeapReport, Report) {
         let Caveats {
             inexact,

@@ -1,7 +1,7 @@
 //! The blocks never freed, as the leak report classifies them: the heap report's leaked and
 //! held bytes are `leaks`' on the same live blocks, and `ebsym report` shows that leak
 //! report beside it.
-use super::query::HeapQuery;
+use super::options::HeapOptions;
 use super::sink::HeapSink;
 use crate::hash::IdMap;
 use crate::model::Loaded;
@@ -35,7 +35,7 @@ impl HeapSink {
     /// The leak report's classification of what is left, on the same live blocks (taken
     /// from the sink). Its remarks (pauses, lost frees) join `l`'s losses, without its
     /// frame counts, which the heap report makes again for every stack.
-    pub(super) fn leaked(&mut self, l: &mut Loaded, q: &HeapQuery) -> Leaked {
+    pub(super) fn leaked(&mut self, l: &mut Loaded, q: &HeapOptions) -> Leaked {
         let mut never_freed: IdMap<u64> = IdMap::default();
         for (_, b) in self.live.blocks() {
             *never_freed.entry_or_default(b.stack) += 1;

@@ -27,14 +27,14 @@
 //! stack and each generation has had), `timeline` (the heap over time, for `ebsym
 //! report`), `caveats` (what the recording's options say about the numbers), `leaked`
 //! (the blocks never freed, as `leaks` classifies them), `rows` (stacks merged into rows,
-//! the allocators' shares, the processes), `query` (what a report is asked for),
+//! the allocators' shares, the processes), `options` (what a report is asked for),
 //! `assemble` (the report from a finished sink), `report` (the JSON) and `text` (the
 //! report for people).
 mod assemble;
 mod caveats;
 mod leaked;
+mod options;
 mod order;
-mod query;
 mod report;
 mod rows;
 mod sink;
@@ -45,8 +45,8 @@ mod tests;
 mod text;
 mod timeline;
 
+pub(crate) use options::HeapOptions;
 pub use order::{MAX_PENDING, SLACK_NS};
-pub(crate) use query::HeapQuery;
 pub use report::{
     HeapAllocator, HeapMeasure, HeapProcess, HeapReport, HeapRow, HeapTotals, Lifetime,
 };
@@ -73,11 +73,11 @@ pub fn heap_with(
     let mut sink = HeapSink::default();
     let mut l = Loaded::from_trace(trace, filter, &mut sink);
     sink.finish();
-    let query = HeapQuery {
+    let opts = HeapOptions {
         filter,
         by,
         n,
         rules,
     };
-    sink.report_and_leaks(&mut l, &query).0
+    sink.report_and_leaks(&mut l, &opts).0
 }

@@ -2,7 +2,7 @@
 //! `top` merge them), each row's lifetimes, each allocator's share of the rows, and each
 //! process generation's peak.
 use super::leaked::Leaked;
-use super::query::{HeapQuery, Known};
+use super::options::{HeapOptions, Known};
 use super::report::{HeapAllocator, HeapMeasure, HeapProcess, HeapRow, Lifetime};
 use super::sink::HeapSink;
 use super::stats::StackStat;
@@ -34,7 +34,7 @@ impl HeapSink {
         l: &mut Loaded,
         leaked: &mut Leaked,
         known: Known,
-        q: &HeapQuery,
+        q: &HeapOptions,
     ) -> (Vec<HeapRow>, Vec<HeapAllocator>) {
         let merged = self.merged(l, &leaked.never_freed);
         let names = allocator_names(&l.header);

@@ -7,7 +7,7 @@ use crate::reports::suppress::Suppressions;
 /// rows are sorted by and how many it keeps, and the rules for which blocks never freed
 /// are held by design.
 #[derive(Clone, Copy)]
-pub(crate) struct HeapQuery<'a> {
+pub(crate) struct HeapOptions<'a> {
     pub(crate) filter: &'a Filter,
     pub(crate) by: HeapMeasure,
     pub(crate) n: usize,
