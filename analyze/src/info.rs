@@ -39,6 +39,7 @@ use ebtrace_format::proto::{
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
 use std::io::Read;
 use std::path::Path;
 
@@ -608,8 +609,26 @@ impl Info {
 
     /// The report for people.
     pub fn to_text(&self) -> String {
-        use std::fmt::Write;
         let mut s = String::new();
+        self.trace_text(&mut s);
+        self.state_text(&mut s);
+        self.changes_text(&mut s);
+        if self.uprobes_frames > 0 {
+            let _ = writeln!(
+                &mut s,
+                "uprobes    {} stack frame{} in the kernel's uprobes page (a return probe's \
+                 trampoline or a single-step slot), shown as \"[uprobes] …\"",
+                thousands(self.uprobes_frames),
+                if self.uprobes_frames == 1 { "" } else { "s" }
+            );
+        }
+        self.events_text(&mut s);
+        self.processes_text(&mut s);
+        s
+    }
+
+    /// The file, the recorder, the host, the command and its options, when.
+    fn trace_text(&self, s: &mut String) {
         let h = &self.header;
         let _ = writeln!(
             s,
@@ -650,6 +669,11 @@ impl Info {
                 let _ = writeln!(s, "events in  (no events)");
             }
         }
+    }
+
+    /// How the recording ended, its damage, whether symbolized, the stack memory, the vDSO,
+    /// the --aggregate counters.
+    fn state_text(&self, s: &mut String) {
         let state = match (&self.stop_reason, self.ended) {
             (Some(r), _) => format!("clean (stopped: {r})"),
             (None, _) => {
@@ -686,6 +710,10 @@ impl Info {
                 a.count, a.sum, a.rows, a.records
             );
         }
+    }
+
+    /// The probe changes while recording (the first 20).
+    fn changes_text(&self, s: &mut String) {
         if !self.probe_changes.is_empty() {
             let _ = writeln!(
                 s,
@@ -709,15 +737,10 @@ impl Info {
                 let _ = writeln!(s, "  … {} more (--json)", self.probe_changes.len() - 20);
             }
         }
-        if self.uprobes_frames > 0 {
-            let _ = writeln!(
-                s,
-                "uprobes    {} stack frame{} in the kernel's uprobes page (a return probe's \
-                 trampoline or a single-step slot), shown as \"[uprobes] …\"",
-                thousands(self.uprobes_frames),
-                if self.uprobes_frames == 1 { "" } else { "s" }
-            );
-        }
+    }
+
+    /// The events of each family, the stacks, the losses.
+    fn events_text(&self, s: &mut String) {
         let e = &self.events;
         let _ = writeln!(s, "\nevents");
         for (name, n) in [
@@ -747,6 +770,10 @@ impl Info {
                 let _ = writeln!(s, "  {:<11}{:<16}{:>10}", l.family, l.reason, l.count);
             }
         }
+    }
+
+    /// Each process generation: its command, cgroup and binaries.
+    fn processes_text(&self, s: &mut String) {
         let _ = writeln!(s, "\nprocesses  {}", self.processes.len());
         for p in &self.processes {
             let exit = match (p.exit_time_ns, p.exit_code) {
@@ -789,7 +816,6 @@ impl Info {
                 let _ = writeln!(s, "    {id}  {}", b.path);
             }
         }
-        s
     }
 }
 
