@@ -239,7 +239,7 @@ macro_rules! batches {
         #[allow(clippy::large_enum_variant)]
         pub enum Item {
             Record(Record),
-            Events(Result<Events, String>),
+            Events(Result<Events, ebtrace_format::Error>),
         }
 
         impl Item {
@@ -248,7 +248,7 @@ macro_rules! batches {
             pub fn of(record: Record) -> Item {
                 match record.kind {
                     $(Some(Kind::$Kind(b)) => {
-                        Item::Events(b.decode().map(Events::$V).map_err(|e| e.to_string()))
+                        Item::Events(b.decode().map(Events::$V))
                     })*
                     kind => Item::Record(Record { kind }),
                 }
@@ -503,7 +503,7 @@ impl Loaded {
         let record = match item {
             Item::Record(r) => r,
             Item::Events(Ok(evs)) => return self.events(evs, filter, sink),
-            Item::Events(Err(e)) => return self.losses.damage.push(e),
+            Item::Events(Err(e)) => return self.losses.damage.push(e.to_string()),
         };
         if let Some(Kind::Process(p)) = &record.kind {
             match p.event() {
