@@ -1159,8 +1159,8 @@ fn dump_every_report() {
                             other,
                             by,
                             &DiffOptions {
-                                kind: kind,
-                                filter: filter,
+                                kind,
+                                filter,
                                 n: 20,
                             },
                         )
@@ -1229,7 +1229,7 @@ fn reports_of_an_open_trace_are_the_reports_of_its_file() {
                 &after,
                 by.name(),
                 &DiffOptions {
-                    kind: kind,
+                    kind,
                     filter: &all,
                     n: 20,
                 },
@@ -1241,7 +1241,7 @@ fn reports_of_an_open_trace_are_the_reports_of_its_file() {
                 after_reader,
                 by,
                 &DiffOptions {
-                    kind: kind,
+                    kind,
                     filter: &all,
                     n: 20,
                 },

@@ -118,6 +118,9 @@ fn runs_give_events_back_in_time_and_arrival_order() {
     }
 }
 
+/// Allocations and frees given as batches, or a generation's end (generation, time).
+type Batch = Result<(Vec<AllocEvent>, Vec<FreeEvent>), (u32, u64)>;
+
 /// Batches given whole ([`Sink::allocs`], [`Sink::frees`]) take the same events in
 /// the same order as the same events one by one, and end with the same numbers:
 /// batches in time order, batches with late events (past the watermark), generation
@@ -127,7 +130,7 @@ fn batches_are_taken_as_their_events_one_by_one() {
     let mut rnd = Rnd(0x2545_f491_4f6c_dd1d);
     for round in 0..6u64 {
         // (allocations?, batch, or a generation's end)
-        let mut batches: Vec<Result<(Vec<AllocEvent>, Vec<FreeEvent>), (u32, u64)>> = Vec::new();
+        let mut batches: Vec<Batch> = Vec::new();
         let mut t = 1_000_000_000u64;
         let mut live: Vec<(u32, u64)> = Vec::new();
         let big = round >= 4;
