@@ -871,20 +871,9 @@ fn row(
         }),
         EventKind::Lock => lock_row(l, frames, &agg, thread, d),
         EventKind::Func => {
-            let h = agg.hist(0);
-            histograms.push(h.log2_bins());
-            Row::Func(FuncRow {
-                count: agg.count,
-                frames,
-                function: probed_name(l, sub),
-                function_id: sub,
-                max_ns: h.max(),
-                p50_ns: h.quantile(0.5),
-                p90_ns: h.quantile(0.9),
-                p99_ns: h.quantile(0.99),
-                thread,
-                total_ns: agg.a,
-            })
+            let (row, bins) = func_row(l, sub, frames, &agg, thread);
+            histograms.push(bins);
+            row
         }
         EventKind::Cpu => Row::Cpu(CpuRow {
             count: agg.count,
@@ -956,6 +945,32 @@ fn row(
             thread,
         }),
     }
+}
+
+/// A probed function's row (`sub` the function's id): its calls' latency percentiles;
+/// and their log2 histogram.
+fn func_row(
+    l: &Loaded,
+    sub: u64,
+    frames: Vec<Frame>,
+    agg: &Agg,
+    thread: Option<String>,
+) -> (Row, Vec<Log2Bin>) {
+    let h = agg.hist(0);
+    let bins = h.log2_bins();
+    let row = Row::Func(FuncRow {
+        count: agg.count,
+        frames,
+        function: probed_name(l, sub),
+        function_id: sub,
+        max_ns: h.max(),
+        p50_ns: h.quantile(0.5),
+        p90_ns: h.quantile(0.9),
+        p99_ns: h.quantile(0.99),
+        thread,
+        total_ns: agg.a,
+    });
+    (row, bins)
 }
 
 /// A lock row: its waits (and holds, when recorded), what it waited on, and the stack
