@@ -362,6 +362,35 @@ fn family_name(v: i32) -> String {
         .unwrap_or_else(|| v.to_string())
 }
 
+/// A stack's addresses, leaf first: its kernel frames innermost, then the user frames of
+/// the system call or fault that entered it.
+struct StackIps {
+    generation: u32,
+    /// How many of `ips` are the kernel's.
+    n_kernel: usize,
+    ips: Vec<u64>,
+    /// The user ips (by index among them) that are exact addresses: an instruction a
+    /// signal interrupted.
+    exact: Vec<u32>,
+}
+
+/// The path, file name and build-id (hex) of mapping `m`'s file, computed once in
+/// `modules`.
+fn module_names(
+    modules: &mut HashMap<(u64, u64), (String, String, String)>,
+    tables: &Tables,
+    m: &ebtrace_format::proto::Mapping,
+) -> (String, String, String) {
+    modules
+        .entry((m.path, m.build_id))
+        .or_insert_with(|| {
+            let module = tables.string(m.path).into_owned();
+            let short = module.rsplit('/').next().unwrap_or(&module).to_string();
+            (module, short, tables.build_id_hex(m.build_id))
+        })
+        .clone()
+}
+
 impl Loaded {
     fn passes(&self, f: &Filter, ev: &Event<'_>) -> bool {
         let (time, generation, tid) = ev.time_generation_tid();
@@ -681,36 +710,15 @@ impl Loaded {
     /// [`Loaded::frames`], with the mapping of each frame (None for kernel frames and
     /// frames outside any mapping).
     pub fn frames_and_mappings(&mut self, id: u64) -> (Vec<Frame>, Vec<Option<MappingInfo>>) {
-        let Some(stack) = self.tables.stacks.get(&id) else {
-            *self
-                .losses
-                .unresolved_frames
-                .entry("unknown stack id".into())
-                .or_default() += 1;
+        let Some(StackIps {
+            generation,
+            n_kernel,
+            ips,
+            exact,
+        }) = self.stack_ips(id)
+        else {
             return (Vec::new(), Vec::new());
         };
-        let generation = stack.generation;
-        // Leaf first: a sample taken in the kernel has its kernel frames innermost, then
-        // the user frames of the system call or fault that entered it.
-        let n_kernel = stack.kernel_ips.len();
-        // A stack unwound offline: its user ips instead of the frame-pointer walk's.
-        let (user_ips, stop, exact): (&Vec<u64>, u64, Vec<u32>) = match self.unwound.get(&id) {
-            Some((ips, stop, exact)) if !ips.is_empty() => (ips, *stop, exact.clone()),
-            Some((_, stop, _)) => (&stack.user_ips, *stop, Vec::new()),
-            None => (&stack.user_ips, 0, Vec::new()),
-        };
-        let ips: Vec<u64> = stack
-            .kernel_ips
-            .iter()
-            .chain(user_ips.iter())
-            .copied()
-            .collect();
-        if stop != 0 {
-            let reason = self.tables.string(stop).into_owned();
-            *self.losses.stacks_cut.entry(reason).or_default() += 1;
-        } else if let Some(reason) = cut_reason(stack.flags) {
-            *self.losses.stacks_cut.entry(reason.into()).or_default() += 1;
-        }
         let mut out = Vec::with_capacity(ips.len());
         let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
@@ -730,31 +738,11 @@ impl Loaded {
                 continue;
             }
             let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX) else {
-                *self
-                    .losses
-                    .unresolved_frames
-                    .entry("outside any mapping".into())
-                    .or_default() += 1;
-                out.push(Frame {
-                    function: format!("[unknown] {address}"),
-                    file: None,
-                    line: None,
-                    inlined: false,
-                    module: String::new(),
-                    address,
-                });
+                let f = self.unmapped_frame(address);
+                out.push(f);
                 continue;
             };
-            let tables = &self.tables;
-            let (module, short, build_id) = self
-                .modules
-                .entry((m.path, m.build_id))
-                .or_insert_with(|| {
-                    let module = tables.string(m.path).into_owned();
-                    let short = module.rsplit('/').next().unwrap_or(&module).to_string();
-                    (module, short, tables.build_id_hex(m.build_id))
-                })
-                .clone();
+            let (module, short, build_id) = module_names(&mut self.modules, &self.tables, m);
             let info = MappingInfo {
                 start: m.start,
                 end: m.end,
@@ -823,6 +811,64 @@ impl Loaded {
         }
         maps.resize(out.len(), None);
         (out, maps)
+    }
+
+    /// Stack `id`'s addresses, the user ips of its offline unwinding when it has them;
+    /// counts an unknown id among the unresolved frames, and why the stack was cut.
+    fn stack_ips(&mut self, id: u64) -> Option<StackIps> {
+        let Some(stack) = self.tables.stacks.get(&id) else {
+            *self
+                .losses
+                .unresolved_frames
+                .entry("unknown stack id".into())
+                .or_default() += 1;
+            return None;
+        };
+        let generation = stack.generation;
+        // Leaf first: a sample taken in the kernel has its kernel frames innermost, then
+        // the user frames of the system call or fault that entered it.
+        let n_kernel = stack.kernel_ips.len();
+        // A stack unwound offline: its user ips instead of the frame-pointer walk's.
+        let (user_ips, stop, exact): (&Vec<u64>, u64, Vec<u32>) = match self.unwound.get(&id) {
+            Some((ips, stop, exact)) if !ips.is_empty() => (ips, *stop, exact.clone()),
+            Some((_, stop, _)) => (&stack.user_ips, *stop, Vec::new()),
+            None => (&stack.user_ips, 0, Vec::new()),
+        };
+        let ips: Vec<u64> = stack
+            .kernel_ips
+            .iter()
+            .chain(user_ips.iter())
+            .copied()
+            .collect();
+        if stop != 0 {
+            let reason = self.tables.string(stop).into_owned();
+            *self.losses.stacks_cut.entry(reason).or_default() += 1;
+        } else if let Some(reason) = cut_reason(stack.flags) {
+            *self.losses.stacks_cut.entry(reason.into()).or_default() += 1;
+        }
+        Some(StackIps {
+            generation,
+            n_kernel,
+            ips,
+            exact,
+        })
+    }
+
+    /// The frame of an address outside any mapping, counted unresolved.
+    fn unmapped_frame(&mut self, address: String) -> Frame {
+        *self
+            .losses
+            .unresolved_frames
+            .entry("outside any mapping".into())
+            .or_default() += 1;
+        Frame {
+            function: format!("[unknown] {address}"),
+            file: None,
+            line: None,
+            inlined: false,
+            module: String::new(),
+            address,
+        }
     }
 
     /// Sorts the kernel symbols of all the records into one table (each record is sorted,
