@@ -552,7 +552,6 @@ impl Loaded {
             }
             return;
         }
-        let all = filter.is_empty();
         match record.kind {
             Some(Kind::Header(h)) => self.header = h,
             Some(Kind::Trailer(_)) => *trailer = true,
@@ -578,41 +577,8 @@ impl Loaded {
             Some(Kind::ProbedFunction(p)) => {
                 self.probed.insert(p.id, p.name);
             }
-            Some(Kind::KernelSymbols(k)) => {
-                let n = k.address.len();
-                if k.name.len() != n || k.module.len() != n {
-                    self.losses.damage.push(format!(
-                        "KernelSymbols: {n} addresses, {} names, {} modules (kept the first {})",
-                        k.name.len(),
-                        k.module.len(),
-                        n.min(k.name.len()).min(k.module.len())
-                    ));
-                }
-                self.kernel_symbols.extend(
-                    k.address
-                        .iter()
-                        .zip(&k.name)
-                        .zip(&k.module)
-                        .map(|((&a, &name), &module)| (a, name, module)),
-                );
-            }
-            Some(Kind::ProbeChange(p)) => {
-                use ebtrace_format::proto::ProbeChangeKind as K;
-                if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 {
-                    match K::try_from(p.kind) {
-                        Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
-                        Ok(K::Resumed) => {
-                            if let Some(last) = self.alloc_pauses.last_mut() {
-                                if last.1 == u64::MAX {
-                                    last.1 = p.time_ns;
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                self.probe_changes.push(p);
-            }
+            Some(Kind::KernelSymbols(k)) => self.add_kernel_symbols(k),
+            Some(Kind::ProbeChange(p)) => self.probe_change(p),
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
             Some(Kind::UnwoundStack(u)) => {
                 self.unwound
@@ -628,44 +594,100 @@ impl Loaded {
             Some(Kind::TcpConnection(c)) => {
                 self.tcp_connections.insert(c.id, c);
             }
-            Some(Kind::Histogram(h)) => {
-                let family =
-                    ebtrace_format::proto::EventFamily::try_from(h.family).unwrap_or_default();
-                match ebtrace_format::events::histogram_rows(&h) {
-                    Ok(rows) => {
-                        for r in &rows {
-                            let ev = Event::Histogram(family, r);
-                            if all || self.passes(filter, &ev) {
-                                self.interval_seen(r.since_ns, r.time_ns);
-                                sink.event(&ev);
-                            }
-                        }
-                    }
-                    Err(e) => self.losses.damage.push(e.to_string()),
-                }
-            }
-            Some(Kind::Aggregate(a)) => {
-                let family =
-                    ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();
-                // The family is named even when no row passes the filter: the report
-                // still says how it was recorded.
-                let name = family_name(a.family);
-                self.losses.aggregated.entry(name.clone()).or_default();
-                match ebtrace_format::events::aggregate_rows(&a) {
-                    Ok(rows) => {
-                        for r in &rows {
-                            let ev = Event::Aggregated(family, r);
-                            if all || self.passes(filter, &ev) {
-                                *self.losses.aggregated.get_mut(&name).unwrap() += r.count;
-                                self.interval_seen(r.since_ns, r.time_ns);
-                                sink.event(&ev);
-                            }
-                        }
-                    }
-                    Err(e) => self.losses.damage.push(e.to_string()),
-                }
-            }
+            Some(Kind::Histogram(h)) => self.histogram(h, filter, sink),
+            Some(Kind::Aggregate(a)) => self.aggregate(a, filter, sink),
             _ => {}
+        }
+    }
+
+    /// A `KernelSymbols` record's symbols, kept to be sorted once the trace is read.
+    fn add_kernel_symbols(&mut self, k: ebtrace_format::proto::KernelSymbols) {
+        let n = k.address.len();
+        if k.name.len() != n || k.module.len() != n {
+            self.losses.damage.push(format!(
+                "KernelSymbols: {n} addresses, {} names, {} modules (kept the first {})",
+                k.name.len(),
+                k.module.len(),
+                n.min(k.name.len()).min(k.module.len())
+            ));
+        }
+        self.kernel_symbols.extend(
+            k.address
+                .iter()
+                .zip(&k.name)
+                .zip(&k.module)
+                .map(|((&a, &name), &module)| (a, name, module)),
+        );
+    }
+
+    /// A probe change: the allocator probes' pauses (--max-cpu) kept apart.
+    fn probe_change(&mut self, p: ebtrace_format::proto::ProbeChange) {
+        use ebtrace_format::proto::ProbeChangeKind as K;
+        if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 {
+            match K::try_from(p.kind) {
+                Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
+                Ok(K::Resumed) => {
+                    if let Some(last) = self.alloc_pauses.last_mut() {
+                        if last.1 == u64::MAX {
+                            last.1 = p.time_ns;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.probe_changes.push(p);
+    }
+
+    /// A kernel histogram's rows, as events, those that pass `filter` to `sink`.
+    fn histogram(
+        &mut self,
+        h: ebtrace_format::proto::LatencyHistogram,
+        filter: &Filter,
+        sink: &mut dyn Sink,
+    ) {
+        let all = filter.is_empty();
+        let family = ebtrace_format::proto::EventFamily::try_from(h.family).unwrap_or_default();
+        match ebtrace_format::events::histogram_rows(&h) {
+            Ok(rows) => {
+                for r in &rows {
+                    let ev = Event::Histogram(family, r);
+                    if all || self.passes(filter, &ev) {
+                        self.interval_seen(r.since_ns, r.time_ns);
+                        sink.event(&ev);
+                    }
+                }
+            }
+            Err(e) => self.losses.damage.push(e.to_string()),
+        }
+    }
+
+    /// An --aggregate record's rows, as events, those that pass `filter` to `sink` (and
+    /// counted in the losses' `aggregated`).
+    fn aggregate(
+        &mut self,
+        a: ebtrace_format::proto::Aggregate,
+        filter: &Filter,
+        sink: &mut dyn Sink,
+    ) {
+        let all = filter.is_empty();
+        let family = ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();
+        // The family is named even when no row passes the filter: the report
+        // still says how it was recorded.
+        let name = family_name(a.family);
+        self.losses.aggregated.entry(name.clone()).or_default();
+        match ebtrace_format::events::aggregate_rows(&a) {
+            Ok(rows) => {
+                for r in &rows {
+                    let ev = Event::Aggregated(family, r);
+                    if all || self.passes(filter, &ev) {
+                        *self.losses.aggregated.get_mut(&name).unwrap() += r.count;
+                        self.interval_seen(r.since_ns, r.time_ns);
+                        sink.event(&ev);
+                    }
+                }
+            }
+            Err(e) => self.losses.damage.push(e.to_string()),
         }
     }
 
