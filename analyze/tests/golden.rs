@@ -1310,11 +1310,13 @@ fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
     let (html, stats) = reports::html::report(
         &mut open,
         Some(&mut open_base),
-        &all,
-        "shop",
-        Some("misc"),
-        20,
-        &reports::html::PageRules::default(),
+        &reports::html::PageOptions {
+            filter: &all,
+            name: "shop",
+            base_name: Some("misc"),
+            n: 20,
+            rules: &reports::html::PageRules::default(),
+        },
     );
     assert!(html.contains("ebtrace report: shop"));
     assert_eq!(stats.kinds, ["alloc", "lock"]);
@@ -1374,11 +1376,13 @@ fn the_summary_and_the_page_show_where_each_thread_groups_time_goes() {
     let (html, _) = reports::html::report::<&[u8], &[u8]>(
         &mut open,
         None,
-        &all,
-        "misc",
-        None,
-        20,
-        &reports::html::PageRules::default(),
+        &reports::html::PageOptions {
+            filter: &all,
+            name: "misc",
+            base_name: None,
+            n: 20,
+            rules: &reports::html::PageRules::default(),
+        },
     );
     let start = html.find(r#"id="ebtrace-data">"#).unwrap() + r#"id="ebtrace-data">"#.len();
     let end = start + html[start..].find("</script>").unwrap();
@@ -1437,11 +1441,13 @@ fn the_heap_chart_draws_a_peak_held_within_one_bucket() {
     let (html, _) = reports::html::report::<&[u8], &[u8]>(
         &mut open,
         None,
-        &Filter::default(),
-        "shop",
-        None,
-        20,
-        &reports::html::PageRules::default(),
+        &reports::html::PageOptions {
+            filter: &Filter::default(),
+            name: "shop",
+            base_name: None,
+            n: 20,
+            rules: &reports::html::PageRules::default(),
+        },
     );
     let start = html.find(r#"id="ebtrace-data">"#).unwrap() + r#"id="ebtrace-data">"#.len();
     let end = start + html[start..].find("</script>").unwrap();

@@ -196,9 +196,7 @@ pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<Ex
             };
             match v.fields {
                 Fields::Cpu { .. } => b.cpu_sample(&mut c, thread, v, period),
-                Fields::Alloc { size, address, .. } => {
-                    b.allocation(&mut c, &threads, v, size, address)
-                }
+                Fields::Alloc { .. } => b.allocation(&mut c, &threads, v),
                 _ => b.marker(&mut c, thread, *kind, v),
             }
         }
@@ -315,16 +313,11 @@ impl Builder {
             .add_sample(thread, ts(c, v.time_ns), s, CpuDelta::from_nanos(period), 1);
     }
 
-    /// An allocation of `size` bytes at `address`, a native allocation sample of its
-    /// process.
-    fn allocation(
-        &mut self,
-        c: &mut Collected,
-        threads: &Threads,
-        v: &EventView,
-        size: u64,
-        address: u64,
-    ) {
+    /// An allocation, a native allocation sample of its process.
+    fn allocation(&mut self, c: &mut Collected, threads: &Threads, v: &EventView) {
+        let Fields::Alloc { size, address, .. } = v.fields else {
+            return;
+        };
         let pid = c.process(v.generation).0;
         let Some(&first) = threads.first.get(&pid) else {
             return;

@@ -372,20 +372,29 @@ pub struct PageRules {
     pub wrappers: WrapperRules,
 }
 
+/// What the page shows of the traces [`report`] opens.
+#[derive(Debug, Clone, Copy)]
+pub struct PageOptions<'a> {
+    /// The filter both traces are read with.
+    pub filter: &'a Filter,
+    /// What the page calls the trace, and the trace it is compared against.
+    pub name: &'a str,
+    pub base_name: Option<&'a str>,
+    /// The rows of the lock and leak tables.
+    pub n: usize,
+    /// The idle and wrapper rules (`ebsym report --idle`, `--wrapper`).
+    pub rules: &'a PageRules,
+}
+
 /// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
 /// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
-/// (the differential flame graphs), twice as well. `name` is what the page calls the trace;
-/// `rules` the idle and wrapper rules (`ebsym report --idle`, `--wrapper`).
+/// (the differential flame graphs), twice as well.
 pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
-    filter: &Filter,
-    name: &str,
-    base_name: Option<&str>,
-    n: usize,
-    rules: &PageRules,
+    opts: &PageOptions,
 ) -> (String, HtmlStats) {
-    let data = data(open, base, filter, name, base_name, n, rules);
+    let data = data(open, base, opts);
     let (html, mut stats) = render(&data);
     stats.bytes = html.len();
     (html, stats)
@@ -418,12 +427,15 @@ fn wants(t0: u64, bucket_ns: u64) -> Wants {
 fn data<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
-    filter: &Filter,
-    name: &str,
-    base_name: Option<&str>,
-    n: usize,
-    rules: &PageRules,
+    opts: &PageOptions,
 ) -> Value {
+    let PageOptions {
+        filter,
+        name,
+        base_name,
+        n,
+        rules,
+    } = *opts;
     let (info, header_start) = match open() {
         Some(r) => {
             let (info, start) = crate::info::summarize_with_start(r, name);
@@ -494,7 +506,7 @@ fn data<R: Read + Send, B: Read + Send>(
     let heap = heap_json(&mut p, &present, &mut int);
     let (leaks, leaks_note) = leaks_json(&mut p, &present, n, &mut int);
     let diff = match base {
-        Some(base) => diff_json(base, base_name, &mut p, &present, filter, &mut int),
+        Some(base) => diff_json(base, opts, &mut p, &present, &mut int),
         None => serde_json::Map::new(),
     };
     let summary = summary_of(&mut p);
@@ -974,12 +986,14 @@ fn leaks_json(
 /// for its info, then once for the stacks of every such kind) and after.
 fn diff_json<B: Read + Send>(
     base: &mut dyn FnMut() -> Option<TraceReader<B>>,
-    base_name: Option<&str>,
+    opts: &PageOptions,
     p: &mut Passed,
     present: &[EventKind],
-    filter: &Filter,
     int: &mut Interner,
 ) -> serde_json::Map<String, Value> {
+    let PageOptions {
+        filter, base_name, ..
+    } = *opts;
     let mut diff = serde_json::Map::new();
     let base_kinds: Vec<EventKind> = match base() {
         Some(r) => {
