@@ -22,7 +22,7 @@
 //! not changed since the peak held then what it holds now).
 //!
 //! One file per job: `order` (the queues that put events back in time order), `sink` (the
-//! [`HeapSink`] that reads the events and takes them in that order), `take` (one event
+//! `HeapSink` that reads the events and takes them in that order), `take` (one event
 //! taken: the calls, temporary allocations, lifetimes and the peak), `stats` (what each
 //! stack and each generation has had), `timeline` (the heap over time, for `ebsym
 //! report`), `caveats` (what the recording's options say about the numbers), `leaked`
