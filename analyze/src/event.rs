@@ -152,169 +152,111 @@ impl Event<'_> {
     /// The event as the reports see it; None for what is not one event of a kind: a free,
     /// a kernel histogram's row, an --aggregate row.
     pub fn view(&self) -> Option<EventView> {
-        let v = |kind, generation, tid, stack, time_ns, duration_ns, fields| EventView {
-            kind,
-            generation,
-            tid,
-            stack,
-            time_ns,
-            duration_ns,
-            waker: None,
-            fields,
-        };
+        let fields = self.fields()?;
+        /// The view of event `e` of `kind`: what every event has, and `fields`.
+        macro_rules! view {
+            ($kind:expr, $e:expr, $duration_ns:expr, $waker:expr) => {
+                EventView {
+                    kind: $kind,
+                    generation: $e.generation,
+                    tid: $e.tid,
+                    stack: $e.stack,
+                    time_ns: $e.time_ns,
+                    duration_ns: $duration_ns,
+                    waker: $waker,
+                    fields,
+                }
+            };
+        }
+        let waker = |tid, stack| Some(Waker { tid, stack });
         use EventKind as K;
         Some(match self {
-            Event::Alloc(e) => v(
-                K::Alloc,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                None,
-                Fields::Alloc {
-                    size: e.size,
-                    address: e.address,
-                    sample_period: e.sample_period,
-                },
+            Event::Alloc(e) => view!(K::Alloc, e, None, None),
+            Event::Lock(e) => view!(
+                K::Lock,
+                e,
+                Some(e.wait_ns),
+                waker(e.waker_tid, e.waker_stack)
             ),
-            Event::Lock(e) => EventView {
-                waker: Some(Waker {
-                    tid: e.waker_tid,
-                    stack: e.waker_stack,
-                }),
-                ..v(
-                    K::Lock,
-                    e.generation,
-                    e.tid,
-                    e.stack,
-                    e.time_ns,
-                    Some(e.wait_ns),
-                    Fields::Lock {
-                        mutex: e.mutex,
-                        hold_ns: e.hold_ns,
-                        futex_op: e.futex_op,
-                        source: e.source,
-                        result: e.result,
-                    },
-                )
+            Event::Func(e) => view!(K::Func, e, Some(e.duration_ns), None),
+            Event::Cpu(e) => view!(K::Cpu, e, None, None),
+            Event::OffCpu(e) => view!(
+                K::OffCpu,
+                e,
+                Some(e.duration_ns),
+                waker(e.waker_tid, e.waker_stack)
+            ),
+            Event::MemGrowth(e) => view!(K::MemGrowth, e, None, None),
+            Event::Syscall(e) => view!(K::Syscall, e, Some(e.duration_ns), None),
+            Event::Bio(e) => view!(K::Bio, e, Some(e.duration_ns), None),
+            Event::Runq(e) => view!(K::Runq, e, Some(e.duration_ns), None),
+            Event::Tcp(e) => view!(K::Tcp, e, None, None),
+            Event::Free(_) | Event::Histogram(..) | Event::Aggregated(..) => return None,
+        })
+    }
+
+    /// The kind's own values of the event (see [`Event::view`]).
+    fn fields(&self) -> Option<Fields> {
+        Some(match self {
+            Event::Alloc(e) => Fields::Alloc {
+                size: e.size,
+                address: e.address,
+                sample_period: e.sample_period,
             },
-            Event::Func(e) => v(
-                K::Func,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                Some(e.duration_ns),
-                Fields::Func {
-                    function: e.function,
-                },
-            ),
-            Event::Cpu(e) => v(
-                K::Cpu,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                None,
-                Fields::Cpu { cpu: e.cpu },
-            ),
-            Event::OffCpu(e) => EventView {
-                waker: Some(Waker {
-                    tid: e.waker_tid,
-                    stack: e.waker_stack,
-                }),
-                ..v(
-                    K::OffCpu,
-                    e.generation,
-                    e.tid,
-                    e.stack,
-                    e.time_ns,
-                    Some(e.duration_ns),
-                    Fields::OffCpu {
-                        state: e.state,
-                        weight: e.weight(),
-                        blocks: e.blocks(),
-                    },
-                )
+            Event::Lock(e) => Fields::Lock {
+                mutex: e.mutex,
+                hold_ns: e.hold_ns,
+                futex_op: e.futex_op,
+                source: e.source,
+                result: e.result,
             },
-            Event::MemGrowth(e) => v(
-                K::MemGrowth,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                None,
-                Fields::MemGrowth {
-                    kind: e.kind,
-                    size: e.size,
-                    address: e.address,
-                    weight: e.bytes(),
-                    count: e.count(),
-                },
-            ),
-            Event::Syscall(e) => v(
-                K::Syscall,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                Some(e.duration_ns),
-                Fields::Syscall {
-                    nr: e.nr,
-                    ret: e.ret,
-                    weight: e.weight(),
-                    calls: e.calls(),
-                },
-            ),
-            Event::Bio(e) => v(
-                K::Bio,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                Some(e.duration_ns),
-                Fields::Bio {
-                    dev: e.dev,
-                    sector: e.sector,
-                    bytes: e.bytes,
-                    op: e.op,
-                    flags: e.flags,
-                    error: e.error,
-                },
-            ),
-            Event::Runq(e) => v(
-                K::Runq,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                Some(e.duration_ns),
-                Fields::Runq {
-                    preempted: e.preempted,
-                    cpu: e.cpu,
-                    weight: e.weight(),
-                    waits: e.waits(),
-                },
-            ),
-            Event::Tcp(e) => v(
-                K::Tcp,
-                e.generation,
-                e.tid,
-                e.stack,
-                e.time_ns,
-                None,
-                Fields::Tcp {
-                    conn: e.conn,
-                    kind: e.kind,
-                    state: e.state,
-                    old_state: e.old_state,
-                    local_port: e.local_port,
-                    remote_port: e.remote_port,
-                    bytes_sent: e.bytes_sent,
-                    bytes_received: e.bytes_received,
-                    retransmits: e.retransmits,
-                },
-            ),
+            Event::Func(e) => Fields::Func {
+                function: e.function,
+            },
+            Event::Cpu(e) => Fields::Cpu { cpu: e.cpu },
+            Event::OffCpu(e) => Fields::OffCpu {
+                state: e.state,
+                weight: e.weight(),
+                blocks: e.blocks(),
+            },
+            Event::MemGrowth(e) => Fields::MemGrowth {
+                kind: e.kind,
+                size: e.size,
+                address: e.address,
+                weight: e.bytes(),
+                count: e.count(),
+            },
+            Event::Syscall(e) => Fields::Syscall {
+                nr: e.nr,
+                ret: e.ret,
+                weight: e.weight(),
+                calls: e.calls(),
+            },
+            Event::Bio(e) => Fields::Bio {
+                dev: e.dev,
+                sector: e.sector,
+                bytes: e.bytes,
+                op: e.op,
+                flags: e.flags,
+                error: e.error,
+            },
+            Event::Runq(e) => Fields::Runq {
+                preempted: e.preempted,
+                cpu: e.cpu,
+                weight: e.weight(),
+                waits: e.waits(),
+            },
+            Event::Tcp(e) => Fields::Tcp {
+                conn: e.conn,
+                kind: e.kind,
+                state: e.state,
+                old_state: e.old_state,
+                local_port: e.local_port,
+                remote_port: e.remote_port,
+                bytes_sent: e.bytes_sent,
+                bytes_received: e.bytes_received,
+                retransmits: e.retransmits,
+            },
             Event::Free(_) | Event::Histogram(..) | Event::Aggregated(..) => return None,
         })
     }

@@ -33,10 +33,13 @@
 //! ```
 use crate::time;
 use ebtrace_format::events::Family;
-use ebtrace_format::proto::{record::Kind, Header, LossReason, Trailer};
+use ebtrace_format::proto::{
+    record::Kind, Aggregate, Header, LossReason, ProbeChange, Record, Trailer,
+};
 use ebtrace_format::{Tables, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
 use std::io::Read;
 use std::path::Path;
 
@@ -251,137 +254,222 @@ pub(crate) fn summarize_with_start<R: Read>(
     mut reader: TraceReader<R>,
     name: &str,
 ) -> (Info, Option<u64>) {
-    let mut tables = Tables::default();
-    let mut header: Option<Header> = None;
-    let mut trailer: Option<Trailer> = None;
-    let mut events = EventCounts::default();
-    let mut span: Option<(u64, u64)> = None;
-    let mut losses: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut symbolized = false;
-    let mut symbolized_addresses = 0u64;
-    let mut bad_batches = 0u64;
-    let mut stack_copies = 0u64;
-    let mut stack_copy_bytes = 0u64;
-    let mut vdso: Option<(u64, u64)> = None;
-    let mut probe_changes = Vec::new();
-    let mut aggregated: BTreeMap<String, AggregatedInfo> = BTreeMap::new();
-    let mut widen = |t0: u64, t1: u64| {
-        span = Some(match span {
-            None => (t0, t1),
-            Some((a, b)) => (a.min(t0), b.max(t1)),
-        })
-    };
-    fn times<B: Family>(b: &B, t: impl Fn(&B::Event) -> u64) -> Option<(u64, u64, u64)> {
-        let evs = b.decode().ok()?;
-        let lo = evs.iter().map(&t).min()?;
-        let hi = evs.iter().map(&t).max()?;
-        Some((lo, hi, evs.len() as u64))
-    }
+    let mut tally = Tally::default();
     for record in reader.by_ref() {
-        if tables.observe(&record) {
-            // Counted as they stream by, and not kept: a dwarf trace's copies can be
-            // gigabytes.
-            if let Some(Kind::Stack(s)) = &record.kind {
-                if let Some(c) = &s.copy {
-                    stack_copies += 1;
-                    stack_copy_bytes += c.data.len() as u64;
-                    if let Some(t) = tables.stacks.get_mut(&s.id) {
-                        t.copy = None;
-                    }
-                }
-            }
-            continue;
+        tally.record(record);
+    }
+    let start = tally.header.as_ref().map(|h| h.start_time_ns);
+    (tally.info(&reader, name), start)
+}
+
+/// What the summary counts as the trace streams by.
+#[derive(Default)]
+struct Tally {
+    tables: Tables,
+    header: Option<Header>,
+    trailer: Option<Trailer>,
+    events: EventCounts,
+    span: Option<(u64, u64)>,
+    losses: BTreeMap<(String, String), u64>,
+    symbolized: bool,
+    symbolized_addresses: u64,
+    bad_batches: u64,
+    stack_copies: u64,
+    stack_copy_bytes: u64,
+    vdso: Option<(u64, u64)>,
+    probe_changes: Vec<ProbeChangeInfo>,
+    aggregated: BTreeMap<String, AggregatedInfo>,
+}
+
+/// The earliest and latest time of a batch's events, and how many: None if the batch
+/// does not decode.
+fn times<B: Family>(b: &B, t: impl Fn(&B::Event) -> u64) -> Option<(u64, u64, u64)> {
+    let evs = b.decode().ok()?;
+    let lo = evs.iter().map(&t).min()?;
+    let hi = evs.iter().map(&t).max()?;
+    Some((lo, hi, evs.len() as u64))
+}
+
+/// Widens the span of event times to take in `t0`..`t1`.
+fn widen(span: &mut Option<(u64, u64)>, t0: u64, t1: u64) {
+    *span = Some(match *span {
+        None => (t0, t1),
+        Some((a, b)) => (a.min(t0), b.max(t1)),
+    })
+}
+
+impl Tally {
+    /// One record: the tables', an event batch (its events counted, their times in the
+    /// span), or another record the summary counts.
+    fn record(&mut self, record: Record) {
+        if self.tables.observe(&record) {
+            self.stack_copy(&record);
+            return;
         }
-        let Some(kind) = record.kind else { continue };
+        let Some(kind) = record.kind else { return };
+        let ev = &mut self.events;
         let counted = match &kind {
-            Kind::Allocs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.alloc)),
-            Kind::Frees(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.free)),
-            Kind::Locks(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.lock)),
-            Kind::Funcs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.func)),
-            Kind::CpuSamples(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.cpu)),
-            Kind::Offcpu(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.offcpu)),
-            Kind::MemGrowth(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.memgrowth)),
-            Kind::Syscalls(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.syscall)),
-            Kind::Bios(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.bio)),
-            Kind::Runq(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.runq)),
-            Kind::Tcp(b) => times(b, |e| e.time_ns).map(|s| (s, &mut events.tcp)),
-            Kind::Histogram(h) => {
-                events.histogram_rows += h.generation.len() as u64;
-                continue;
+            Kind::Allocs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.alloc)),
+            Kind::Frees(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.free)),
+            Kind::Locks(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.lock)),
+            Kind::Funcs(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.func)),
+            Kind::CpuSamples(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.cpu)),
+            Kind::Offcpu(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.offcpu)),
+            Kind::MemGrowth(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.memgrowth)),
+            Kind::Syscalls(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.syscall)),
+            Kind::Bios(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.bio)),
+            Kind::Runq(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.runq)),
+            Kind::Tcp(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.tcp)),
+            _ => {
+                self.other(&kind);
+                return;
             }
-            Kind::Header(h) => {
-                header.get_or_insert_with(|| h.clone());
-                continue;
-            }
-            Kind::Trailer(t) => {
-                trailer = Some(t.clone());
-                continue;
-            }
-            Kind::Lost(l) => {
-                *losses
-                    .entry((family_name(l.family), reason_name(l.reason)))
-                    .or_default() += l.count;
-                continue;
-            }
-            Kind::SymbolizerInfo(_) => {
-                symbolized = true;
-                continue;
-            }
-            Kind::SymbolizedAddress(_) => {
-                symbolized_addresses += 1;
-                continue;
-            }
-            Kind::VdsoImage(v) => {
-                vdso.get_or_insert((v.build_id, v.image.len() as u64));
-                continue;
-            }
-            Kind::Aggregate(a) => {
-                let e = aggregated.entry(family_name(a.family)).or_default();
-                e.records += 1;
-                e.rows += a.generation.len() as u64;
-                e.count += a.count.iter().sum::<u64>();
-                e.sum += a.sum.iter().sum::<u64>();
-                if !a.generation.is_empty() {
-                    let lo = if a.since_ns > 0 {
-                        a.since_ns
-                    } else {
-                        a.time_ns
-                    };
-                    widen(lo, a.time_ns);
-                }
-                continue;
-            }
-            Kind::ProbeChange(p) => {
-                probe_changes.push(ProbeChangeInfo {
-                    time_ns: p.time_ns,
-                    family: if p.family == 0 {
-                        "budget".into()
-                    } else {
-                        family_name(p.family)
-                    },
-                    kind: ebtrace_format::proto::ProbeChangeKind::try_from(p.kind)
-                        .map(|k| enum_name(k.as_str_name(), "PROBE_CHANGE_KIND_"))
-                        .unwrap_or_default(),
-                    setting: p.setting.clone(),
-                    value: p.value,
-                    generation: p.generation,
-                    since_ns: p.since_ns,
-                    reason: p.reason.clone(),
-                });
-                continue;
-            }
-            _ => continue,
         };
         match counted {
             Some(((lo, hi, n), counter)) => {
                 *counter += n;
-                widen(lo, hi);
+                widen(&mut self.span, lo, hi);
             }
-            None => bad_batches += 1,
+            None => self.bad_batches += 1,
         }
     }
-    let start = header.as_ref().map(|h| h.start_time_ns);
-    let h = header.unwrap_or_default();
+
+    /// A stack's copy of the target's stack memory: counted as it streams by, and not
+    /// kept (a dwarf trace's copies can be gigabytes).
+    fn stack_copy(&mut self, record: &Record) {
+        if let Some(Kind::Stack(s)) = &record.kind {
+            if let Some(c) = &s.copy {
+                self.stack_copies += 1;
+                self.stack_copy_bytes += c.data.len() as u64;
+                if let Some(t) = self.tables.stacks.get_mut(&s.id) {
+                    t.copy = None;
+                }
+            }
+        }
+    }
+
+    /// A record that is neither the tables' nor an event batch.
+    fn other(&mut self, kind: &Kind) {
+        match kind {
+            Kind::Histogram(h) => self.events.histogram_rows += h.generation.len() as u64,
+            Kind::Header(h) => {
+                self.header.get_or_insert_with(|| h.clone());
+            }
+            Kind::Trailer(t) => self.trailer = Some(t.clone()),
+            Kind::Lost(l) => {
+                *self
+                    .losses
+                    .entry((family_name(l.family), reason_name(l.reason)))
+                    .or_default() += l.count;
+            }
+            Kind::SymbolizerInfo(_) => self.symbolized = true,
+            Kind::SymbolizedAddress(_) => self.symbolized_addresses += 1,
+            Kind::VdsoImage(v) => {
+                self.vdso.get_or_insert((v.build_id, v.image.len() as u64));
+            }
+            Kind::Aggregate(a) => self.aggregate(a),
+            Kind::ProbeChange(p) => self.probe_changes.push(probe_change_info(p)),
+            _ => {}
+        }
+    }
+
+    /// An --aggregate record: its family's counters, and its interval in the span.
+    fn aggregate(&mut self, a: &Aggregate) {
+        let e = self.aggregated.entry(family_name(a.family)).or_default();
+        e.records += 1;
+        e.rows += a.generation.len() as u64;
+        e.count += a.count.iter().sum::<u64>();
+        e.sum += a.sum.iter().sum::<u64>();
+        if !a.generation.is_empty() {
+            let lo = if a.since_ns > 0 {
+                a.since_ns
+            } else {
+                a.time_ns
+            };
+            widen(&mut self.span, lo, a.time_ns);
+        }
+    }
+
+    /// The summary of what was counted from `reader`, read to its end; `name` is what
+    /// `file.path` says.
+    fn info<R: Read>(self, reader: &TraceReader<R>, name: &str) -> Info {
+        let damage = damage(reader, self.bad_batches, &self.tables);
+        let processes = processes(&self.tables);
+        let uprobes_frames = uprobes_frames(&self.tables);
+        let lost_total = self.losses.values().sum();
+        let tables = self.tables;
+        Info {
+            file: FileInfo {
+                path: name.to_string(),
+                bytes: reader.offset(),
+                format_version: reader.version(),
+                chunks: reader.chunks(),
+                records: reader.records(),
+            },
+            header: header_info(self.header.unwrap_or_default()),
+            span: self.span.map(|(a, b)| Span {
+                first_event_ns: a,
+                last_event_ns: b,
+                duration_ns: b - a,
+            }),
+            processes,
+            events: self.events,
+            stacks: tables.stacks.len() as u64,
+            stack_copies: self.stack_copies,
+            stack_copy_bytes: self.stack_copy_bytes,
+            uprobes_frames,
+            vdso: self.vdso.map(|(id, bytes)| VdsoInfo {
+                build_id: tables.build_id_hex(id),
+                bytes,
+            }),
+            probe_changes: self.probe_changes,
+            aggregated: self.aggregated,
+            losses: self
+                .losses
+                .into_iter()
+                .map(|((family, reason), count)| LossInfo {
+                    family,
+                    reason,
+                    count,
+                })
+                .collect(),
+            lost_total,
+            ended: if self.trailer.is_some() {
+                "clean"
+            } else {
+                "cut"
+            },
+            stop_reason: self.trailer.map(|t| t.stop_reason),
+            damage,
+            symbolized: self.symbolized,
+            symbolized_addresses: self.symbolized_addresses,
+        }
+    }
+}
+
+/// A --max-cpu change or a late probe, as `probe_changes` lists it.
+fn probe_change_info(p: &ProbeChange) -> ProbeChangeInfo {
+    ProbeChangeInfo {
+        time_ns: p.time_ns,
+        family: if p.family == 0 {
+            "budget".into()
+        } else {
+            family_name(p.family)
+        },
+        kind: ebtrace_format::proto::ProbeChangeKind::try_from(p.kind)
+            .map(|k| enum_name(k.as_str_name(), "PROBE_CHANGE_KIND_"))
+            .unwrap_or_default(),
+        setting: p.setting.clone(),
+        value: p.value,
+        generation: p.generation,
+        since_ns: p.since_ns,
+        reason: p.reason.clone(),
+    }
+}
+
+/// What the reader found damaged, batches that did not decode, and records that refer to
+/// undefined processes.
+fn damage<R: Read>(reader: &TraceReader<R>, bad_batches: u64, tables: &Tables) -> Vec<String> {
     let mut damage: Vec<String> = reader.damage().iter().map(|d| d.to_string()).collect();
     if bad_batches > 0 {
         damage.push(format!(
@@ -394,6 +482,28 @@ pub(crate) fn summarize_with_start<R: Read>(
             tables.dangling
         ));
     }
+    damage
+}
+
+/// The header as `info` shows it (a default one if the trace has none).
+fn header_info(h: Header) -> HeaderInfo {
+    HeaderInfo {
+        start_time: (h.start_realtime_ns != 0).then(|| time::rfc3339(h.start_realtime_ns)),
+        recorder_version: h.recorder_version,
+        hostname: h.hostname,
+        kernel_release: h.kernel_release,
+        arch: h.arch,
+        cpu_count: h.cpu_count,
+        page_size: h.page_size,
+        boot_id: h.boot_id,
+        clock: h.clock,
+        options: h.options.into_iter().map(|kv| (kv.key, kv.value)).collect(),
+        argv: h.argv,
+    }
+}
+
+/// Every process generation, in order of start.
+fn processes(tables: &Tables) -> Vec<ProcessInfo> {
     let mut processes: Vec<ProcessInfo> = tables
         .generations
         .iter()
@@ -440,62 +550,7 @@ pub(crate) fn summarize_with_start<R: Read>(
         })
         .collect();
     processes.sort_by_key(|p| (p.start_time_ns, p.generation));
-    let uprobes_frames = uprobes_frames(&tables);
-    let lost_total = losses.values().sum();
-    let info = Info {
-        file: FileInfo {
-            path: name.to_string(),
-            bytes: reader.offset(),
-            format_version: reader.version(),
-            chunks: reader.chunks(),
-            records: reader.records(),
-        },
-        header: HeaderInfo {
-            start_time: (h.start_realtime_ns != 0).then(|| time::rfc3339(h.start_realtime_ns)),
-            recorder_version: h.recorder_version,
-            hostname: h.hostname,
-            kernel_release: h.kernel_release,
-            arch: h.arch,
-            cpu_count: h.cpu_count,
-            page_size: h.page_size,
-            boot_id: h.boot_id,
-            clock: h.clock,
-            options: h.options.into_iter().map(|kv| (kv.key, kv.value)).collect(),
-            argv: h.argv,
-        },
-        span: span.map(|(a, b)| Span {
-            first_event_ns: a,
-            last_event_ns: b,
-            duration_ns: b - a,
-        }),
-        processes,
-        events,
-        stacks: tables.stacks.len() as u64,
-        stack_copies,
-        stack_copy_bytes,
-        uprobes_frames,
-        vdso: vdso.map(|(id, bytes)| VdsoInfo {
-            build_id: tables.build_id_hex(id),
-            bytes,
-        }),
-        probe_changes,
-        aggregated,
-        losses: losses
-            .into_iter()
-            .map(|((family, reason), count)| LossInfo {
-                family,
-                reason,
-                count,
-            })
-            .collect(),
-        lost_total,
-        ended: if trailer.is_some() { "clean" } else { "cut" },
-        stop_reason: trailer.map(|t| t.stop_reason),
-        damage,
-        symbolized,
-        symbolized_addresses,
-    };
-    (info, start)
+    processes
 }
 
 /// The user frames of all stacks that lie in a `[uprobes]` mapping of their generation.
@@ -554,8 +609,26 @@ impl Info {
 
     /// The report for people.
     pub fn to_text(&self) -> String {
-        use std::fmt::Write;
         let mut s = String::new();
+        self.trace_text(&mut s);
+        self.state_text(&mut s);
+        self.changes_text(&mut s);
+        if self.uprobes_frames > 0 {
+            let _ = writeln!(
+                &mut s,
+                "uprobes    {} stack frame{} in the kernel's uprobes page (a return probe's \
+                 trampoline or a single-step slot), shown as \"[uprobes] …\"",
+                thousands(self.uprobes_frames),
+                if self.uprobes_frames == 1 { "" } else { "s" }
+            );
+        }
+        self.events_text(&mut s);
+        self.processes_text(&mut s);
+        s
+    }
+
+    /// The file, the recorder, the host, the command and its options, when.
+    fn trace_text(&self, s: &mut String) {
         let h = &self.header;
         let _ = writeln!(
             s,
@@ -596,6 +669,11 @@ impl Info {
                 let _ = writeln!(s, "events in  (no events)");
             }
         }
+    }
+
+    /// How the recording ended, its damage, whether symbolized, the stack memory, the vDSO,
+    /// the --aggregate counters.
+    fn state_text(&self, s: &mut String) {
         let state = match (&self.stop_reason, self.ended) {
             (Some(r), _) => format!("clean (stopped: {r})"),
             (None, _) => {
@@ -632,6 +710,10 @@ impl Info {
                 a.count, a.sum, a.rows, a.records
             );
         }
+    }
+
+    /// The probe changes while recording (the first 20).
+    fn changes_text(&self, s: &mut String) {
         if !self.probe_changes.is_empty() {
             let _ = writeln!(
                 s,
@@ -655,15 +737,10 @@ impl Info {
                 let _ = writeln!(s, "  … {} more (--json)", self.probe_changes.len() - 20);
             }
         }
-        if self.uprobes_frames > 0 {
-            let _ = writeln!(
-                s,
-                "uprobes    {} stack frame{} in the kernel's uprobes page (a return probe's \
-                 trampoline or a single-step slot), shown as \"[uprobes] …\"",
-                thousands(self.uprobes_frames),
-                if self.uprobes_frames == 1 { "" } else { "s" }
-            );
-        }
+    }
+
+    /// The events of each family, the stacks, the losses.
+    fn events_text(&self, s: &mut String) {
         let e = &self.events;
         let _ = writeln!(s, "\nevents");
         for (name, n) in [
@@ -693,6 +770,10 @@ impl Info {
                 let _ = writeln!(s, "  {:<11}{:<16}{:>10}", l.family, l.reason, l.count);
             }
         }
+    }
+
+    /// Each process generation: its command, cgroup and binaries.
+    fn processes_text(&self, s: &mut String) {
         let _ = writeln!(s, "\nprocesses  {}", self.processes.len());
         for p in &self.processes {
             let exit = match (p.exit_time_ns, p.exit_code) {
@@ -735,7 +816,6 @@ impl Info {
                 let _ = writeln!(s, "    {id}  {}", b.path);
             }
         }
-        s
     }
 }
 

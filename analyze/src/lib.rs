@@ -23,6 +23,7 @@
 //! `ebsym … --json` prints a report wrapped in [`Versioned`]: its fields after
 //! `"schema_version": JSON_SCHEMA_VERSION`.
 
+pub mod error;
 pub mod event;
 pub mod glob;
 /// The fast hasher of the per-event maps (shared with the recorder).
@@ -33,6 +34,8 @@ pub mod model;
 pub mod pprof;
 pub mod reports;
 pub mod time;
+
+pub use error::{Error, ErrorKind};
 
 use serde::Serialize;
 

@@ -239,7 +239,7 @@ macro_rules! batches {
         #[allow(clippy::large_enum_variant)]
         pub enum Item {
             Record(Record),
-            Events(Result<Events, String>),
+            Events(Result<Events, ebtrace_format::Error>),
         }
 
         impl Item {
@@ -248,7 +248,7 @@ macro_rules! batches {
             pub fn of(record: Record) -> Item {
                 match record.kind {
                     $(Some(Kind::$Kind(b)) => {
-                        Item::Events(b.decode().map(Events::$V).map_err(|e| e.to_string()))
+                        Item::Events(b.decode().map(Events::$V))
                     })*
                     kind => Item::Record(Record { kind }),
                 }
@@ -360,6 +360,35 @@ fn family_name(v: i32) -> String {
     ebtrace_format::family::by_number(v)
         .map(|f| f.name.to_string())
         .unwrap_or_else(|| v.to_string())
+}
+
+/// A stack's addresses, leaf first: its kernel frames innermost, then the user frames of
+/// the system call or fault that entered it.
+struct StackIps {
+    generation: u32,
+    /// How many of `ips` are the kernel's.
+    n_kernel: usize,
+    ips: Vec<u64>,
+    /// The user ips (by index among them) that are exact addresses: an instruction a
+    /// signal interrupted.
+    exact: Vec<u32>,
+}
+
+/// The path, file name and build-id (hex) of mapping `m`'s file, computed once in
+/// `modules`.
+fn module_names(
+    modules: &mut HashMap<(u64, u64), (String, String, String)>,
+    tables: &Tables,
+    m: &ebtrace_format::proto::Mapping,
+) -> (String, String, String) {
+    modules
+        .entry((m.path, m.build_id))
+        .or_insert_with(|| {
+            let module = tables.string(m.path).into_owned();
+            let short = module.rsplit('/').next().unwrap_or(&module).to_string();
+            (module, short, tables.build_id_hex(m.build_id))
+        })
+        .clone()
 }
 
 impl Loaded {
@@ -503,7 +532,7 @@ impl Loaded {
         let record = match item {
             Item::Record(r) => r,
             Item::Events(Ok(evs)) => return self.events(evs, filter, sink),
-            Item::Events(Err(e)) => return self.losses.damage.push(e),
+            Item::Events(Err(e)) => return self.losses.damage.push(e.to_string()),
         };
         if let Some(Kind::Process(p)) = &record.kind {
             match p.event() {
@@ -523,7 +552,6 @@ impl Loaded {
             }
             return;
         }
-        let all = filter.is_empty();
         match record.kind {
             Some(Kind::Header(h)) => self.header = h,
             Some(Kind::Trailer(_)) => *trailer = true,
@@ -549,41 +577,8 @@ impl Loaded {
             Some(Kind::ProbedFunction(p)) => {
                 self.probed.insert(p.id, p.name);
             }
-            Some(Kind::KernelSymbols(k)) => {
-                let n = k.address.len();
-                if k.name.len() != n || k.module.len() != n {
-                    self.losses.damage.push(format!(
-                        "KernelSymbols: {n} addresses, {} names, {} modules (kept the first {})",
-                        k.name.len(),
-                        k.module.len(),
-                        n.min(k.name.len()).min(k.module.len())
-                    ));
-                }
-                self.kernel_symbols.extend(
-                    k.address
-                        .iter()
-                        .zip(&k.name)
-                        .zip(&k.module)
-                        .map(|((&a, &name), &module)| (a, name, module)),
-                );
-            }
-            Some(Kind::ProbeChange(p)) => {
-                use ebtrace_format::proto::ProbeChangeKind as K;
-                if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 {
-                    match K::try_from(p.kind) {
-                        Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
-                        Ok(K::Resumed) => {
-                            if let Some(last) = self.alloc_pauses.last_mut() {
-                                if last.1 == u64::MAX {
-                                    last.1 = p.time_ns;
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                self.probe_changes.push(p);
-            }
+            Some(Kind::KernelSymbols(k)) => self.add_kernel_symbols(k),
+            Some(Kind::ProbeChange(p)) => self.probe_change(p),
             Some(Kind::SymbolizerInfo(_)) => self.losses.symbolized = true,
             Some(Kind::UnwoundStack(u)) => {
                 self.unwound
@@ -599,44 +594,100 @@ impl Loaded {
             Some(Kind::TcpConnection(c)) => {
                 self.tcp_connections.insert(c.id, c);
             }
-            Some(Kind::Histogram(h)) => {
-                let family =
-                    ebtrace_format::proto::EventFamily::try_from(h.family).unwrap_or_default();
-                match ebtrace_format::events::histogram_rows(&h) {
-                    Ok(rows) => {
-                        for r in &rows {
-                            let ev = Event::Histogram(family, r);
-                            if all || self.passes(filter, &ev) {
-                                self.interval_seen(r.since_ns, r.time_ns);
-                                sink.event(&ev);
-                            }
-                        }
-                    }
-                    Err(e) => self.losses.damage.push(e.to_string()),
-                }
-            }
-            Some(Kind::Aggregate(a)) => {
-                let family =
-                    ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();
-                // The family is named even when no row passes the filter: the report
-                // still says how it was recorded.
-                let name = family_name(a.family);
-                self.losses.aggregated.entry(name.clone()).or_default();
-                match ebtrace_format::events::aggregate_rows(&a) {
-                    Ok(rows) => {
-                        for r in &rows {
-                            let ev = Event::Aggregated(family, r);
-                            if all || self.passes(filter, &ev) {
-                                *self.losses.aggregated.get_mut(&name).unwrap() += r.count;
-                                self.interval_seen(r.since_ns, r.time_ns);
-                                sink.event(&ev);
-                            }
-                        }
-                    }
-                    Err(e) => self.losses.damage.push(e.to_string()),
-                }
-            }
+            Some(Kind::Histogram(h)) => self.histogram(h, filter, sink),
+            Some(Kind::Aggregate(a)) => self.aggregate(a, filter, sink),
             _ => {}
+        }
+    }
+
+    /// A `KernelSymbols` record's symbols, kept to be sorted once the trace is read.
+    fn add_kernel_symbols(&mut self, k: ebtrace_format::proto::KernelSymbols) {
+        let n = k.address.len();
+        if k.name.len() != n || k.module.len() != n {
+            self.losses.damage.push(format!(
+                "KernelSymbols: {n} addresses, {} names, {} modules (kept the first {})",
+                k.name.len(),
+                k.module.len(),
+                n.min(k.name.len()).min(k.module.len())
+            ));
+        }
+        self.kernel_symbols.extend(
+            k.address
+                .iter()
+                .zip(&k.name)
+                .zip(&k.module)
+                .map(|((&a, &name), &module)| (a, name, module)),
+        );
+    }
+
+    /// A probe change: the allocator probes' pauses (--max-cpu) kept apart.
+    fn probe_change(&mut self, p: ebtrace_format::proto::ProbeChange) {
+        use ebtrace_format::proto::ProbeChangeKind as K;
+        if p.family == ebtrace_format::proto::EventFamily::Alloc as i32 {
+            match K::try_from(p.kind) {
+                Ok(K::Paused) => self.alloc_pauses.push((p.time_ns, u64::MAX)),
+                Ok(K::Resumed) => {
+                    if let Some(last) = self.alloc_pauses.last_mut() {
+                        if last.1 == u64::MAX {
+                            last.1 = p.time_ns;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.probe_changes.push(p);
+    }
+
+    /// A kernel histogram's rows, as events, those that pass `filter` to `sink`.
+    fn histogram(
+        &mut self,
+        h: ebtrace_format::proto::LatencyHistogram,
+        filter: &Filter,
+        sink: &mut dyn Sink,
+    ) {
+        let all = filter.is_empty();
+        let family = ebtrace_format::proto::EventFamily::try_from(h.family).unwrap_or_default();
+        match ebtrace_format::events::histogram_rows(&h) {
+            Ok(rows) => {
+                for r in &rows {
+                    let ev = Event::Histogram(family, r);
+                    if all || self.passes(filter, &ev) {
+                        self.interval_seen(r.since_ns, r.time_ns);
+                        sink.event(&ev);
+                    }
+                }
+            }
+            Err(e) => self.losses.damage.push(e.to_string()),
+        }
+    }
+
+    /// An --aggregate record's rows, as events, those that pass `filter` to `sink` (and
+    /// counted in the losses' `aggregated`).
+    fn aggregate(
+        &mut self,
+        a: ebtrace_format::proto::Aggregate,
+        filter: &Filter,
+        sink: &mut dyn Sink,
+    ) {
+        let all = filter.is_empty();
+        let family = ebtrace_format::proto::EventFamily::try_from(a.family).unwrap_or_default();
+        // The family is named even when no row passes the filter: the report
+        // still says how it was recorded.
+        let name = family_name(a.family);
+        self.losses.aggregated.entry(name.clone()).or_default();
+        match ebtrace_format::events::aggregate_rows(&a) {
+            Ok(rows) => {
+                for r in &rows {
+                    let ev = Event::Aggregated(family, r);
+                    if all || self.passes(filter, &ev) {
+                        *self.losses.aggregated.get_mut(&name).unwrap() += r.count;
+                        self.interval_seen(r.since_ns, r.time_ns);
+                        sink.event(&ev);
+                    }
+                }
+            }
+            Err(e) => self.losses.damage.push(e.to_string()),
         }
     }
 
@@ -681,36 +732,15 @@ impl Loaded {
     /// [`Loaded::frames`], with the mapping of each frame (None for kernel frames and
     /// frames outside any mapping).
     pub fn frames_and_mappings(&mut self, id: u64) -> (Vec<Frame>, Vec<Option<MappingInfo>>) {
-        let Some(stack) = self.tables.stacks.get(&id) else {
-            *self
-                .losses
-                .unresolved_frames
-                .entry("unknown stack id".into())
-                .or_default() += 1;
+        let Some(StackIps {
+            generation,
+            n_kernel,
+            ips,
+            exact,
+        }) = self.stack_ips(id)
+        else {
             return (Vec::new(), Vec::new());
         };
-        let generation = stack.generation;
-        // Leaf first: a sample taken in the kernel has its kernel frames innermost, then
-        // the user frames of the system call or fault that entered it.
-        let n_kernel = stack.kernel_ips.len();
-        // A stack unwound offline: its user ips instead of the frame-pointer walk's.
-        let (user_ips, stop, exact): (&Vec<u64>, u64, Vec<u32>) = match self.unwound.get(&id) {
-            Some((ips, stop, exact)) if !ips.is_empty() => (ips, *stop, exact.clone()),
-            Some((_, stop, _)) => (&stack.user_ips, *stop, Vec::new()),
-            None => (&stack.user_ips, 0, Vec::new()),
-        };
-        let ips: Vec<u64> = stack
-            .kernel_ips
-            .iter()
-            .chain(user_ips.iter())
-            .copied()
-            .collect();
-        if stop != 0 {
-            let reason = self.tables.string(stop).into_owned();
-            *self.losses.stacks_cut.entry(reason).or_default() += 1;
-        } else if let Some(reason) = cut_reason(stack.flags) {
-            *self.losses.stacks_cut.entry(reason.into()).or_default() += 1;
-        }
         let mut out = Vec::with_capacity(ips.len());
         let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
@@ -730,31 +760,11 @@ impl Loaded {
                 continue;
             }
             let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX) else {
-                *self
-                    .losses
-                    .unresolved_frames
-                    .entry("outside any mapping".into())
-                    .or_default() += 1;
-                out.push(Frame {
-                    function: format!("[unknown] {address}"),
-                    file: None,
-                    line: None,
-                    inlined: false,
-                    module: String::new(),
-                    address,
-                });
+                let f = self.unmapped_frame(address);
+                out.push(f);
                 continue;
             };
-            let tables = &self.tables;
-            let (module, short, build_id) = self
-                .modules
-                .entry((m.path, m.build_id))
-                .or_insert_with(|| {
-                    let module = tables.string(m.path).into_owned();
-                    let short = module.rsplit('/').next().unwrap_or(&module).to_string();
-                    (module, short, tables.build_id_hex(m.build_id))
-                })
-                .clone();
+            let (module, short, build_id) = module_names(&mut self.modules, &self.tables, m);
             let info = MappingInfo {
                 start: m.start,
                 end: m.end,
@@ -823,6 +833,64 @@ impl Loaded {
         }
         maps.resize(out.len(), None);
         (out, maps)
+    }
+
+    /// Stack `id`'s addresses, the user ips of its offline unwinding when it has them;
+    /// counts an unknown id among the unresolved frames, and why the stack was cut.
+    fn stack_ips(&mut self, id: u64) -> Option<StackIps> {
+        let Some(stack) = self.tables.stacks.get(&id) else {
+            *self
+                .losses
+                .unresolved_frames
+                .entry("unknown stack id".into())
+                .or_default() += 1;
+            return None;
+        };
+        let generation = stack.generation;
+        // Leaf first: a sample taken in the kernel has its kernel frames innermost, then
+        // the user frames of the system call or fault that entered it.
+        let n_kernel = stack.kernel_ips.len();
+        // A stack unwound offline: its user ips instead of the frame-pointer walk's.
+        let (user_ips, stop, exact): (&Vec<u64>, u64, Vec<u32>) = match self.unwound.get(&id) {
+            Some((ips, stop, exact)) if !ips.is_empty() => (ips, *stop, exact.clone()),
+            Some((_, stop, _)) => (&stack.user_ips, *stop, Vec::new()),
+            None => (&stack.user_ips, 0, Vec::new()),
+        };
+        let ips: Vec<u64> = stack
+            .kernel_ips
+            .iter()
+            .chain(user_ips.iter())
+            .copied()
+            .collect();
+        if stop != 0 {
+            let reason = self.tables.string(stop).into_owned();
+            *self.losses.stacks_cut.entry(reason).or_default() += 1;
+        } else if let Some(reason) = cut_reason(stack.flags) {
+            *self.losses.stacks_cut.entry(reason.into()).or_default() += 1;
+        }
+        Some(StackIps {
+            generation,
+            n_kernel,
+            ips,
+            exact,
+        })
+    }
+
+    /// The frame of an address outside any mapping, counted unresolved.
+    fn unmapped_frame(&mut self, address: String) -> Frame {
+        *self
+            .losses
+            .unresolved_frames
+            .entry("outside any mapping".into())
+            .or_default() += 1;
+        Frame {
+            function: format!("[unknown] {address}"),
+            file: None,
+            line: None,
+            inlined: false,
+            module: String::new(),
+            address,
+        }
     }
 
     /// Sorts the kernel symbols of all the records into one table (each record is sorted,

@@ -21,7 +21,7 @@
 //! their samples labelled `pid`, `comm`), with [`Options`] for a backend that symbolizes
 //! by build-id (user frames as addresses in their mappings): what `ebrec push` sends.
 use crate::model::{Frame, MappingInfo};
-use crate::reports::{EventKind, HeapMeasure, Measure, Stacks};
+use crate::reports::{EventKind, HeapMeasure, Measure, StackValues, Stacks};
 use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
 use std::collections::HashMap;
 
@@ -300,23 +300,7 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
         })
         .collect();
     let mutex_key = b.string("mutex");
-    // Mapping 1: the main executable (of the process with the most stacks in it).
-    let mut exe_uses: HashMap<&MappingInfo, usize> = HashMap::new();
-    for p in parts {
-        for s in &p.stacks.stacks {
-            for m in s.mappings.iter().flatten() {
-                if p.stacks.executables.contains(&m.path) {
-                    *exe_uses.entry(m).or_default() += 1;
-                }
-            }
-        }
-    }
-    if let Some((m, _)) = exe_uses
-        .into_iter()
-        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
-    {
-        b.mapping(m);
-    }
+    main_mapping(&mut b, parts);
     let mut samples = Vec::with_capacity(all().count());
     for (s, part_labels) in parts
         .iter()
@@ -329,43 +313,9 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
                 b.location(&s.frames[r], mapping, options)
             })
             .collect();
-        let value = types
-            .iter()
-            .map(|(t, _)| match *t {
-                "alloc_objects" | "growth_events" | "contentions" | "samples" | "calls"
-                | "requests" | "waits" | "connections" => s.count,
-                "inuse_objects" => s.inuse_count,
-                "inuse_space" => s.inuse_bytes,
-                // bio: the bytes are the stack's second value (as a lock's hold time).
-                "hold" | "bytes" => s.hold,
-                _ => s.total,
-            } as i64)
-            .collect();
-        let mut label = if st.kind == EventKind::Lock {
-            vec![Label {
-                key: mutex_key,
-                str: b.string(&format!("{:#x}", s.sub)),
-                ..Default::default()
-            }]
-        } else {
-            Vec::new()
-        };
-        // The stack's thread (split by thread name: `stacks_by_thread_from`), else the
-        // threads it mixes, as `top` names them.
-        if let Some(t) = &s.thread {
-            label.push(Label {
-                key: b.string("thread"),
-                str: b.string(t),
-                ..Default::default()
-            });
-        }
-        for (k, v) in part_labels {
-            label.push(Label {
-                key: b.string(k),
-                str: b.string(v),
-                ..Default::default()
-            });
-        }
+        let value = sample_values(&types, s);
+        let mutex = (st.kind == EventKind::Lock).then_some(mutex_key);
+        let label = sample_labels(&mut b, s, mutex, part_labels);
         samples.push(Sample {
             location_id,
             value,
@@ -378,20 +328,7 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
     } else {
         0
     };
-    let mut comment = vec![b.string(&format!(
-        "ebtrace {} profile ({})",
-        st.kind.name(),
-        st.header.recorder_version
-    ))];
-    if !st.losses.recorded.is_empty() {
-        let v: Vec<String> = st
-            .losses
-            .recorded
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        comment.push(b.string(&format!("events lost while recording: {}", v.join(", "))));
-    }
+    let comment = comments(&mut b, st);
     let period_type = sample_type.first().copied();
     Profile {
         sample_type,
@@ -414,6 +351,96 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
         default_sample_type,
         ..Default::default()
     }
+}
+
+/// Mapping 1: the main executable (of the process with the most stacks in it).
+fn main_mapping(b: &mut Builder, parts: &[Part<'_>]) {
+    let mut exe_uses: HashMap<&MappingInfo, usize> = HashMap::new();
+    for p in parts {
+        for s in &p.stacks.stacks {
+            for m in s.mappings.iter().flatten() {
+                if p.stacks.executables.contains(&m.path) {
+                    *exe_uses.entry(m).or_default() += 1;
+                }
+            }
+        }
+    }
+    if let Some((m, _)) = exe_uses
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+    {
+        b.mapping(m);
+    }
+}
+
+/// A stack's sample values, one per sample type of `types`.
+fn sample_values(types: &[(&str, &str)], s: &StackValues) -> Vec<i64> {
+    types
+        .iter()
+        .map(|(t, _)| match *t {
+            "alloc_objects" | "growth_events" | "contentions" | "samples" | "calls"
+            | "requests" | "waits" | "connections" => s.count,
+            "inuse_objects" => s.inuse_count,
+            "inuse_space" => s.inuse_bytes,
+            // bio: the bytes are the stack's second value (as a lock's hold time).
+            "hold" | "bytes" => s.hold,
+            _ => s.total,
+        } as i64)
+        .collect()
+}
+
+/// A stack's sample labels: its mutex (lock: `mutex` the key's string), its thread, its
+/// part's labels.
+fn sample_labels(
+    b: &mut Builder,
+    s: &StackValues,
+    mutex: Option<i64>,
+    part_labels: &[(String, String)],
+) -> Vec<Label> {
+    let mut label = match mutex {
+        Some(mutex_key) => vec![Label {
+            key: mutex_key,
+            str: b.string(&format!("{:#x}", s.sub)),
+            ..Default::default()
+        }],
+        None => Vec::new(),
+    };
+    // The stack's thread (split by thread name: `stacks_by_thread_from`), else the
+    // threads it mixes, as `top` names them.
+    if let Some(t) = &s.thread {
+        label.push(Label {
+            key: b.string("thread"),
+            str: b.string(t),
+            ..Default::default()
+        });
+    }
+    for (k, v) in part_labels {
+        label.push(Label {
+            key: b.string(k),
+            str: b.string(v),
+            ..Default::default()
+        });
+    }
+    label
+}
+
+/// The profile's comments: what made it, and the events lost while recording.
+fn comments(b: &mut Builder, st: &Stacks) -> Vec<i64> {
+    let mut comment = vec![b.string(&format!(
+        "ebtrace {} profile ({})",
+        st.kind.name(),
+        st.header.recorder_version
+    ))];
+    if !st.losses.recorded.is_empty() {
+        let v: Vec<String> = st
+            .losses
+            .recorded
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        comment.push(b.string(&format!("events lost while recording: {}", v.join(", "))));
+    }
+    comment
 }
 
 /// The sample types of a heap profile ([`heap_profile`]), each the measure of `ebsym heap`

@@ -4,7 +4,7 @@
 //! `schema_version`) and compared with `tests/golden/`. `EBTRACE_BLESS=1` rewrites the files. Also: empty traces and traces with only losses say so; kernel
 //! frames named from the trace's `KernelSymbols`; latency percentiles and histograms.
 use ebtrace_analyze::model::Filter;
-use ebtrace_analyze::reports::{self, EventKind};
+use ebtrace_analyze::reports::{self, DiffOptions, EventKind};
 use ebtrace_format::events::{AllocEvent, CpuSample, FreeEvent, FuncEvent, LockEvent};
 use ebtrace_format::{TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{self as pb, record::Kind, Record};
@@ -350,7 +350,17 @@ fn reports_match_the_golden_files() {
 
     let after = dir.path().join("shop5.pb.zst");
     write_shop(&after, 5);
-    let diff = reports::diff(&trace, &after, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    let diff = reports::diff(
+        &trace,
+        &after,
+        "bytes",
+        &DiffOptions {
+            kind: EventKind::Alloc,
+            filter: &all,
+            n: 20,
+        },
+    )
+    .unwrap();
     check("diff_alloc.txt", &diff.to_text());
     check("diff_alloc.json", &cli_json(&diff));
 }
@@ -375,7 +385,17 @@ fn the_numbers_are_what_the_trace_says() {
     assert_eq!(locks.totals["hold_ns"], 3 * 12000);
     let after = dir.path().join("shop5.pb.zst");
     write_shop(&after, 5);
-    let d = reports::diff(&trace, &after, EventKind::Alloc, "bytes", &all, 20).unwrap();
+    let d = reports::diff(
+        &trace,
+        &after,
+        "bytes",
+        &DiffOptions {
+            kind: EventKind::Alloc,
+            filter: &all,
+            n: 20,
+        },
+    )
+    .unwrap();
     assert_eq!(d.rows[0].delta, 2 * 3 * 4096);
     assert_eq!(d.rows[1].delta, 2 * 200);
 }
@@ -498,7 +518,17 @@ fn empty_and_loss_only_traces_say_so() {
         let leaks = reports::leaks(trace, &all, 20).unwrap();
         assert_eq!(leaks.note.as_deref(), Some(want.as_str()));
         assert!(leaks.to_text().contains(&want));
-        let d = reports::diff(trace, trace, EventKind::Alloc, "bytes", &all, 20).unwrap();
+        let d = reports::diff(
+            trace,
+            trace,
+            "bytes",
+            &DiffOptions {
+                kind: EventKind::Alloc,
+                filter: &all,
+                n: 20,
+            },
+        )
+        .unwrap();
         assert!(d.rows.is_empty());
         assert_eq!(
             d.notes,
@@ -1124,7 +1154,17 @@ fn dump_every_report() {
                         format!("{p:?}").as_bytes(),
                     );
                     for (u, other) in &traces {
-                        let d = reports::diff(path, other, kind, by, filter, 20).unwrap();
+                        let d = reports::diff(
+                            path,
+                            other,
+                            by,
+                            &DiffOptions {
+                                kind,
+                                filter,
+                                n: 20,
+                            },
+                        )
+                        .unwrap();
                         put(
                             format!("{t}.{f}.{k}.{by}.diff.{u}.txt"),
                             d.to_text().as_bytes(),
@@ -1184,9 +1224,28 @@ fn reports_of_an_open_trace_are_the_reports_of_its_file() {
             assert_eq!((&got.lines, &got.note), (&want.lines, &want.note));
             let st = reports::stacks_from(reader(), kind, &all);
             assert_eq!(st.folded(by).lines, want.lines);
-            let want = reports::diff(&trace, &after, kind, by.name(), &all, 20).unwrap();
+            let want = reports::diff(
+                &trace,
+                &after,
+                by.name(),
+                &DiffOptions {
+                    kind,
+                    filter: &all,
+                    n: 20,
+                },
+            )
+            .unwrap();
             let after_reader = TraceReader::new(after_bytes.as_slice()).unwrap();
-            let got = reports::diff_from(reader(), after_reader, kind, by, &all, 20);
+            let got = reports::diff_from(
+                reader(),
+                after_reader,
+                by,
+                &DiffOptions {
+                    kind,
+                    filter: &all,
+                    n: 20,
+                },
+            );
             assert_eq!(json(&got), json(&want));
             assert_eq!(got.to_text(), want.to_text());
         }
@@ -1251,11 +1310,13 @@ fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
     let (html, stats) = reports::html::report(
         &mut open,
         Some(&mut open_base),
-        &all,
-        "shop",
-        Some("misc"),
-        20,
-        &reports::html::PageRules::default(),
+        &reports::html::PageOptions {
+            filter: &all,
+            name: "shop",
+            base_name: Some("misc"),
+            n: 20,
+            rules: &reports::html::PageRules::default(),
+        },
     );
     assert!(html.contains("ebtrace report: shop"));
     assert_eq!(stats.kinds, ["alloc", "lock"]);
@@ -1315,11 +1376,13 @@ fn the_summary_and_the_page_show_where_each_thread_groups_time_goes() {
     let (html, _) = reports::html::report::<&[u8], &[u8]>(
         &mut open,
         None,
-        &all,
-        "misc",
-        None,
-        20,
-        &reports::html::PageRules::default(),
+        &reports::html::PageOptions {
+            filter: &all,
+            name: "misc",
+            base_name: None,
+            n: 20,
+            rules: &reports::html::PageRules::default(),
+        },
     );
     let start = html.find(r#"id="ebtrace-data">"#).unwrap() + r#"id="ebtrace-data">"#.len();
     let end = start + html[start..].find("</script>").unwrap();
@@ -1378,11 +1441,13 @@ fn the_heap_chart_draws_a_peak_held_within_one_bucket() {
     let (html, _) = reports::html::report::<&[u8], &[u8]>(
         &mut open,
         None,
-        &Filter::default(),
-        "shop",
-        None,
-        20,
-        &reports::html::PageRules::default(),
+        &reports::html::PageOptions {
+            filter: &Filter::default(),
+            name: "shop",
+            base_name: None,
+            n: 20,
+            rules: &reports::html::PageRules::default(),
+        },
     );
     let start = html.find(r#"id="ebtrace-data">"#).unwrap() + r#"id="ebtrace-data">"#.len();
     let end = start + html[start..].find("</script>").unwrap();

@@ -7,7 +7,7 @@
 use ebtrace_analyze::model::Filter;
 use ebtrace_analyze::reports::idle::IdleRules;
 use ebtrace_analyze::reports::summary::summary_with;
-use ebtrace_analyze::reports::{top_with, EventKind, Measure, Row};
+use ebtrace_analyze::reports::{top_with, EventKind, Measure, Row, TopOptions};
 use ebtrace_format::events::{LockEvent, OffCpuEvent};
 use ebtrace_format::{TraceReader, TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{self as pb, record::Kind, Record};
@@ -41,6 +41,17 @@ struct Builder {
     /// name → (address, is libc)
     user: BTreeMap<&'static str, (u64, bool)>,
     kernel: BTreeMap<&'static str, u64>,
+}
+
+/// A futex wait of `tid` under `frames`, from `start` for `wait` ns: on `mutex` with
+/// futex op `op` (0: a mutex's FUTEX_WAIT, 9: a condvar's FUTEX_WAIT_BITSET).
+struct Wait<'a> {
+    start: u64,
+    tid: u32,
+    frames: &'a [F],
+    mutex: u64,
+    op: u32,
+    wait: u64,
 }
 
 impl Builder {
@@ -140,8 +151,16 @@ impl Builder {
             .unwrap();
     }
 
-    /// A futex wait of `tid` from `start` for `wait_ns`; returns its end.
-    fn lock(&mut self, start: u64, tid: u32, frames: &[F], mutex: u64, op: u32, wait: u64) -> u64 {
+    /// A futex wait; returns its end.
+    fn lock(&mut self, w: Wait) -> u64 {
+        let Wait {
+            start,
+            tid,
+            frames,
+            mutex,
+            op,
+            wait,
+        } = w;
         let stack = self.stack(frames);
         self.w
             .lock(&LockEvent {
@@ -342,11 +361,13 @@ fn every_default_shape_and_its_look_alikes_in_top_offcpu() {
     let names: Vec<&str> = OFFCPU.iter().map(|x| x.0).collect();
     let rep = top_with(
         reader(&bytes),
-        EventKind::OffCpu,
-        Measure::Time,
-        &Filter::default(),
-        100,
-        &IdleRules::defaults(),
+        &TopOptions {
+            kind: EventKind::OffCpu,
+            by: Measure::Time,
+            filter: &Filter::default(),
+            n: 100,
+            idle: &IdleRules::defaults(),
+        },
     );
     let got = reasons(&rep.rows, &names);
     // The work first, largest first; then the idle waits, largest first.
@@ -412,11 +433,13 @@ fn idle_patterns_add_a_shape_and_no_idle_rules_turns_the_defaults_off() {
     let top = |rules: &IdleRules| {
         let rep = top_with(
             reader(&bytes),
-            EventKind::OffCpu,
-            Measure::Time,
-            &Filter::default(),
-            100,
-            rules,
+            &TopOptions {
+                kind: EventKind::OffCpu,
+                by: Measure::Time,
+                filter: &Filter::default(),
+                n: 100,
+                idle: rules,
+            },
         );
         reasons(&rep.rows, &names)
     };
@@ -498,28 +521,56 @@ fn lock_trace() -> Vec<u8> {
     let mut t = 1_100_000_000;
     for _ in 0..3 {
         // Worker 50: the task's condvar, then its mutex reacquired 10 µs later.
-        let end = b.lock(t, 50, &get_task, POOL_CV, 9, 200 * MS);
-        b.lock(end + 10_000, 50, &reacquire, POOL_MU, 0, 2 * MS);
+        let end = b.lock(Wait {
+            start: t,
+            tid: 50,
+            frames: &get_task,
+            mutex: POOL_CV,
+            op: 9,
+            wait: 200 * MS,
+        });
+        b.lock(Wait {
+            start: end + 10_000,
+            tid: 50,
+            frames: &reacquire,
+            mutex: POOL_MU,
+            op: 0,
+            wait: 2 * MS,
+        });
         // Worker 51: the task's condvar, then the ledger's mutex in the task.
-        let end = b.lock(t, 51, &get_task, POOL_CV, 9, 150 * MS);
-        b.lock(
-            end + 10_000,
-            51,
-            &ledger("pool::ThreadPool::worker_loop()"),
-            LEDGER_MU,
-            0,
-            3 * MS,
-        );
+        let end = b.lock(Wait {
+            start: t,
+            tid: 51,
+            frames: &get_task,
+            mutex: POOL_CV,
+            op: 9,
+            wait: 150 * MS,
+        });
+        b.lock(Wait {
+            start: end + 10_000,
+            tid: 51,
+            frames: &ledger("pool::ThreadPool::worker_loop()"),
+            mutex: LEDGER_MU,
+            op: 0,
+            wait: 3 * MS,
+        });
         // A request: the ledger's mutex; a committer's condvar.
-        b.lock(
-            t,
-            52,
-            &ledger("handle_request(Request&)"),
-            LEDGER_MU,
-            0,
-            5 * MS,
-        );
-        b.lock(t, 53, &commit, COMMIT_CV, 9, 50 * MS);
+        b.lock(Wait {
+            start: t,
+            tid: 52,
+            frames: &ledger("handle_request(Request&)"),
+            mutex: LEDGER_MU,
+            op: 0,
+            wait: 5 * MS,
+        });
+        b.lock(Wait {
+            start: t,
+            tid: 53,
+            frames: &commit,
+            mutex: COMMIT_CV,
+            op: 9,
+            wait: 50 * MS,
+        });
         t += 300 * MS;
     }
     b.finish()
@@ -530,11 +581,13 @@ fn contention_first_and_a_condvar_is_contention_only_when_its_mutex_was() {
     let bytes = lock_trace();
     let rep = top_with(
         reader(&bytes),
-        EventKind::Lock,
-        Measure::Wait,
-        &Filter::default(),
-        100,
-        &IdleRules::defaults(),
+        &TopOptions {
+            kind: EventKind::Lock,
+            by: Measure::Wait,
+            filter: &Filter::default(),
+            n: 100,
+            idle: &IdleRules::defaults(),
+        },
     );
     let rows: Vec<serde_json::Value> = rep
         .rows
@@ -623,44 +676,60 @@ fn contention_first_and_a_condvar_is_contention_only_when_its_mutex_was() {
         S(CV_WAIT),
         S("pool::ThreadPool::get_task()"),
     ];
-    let end = b.lock(1_100_000_000, 51, &get_task, POOL_CV, 9, 150 * MS);
-    b.lock(
-        end + 10_000,
-        51,
-        &[
+    let end = b.lock(Wait {
+        start: 1_100_000_000,
+        tid: 51,
+        frames: &get_task,
+        mutex: POOL_CV,
+        op: 9,
+        wait: 150 * MS,
+    });
+    b.lock(Wait {
+        start: end + 10_000,
+        tid: 51,
+        frames: &[
             C("__lll_lock_wait"),
             C("pthread_mutex_lock"),
             S("Ledger::post(long)"),
         ],
-        LEDGER_MU,
-        0,
-        3 * MS,
-    );
+        mutex: LEDGER_MU,
+        op: 0,
+        wait: 3 * MS,
+    });
     // A mutex wait long after a condvar wait is no reacquire either.
     let t = end + 500 * MS;
-    let end = b.lock(t, 50, &get_task, POOL_CV, 9, 150 * MS);
-    b.lock(
-        end + 2 * MS,
-        50,
-        &[
+    let end = b.lock(Wait {
+        start: t,
+        tid: 50,
+        frames: &get_task,
+        mutex: POOL_CV,
+        op: 9,
+        wait: 150 * MS,
+    });
+    b.lock(Wait {
+        start: end + 2 * MS,
+        tid: 50,
+        frames: &[
             C("__lll_lock_wait"),
             C("__pthread_mutex_cond_lock"),
             C("pthread_cond_wait"),
             S(CV_WAIT),
             S("pool::ThreadPool::get_task()"),
         ],
-        POOL_MU,
-        0,
-        MS,
-    );
+        mutex: POOL_MU,
+        op: 0,
+        wait: MS,
+    });
     let bytes2 = b.finish();
     let rep = top_with(
         reader(&bytes2),
-        EventKind::Lock,
-        Measure::Wait,
-        &Filter::default(),
-        100,
-        &IdleRules::defaults(),
+        &TopOptions {
+            kind: EventKind::Lock,
+            by: Measure::Wait,
+            filter: &Filter::default(),
+            n: 100,
+            idle: &IdleRules::defaults(),
+        },
     );
     let cv = rep
         .rows

@@ -650,15 +650,18 @@ fn html_report(
         idle: a.idle_rules()?,
         wrappers: a.wrapper_rules()?,
     };
+    let opts = ebtrace_analyze::reports::html::PageOptions {
+        filter: &filter,
+        name: &name,
+        base_name: base_name.as_deref(),
+        n: a.n.max(100),
+        rules: &rules,
+    };
     let (html, stats) = ebtrace_analyze::reports::html::report(
         &mut open,
         base.is_some()
             .then_some(&mut open_base as &mut dyn FnMut() -> Option<_>),
-        &filter,
-        &name,
-        base_name.as_deref(),
-        a.n.max(100),
-        &rules,
+        &opts,
     );
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
     let capped: Vec<String> = stats

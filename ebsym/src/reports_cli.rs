@@ -256,16 +256,14 @@ pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) 
     let idle = a.idle_rules()?;
     let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::top_grouped(
-        input.reader()?,
-        k,
+    let opts = reports::TopOptions {
+        kind: k,
         by,
-        &a.filter(),
-        a.n,
-        &idle,
-        group,
-        &wrappers,
-    );
+        filter: &a.filter(),
+        n: a.n,
+        idle: &idle,
+    };
+    let r = reports::top_grouped(input.reader()?, &opts, group, &wrappers);
     print(&r, a.json, out)
 }
 
@@ -383,7 +381,14 @@ pub fn leaks(
     }
     let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let r = reports::leaks_grouped(input.reader()?, &a.filter(), a.n, &rules, group, &wrappers);
+    let opts = reports::LeakOptions {
+        filter: &a.filter(),
+        n: a.n,
+        rules: &rules,
+        group,
+        wrappers: &wrappers,
+    };
+    let r = reports::leaks_grouped(input.reader()?, &opts);
     print(&r, a.json, out)
 }
 
@@ -575,14 +580,12 @@ pub fn diff(
     let by = measure(k, by)?;
     let before_input = symbolized_input(a, &a.trace)?;
     let after_input = symbolized_input(a, after)?;
-    let d = reports::diff_from(
-        before_input.reader()?,
-        after_input.reader()?,
-        k,
-        by,
-        &a.filter(),
-        a.n,
-    );
+    let opts = reports::DiffOptions {
+        kind: k,
+        filter: &a.filter(),
+        n: a.n,
+    };
+    let d = reports::diff_from(before_input.reader()?, after_input.reader()?, by, &opts);
     if let Some(output) = output {
         let f = std::fs::File::create(output)
             .with_context(|| format!("cannot create {}", output.display()))?;

@@ -142,88 +142,11 @@ pub(crate) fn describe(
     let mut waker_thread = None;
     let (title, fields) = match v.fields {
         Fields::OffCpu { state, .. } => {
-            let place = place();
-            let blocked_in = kernel_place(frames);
-            let mut fields = vec![
-                Field::marker("place", "In", Text(place.clone())),
-                Field::marker_and_arg_if(
-                    "blocked_in",
-                    "Blocked in",
-                    Text(blocked_in.clone().unwrap_or_default()),
-                    blocked_in.is_some(),
-                ),
-                Field::both("state", "State", Text(task_state_name(state))),
-            ];
-            // An interrupt's wake names whichever thread it ran on: no waker. The recorder
-            // keeps no waker for a wake from the idle task (an interrupt on an idle CPU).
-            let interrupt = interrupt_wake(waker_frames);
-            if !interrupt && waker.tid != 0 {
-                waker_thread = Some(waker.tid);
-            }
-            let by = if waker_thread.is_some() {
-                "thread"
-            } else {
-                "interrupt"
-            };
-            fields.push(Field::both("woken_by", "Woken by", Text(by.into())));
-            if interrupt {
-                fields.push(Field::arg("interrupted_tid", Integer(waker.tid.into())));
-            }
-            fields.push(Field::marker_and_arg_if(
-                "waker_tid",
-                "Waker tid",
-                Integer(waker_thread.unwrap_or(0).into()),
-                waker_thread.is_some(),
-            ));
-            fields.push(Field::marker_and_arg_if(
-                "waker_stack",
-                "Waker stack",
-                Stack(waker.stack),
-                waker.stack != 0,
-            ));
-            (place, fields)
+            let (title, fields, woken_by) = offcpu(frames, waker_frames, waker, state);
+            waker_thread = woken_by;
+            (title, fields)
         }
-        Fields::Lock {
-            mutex,
-            hold_ns,
-            futex_op,
-            source,
-            result,
-        } => {
-            let place = place();
-            let mut fields = vec![
-                Field::marker("place", "In", Text(place.clone())),
-                Field::both("mutex", "Mutex", Text(format!("{mutex:#x}"))),
-                Field::both("source", "Source", Text(lock_source_name(source).into())),
-            ];
-            if source == LockSource::Futex {
-                fields.push(Field::arg("futex_op", Integer(futex_op.into())));
-            }
-            fields.push(Field::marker_and_arg_if(
-                "hold_ns",
-                "Held",
-                Ns(hold_ns),
-                hold_ns != 0,
-            ));
-            if result != 0 {
-                fields.push(Field::arg("result", Integer(result.into())));
-            }
-            fields.extend([
-                Field::marker_and_arg_if(
-                    "waker_tid",
-                    "Released by tid",
-                    Integer(waker.tid.into()),
-                    waker.tid != 0,
-                ),
-                Field::marker_and_arg_if(
-                    "waker_stack",
-                    "Releaser stack",
-                    Stack(waker.stack),
-                    waker.stack != 0,
-                ),
-            ]);
-            (format!("lock wait in {place}"), fields)
-        }
+        Fields::Lock { .. } => lock(&v.fields, frames, waker),
         Fields::Func { function } => {
             let (name, place) = (function_name(l, function), place());
             let fields = vec![
@@ -296,6 +219,106 @@ pub(crate) fn describe(
         fields,
         waker_thread,
     }
+}
+
+/// An off-CPU block's title (where it was) and fields, and the thread that woke it (none
+/// when an interrupt did).
+fn offcpu(
+    frames: &[Frame],
+    waker_frames: &[Frame],
+    waker: Waker,
+    state: u32,
+) -> (String, Vec<Field>, Option<u32>) {
+    use Value::*;
+    let place = user_place(frames);
+    let blocked_in = kernel_place(frames);
+    let mut waker_thread = None;
+    let mut fields = vec![
+        Field::marker("place", "In", Text(place.clone())),
+        Field::marker_and_arg_if(
+            "blocked_in",
+            "Blocked in",
+            Text(blocked_in.clone().unwrap_or_default()),
+            blocked_in.is_some(),
+        ),
+        Field::both("state", "State", Text(task_state_name(state))),
+    ];
+    // An interrupt's wake names whichever thread it ran on: no waker. The recorder
+    // keeps no waker for a wake from the idle task (an interrupt on an idle CPU).
+    let interrupt = interrupt_wake(waker_frames);
+    if !interrupt && waker.tid != 0 {
+        waker_thread = Some(waker.tid);
+    }
+    let by = if waker_thread.is_some() {
+        "thread"
+    } else {
+        "interrupt"
+    };
+    fields.push(Field::both("woken_by", "Woken by", Text(by.into())));
+    if interrupt {
+        fields.push(Field::arg("interrupted_tid", Integer(waker.tid.into())));
+    }
+    fields.push(Field::marker_and_arg_if(
+        "waker_tid",
+        "Waker tid",
+        Integer(waker_thread.unwrap_or(0).into()),
+        waker_thread.is_some(),
+    ));
+    fields.push(Field::marker_and_arg_if(
+        "waker_stack",
+        "Waker stack",
+        Stack(waker.stack),
+        waker.stack != 0,
+    ));
+    (place, fields, waker_thread)
+}
+
+/// A lock wait's title and fields (of `fields`, a lock event's).
+fn lock(fields: &Fields, frames: &[Frame], waker: Waker) -> (String, Vec<Field>) {
+    use Value::*;
+    let Fields::Lock {
+        mutex,
+        hold_ns,
+        futex_op,
+        source,
+        result,
+    } = *fields
+    else {
+        unreachable!("lock() describes lock events")
+    };
+    let place = user_place(frames);
+    let mut fields = vec![
+        Field::marker("place", "In", Text(place.clone())),
+        Field::both("mutex", "Mutex", Text(format!("{mutex:#x}"))),
+        Field::both("source", "Source", Text(lock_source_name(source).into())),
+    ];
+    if source == LockSource::Futex {
+        fields.push(Field::arg("futex_op", Integer(futex_op.into())));
+    }
+    fields.push(Field::marker_and_arg_if(
+        "hold_ns",
+        "Held",
+        Ns(hold_ns),
+        hold_ns != 0,
+    ));
+    if result != 0 {
+        fields.push(Field::arg("result", Integer(result.into())));
+    }
+    fields.extend([
+        Field::marker_and_arg_if(
+            "waker_tid",
+            "Released by tid",
+            Integer(waker.tid.into()),
+            waker.tid != 0,
+        ),
+        Field::marker_and_arg_if(
+            "waker_stack",
+            "Releaser stack",
+            Stack(waker.stack),
+            waker.stack != 0,
+        ),
+    ]);
+    (format!("lock wait in {place}"), fields)
 }
 
 #[cfg(test)]

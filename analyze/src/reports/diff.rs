@@ -42,40 +42,38 @@ pub struct DiffRow {
     pub frames: Option<Vec<Frame>>,
 }
 
+/// Which stacks a diff compares: those of `kind` read through `filter`; it keeps the `n`
+/// rows that changed most.
+#[derive(Debug, Clone, Copy)]
+pub struct DiffOptions<'a> {
+    pub kind: EventKind,
+    pub filter: &'a Filter,
+    pub n: usize,
+}
+
 /// [`diff_from`] of the traces at `before` and `after`, `by` a measure's name (the
 /// kind's default if it names none).
 pub fn diff(
     before: &Path,
     after: &Path,
-    kind: EventKind,
     by: &str,
-    filter: &Filter,
-    n: usize,
+    opts: &DiffOptions,
 ) -> Result<DiffReport, ebtrace_format::Error> {
     let (b, a) = (TraceReader::open(before)?, TraceReader::open(after)?);
-    Ok(diff_from(
-        b,
-        a,
-        kind,
-        kind.measure_or_default(by),
-        filter,
-        n,
-    ))
+    Ok(diff_from(b, a, opts.kind.measure_or_default(by), opts))
 }
 
-/// Compares the `kind` stacks of two open traces by `by`; keeps the `n` rows that changed
-/// most.
+/// Compares the `opts.kind` stacks of two open traces by `by`; keeps the `opts.n` rows
+/// that changed most.
 pub fn diff_from(
     before: impl Trace,
     after: impl Trace,
-    kind: EventKind,
     by: Measure,
-    filter: &Filter,
-    n: usize,
+    opts: &DiffOptions,
 ) -> DiffReport {
-    let b = stacks_from(before, kind, filter);
-    let a = stacks_from(after, kind, filter);
-    diff_stacks(b, a, by, n)
+    let b = stacks_from(before, opts.kind, opts.filter);
+    let a = stacks_from(after, opts.kind, opts.filter);
+    diff_stacks(b, a, by, opts.n)
 }
 
 /// Compares two sets of stacks of one kind (of `before`'s kind) by `by`; keeps the `n`

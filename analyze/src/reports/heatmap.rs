@@ -358,36 +358,81 @@ pub fn render_svg(h: &Heatmap, opts: &HeatmapOptions) -> String {
         return s;
     }
 
-    // Whole pixels, so that cells tile without gaps or overlaps: at least one per column,
-    // rows from 12 to 40 px tall.
-    // From the cells, not `h.columns`, and a column at least 1 ns wide, so that a hand-made
-    // map that disagrees with itself draws wrong rather than panics.
-    let cols = (h.cells.len() as u64).max(1);
-    let col_ns = h.col_ns.max(1);
-    let plot_w = cols.max(1000);
-    let nrows = h.rows.len() as u64;
-    let row_h = (400 / nrows).clamp(12, 40);
-    let plot_h = nrows * row_h;
+    let p = Plot::of(h);
     let legend = legend_counts(h.cells.iter().flatten().copied().max().unwrap_or(1));
     let legend_h = 24 + legend.len() as u64 * LEGEND_BOX;
-    let width = LEFT + plot_w + LEGEND;
-    let height = TOP + plot_h.max(legend_h) + BOTTOM;
+    let width = LEFT + p.plot_w + LEGEND;
+    let height = TOP + p.plot_h.max(legend_h) + BOTTOM;
     header(&mut s, width, height);
     let _ = writeln!(
         s,
         r##"<text class="subtitle" x="{}" y="42" text-anchor="middle" fill="#555">{} {what}, columns of {} s</text>"##,
         width / 2,
         h.total,
-        seconds(col_ns, decimals_for(col_ns, 0))
+        seconds(p.col_ns, decimals_for(p.col_ns, 0))
     );
 
-    let x_of = |col: u64| LEFT + col * plot_w / cols;
-    let bottom = TOP + plot_h;
     let max = legend.last().copied().unwrap_or(1);
+    cells_svg(&mut s, h, &p, max);
+    axes_svg(&mut s, h, &p);
+    legend_svg(&mut s, &p, &legend, max, &what);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Where the map is drawn, in whole pixels, so that cells tile without gaps or overlaps:
+/// at least one per column, rows from 12 to 40 px tall.
+#[derive(Debug, Clone, Copy)]
+struct Plot {
+    /// Columns and their width in ns: from the cells, not `h.columns`, and a column at
+    /// least 1 ns wide, so that a hand-made map that disagrees with itself draws wrong
+    /// rather than panics.
+    cols: u64,
+    col_ns: u64,
+    plot_w: u64,
+    nrows: u64,
+    row_h: u64,
+    plot_h: u64,
+    /// The plot's bottom edge.
+    bottom: u64,
+}
+
+impl Plot {
+    fn of(h: &Heatmap) -> Plot {
+        let cols = (h.cells.len() as u64).max(1);
+        let plot_w = cols.max(1000);
+        let nrows = h.rows.len() as u64;
+        let row_h = (400 / nrows).clamp(12, 40);
+        let plot_h = nrows * row_h;
+        Plot {
+            cols,
+            col_ns: h.col_ns.max(1),
+            plot_w,
+            nrows,
+            row_h,
+            plot_h,
+            bottom: TOP + plot_h,
+        }
+    }
+
+    /// The left edge of column `col`.
+    fn x_of(&self, col: u64) -> u64 {
+        LEFT + col * self.plot_w / self.cols
+    }
+}
+
+/// The cells with events, coloured by count up to `max`, each with its tooltip.
+fn cells_svg(s: &mut String, h: &Heatmap, p: &Plot, max: u64) {
+    let Plot {
+        col_ns,
+        row_h,
+        bottom,
+        ..
+    } = *p;
     let tdec = decimals_for(col_ns, 2);
     for (c, column) in h.cells.iter().enumerate() {
         let c = c as u64;
-        let (x0, x1) = (x_of(c), x_of(c + 1));
+        let (x0, x1) = (p.x_of(c), p.x_of(c + 1));
         let t0 = c.saturating_mul(col_ns);
         let t = format!(
             "{}-{}",
@@ -409,7 +454,19 @@ pub fn render_svg(h: &Heatmap, opts: &HeatmapOptions) -> String {
             );
         }
     }
+}
 
+/// The axes: the frame, latency labels, time ticks, the axes' titles.
+fn axes_svg(s: &mut String, h: &Heatmap, p: &Plot) {
+    let Plot {
+        cols,
+        col_ns,
+        plot_w,
+        nrows,
+        row_h,
+        plot_h,
+        bottom,
+    } = *p;
     // Axes: the frame, latency labels at each row's lower bound (and the top's upper one),
     // time ticks at a 1-2-5 step in seconds from the start.
     let _ = writeln!(
@@ -458,7 +515,11 @@ pub fn render_svg(h: &Heatmap, opts: &HeatmapOptions) -> String {
         r#"<text class="axis" transform="translate(18 {}) rotate(-90)" text-anchor="middle">latency (log2)</text>"#,
         TOP + plot_h / 2
     );
+}
 
+/// The legend of the colour scale (`legend`'s counts, up to `max`), right of the plot.
+fn legend_svg(s: &mut String, p: &Plot, legend: &[u64], max: u64, what: &str) {
+    let plot_w = p.plot_w;
     // The legend: one box per step of the colour scale, fullest at the top.
     let lx = LEFT + plot_w + 24;
     let _ = writeln!(
@@ -476,8 +537,6 @@ pub fn render_svg(h: &Heatmap, opts: &HeatmapOptions) -> String {
             y + LEGEND_BOX - 4
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 //! makes it idle.
 use super::places::{is_kernel, runtime, short};
 use super::suppress::glob;
+use crate::error::{Error, ErrorKind};
 use crate::model::Frame;
 
 /// What a default shape asks of a stack.
@@ -337,9 +338,12 @@ impl IdleRules {
 
     /// Adds a user's pattern (`--idle PATTERN`): a wait is idle, "--idle PATTERN", when
     /// any frame's function matches the glob.
-    pub fn add_pattern(&mut self, pattern: &str) -> Result<(), String> {
+    pub fn add_pattern(&mut self, pattern: &str) -> Result<(), Error> {
         if pattern.trim().is_empty() {
-            return Err("--idle: an empty pattern".into());
+            return Err(Error::new(
+                ErrorKind::EmptyPattern,
+                "--idle: an empty pattern",
+            ));
         }
         self.patterns.push(pattern.to_string());
         Ok(())

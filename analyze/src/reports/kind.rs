@@ -212,6 +212,9 @@ impl std::fmt::Display for Measure {
     }
 }
 
+/// `Err` stays the message as a `String`: parsing fails one way only (a name that is no
+/// measure), so there is no kind to decide on, and whoever parses (clap's `value_parser`,
+/// `str::parse`) only prints it.
 impl std::str::FromStr for Measure {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

@@ -65,30 +65,74 @@ pub fn leaks_from(trace: impl Trace, filter: &Filter, n: usize) -> Report {
 pub fn leaks_with(trace: impl Trace, filter: &Filter, n: usize, rules: &Suppressions) -> Report {
     leaks_grouped(
         trace,
-        filter,
-        n,
-        rules,
-        Group::Stack,
-        &WrapperRules::default(),
+        &LeakOptions {
+            filter,
+            n,
+            rules,
+            group: Group::Stack,
+            wrappers: &WrapperRules::default(),
+        },
     )
 }
 
-/// [`leaks_with`] with rows grouped as `group` says: per stack and thread group
+/// What a leak report is asked for ([`leaks_grouped`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LeakOptions<'a> {
+    /// The filter the trace is read with.
+    pub filter: &'a Filter,
+    /// The rows kept.
+    pub n: usize,
+    /// Which blocks never freed are held by design.
+    pub rules: &'a Suppressions,
+    /// A row per stack, per stack and thread group, or per allocation site.
+    pub group: Group,
+    /// The allocator wrappers `Group::Site` looks past.
+    pub wrappers: &'a WrapperRules,
+}
+
+/// [`leaks_with`] with rows grouped as `opts.group` says: per stack and thread group
 /// (`Group::Thread`), or per allocation site and whether the process was alive
 /// (`Group::Site`: the stacks merged by the first frame that is no allocator wrapper of
-/// `wrappers`, and of those it learns from the leaked stacks).
-pub fn leaks_grouped(
-    trace: impl Trace,
-    filter: &Filter,
-    n: usize,
-    rules: &Suppressions,
-    group: Group,
-    wrappers: &WrapperRules,
-) -> Report {
+/// `opts.wrappers`, and of those it learns from the leaked stacks).
+pub fn leaks_grouped(trace: impl Trace, opts: &LeakOptions) -> Report {
     let mut sink = LeakSink::default();
-    let mut l = Loaded::from_trace(trace, filter, &mut sink);
-    sink.report_grouped(&mut l, filter, n, rules, group, wrappers)
+    let mut l = Loaded::from_trace(trace, opts.filter, &mut sink);
+    sink.report_grouped(&mut l, opts)
 }
+
+/// The blocks never freed per (stack, generation, tid or 0): (count, bytes, oldest time).
+type Sums = FastMap<(u64, u32, u32), (u64, u64, u64)>;
+
+/// A row's key before sites are merged: (frames, alive, thread group, allocator).
+type RowKey = (FrameKey, bool, String, u32);
+
+/// A row so far: its frames, count, bytes, oldest time, blocks per thread.
+struct Acc {
+    frames: Vec<Frame>,
+    count: u64,
+    bytes: u64,
+    oldest: u64,
+    threads: HashMap<(u32, u32), u64>,
+    site: Option<Site>,
+    /// What keeps the blocks by design (decided on the whole stack).
+    held: Option<String>,
+    /// The allocator (0: malloc's family; else an --alloc-fn's index + 1).
+    allocator: u32,
+}
+
+/// A row as sorted before it is shown: (held by, alive, frames, count, bytes, oldest
+/// time, site, thread label, allocator).
+type Shown = (
+    Option<String>,
+    bool,
+    Vec<Frame>,
+    u64,
+    u64,
+    u64,
+    Option<Site>,
+    Option<String>,
+    u32,
+);
 
 impl LeakSink {
     /// A sink that already holds `live`, the last event time `last_ns` and `allocs`
@@ -110,29 +154,70 @@ impl LeakSink {
         n: usize,
         rules: &Suppressions,
     ) -> Report {
-        self.report_grouped(l, filter, n, rules, Group::Stack, &WrapperRules::default())
+        let opts = LeakOptions {
+            filter,
+            n,
+            rules,
+            group: Group::Stack,
+            wrappers: &WrapperRules::default(),
+        };
+        self.report_grouped(l, &opts)
     }
 
     /// [`LeakSink::report`] with rows grouped as [`leaks_grouped`] says.
-    pub(crate) fn report_grouped(
-        self,
-        l: &mut Loaded,
-        filter: &Filter,
-        n: usize,
-        rules: &Suppressions,
-        group: Group,
-        wrappers: &WrapperRules,
-    ) -> Report {
-        let sink = self;
-        // (stack, generation, tid or 0) -> (count, bytes, oldest time): hashed, a lookup a
-        // live block (a B-tree's were a tenth of the report with a million blocks), then
-        // sorted.
-        let mut by: FastMap<(u64, u32, u32), (u64, u64, u64)> = FastMap::default();
+    pub(crate) fn report_grouped(self, l: &mut Loaded, opts: &LeakOptions) -> Report {
+        let (by, uncertain) = self.sums(l);
+        let merged = self.merged(l, by, opts);
+        let mut learnt = None;
+        let merged: Vec<(bool, Acc)> = if opts.group == Group::Site {
+            let mut w = opts.wrappers.clone();
+            w.learn(merged.values().map(|a| a.frames.as_slice()));
+            learnt = Some(w.learnt().map(String::from).collect::<Vec<_>>());
+            by_site(merged, &w)
+        } else {
+            merged
+                .into_iter()
+                .map(|((_, alive, _, _), a)| (alive, a))
+                .collect()
+        };
+        let (rows, totals) = shown(l, merged);
+        let rows = self.leak_rows(l, rows, opts.n);
+        damage(l, uncertain);
+        // --no-free: no free was seen, so every block would look leaked.
+        let no_free = l
+            .header
+            .options
+            .iter()
+            .any(|o| o.key == "no-free" && o.value == "true");
+        let (rows, totals) = if no_free {
+            (Vec::new(), BTreeMap::new())
+        } else {
+            (rows, totals)
+        };
+        let note = self.note(l, no_free, &totals, opts.filter);
+        Report {
+            kind: "leaks".into(),
+            by: Measure::Bytes,
+            group: opts.group.name(),
+            wrappers_learnt: learnt,
+            totals,
+            losses: l.losses.clone(),
+            rows,
+            histograms: Vec::new(),
+            note,
+        }
+    }
+
+    /// The blocks never freed summed per (stack, generation, tid or 0), and the count and
+    /// bytes of those set aside: a block allocated before a pause of the allocator probes
+    /// (--max-cpu) may have been freed while they were off, so it is not called a leak.
+    fn sums(&self, l: &Loaded) -> (Sums, (u64, u64)) {
+        // Hashed, a lookup a live block (a B-tree's were a tenth of the report with a
+        // million blocks), then sorted.
+        let mut by: Sums = FastMap::default();
         let mut est = Estimator::default();
-        // A block allocated before a pause of the allocator probes (--max-cpu) may have been
-        // freed while they were off: set aside, not called a leak.
         let mut uncertain = (0u64, 0u64);
-        for (generation, b) in sink.live.blocks() {
+        for (generation, b) in self.live.blocks() {
             if l.alloc_pauses.iter().any(|&(start, _)| b.time < start) {
                 let (c, bytes) = est.add(b.size, u64::from(b.period));
                 uncertain.0 += c;
@@ -147,7 +232,7 @@ impl LeakSink {
             e.1 += bytes;
             e.2 = e.2.min(b.time);
         }
-        for (&key, &(count, bytes, since)) in sink.live.gauges() {
+        for (&key, &(count, bytes, since)) in self.live.gauges() {
             if count == 0 {
                 continue;
             }
@@ -162,21 +247,13 @@ impl LeakSink {
             e.1 += bytes;
             e.2 = e.2.min(since);
         }
-        /// A row so far: its frames, count, bytes, oldest time, blocks per thread.
-        struct Acc {
-            frames: Vec<Frame>,
-            count: u64,
-            bytes: u64,
-            oldest: u64,
-            threads: HashMap<(u32, u32), u64>,
-            site: Option<Site>,
-            /// What keeps the blocks by design (decided on the whole stack).
-            held: Option<String>,
-            /// The allocator (0: malloc's family; else an --alloc-fn's index + 1).
-            allocator: u32,
-        }
-        // (frames, alive, thread group, allocator) -> the row
-        let mut merged: BTreeMap<(FrameKey, bool, String, u32), Acc> = BTreeMap::new();
+        (by, uncertain)
+    }
+
+    /// The sums merged into rows by frames, whether the process is alive, thread group
+    /// (`Group::Thread`) and allocator.
+    fn merged(&self, l: &mut Loaded, by: Sums, opts: &LeakOptions) -> BTreeMap<RowKey, Acc> {
+        let mut merged: BTreeMap<RowKey, Acc> = BTreeMap::new();
         // Each (stack, generation)'s frames, resolved once (as the losses count them).
         let mut frames_of: HashMap<(u64, u32), Vec<Frame>> = HashMap::new();
         let mut by: Vec<_> = by.into_iter().collect();
@@ -195,7 +272,7 @@ impl LeakSink {
                     f
                 }
             };
-            let thread = if group == Group::Thread && tid != 0 {
+            let thread = if opts.group == Group::Thread && tid != 0 {
                 fold_digits(&l.thread_name(generation, tid))
             } else {
                 String::new()
@@ -205,11 +282,11 @@ impl LeakSink {
                     frame_key(&frames),
                     alive,
                     thread,
-                    sink.live.allocator_of(stack),
+                    self.live.allocator_of(stack),
                 ))
                 .or_insert_with(|| Acc {
-                    allocator: sink.live.allocator_of(stack),
-                    held: rules.held_by(&frames),
+                    allocator: self.live.allocator_of(stack),
+                    held: opts.rules.held_by(&frames),
                     frames,
                     count: 0,
                     bytes: 0,
@@ -224,121 +301,13 @@ impl LeakSink {
                 *e.threads.entry((generation, tid)).or_default() += count;
             }
         }
-        let mut learnt = None;
-        let merged: Vec<(bool, Acc)> = if group == Group::Site {
-            let mut w = wrappers.clone();
-            w.learn(merged.values().map(|a| a.frames.as_slice()));
-            learnt = Some(w.learnt().map(String::from).collect::<Vec<_>>());
-            // (site, alive) -> the row: the heaviest stack's frames from the site out
-            type SiteKey = (FrameKey, bool, Option<String>, u32);
-            let mut sites: BTreeMap<SiteKey, (Acc, u64)> = BTreeMap::new();
-            for ((_, alive, _, _), mut a) in merged {
-                let (i, ws) = w.site(&a.frames).unwrap_or((0, Vec::new()));
-                a.frames.drain(..i.min(a.frames.len()));
-                let key = (
-                    frame_key(&a.frames[..a.frames.len().min(1)]),
-                    alive,
-                    a.held.clone(),
-                    a.allocator,
-                );
-                let Some((s, best)) = sites.get_mut(&key) else {
-                    let f = a.frames.first();
-                    a.site = Some(Site {
-                        file: f.and_then(|f| f.file.clone()),
-                        function: f.map_or_else(|| "(no stack)".into(), |f| f.function.clone()),
-                        line: f.and_then(|f| f.line),
-                        module: f.map(|f| f.module.clone()).unwrap_or_default(),
-                        stacks: 1,
-                        wrappers: ws,
-                    });
-                    let best = a.bytes;
-                    sites.insert(key, (a, best));
-                    continue;
-                };
-                let site = s.site.as_mut().expect("set at insertion");
-                site.stacks += 1;
-                for w in ws {
-                    if !site.wrappers.contains(&w) {
-                        site.wrappers.push(w);
-                    }
-                }
-                s.count += a.count;
-                s.bytes += a.bytes;
-                s.oldest = s.oldest.min(a.oldest);
-                for (t, c) in a.threads {
-                    *s.threads.entry(t).or_default() += c;
-                }
-                if a.bytes > *best {
-                    *best = a.bytes;
-                    s.frames = a.frames;
-                }
-            }
-            sites
-                .into_iter()
-                .map(|((_, alive, _, _), (a, _))| (alive, a))
-                .collect()
-        } else {
-            merged
-                .into_iter()
-                .map(|((_, alive, _, _), a)| (alive, a))
-                .collect()
-        };
-        let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-        type Shown = (
-            Option<String>,
-            bool,
-            Vec<Frame>,
-            u64,
-            u64,
-            u64,
-            Option<Site>,
-            Option<String>,
-            u32,
-        );
-        let mut rows: Vec<Shown> = merged
-            .into_iter()
-            .map(|(alive, a)| {
-                let Acc {
-                    frames,
-                    count,
-                    bytes,
-                    oldest,
-                    threads,
-                    site,
-                    held,
-                    allocator,
-                } = a;
-                let thread = label_of(l, &threads);
-                let (c, b) = if held.is_some() {
-                    ("held_count", "held_bytes")
-                } else {
-                    ("count", "bytes")
-                };
-                *totals.entry(c.to_string()).or_default() += count;
-                *totals.entry(b.to_string()).or_default() += bytes;
-                (
-                    held, alive, frames, count, bytes, oldest, site, thread, allocator,
-                )
-            })
-            .collect();
-        if !rows.is_empty() {
-            totals.entry("count".to_string()).or_default();
-            totals.entry("bytes".to_string()).or_default();
-        }
-        // The leaks to act on first, then the held blocks; largest first; ties in a fixed
-        // order. Only the rows shown are rendered.
-        rows.sort_by(|a, b| {
-            a.0.is_some()
-                .cmp(&b.0.is_some())
-                .then_with(|| b.4.cmp(&a.4))
-                .then_with(|| a.2.cmp(&b.2))
-                .then_with(|| a.1.cmp(&b.1))
-                .then_with(|| a.0.cmp(&b.0))
-                .then_with(|| a.7.cmp(&b.7))
-        });
+        merged
+    }
+
+    /// The first `n` rows as the report's rows.
+    fn leak_rows(&self, l: &Loaded, rows: Vec<Shown>, n: usize) -> Vec<Row> {
         let names = super::live::allocator_names(&l.header);
-        let rows: Vec<Row> = rows
-            .into_iter()
+        rows.into_iter()
             .take(n)
             .map(
                 |(held_by, alive, frames, count, bytes, oldest, site, thread, allocator)| {
@@ -349,48 +318,35 @@ impl LeakSink {
                         count,
                         frames,
                         held_by,
-                        oldest_ns: sink.last_ns.saturating_sub(oldest),
+                        oldest_ns: self.last_ns.saturating_sub(oldest),
                         site,
                         thread,
                     })
                 },
             )
-            .collect();
-        if uncertain.0 > 0 {
-            l.losses.damage.push(format!(
-            "the allocator probes were paused {} time(s) by --max-cpu: {} blocks ({} bytes) allocated before a pause and not seen freed are left out, as their free may have come while paused",
-            l.alloc_pauses.len(),
-            uncertain.0,
-            uncertain.1
-        ));
-        }
-        if l.losses.recorded.keys().any(|k| k.starts_with("free/")) {
-            l.losses.damage.push(
-                "frees were lost while recording: some blocks shown may have been freed".into(),
-            );
-        }
-        // --no-free: no free was seen, so every block would look leaked.
-        let no_free = l
-            .header
-            .options
-            .iter()
-            .any(|o| o.key == "no-free" && o.value == "true");
-        let (rows, totals) = if no_free {
-            (Vec::new(), BTreeMap::new())
-        } else {
-            (rows, totals)
-        };
-        let note = if no_free {
+            .collect()
+    }
+
+    /// The report's note: no frees tracked, no allocations, or none left; `None` when
+    /// there are leaks.
+    fn note(
+        &self,
+        l: &Loaded,
+        no_free: bool,
+        totals: &BTreeMap<String, u64>,
+        filter: &Filter,
+    ) -> Option<String> {
+        if no_free {
             Some(format!(
             "no leak report: the recording did not track frees (--no-free); its {} allocations are in `ebsym top --kind alloc`",
-            sink.allocs
+            self.allocs
         ))
-        } else if sink.allocs == 0 {
+        } else if self.allocs == 0 {
             Some(empty_note("alloc", filter, &l.losses))
         } else if totals.is_empty() {
             Some(format!(
                 "no leaks: all {} traced allocations{} were freed",
-                sink.allocs,
+                self.allocs,
                 if filter.is_empty() {
                     ""
                 } else {
@@ -399,17 +355,124 @@ impl LeakSink {
             ))
         } else {
             None
-        };
-        Report {
-            kind: "leaks".into(),
-            by: Measure::Bytes,
-            group: group.name(),
-            wrappers_learnt: learnt,
-            totals,
-            losses: l.losses.clone(),
-            rows,
-            histograms: Vec::new(),
-            note,
         }
+    }
+}
+
+/// Rows merged by allocation site (the first frame that is no wrapper of `w`) and whether
+/// the process was alive: each site's row has the sum of its stacks and the heaviest
+/// stack's frames from the site out.
+fn by_site(merged: BTreeMap<RowKey, Acc>, w: &WrapperRules) -> Vec<(bool, Acc)> {
+    type SiteKey = (FrameKey, bool, Option<String>, u32);
+    let mut sites: BTreeMap<SiteKey, (Acc, u64)> = BTreeMap::new();
+    for ((_, alive, _, _), mut a) in merged {
+        let (i, ws) = w.site(&a.frames).unwrap_or((0, Vec::new()));
+        a.frames.drain(..i.min(a.frames.len()));
+        let key = (
+            frame_key(&a.frames[..a.frames.len().min(1)]),
+            alive,
+            a.held.clone(),
+            a.allocator,
+        );
+        let Some((s, best)) = sites.get_mut(&key) else {
+            let f = a.frames.first();
+            a.site = Some(Site {
+                file: f.and_then(|f| f.file.clone()),
+                function: f.map_or_else(|| "(no stack)".into(), |f| f.function.clone()),
+                line: f.and_then(|f| f.line),
+                module: f.map(|f| f.module.clone()).unwrap_or_default(),
+                stacks: 1,
+                wrappers: ws,
+            });
+            let best = a.bytes;
+            sites.insert(key, (a, best));
+            continue;
+        };
+        let site = s.site.as_mut().expect("set at insertion");
+        site.stacks += 1;
+        for w in ws {
+            if !site.wrappers.contains(&w) {
+                site.wrappers.push(w);
+            }
+        }
+        s.count += a.count;
+        s.bytes += a.bytes;
+        s.oldest = s.oldest.min(a.oldest);
+        for (t, c) in a.threads {
+            *s.threads.entry(t).or_default() += c;
+        }
+        if a.bytes > *best {
+            *best = a.bytes;
+            s.frames = a.frames;
+        }
+    }
+    sites
+        .into_iter()
+        .map(|((_, alive, _, _), (a, _))| (alive, a))
+        .collect()
+}
+
+/// The rows with their thread labels, sorted: the leaks to act on first, then the held
+/// blocks; largest first; ties in a fixed order (only the rows shown are rendered). And
+/// the totals: `count` and `bytes` of the leaks, `held_count` and `held_bytes` of the held.
+fn shown(l: &Loaded, merged: Vec<(bool, Acc)>) -> (Vec<Shown>, BTreeMap<String, u64>) {
+    let mut totals: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows: Vec<Shown> = merged
+        .into_iter()
+        .map(|(alive, a)| {
+            let Acc {
+                frames,
+                count,
+                bytes,
+                oldest,
+                threads,
+                site,
+                held,
+                allocator,
+            } = a;
+            let thread = label_of(l, &threads);
+            let (c, b) = if held.is_some() {
+                ("held_count", "held_bytes")
+            } else {
+                ("count", "bytes")
+            };
+            *totals.entry(c.to_string()).or_default() += count;
+            *totals.entry(b.to_string()).or_default() += bytes;
+            (
+                held, alive, frames, count, bytes, oldest, site, thread, allocator,
+            )
+        })
+        .collect();
+    if !rows.is_empty() {
+        totals.entry("count".to_string()).or_default();
+        totals.entry("bytes".to_string()).or_default();
+    }
+    rows.sort_by(|a, b| {
+        a.0.is_some()
+            .cmp(&b.0.is_some())
+            .then_with(|| b.4.cmp(&a.4))
+            .then_with(|| a.2.cmp(&b.2))
+            .then_with(|| a.1.cmp(&b.1))
+            .then_with(|| a.0.cmp(&b.0))
+            .then_with(|| a.7.cmp(&b.7))
+    });
+    (rows, totals)
+}
+
+/// What the report says about its blocks in `l`'s losses: those set aside for a pause
+/// (`uncertain`: count, bytes), and frees lost while recording.
+fn damage(l: &mut Loaded, uncertain: (u64, u64)) {
+    if uncertain.0 > 0 {
+        l.losses.damage.push(format!(
+            "the allocator probes were paused {} time(s) by --max-cpu: {} blocks ({} bytes) allocated before a pause and not seen freed are left out, as their free may have come while paused",
+            l.alloc_pauses.len(),
+            uncertain.0,
+            uncertain.1
+        ));
+    }
+    if l.losses.recorded.keys().any(|k| k.starts_with("free/")) {
+        l.losses
+            .damage
+            .push("frees were lost while recording: some blocks shown may have been freed".into());
     }
 }

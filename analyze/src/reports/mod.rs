@@ -56,12 +56,12 @@ mod top;
 pub mod wrappers;
 
 pub use crate::model::{Records, Trace};
-pub use diff::{diff, diff_from, diff_stacks, DiffReport, DiffRow};
+pub use diff::{diff, diff_from, diff_stacks, DiffOptions, DiffReport, DiffRow};
 pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
 pub use folded::{folded, folded_from, folded_key, Folded};
 pub use heap::{heap_from, heap_with, HeapAllocator, HeapMeasure, HeapReport, HeapRow, HeapTotals};
 pub use kind::{EventKind, Measure};
-pub use leaks::{leaks, leaks_from, leaks_grouped, leaks_with};
+pub use leaks::{leaks, leaks_from, leaks_grouped, leaks_with, LeakOptions};
 pub use stacks::{
     stacks, stacks_by_thread_from, stacks_from, stacks_with_inuse_from, StackValues, Stacks,
     ThreadSplit,
@@ -71,6 +71,6 @@ pub use text::{empty_note, losses_text};
 pub use threads::{threads_from, ThreadsReport};
 pub use top::{
     top, top_from, top_grouped, top_with, BioRow, BytesRow, CpuRow, FuncRow, Group, LeakRow,
-    LockRow, OffCpuRow, Report, Row, RunqRow, SyscallRow, TcpStackRow,
+    LockRow, OffCpuRow, Report, Row, RunqRow, SyscallRow, TcpStackRow, TopOptions,
 };
 pub use wrappers::{Site, WrapperRules};

@@ -3,7 +3,7 @@
 //! one [`Loaded`], with the losses it would have had reading the trace alone (each starts
 //! from the losses of the reading; its own notes and unresolved frames are its own). What
 //! `ebsym report` and `ebsym summary` read a trace with.
-use super::heap::{HeapMeasure, HeapReport, HeapSink, HeapTimeline};
+use super::heap::{HeapMeasure, HeapOptions, HeapReport, HeapSink, HeapTimeline};
 use super::heatmap::HeatPoint;
 use super::idle::IdleRules;
 use super::kind::{EventKind, Measure};
@@ -12,7 +12,7 @@ use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::threads::{report_of, ThreadsReport, ThreadsSink};
-use super::top::{top_of, Report};
+use super::top::{top_of, Report, TopOptions};
 use super::wrappers::WrapperRules;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
@@ -192,15 +192,14 @@ impl Passed {
     pub(crate) fn top(&mut self, kind: EventKind, by: Measure, n: usize) -> Report {
         let (merged, losses) = self.merged(kind);
         self.loaded.losses = losses;
-        top_of(
-            &mut self.loaded,
+        let opts = TopOptions {
             kind,
             by,
-            &self.filter,
-            merged,
+            filter: &self.filter,
             n,
-            &self.idle,
-        )
+            idle: &self.idle,
+        };
+        top_of(&mut self.loaded, merged, &opts)
     }
 
     /// `stacks_from` of the trace: the merged stacks of `kind` with their values.
@@ -278,7 +277,13 @@ impl Passed {
         sink.finish();
         let timeline = sink.take_timeline();
         let filter = self.filter.clone();
-        let (report, leaks) = sink.report_and_leaks(self.fresh(), &filter, by, usize::MAX, rules);
+        let query = HeapOptions {
+            filter: &filter,
+            by,
+            n: usize::MAX,
+            rules,
+        };
+        let (report, leaks) = sink.report_and_leaks(self.fresh(), &query);
         self.heap_leaks = Some(leaks);
         (report, timeline)
     }

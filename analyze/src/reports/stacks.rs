@@ -288,42 +288,56 @@ pub(crate) fn merge_split(
 }
 
 impl StackSink {
+    /// Each stack's blocks still outstanding at the end (`o`), unless frees were not
+    /// tracked (--no-free).
+    fn add_inuse(&mut self, l: &Loaded, o: Outstanding) {
+        let no_free = l
+            .header
+            .options
+            .iter()
+            .any(|o| o.key == "no-free" && o.value == "true");
+        if no_free {
+            return;
+        }
+        for ((stack, thread), inuse) in o.by_stack_thread(&l.alloc_pauses) {
+            let thread = match self.split {
+                ThreadSplit::None => 0,
+                _ => thread,
+            };
+            // Only stacks the filter let through have allocations here.
+            if let Some(g) = self.by_stack.get_mut(&(stack, 0, thread)) {
+                g.inuse.0 += inuse.0;
+                g.inuse.1 += inuse.1;
+            }
+        }
+    }
+
+    /// The thread label of stack key `key` as the split says: none, the thread's name, or
+    /// its group's (digits folded).
+    fn thread_of(&self, l: &Loaded, key: StackKey) -> String {
+        match self.split {
+            ThreadSplit::None => String::new(),
+            _ if key.2 == 0 => String::new(),
+            split => {
+                let name = l.thread_name((key.2 >> 32) as u32, key.2 as u32);
+                if split == ThreadSplit::Group {
+                    super::threads::fold_digits(&name)
+                } else {
+                    name
+                }
+            }
+        }
+    }
+
     /// The stacks of the trace `l` was read into, merged (stack ids that symbolize alike,
     /// across processes), in a fixed order; the notes of the kind (pauses, --max-cpu's
     /// changes) added to `l`'s losses, and its unresolved frames counted there.
     pub(crate) fn merge(mut self, l: &mut Loaded) -> Vec<Merged> {
         let kind = self.kind;
         if let Some(o) = self.outstanding.take() {
-            let no_free = l
-                .header
-                .options
-                .iter()
-                .any(|o| o.key == "no-free" && o.value == "true");
-            if !no_free {
-                for ((stack, thread), inuse) in o.by_stack_thread(&l.alloc_pauses) {
-                    let thread = match self.split {
-                        ThreadSplit::None => 0,
-                        _ => thread,
-                    };
-                    // Only stacks the filter let through have allocations here.
-                    if let Some(g) = self.by_stack.get_mut(&(stack, 0, thread)) {
-                        g.inuse.0 += inuse.0;
-                        g.inuse.1 += inuse.1;
-                    }
-                }
-            }
+            self.add_inuse(l, o);
         }
-        if kind == EventKind::Alloc && !l.alloc_pauses.is_empty() {
-            let open = l.alloc_pauses.iter().any(|p| p.1 == u64::MAX);
-            l.losses.damage.push(format!(
-            "the allocator probes were paused {} time(s) by --max-cpu{}: allocations made while paused are not counted (ebsym info lists the changes)",
-            l.alloc_pauses.len(),
-            if open { ", the last until the end" } else { "" }
-        ));
-        }
-        let notes = super::budget::notes(l, kind);
-        l.losses.damage.extend(notes);
-        l.losses.paced = super::budget::paced(l, kind);
+        budget_notes(l, kind);
         type Key = (u64, String, FrameKey);
         let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
         let mut keys: Vec<StackKey> = self.by_stack.keys().copied().collect();
@@ -339,18 +353,7 @@ impl StackSink {
                 resolved = Some((key.0, f, m));
             }
             let (_, frames, mappings) = resolved.as_ref().unwrap();
-            let thread = match self.split {
-                ThreadSplit::None => String::new(),
-                _ if key.2 == 0 => String::new(),
-                split => {
-                    let name = l.thread_name((key.2 >> 32) as u32, key.2 as u32);
-                    if split == ThreadSplit::Group {
-                        super::threads::fold_digits(&name)
-                    } else {
-                        name
-                    }
-                }
-            };
+            let thread = self.thread_of(l, key);
             let mk = (key.1, thread, frame_key(frames));
             if !self.links.is_empty() {
                 merged_key.insert(key, mk.clone());
@@ -363,34 +366,7 @@ impl StackSink {
                 mappings: mappings.clone(),
                 agg: Agg::default(),
             });
-            let m = &mut e.agg;
-            m.count += agg.count;
-            m.a += agg.a;
-            m.b += agg.b;
-            if let Some(h) = agg.hists {
-                match &mut m.hists {
-                    Some(mh) => {
-                        mh[0].merge(&h[0]);
-                        mh[1].merge(&h[1]);
-                    }
-                    None => m.hists = Some(h),
-                }
-            }
-            m.mutex = agg.mutex;
-            m.futex_op = agg.futex_op;
-            m.uprobe |= agg.uprobe;
-            m.op_known |= agg.op_known;
-            m.after_condvar += agg.after_condvar;
-            m.contended_reacquires += agg.contended_reacquires;
-            m.aggregated |= agg.aggregated;
-            m.inuse.0 += agg.inuse.0;
-            m.inuse.1 += agg.inuse.1;
-            for (w, c) in agg.wakers {
-                *m.wakers.entry(w).or_default() += c;
-            }
-            for (t, c) in agg.threads {
-                *m.threads.entry(t).or_default() += c;
-            }
+            e.agg.add(agg);
         }
         for ((m, c), n) in std::mem::take(&mut self.links) {
             let (Some(mk), Some(ck)) = (merged_key.get(&m), merged_key.get(&c)) else {
@@ -421,6 +397,57 @@ impl StackSink {
 /// reacquired.
 fn in_condvar_wait(function: &str) -> bool {
     function.contains("pthread_cond_") || function.contains("condition_variable")
+}
+
+/// What the trace's --max-cpu budget did to `kind`: the allocator probes' pauses, the
+/// budget's notes and pacing, in `l`'s losses.
+fn budget_notes(l: &mut Loaded, kind: EventKind) {
+    if kind == EventKind::Alloc && !l.alloc_pauses.is_empty() {
+        let open = l.alloc_pauses.iter().any(|p| p.1 == u64::MAX);
+        l.losses.damage.push(format!(
+            "the allocator probes were paused {} time(s) by --max-cpu{}: allocations made while paused are not counted (ebsym info lists the changes)",
+            l.alloc_pauses.len(),
+            if open { ", the last until the end" } else { "" }
+        ));
+    }
+    let notes = super::budget::notes(l, kind);
+    l.losses.damage.extend(notes);
+    l.losses.paced = super::budget::paced(l, kind);
+}
+
+impl Agg {
+    /// Adds `agg`, another stack key's, into this merged stack's (the mutex and futex op
+    /// are the last one's).
+    fn add(&mut self, agg: Agg) {
+        let m = self;
+        m.count += agg.count;
+        m.a += agg.a;
+        m.b += agg.b;
+        if let Some(h) = agg.hists {
+            match &mut m.hists {
+                Some(mh) => {
+                    mh[0].merge(&h[0]);
+                    mh[1].merge(&h[1]);
+                }
+                None => m.hists = Some(h),
+            }
+        }
+        m.mutex = agg.mutex;
+        m.futex_op = agg.futex_op;
+        m.uprobe |= agg.uprobe;
+        m.op_known |= agg.op_known;
+        m.after_condvar += agg.after_condvar;
+        m.contended_reacquires += agg.contended_reacquires;
+        m.aggregated |= agg.aggregated;
+        m.inuse.0 += agg.inuse.0;
+        m.inuse.1 += agg.inuse.1;
+        for (w, c) in agg.wakers {
+            *m.wakers.entry(w).or_default() += c;
+        }
+        for (t, c) in agg.threads {
+            *m.threads.entry(t).or_default() += c;
+        }
+    }
 }
 
 /// One merged stack and its values, for pprof, folded stacks and diffs.

@@ -236,17 +236,74 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
 /// The alloc finding's place is the allocation site: the first frame of the stack that is
 /// no allocator wrapper of `wrappers` ([`super::wrappers`]).
 fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Option<Finding> {
-    let value = |r: &Row| -> u64 {
-        match r {
-            Row::Cpu(x) => x.count,
-            Row::OffCpu(x) => x.total_ns,
-            Row::Lock(x) => x.wait_ns,
-            Row::Bytes(x) => x.bytes,
-            _ => r.count(),
-        }
+    let (place, unit, what) = naming(kind, wrappers)?;
+    let total: u64 = rep.rows.iter().map(row_value).sum();
+    let idle_rows = || rep.rows.iter().filter(|r| r.idle_reason().is_some());
+    let busy = || rep.rows.iter().filter(|r| r.idle_reason().is_none());
+    let mutexes = || {
+        busy().filter(
+            |r| matches!(r, Row::Lock(l) if matches!(l.wait_kind, "mutex" | "condvar_mutex")),
+        )
     };
-    type Place = Box<dyn Fn(&Row) -> String>;
-    let (place, unit, what): (Place, &'static str, &str) = match kind {
+    let contended = || busy().filter(|r| matches!(r, Row::Lock(l) if l.contention));
+    let (subject, v, _) = largest(mutexes(), row_value, &place)
+        .or_else(|| largest(contended(), row_value, &place))
+        .or_else(|| largest(busy(), row_value, &place))
+        .or_else(|| largest(idle_rows(), row_value, &place))?;
+    let share = v as f64 / total.max(1) as f64;
+    let amount = |x: u64| match unit {
+        "ns" => human_ns(x),
+        "bytes" => human_bytes(x),
+        _ => format!("{x} samples"),
+    };
+    let idle = idle_by_reason(rep);
+    let idle_total: u64 = idle.values().sum();
+    let mut finding = if busy().any(|r| row_value(r) > 0) {
+        format!("{what}: {subject}, {} of {}", pct(share), amount(total))
+    } else {
+        format!(
+            "{what}: only idle waits, the most {subject}, {} of {}",
+            pct(share),
+            amount(total)
+        )
+    };
+    if idle_total > 0 {
+        finding.push_str(&idle_note(&idle, idle_total, total));
+    }
+    Some(Finding {
+        family: kind.name().into(),
+        finding,
+        subject,
+        value: v,
+        unit,
+        share: Some(share),
+        total,
+        idle_share: (idle_total > 0).then(|| idle_total as f64 / total.max(1) as f64),
+        idle: idle
+            .into_iter()
+            .map(|(r, v)| (r, v as f64 / total.max(1) as f64))
+            .collect(),
+    })
+}
+
+/// A row's value in the finding: samples, off-CPU time, lock wait, bytes, else its count.
+fn row_value(r: &Row) -> u64 {
+    match r {
+        Row::Cpu(x) => x.count,
+        Row::OffCpu(x) => x.total_ns,
+        Row::Lock(x) => x.wait_ns,
+        Row::Bytes(x) => x.bytes,
+        _ => r.count(),
+    }
+}
+
+/// How a finding of `kind` names a row's place.
+type Place = Box<dyn Fn(&Row) -> String>;
+
+/// How a finding of `kind` names its place, its unit, and what it is the most of; None for
+/// a kind with no finding of its stacks.
+fn naming(kind: EventKind, wrappers: &WrapperRules) -> Option<(Place, &'static str, &'static str)> {
+    Some(match kind {
         EventKind::Cpu => (
             Box::new(|r: &Row| leaf_in_place(r.frames())),
             "samples",
@@ -295,69 +352,34 @@ fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Opti
             "most allocated",
         ),
         _ => return None,
-    };
-    let total: u64 = rep.rows.iter().map(&value).sum();
-    let idle_rows = || rep.rows.iter().filter(|r| r.idle_reason().is_some());
-    let busy = || rep.rows.iter().filter(|r| r.idle_reason().is_none());
-    let mutexes = || {
-        busy().filter(
-            |r| matches!(r, Row::Lock(l) if matches!(l.wait_kind, "mutex" | "condvar_mutex")),
-        )
-    };
-    let contended = || busy().filter(|r| matches!(r, Row::Lock(l) if l.contention));
-    let (subject, v, _) = largest(mutexes(), value, &place)
-        .or_else(|| largest(contended(), value, &place))
-        .or_else(|| largest(busy(), value, &place))
-        .or_else(|| largest(idle_rows(), value, &place))?;
-    let share = v as f64 / total.max(1) as f64;
-    let amount = |x: u64| match unit {
-        "ns" => human_ns(x),
-        "bytes" => human_bytes(x),
-        _ => format!("{x} samples"),
-    };
+    })
+}
+
+/// The idle waits' values by reason.
+fn idle_by_reason(rep: &Report) -> BTreeMap<String, u64> {
     let mut idle: BTreeMap<String, u64> = BTreeMap::new();
-    for r in idle_rows() {
+    for r in rep.rows.iter().filter(|r| r.idle_reason().is_some()) {
         *idle
             .entry(r.idle_reason().unwrap().to_string())
-            .or_default() += value(r);
+            .or_default() += row_value(r);
     }
-    let idle_total: u64 = idle.values().sum();
-    let mut finding = if busy().any(|r| value(r) > 0) {
-        format!("{what}: {subject}, {} of {}", pct(share), amount(total))
-    } else {
-        format!(
-            "{what}: only idle waits, the most {subject}, {} of {}",
-            pct(share),
-            amount(total)
-        )
-    };
-    if idle_total > 0 {
-        let mut reasons: Vec<(&String, &u64)> = idle.iter().collect();
-        reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let list: Vec<String> = reasons
-            .iter()
-            .map(|(r, v)| format!("{r} {}", pct(**v as f64 / total.max(1) as f64)))
-            .collect();
-        finding.push_str(&format!(
-            " (idle waits, {}, shown apart: {})",
-            pct(idle_total as f64 / total.max(1) as f64),
-            list.join(", ")
-        ));
-    }
-    Some(Finding {
-        family: kind.name().into(),
-        finding,
-        subject,
-        value: v,
-        unit,
-        share: Some(share),
-        total,
-        idle_share: (idle_total > 0).then(|| idle_total as f64 / total.max(1) as f64),
-        idle: idle
-            .into_iter()
-            .map(|(r, v)| (r, v as f64 / total.max(1) as f64))
-            .collect(),
-    })
+    idle
+}
+
+/// " (idle waits, N%, shown apart: reason N%, …)": the idle waits' share of `total`, and
+/// each reason's, largest first.
+fn idle_note(idle: &BTreeMap<String, u64>, idle_total: u64, total: u64) -> String {
+    let mut reasons: Vec<(&String, &u64)> = idle.iter().collect();
+    reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let list: Vec<String> = reasons
+        .iter()
+        .map(|(r, v)| format!("{r} {}", pct(**v as f64 / total.max(1) as f64)))
+        .collect();
+    format!(
+        " (idle waits, {}, shown apart: {})",
+        pct(idle_total as f64 / total.max(1) as f64),
+        list.join(", ")
+    )
 }
 
 impl Summary {

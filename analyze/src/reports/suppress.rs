@@ -12,6 +12,7 @@
 //! frames does. `leak:*Cache::Insert*` sets apart what was allocated under
 //! `Cache::Insert`; `leak:libfoo.so*` everything allocated inside libfoo.
 use super::places::runtime;
+use crate::error::{Error, ErrorKind};
 use crate::model::Frame;
 use std::path::Path;
 
@@ -131,7 +132,7 @@ impl Suppressions {
     }
 
     /// Adds the rules of a suppressions file's text (`name` says where they came from).
-    pub fn add_text(&mut self, name: &str, text: &str) -> Result<(), String> {
+    pub fn add_text(&mut self, name: &str, text: &str) -> Result<(), Error> {
         for (i, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -141,15 +142,18 @@ impl Suppressions {
                 Some(("leak", p)) => p.trim(),
                 // A C++ name has "::" in it; any other `kind:` is not ours to guess.
                 Some((kind, p)) if !kind.is_empty() && !p.starts_with(':') && !kind.contains('*') => {
-                    return Err(format!(
+                    return Err(Error::new(ErrorKind::NotALeakRule, format!(
                         "{name}:{}: '{kind}:' is not a leak suppression (write PATTERN or leak:PATTERN)",
                         i + 1
-                    ))
+                    )))
                 }
                 _ => line,
             };
             if pattern.is_empty() {
-                return Err(format!("{name}:{}: an empty pattern", i + 1));
+                return Err(Error::new(
+                    ErrorKind::EmptyPattern,
+                    format!("{name}:{}: an empty pattern", i + 1),
+                ));
             }
             self.rules.push(Rule {
                 pattern: pattern.to_string(),
@@ -161,9 +165,13 @@ impl Suppressions {
     }
 
     /// Adds the rules of the suppressions file at `path`.
-    pub fn add_file(&mut self, path: &Path) -> Result<(), String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the suppressions file {}: {e}", path.display()))?;
+    pub fn add_file(&mut self, path: &Path) -> Result<(), Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::io(
+                format!("cannot read the suppressions file {}", path.display()),
+                e,
+            )
+        })?;
         self.add_text(&path.display().to_string(), &text)
     }
 
@@ -317,7 +325,20 @@ mod tests {
         let err = Suppressions::none()
             .add_text("x", "race:foo\n")
             .unwrap_err();
-        assert!(err.contains("x:1"), "{err}");
+        assert_eq!(err.kind(), ErrorKind::NotALeakRule);
+        assert_eq!(
+            err.to_string(),
+            "x:1: 'race:' is not a leak suppression (write PATTERN or leak:PATTERN)"
+        );
+        let err = Suppressions::none()
+            .add_file(Path::new("/nonexistent/supp.txt"))
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Io);
+        assert!(
+            err.to_string()
+                .starts_with("cannot read the suppressions file /nonexistent/supp.txt: "),
+            "{err}"
+        );
         // A C++ name with a scope is a pattern, not a kind.
         Suppressions::none().add_text("x", "ns::f\n").unwrap();
     }

@@ -555,23 +555,36 @@ pub fn top_from(
     filter: &Filter,
     n: usize,
 ) -> Report {
-    top_with(trace, kind, by, filter, n, &IdleRules::default())
+    top_with(
+        trace,
+        &TopOptions {
+            kind,
+            by,
+            filter,
+            n,
+            idle: &IdleRules::default(),
+        },
+    )
 }
 
-/// [`top_from`] with `idle` saying which offcpu and lock waits are idle: the waits inside
-/// work first, then the idle ones, each group by `by`; for lock, within each, the waits
-/// for a mutex another thread held first (`wait_kind` mutex, condvar_mutex), then the
-/// condvar waits that were contention, then the rest.
-pub fn top_with(
-    trace: impl Trace,
-    kind: EventKind,
-    by: Measure,
-    filter: &Filter,
-    n: usize,
-    idle: &IdleRules,
-) -> Report {
-    let (mut l, merged) = merge(trace, kind, filter, false);
-    top_of(&mut l, kind, by, filter, merged, n, idle)
+/// What a top report is asked for: the stacks of `kind` read through `filter`, the `n`
+/// with the most `by`, with `idle` saying which offcpu and lock waits are idle.
+#[derive(Debug, Clone, Copy)]
+pub struct TopOptions<'a> {
+    pub kind: EventKind,
+    pub by: Measure,
+    pub filter: &'a Filter,
+    pub n: usize,
+    pub idle: &'a IdleRules,
+}
+
+/// [`top_from`] with `opts.idle` saying which offcpu and lock waits are idle: the waits
+/// inside work first, then the idle ones, each group by `by`; for lock, within each, the
+/// waits for a mutex another thread held first (`wait_kind` mutex, condvar_mutex), then
+/// the condvar waits that were contention, then the rest.
+pub fn top_with(trace: impl Trace, opts: &TopOptions) -> Report {
+    let (mut l, merged) = merge(trace, opts.kind, opts.filter, false);
+    top_of(&mut l, merged, opts)
 }
 
 /// What a row of `top` (or `leaks`) is: a stack (the default), a stack of one thread
@@ -608,14 +621,9 @@ impl Group {
 /// [`top_with`] with rows grouped as `group` says: `Group::Thread`, a row per stack and
 /// thread group; `Group::Site` (alloc and memgrowth), a row per allocation site, the
 /// wrappers `wrappers` (and what it learns from the stacks) name folded into it.
-#[allow(clippy::too_many_arguments)]
 pub fn top_grouped(
     trace: impl Trace,
-    kind: EventKind,
-    by: Measure,
-    filter: &Filter,
-    n: usize,
-    idle: &IdleRules,
+    opts: &TopOptions,
     group: Group,
     wrappers: &WrapperRules,
 ) -> Report {
@@ -624,7 +632,7 @@ pub fn top_grouped(
     } else {
         ThreadSplit::None
     };
-    let (mut l, merged) = merge_split(trace, kind, filter, false, split);
+    let (mut l, merged) = merge_split(trace, opts.kind, opts.filter, false, split);
     let mut learnt = None;
     let merged = if group == Group::Site {
         let mut w = wrappers.clone();
@@ -634,7 +642,7 @@ pub fn top_grouped(
     } else {
         merged
     };
-    let mut r = top_of(&mut l, kind, by, filter, merged, n, idle);
+    let mut r = top_of(&mut l, merged, opts);
     r.group = group.name();
     r.wrappers_learnt = learnt;
     r
@@ -740,17 +748,16 @@ fn decide(kind: EventKind, m: &Merged, idle: &IdleRules) -> Decision {
     }
 }
 
-/// The `n` stacks of `kind` with the most `by`, of `merged`, the stacks merged from the
-/// trace `l` was read into.
-pub(crate) fn top_of(
-    l: &mut Loaded,
-    kind: EventKind,
-    by: Measure,
-    filter: &Filter,
-    merged: Vec<Merged>,
-    n: usize,
-    idle: &IdleRules,
-) -> Report {
+/// The `opts.n` stacks of `opts.kind` with the most `opts.by`, of `merged`, the stacks
+/// merged from the trace `l` was read into.
+pub(crate) fn top_of(l: &mut Loaded, merged: Vec<Merged>, opts: &TopOptions) -> Report {
+    let TopOptions {
+        kind,
+        by,
+        filter,
+        n,
+        idle,
+    } = *opts;
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
@@ -764,47 +771,8 @@ pub(crate) fn top_of(
     }
     for m in merged {
         let d = decide(kind, &m, idle);
-        let agg = &m.agg;
-        *totals.entry("count".to_string()).or_default() += agg.count;
-        match kind {
-            EventKind::Alloc | EventKind::MemGrowth => {
-                *totals.entry("bytes".into()).or_default() += agg.a;
-            }
-            EventKind::Lock => {
-                *totals.entry("wait_ns".into()).or_default() += agg.a;
-                if agg.b > 0 {
-                    *totals.entry("hold_ns".into()).or_default() += agg.b;
-                }
-            }
-            EventKind::Func | EventKind::OffCpu | EventKind::Syscall | EventKind::Runq => {
-                *totals.entry("total_ns".into()).or_default() += agg.a;
-            }
-            EventKind::Bio => {
-                *totals.entry("total_ns".into()).or_default() += agg.a;
-                *totals.entry("bytes".into()).or_default() += agg.b;
-            }
-            EventKind::Cpu | EventKind::Tcp => {}
-        }
-        if d.2.is_some() {
-            *totals.entry("idle_ns".into()).or_default() += agg.a;
-        }
-        if d.1 && d.2.is_none() && kind == EventKind::Lock {
-            *totals.entry("contention_wait_ns".into()).or_default() += agg.a;
-        }
-        // The waits inside work first (for lock, contention first), then the idle ones.
-        // Lock: a mutex another thread held first, then condvar waits that were
-        // contention, then the rest.
-        let tier = match d {
-            _ if kind != EventKind::Lock => 0,
-            ("mutex" | "condvar_mutex", ..) => 0,
-            (_, true, _) => 1,
-            _ => 2,
-        };
-        let key = (
-            d.2.is_some(),
-            tier,
-            u64::MAX - by.pick(kind, agg.count, agg.a, agg.b),
-        );
+        add_totals(&mut totals, kind, &m.agg, &d);
+        let key = rank(kind, by, &m.agg, &d);
         scored.push((key, m, d));
     }
     // Largest first within each group; ties in a fixed order (the frames) so output is
@@ -812,130 +780,8 @@ pub(crate) fn top_of(
     scored.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.frames.cmp(&b.1.frames)));
     let mut rows: Vec<Row> = Vec::with_capacity(n.min(scored.len()));
     let mut histograms = Vec::new();
-    for (
-        _,
-        Merged {
-            sub,
-            frames,
-            agg,
-            thread,
-            site,
-            ..
-        },
-        (wk, contention, idle_reason),
-    ) in scored.into_iter().take(n)
-    {
-        rows.push(match kind {
-            EventKind::Alloc | EventKind::MemGrowth => Row::Bytes(BytesRow {
-                bytes: agg.a,
-                count: agg.count,
-                frames,
-                site,
-                thread,
-            }),
-            EventKind::Lock => {
-                let waker_frames = top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default();
-                let held = agg.b > 0;
-                Row::Lock(LockRow {
-                    contention,
-                    count: agg.count,
-                    idle: idle_reason.is_some(),
-                    idle_reason,
-                    wait_kind: wk,
-                    hold_ns: held.then_some(agg.b),
-                    hold_p99_ns: (held && !agg.aggregated).then(|| agg.hist(1).quantile(0.99)),
-                    kind: lock_kind(&frames, agg.futex_op),
-                    mutex: format!("{:#x}", agg.mutex),
-                    thread,
-                    wait_ns: agg.a,
-                    wait_p99_ns: (!agg.aggregated).then(|| agg.hist(0).quantile(0.99)),
-                    waker_frames,
-                    frames,
-                })
-            }
-            EventKind::Func => {
-                let h = agg.hist(0);
-                histograms.push(h.log2_bins());
-                Row::Func(FuncRow {
-                    count: agg.count,
-                    frames,
-                    function: probed_name(l, sub),
-                    function_id: sub,
-                    max_ns: h.max(),
-                    p50_ns: h.quantile(0.5),
-                    p90_ns: h.quantile(0.9),
-                    p99_ns: h.quantile(0.99),
-                    thread,
-                    total_ns: agg.a,
-                })
-            }
-            EventKind::Cpu => Row::Cpu(CpuRow {
-                count: agg.count,
-                frames,
-                thread,
-            }),
-            EventKind::OffCpu => Row::OffCpu(OffCpuRow {
-                count: agg.count,
-                idle: idle_reason.is_some(),
-                idle_reason,
-                thread,
-                total_ns: agg.a,
-                // The stack of the thread that most often ended these blocks.
-                waker_frames: top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default(),
-                frames,
-            }),
-            EventKind::Syscall => {
-                let h = agg.hist(0);
-                Row::Syscall(SyscallRow {
-                    count: agg.count,
-                    frames,
-                    max_ns: h.max(),
-                    nr: sub,
-                    p50_ns: h.quantile(0.5),
-                    p99_ns: h.quantile(0.99),
-                    syscall: syscall_name(&l.header.arch, sub),
-                    thread,
-                    total_ns: agg.a,
-                })
-            }
-            EventKind::Bio => {
-                let h = agg.hist(0);
-                Row::Bio(BioRow {
-                    bytes: agg.b,
-                    count: agg.count,
-                    device: device_name(l, (sub >> 8) as u32),
-                    frames,
-                    max_ns: h.max(),
-                    op: bio_op_name(sub as u32),
-                    p50_ns: h.quantile(0.5),
-                    p99_ns: h.quantile(0.99),
-                    thread,
-                    total_ns: agg.a,
-                })
-            }
-            EventKind::Runq => {
-                let h = agg.hist(0);
-                Row::Runq(RunqRow {
-                    count: agg.count,
-                    frames,
-                    max_ns: h.max(),
-                    p50_ns: h.quantile(0.5),
-                    p99_ns: h.quantile(0.99),
-                    thread,
-                    total_ns: agg.a,
-                })
-            }
-            EventKind::Tcp => Row::Tcp(TcpStackRow {
-                count: agg.count,
-                frames,
-                kind: if sub == ebtrace_format::proto::TcpEventKind::Accept as u64 {
-                    "accept"
-                } else {
-                    "connect"
-                },
-                thread,
-            }),
-        });
+    for (_, m, d) in scored.into_iter().take(n) {
+        rows.push(row(l, kind, m, d, &mut histograms));
     }
     Report {
         kind: kind.name().into(),
@@ -948,4 +794,210 @@ pub(crate) fn top_of(
         histograms,
         note,
     }
+}
+
+/// Adds a merged stack's `agg` to the report's totals, and its waits to `idle_ns` or
+/// `contention_wait_ns` as `d` decided.
+fn add_totals(totals: &mut BTreeMap<String, u64>, kind: EventKind, agg: &Agg, d: &Decision) {
+    *totals.entry("count".to_string()).or_default() += agg.count;
+    match kind {
+        EventKind::Alloc | EventKind::MemGrowth => {
+            *totals.entry("bytes".into()).or_default() += agg.a;
+        }
+        EventKind::Lock => {
+            *totals.entry("wait_ns".into()).or_default() += agg.a;
+            if agg.b > 0 {
+                *totals.entry("hold_ns".into()).or_default() += agg.b;
+            }
+        }
+        EventKind::Func | EventKind::OffCpu | EventKind::Syscall | EventKind::Runq => {
+            *totals.entry("total_ns".into()).or_default() += agg.a;
+        }
+        EventKind::Bio => {
+            *totals.entry("total_ns".into()).or_default() += agg.a;
+            *totals.entry("bytes".into()).or_default() += agg.b;
+        }
+        EventKind::Cpu | EventKind::Tcp => {}
+    }
+    if d.2.is_some() {
+        *totals.entry("idle_ns".into()).or_default() += agg.a;
+    }
+    if d.1 && d.2.is_none() && kind == EventKind::Lock {
+        *totals.entry("contention_wait_ns".into()).or_default() += agg.a;
+    }
+}
+
+/// Where a merged stack sorts (smallest first): the waits inside work first (for lock,
+/// contention first), then the idle ones; lock: a mutex another thread held first, then
+/// condvar waits that were contention, then the rest; then by `by`, largest first.
+fn rank(kind: EventKind, by: Measure, agg: &Agg, d: &Decision) -> (bool, u8, u64) {
+    let tier = match d {
+        _ if kind != EventKind::Lock => 0,
+        ("mutex" | "condvar_mutex", ..) => 0,
+        (_, true, _) => 1,
+        _ => 2,
+    };
+    (
+        d.2.is_some(),
+        tier,
+        u64::MAX - by.pick(kind, agg.count, agg.a, agg.b),
+    )
+}
+
+/// A merged stack's row, as `d` decided its waits; a func row's histogram added to
+/// `histograms`.
+fn row(
+    l: &mut Loaded,
+    kind: EventKind,
+    m: Merged,
+    d: Decision,
+    histograms: &mut Vec<Vec<Log2Bin>>,
+) -> Row {
+    let Merged {
+        sub,
+        frames,
+        agg,
+        thread,
+        site,
+        ..
+    } = m;
+    match kind {
+        EventKind::Alloc | EventKind::MemGrowth => Row::Bytes(BytesRow {
+            bytes: agg.a,
+            count: agg.count,
+            frames,
+            site,
+            thread,
+        }),
+        EventKind::Lock => lock_row(l, frames, &agg, thread, d),
+        EventKind::Func => {
+            let (row, bins) = func_row(l, sub, frames, &agg, thread);
+            histograms.push(bins);
+            row
+        }
+        EventKind::Cpu => Row::Cpu(CpuRow {
+            count: agg.count,
+            frames,
+            thread,
+        }),
+        EventKind::OffCpu => {
+            let (_, _, idle_reason) = d;
+            Row::OffCpu(OffCpuRow {
+                count: agg.count,
+                idle: idle_reason.is_some(),
+                idle_reason,
+                thread,
+                total_ns: agg.a,
+                // The stack of the thread that most often ended these blocks.
+                waker_frames: top_waker(&agg).map(|w| l.frames(w)).unwrap_or_default(),
+                frames,
+            })
+        }
+        EventKind::Syscall => {
+            let h = agg.hist(0);
+            Row::Syscall(SyscallRow {
+                count: agg.count,
+                frames,
+                max_ns: h.max(),
+                nr: sub,
+                p50_ns: h.quantile(0.5),
+                p99_ns: h.quantile(0.99),
+                syscall: syscall_name(&l.header.arch, sub),
+                thread,
+                total_ns: agg.a,
+            })
+        }
+        EventKind::Bio => {
+            let h = agg.hist(0);
+            Row::Bio(BioRow {
+                bytes: agg.b,
+                count: agg.count,
+                device: device_name(l, (sub >> 8) as u32),
+                frames,
+                max_ns: h.max(),
+                op: bio_op_name(sub as u32),
+                p50_ns: h.quantile(0.5),
+                p99_ns: h.quantile(0.99),
+                thread,
+                total_ns: agg.a,
+            })
+        }
+        EventKind::Runq => {
+            let h = agg.hist(0);
+            Row::Runq(RunqRow {
+                count: agg.count,
+                frames,
+                max_ns: h.max(),
+                p50_ns: h.quantile(0.5),
+                p99_ns: h.quantile(0.99),
+                thread,
+                total_ns: agg.a,
+            })
+        }
+        EventKind::Tcp => Row::Tcp(TcpStackRow {
+            count: agg.count,
+            frames,
+            kind: if sub == ebtrace_format::proto::TcpEventKind::Accept as u64 {
+                "accept"
+            } else {
+                "connect"
+            },
+            thread,
+        }),
+    }
+}
+
+/// A probed function's row (`sub` the function's id): its calls' latency percentiles;
+/// and their log2 histogram.
+fn func_row(
+    l: &Loaded,
+    sub: u64,
+    frames: Vec<Frame>,
+    agg: &Agg,
+    thread: Option<String>,
+) -> (Row, Vec<Log2Bin>) {
+    let h = agg.hist(0);
+    let bins = h.log2_bins();
+    let row = Row::Func(FuncRow {
+        count: agg.count,
+        frames,
+        function: probed_name(l, sub),
+        function_id: sub,
+        max_ns: h.max(),
+        p50_ns: h.quantile(0.5),
+        p90_ns: h.quantile(0.9),
+        p99_ns: h.quantile(0.99),
+        thread,
+        total_ns: agg.a,
+    });
+    (row, bins)
+}
+
+/// A lock row: its waits (and holds, when recorded), what it waited on, and the stack
+/// that most often woke it.
+fn lock_row(
+    l: &mut Loaded,
+    frames: Vec<Frame>,
+    agg: &Agg,
+    thread: Option<String>,
+    (wk, contention, idle_reason): Decision,
+) -> Row {
+    let waker_frames = top_waker(agg).map(|w| l.frames(w)).unwrap_or_default();
+    let held = agg.b > 0;
+    Row::Lock(LockRow {
+        contention,
+        count: agg.count,
+        idle: idle_reason.is_some(),
+        idle_reason,
+        wait_kind: wk,
+        hold_ns: held.then_some(agg.b),
+        hold_p99_ns: (held && !agg.aggregated).then(|| agg.hist(1).quantile(0.99)),
+        kind: lock_kind(&frames, agg.futex_op),
+        mutex: format!("{:#x}", agg.mutex),
+        thread,
+        wait_ns: agg.a,
+        wait_p99_ns: (!agg.aggregated).then(|| agg.hist(0).quantile(0.99)),
+        waker_frames,
+        frames,
+    })
 }

@@ -26,6 +26,7 @@
 //! not only the rows shown).
 use super::idle::name_matches;
 use super::places::{is_kernel, runtime};
+use crate::error::{Error, ErrorKind};
 use crate::model::Frame;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -196,9 +197,12 @@ impl WrapperRules {
     }
 
     /// Adds a user's pattern (`--wrapper PATTERN`).
-    pub fn add_pattern(&mut self, pattern: &str) -> Result<(), String> {
+    pub fn add_pattern(&mut self, pattern: &str) -> Result<(), Error> {
         if pattern.trim().is_empty() {
-            return Err("--wrapper: an empty pattern".into());
+            return Err(Error::new(
+                ErrorKind::EmptyPattern,
+                "--wrapper: an empty pattern",
+            ));
         }
         self.patterns.push(pattern.to_string());
         Ok(())

@@ -17,10 +17,11 @@
 //!   the crate keeps them), without frees.
 //! - Times: ms since the trace's start; `meta.startTime` is its wall clock.
 use super::collect::{Collected, ExportStats, StackNames};
-use crate::event::Fields;
+use crate::event::{EventView, Fields};
 use crate::reports::describe::{describe, marker_type, Description, Value};
 use crate::reports::places::is_kernel;
 use crate::reports::EventKind;
+use ebtrace_format::proto::Header;
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CpuDelta, Frame as FxFrame, FrameFlags, FrameInfo, Marker,
     MarkerFieldFlags, MarkerFieldFormat, MarkerLocations, MarkerTiming, MarkerTypeHandle, Profile,
@@ -172,169 +173,218 @@ fn ts(c: &Collected, t: u64) -> Timestamp {
 pub(super) fn write(mut c: Collected, out: &mut dyn Write) -> std::io::Result<ExportStats> {
     let tree = c.thread_tree();
     let h = c.loaded.header.clone();
-    let hz = h
-        .options
-        .iter()
-        .find(|kv| kv.key == "cpu")
-        .and_then(|kv| kv.value.parse::<f32>().ok())
-        .filter(|hz| *hz > 0.0)
-        .unwrap_or(99.0);
+    let hz = cpu_hz(&h);
     let product = match tree.values().next() {
         Some((comm, _)) if tree.len() == 1 => format!("{comm} (ebtrace)"),
         _ => "ebtrace".to_string(),
     };
-    let mut profile = Profile::new(
-        &product,
-        ReferenceTimestamp::from_millis_since_unix_epoch(h.start_realtime_ns as f64 / 1e6),
-        SamplingInterval::from_hz(hz),
-    );
-    profile.set_os_name(&format!("Linux {} {}", h.kernel_release, h.arch));
-    profile.set_symbolicated(true);
-    let user = profile.add_category("User", CategoryColor::Yellow);
-    let kernel = profile.add_category("Kernel", CategoryColor::Orange);
-    let mut categories = HashMap::new();
-    for (k, color) in [
-        (EventKind::OffCpu, CategoryColor::Blue),
-        (EventKind::Lock, CategoryColor::Red),
-        (EventKind::Func, CategoryColor::Green),
-        (EventKind::Syscall, CategoryColor::Purple),
-        (EventKind::Bio, CategoryColor::Brown),
-        (EventKind::Runq, CategoryColor::LightRed),
-    ] {
-        let (_, name, _) = marker_type(k).unwrap_or_default();
-        categories.insert(k, profile.add_category(name, color));
-    }
-    let mut b = Builder {
-        profile,
-        user,
-        kernel,
-        categories,
-        schemas: HashMap::new(),
-        names: StackNames::default(),
-        stacks: HashMap::new(),
-        joined: HashMap::new(),
-    };
+    let mut b = Builder::new(&h, hz, &product);
     let mut stats = ExportStats {
         kinds: c.kind_counts(),
         processes: tree.len(),
         threads: tree.values().map(|(_, t)| t.len()).sum(),
         ..Default::default()
     };
-    // When each thread was first and last seen.
-    let mut span: HashMap<u32, (u64, u64)> = HashMap::new();
-    for v in c.kinds.iter().flat_map(|k| &k.1) {
-        let e = span.entry(v.tid).or_insert((u64::MAX, 0));
-        e.0 = e.0.min(v.time_ns);
-        e.1 = e.1.max(v.end_ns().unwrap_or(v.time_ns));
-    }
-    let mut threads: HashMap<u32, ThreadHandle> = HashMap::new();
-    let mut first_thread: BTreeMap<u32, ThreadHandle> = BTreeMap::new();
-    for (&pid, (comm, tids)) in &tree {
-        let start = tids
-            .iter()
-            .filter_map(|t| span.get(t))
-            .map(|s| s.0)
-            .min()
-            .unwrap_or(h.start_time_ns);
-        let process = b.profile.add_process(comm, pid, ts(&c, start));
-        for &tid in tids {
-            let (t0, t1) = span.get(&tid).copied().unwrap_or((start, start));
-            let t = b.profile.add_thread(process, tid, ts(&c, t0), tid == pid);
-            b.profile
-                .set_thread_name(t, &c.thread_display(pid, tid, comm));
-            b.profile.set_thread_end_time(t, ts(&c, t1));
-            b.profile.set_thread_show_markers_in_timeline(t, true);
-            threads.insert(tid, t);
-            first_thread.entry(pid).or_insert(t);
-        }
-    }
+    let span = thread_spans(&c);
+    let threads = b.add_threads(&c, &tree, &span, h.start_time_ns);
     let period = (1e9 / f64::from(hz)) as u64;
     let kinds = std::mem::take(&mut c.kinds);
     for (kind, recs, _) in &kinds {
         for v in recs {
-            let Some(&thread) = threads.get(&v.tid) else {
+            let Some(&thread) = threads.by_tid.get(&v.tid) else {
                 continue;
             };
             match v.fields {
-                Fields::Cpu { .. } => {
-                    let s = b.stack(&mut c, thread, v.stack);
-                    b.profile.add_sample(
-                        thread,
-                        ts(&c, v.time_ns),
-                        s,
-                        CpuDelta::from_nanos(period),
-                        1,
-                    );
-                    continue;
-                }
-                Fields::Alloc { size, address, .. } => {
-                    let pid = c.process(v.generation).0;
-                    let Some(&first) = first_thread.get(&pid) else {
-                        continue;
-                    };
-                    // The crate keeps allocations on the process's first thread, with
-                    // that thread's stack table: the stack is interned there.
-                    let s = b.stack(&mut c, first, v.stack);
-                    b.profile.add_allocation_sample(
-                        first,
-                        ts(&c, v.time_ns),
-                        s,
-                        address,
-                        i64::try_from(size).unwrap_or(i64::MAX),
-                    );
-                    continue;
-                }
-                _ => {}
+                Fields::Cpu { .. } => b.cpu_sample(&mut c, thread, v, period),
+                Fields::Alloc { .. } => b.allocation(&mut c, &threads, v),
+                _ => b.marker(&mut c, thread, *kind, v),
             }
-            // Memory growth has no marker here (the Perfetto export has it).
-            let (Some(end), Some(_)) = (v.end_ns(), marker_type(*kind)) else {
-                continue;
-            };
-            let frames = b.names.frames(&mut c.loaded, v.stack);
-            let waker_frames = match v.waker {
-                Some(w) => b.names.frames(&mut c.loaded, w.stack),
-                None => Rc::default(),
-            };
-            let d = describe(v, &frames, &waker_frames, &c.loaded);
-            let marker_fields = || d.fields.iter().filter(|f| f.marker);
-            // The stacks' strings first, then the others, in the fields' order.
-            let mut stacks = HashMap::new();
-            for f in marker_fields() {
-                if let Value::Stack(id) = f.value {
-                    stacks.insert(id, b.joined(&mut c, id));
-                }
-            }
-            let fields: Vec<V> = marker_fields()
-                .map(|f| match &f.value {
-                    Value::Text(s) => V::S(b.profile.intern_string(s)),
-                    Value::YesNo(y) => V::S(b.profile.intern_string(if *y { "yes" } else { "no" })),
-                    Value::Stack(id) => V::S(stacks[id]),
-                    Value::Integer(n) => V::N(*n as f64),
-                    Value::Ns(n) | Value::Bytes(n) => V::N(*n as f64),
-                })
-                .collect();
-            let ty = match b.schemas.get(kind) {
-                Some(&t) => t,
-                None => {
-                    let t = b.profile.register_marker_type(schema(*kind, &d));
-                    b.schemas.insert(*kind, t);
-                    t
-                }
-            };
-            let m = M {
-                ty,
-                name: b.profile.intern_string(&d.title),
-                category: b.categories[kind],
-                fields,
-            };
-            let timing = MarkerTiming::Interval(ts(&c, v.time_ns), ts(&c, end));
-            let handle = b.profile.add_marker(thread, timing, m);
-            let s = b.stack(&mut c, thread, v.stack);
-            b.profile.set_marker_stack(thread, handle, s);
         }
     }
     serde_json::to_writer(&mut *out, &b.profile)?;
     out.write_all(b"\n")?;
     stats.losses = c.loaded.losses.clone();
     Ok(stats)
+}
+
+/// The CPU sampling rate the recording asked for (`--cpu HZ`; 99 if it does not say).
+fn cpu_hz(h: &Header) -> f32 {
+    h.options
+        .iter()
+        .find(|kv| kv.key == "cpu")
+        .and_then(|kv| kv.value.parse::<f32>().ok())
+        .filter(|hz| *hz > 0.0)
+        .unwrap_or(99.0)
+}
+
+/// When each thread was first and last seen.
+fn thread_spans(c: &Collected) -> HashMap<u32, (u64, u64)> {
+    let mut span: HashMap<u32, (u64, u64)> = HashMap::new();
+    for v in c.kinds.iter().flat_map(|k| &k.1) {
+        let e = span.entry(v.tid).or_insert((u64::MAX, 0));
+        e.0 = e.0.min(v.time_ns);
+        e.1 = e.1.max(v.end_ns().unwrap_or(v.time_ns));
+    }
+    span
+}
+
+/// The profile's threads: by tid, and each process's first (where its allocations go).
+struct Threads {
+    by_tid: HashMap<u32, ThreadHandle>,
+    first: BTreeMap<u32, ThreadHandle>,
+}
+
+impl Builder {
+    /// An empty profile named `product`, with its categories: "User", "Kernel", and one
+    /// per marker kind.
+    fn new(h: &Header, hz: f32, product: &str) -> Builder {
+        let mut profile = Profile::new(
+            product,
+            ReferenceTimestamp::from_millis_since_unix_epoch(h.start_realtime_ns as f64 / 1e6),
+            SamplingInterval::from_hz(hz),
+        );
+        profile.set_os_name(&format!("Linux {} {}", h.kernel_release, h.arch));
+        profile.set_symbolicated(true);
+        let user = profile.add_category("User", CategoryColor::Yellow);
+        let kernel = profile.add_category("Kernel", CategoryColor::Orange);
+        let mut categories = HashMap::new();
+        for (k, color) in [
+            (EventKind::OffCpu, CategoryColor::Blue),
+            (EventKind::Lock, CategoryColor::Red),
+            (EventKind::Func, CategoryColor::Green),
+            (EventKind::Syscall, CategoryColor::Purple),
+            (EventKind::Bio, CategoryColor::Brown),
+            (EventKind::Runq, CategoryColor::LightRed),
+        ] {
+            let (_, name, _) = marker_type(k).unwrap_or_default();
+            categories.insert(k, profile.add_category(name, color));
+        }
+        Builder {
+            profile,
+            user,
+            kernel,
+            categories,
+            schemas: HashMap::new(),
+            names: StackNames::default(),
+            stacks: HashMap::new(),
+            joined: HashMap::new(),
+        }
+    }
+
+    /// A process per pid of `tree` and a thread per tid, each from when it was first seen
+    /// (`span`; a process not seen from `start_ns`) to when it was last.
+    fn add_threads(
+        &mut self,
+        c: &Collected,
+        tree: &BTreeMap<u32, (String, Vec<u32>)>,
+        span: &HashMap<u32, (u64, u64)>,
+        start_ns: u64,
+    ) -> Threads {
+        let mut threads = Threads {
+            by_tid: HashMap::new(),
+            first: BTreeMap::new(),
+        };
+        for (&pid, (comm, tids)) in tree {
+            let start = tids
+                .iter()
+                .filter_map(|t| span.get(t))
+                .map(|s| s.0)
+                .min()
+                .unwrap_or(start_ns);
+            let process = self.profile.add_process(comm, pid, ts(c, start));
+            for &tid in tids {
+                let (t0, t1) = span.get(&tid).copied().unwrap_or((start, start));
+                let t = self.profile.add_thread(process, tid, ts(c, t0), tid == pid);
+                self.profile
+                    .set_thread_name(t, &c.thread_display(pid, tid, comm));
+                self.profile.set_thread_end_time(t, ts(c, t1));
+                self.profile.set_thread_show_markers_in_timeline(t, true);
+                threads.by_tid.insert(tid, t);
+                threads.first.entry(pid).or_insert(t);
+            }
+        }
+        threads
+    }
+
+    /// A CPU sample of `thread`, standing for `period` ns of CPU.
+    fn cpu_sample(&mut self, c: &mut Collected, thread: ThreadHandle, v: &EventView, period: u64) {
+        let s = self.stack(c, thread, v.stack);
+        self.profile
+            .add_sample(thread, ts(c, v.time_ns), s, CpuDelta::from_nanos(period), 1);
+    }
+
+    /// An allocation, a native allocation sample of its process.
+    fn allocation(&mut self, c: &mut Collected, threads: &Threads, v: &EventView) {
+        let Fields::Alloc { size, address, .. } = v.fields else {
+            return;
+        };
+        let pid = c.process(v.generation).0;
+        let Some(&first) = threads.first.get(&pid) else {
+            return;
+        };
+        // The crate keeps allocations on the process's first thread, with
+        // that thread's stack table: the stack is interned there.
+        let s = self.stack(c, first, v.stack);
+        self.profile.add_allocation_sample(
+            first,
+            ts(c, v.time_ns),
+            s,
+            address,
+            i64::try_from(size).unwrap_or(i64::MAX),
+        );
+    }
+
+    /// An interval event as a marker of its kind's schema on `thread`, with its stack.
+    fn marker(&mut self, c: &mut Collected, thread: ThreadHandle, kind: EventKind, v: &EventView) {
+        // Memory growth has no marker here (the Perfetto export has it).
+        let (Some(end), Some(_)) = (v.end_ns(), marker_type(kind)) else {
+            return;
+        };
+        let frames = self.names.frames(&mut c.loaded, v.stack);
+        let waker_frames = match v.waker {
+            Some(w) => self.names.frames(&mut c.loaded, w.stack),
+            None => Rc::default(),
+        };
+        let d = describe(v, &frames, &waker_frames, &c.loaded);
+        let fields = self.marker_fields(c, &d);
+        let ty = match self.schemas.get(&kind) {
+            Some(&t) => t,
+            None => {
+                let t = self.profile.register_marker_type(schema(kind, &d));
+                self.schemas.insert(kind, t);
+                t
+            }
+        };
+        let m = M {
+            ty,
+            name: self.profile.intern_string(&d.title),
+            category: self.categories[&kind],
+            fields,
+        };
+        let timing = MarkerTiming::Interval(ts(c, v.time_ns), ts(c, end));
+        let handle = self.profile.add_marker(thread, timing, m);
+        let s = self.stack(c, thread, v.stack);
+        self.profile.set_marker_stack(thread, handle, s);
+    }
+
+    /// The values of a description's marker fields: the stacks' strings interned first,
+    /// then the others, in the fields' order.
+    fn marker_fields(&mut self, c: &mut Collected, d: &Description) -> Vec<V> {
+        let marker_fields = || d.fields.iter().filter(|f| f.marker);
+        let mut stacks = HashMap::new();
+        for f in marker_fields() {
+            if let Value::Stack(id) = f.value {
+                stacks.insert(id, self.joined(c, id));
+            }
+        }
+        marker_fields()
+            .map(|f| match &f.value {
+                Value::Text(s) => V::S(self.profile.intern_string(s)),
+                Value::YesNo(y) => V::S(self.profile.intern_string(if *y { "yes" } else { "no" })),
+                Value::Stack(id) => V::S(stacks[id]),
+                Value::Integer(n) => V::N(*n as f64),
+                Value::Ns(n) | Value::Bytes(n) => V::N(*n as f64),
+            })
+            .collect()
+    }
 }

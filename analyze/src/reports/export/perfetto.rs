@@ -23,11 +23,11 @@
 //!   kind how many events passed the filters (`events_KIND`) and were dropped by a cap
 //!   (`dropped_KIND`), and the recording's losses.
 use super::collect::{Caps, Collected, ExportStats, StackNames};
-use crate::reports::describe::{describe, Value as V};
+use crate::reports::describe::{describe, Description, Value as V};
 use crate::reports::places::stack_lines;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::rc::Rc;
 
@@ -135,24 +135,7 @@ pub(super) fn write(
         first: true,
         n: 0,
     };
-    // pid of each thread shown.
-    let mut pid_of: HashMap<u32, u32> = HashMap::new();
-    for (&pid, (comm, tids)) in &tree {
-        let mut e = Ev::new("M", "process_name", 0, pid, pid);
-        e.args = Some(json!({ "name": comm }));
-        evs.push(&e)?;
-        for &tid in tids {
-            pid_of.insert(tid, pid);
-            let name = c.thread_display(pid, tid, comm);
-            let mut e = Ev::new("M", "thread_name", 0, pid, tid);
-            e.args = Some(json!({ "name": name }));
-            evs.push(&e)?;
-            // The main thread first, then by tid.
-            let mut e = Ev::new("M", "thread_sort_index", 0, pid, tid);
-            e.args = Some(json!({ "sort_index": if tid == pid { 0 } else { tid } }));
-            evs.push(&e)?;
-        }
-    }
+    let pid_of = names(&mut evs, &c, &tree)?;
     let mut lines = Lines::default();
     let mut flow_id = 0u64;
     let kinds = std::mem::take(&mut c.kinds);
@@ -166,18 +149,7 @@ pub(super) fn write(
                 None => Rc::default(),
             };
             let d = describe(v, &frames, &waker_frames, &c.loaded);
-            let mut args = Map::new();
-            args.insert("stack".into(), json!(&*stack));
-            for f in d.fields.iter().filter(|f| f.arg) {
-                let value = match &f.value {
-                    V::Text(s) => json!(s),
-                    V::Integer(n) => json!(n),
-                    V::Ns(n) | V::Bytes(n) => json!(n),
-                    V::Stack(id) => json!(&*lines.get(&mut c, *id).1),
-                    V::YesNo(b) => json!(b),
-                };
-                args.insert(f.key.into(), value);
-            }
+            let args = args(&mut c, &mut lines, &stack, &d);
             let slice = v.duration_ns.is_some();
             let mut e = Ev::new(if slice { "X" } else { "i" }, &d.title, ts, pid, v.tid);
             e.cat = Some(kind.name());
@@ -223,6 +195,64 @@ pub(super) fn write(
     }
     let out = evs.out;
     out.write_all(b"\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":")?;
+    serde_json::to_writer(&mut *out, &other_data(&c, &caps, &stats))?;
+    out.write_all(b"}\n")?;
+    stats.losses = c.loaded.losses.clone();
+    Ok(stats)
+}
+
+/// The processes' and threads' names (the main thread first, then by tid); the pid of
+/// each thread shown.
+fn names(
+    evs: &mut Events<'_>,
+    c: &Collected,
+    tree: &BTreeMap<u32, (String, Vec<u32>)>,
+) -> std::io::Result<HashMap<u32, u32>> {
+    let mut pid_of: HashMap<u32, u32> = HashMap::new();
+    for (&pid, (comm, tids)) in tree {
+        let mut e = Ev::new("M", "process_name", 0, pid, pid);
+        e.args = Some(json!({ "name": comm }));
+        evs.push(&e)?;
+        for &tid in tids {
+            pid_of.insert(tid, pid);
+            let name = c.thread_display(pid, tid, comm);
+            let mut e = Ev::new("M", "thread_name", 0, pid, tid);
+            e.args = Some(json!({ "name": name }));
+            evs.push(&e)?;
+            // The main thread first, then by tid.
+            let mut e = Ev::new("M", "thread_sort_index", 0, pid, tid);
+            e.args = Some(json!({ "sort_index": if tid == pid { 0 } else { tid } }));
+            evs.push(&e)?;
+        }
+    }
+    Ok(pid_of)
+}
+
+/// An event's args: its stack's lines, then the description's arg fields in their order.
+fn args(
+    c: &mut Collected,
+    lines: &mut Lines,
+    stack: &[String],
+    d: &Description,
+) -> Map<String, Value> {
+    let mut args = Map::new();
+    args.insert("stack".into(), json!(stack));
+    for f in d.fields.iter().filter(|f| f.arg) {
+        let value = match &f.value {
+            V::Text(s) => json!(s),
+            V::Integer(n) => json!(n),
+            V::Ns(n) | V::Bytes(n) => json!(n),
+            V::Stack(id) => json!(&*lines.get(c, *id).1),
+            V::YesNo(b) => json!(b),
+        };
+        args.insert(f.key.into(), value);
+    }
+    args
+}
+
+/// The trace's `otherData`: where it came from, its clock and start, the caps and what
+/// they dropped, the flows, the losses.
+fn other_data(c: &Collected, caps: &Caps, stats: &ExportStats) -> Value {
     let h = &c.loaded.header;
     let mut other = Map::new();
     other.insert("producer".into(), json!("ebsym export"));
@@ -252,8 +282,5 @@ pub(super) fn write(
         "losses".into(),
         json!(crate::reports::losses_text(&c.loaded.losses)),
     );
-    serde_json::to_writer(&mut *out, &Value::Object(other))?;
-    out.write_all(b"}\n")?;
-    stats.losses = c.loaded.losses.clone();
-    Ok(stats)
+    Value::Object(other)
 }

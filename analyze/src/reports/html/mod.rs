@@ -372,20 +372,29 @@ pub struct PageRules {
     pub wrappers: WrapperRules,
 }
 
+/// What the page shows of the traces [`report`] opens.
+#[derive(Debug, Clone, Copy)]
+pub struct PageOptions<'a> {
+    /// The filter both traces are read with.
+    pub filter: &'a Filter,
+    /// What the page calls the trace, and the trace it is compared against.
+    pub name: &'a str,
+    pub base_name: Option<&'a str>,
+    /// The rows of the lock and leak tables.
+    pub n: usize,
+    /// The idle and wrapper rules (`ebsym report --idle`, `--wrapper`).
+    pub rules: &'a PageRules,
+}
+
 /// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
 /// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
-/// (the differential flame graphs), twice as well. `name` is what the page calls the trace;
-/// `rules` the idle and wrapper rules (`ebsym report --idle`, `--wrapper`).
+/// (the differential flame graphs), twice as well.
 pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
-    filter: &Filter,
-    name: &str,
-    base_name: Option<&str>,
-    n: usize,
-    rules: &PageRules,
+    opts: &PageOptions,
 ) -> (String, HtmlStats) {
-    let data = data(open, base, filter, name, base_name, n, rules);
+    let data = data(open, base, opts);
     let (html, mut stats) = render(&data);
     stats.bytes = html.len();
     (html, stats)
@@ -418,12 +427,15 @@ fn wants(t0: u64, bucket_ns: u64) -> Wants {
 fn data<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
-    filter: &Filter,
-    name: &str,
-    base_name: Option<&str>,
-    n: usize,
-    rules: &PageRules,
+    opts: &PageOptions,
 ) -> Value {
+    let PageOptions {
+        filter,
+        name,
+        base_name,
+        n,
+        rules,
+    } = *opts;
     let (info, header_start) = match open() {
         Some(r) => {
             let (info, start) = crate::info::summarize_with_start(r, name);
@@ -465,7 +477,11 @@ fn data<R: Read + Send, B: Read + Send>(
         if acc.events > 0 || !acc.agg.is_empty() {
             let kind = EventKind::ALL[i];
             present.push(kind);
-            let v = kind_json(kind, acc, sink.bucket_ns, l, &mut int, t0);
+            let buckets = Buckets {
+                t0,
+                ns: sink.bucket_ns,
+            };
+            let v = kind_json(kind, acc, buckets, l, &mut int);
             kinds.insert(kind.name().to_string(), v);
         }
     }
@@ -490,7 +506,7 @@ fn data<R: Read + Send, B: Read + Send>(
     let heap = heap_json(&mut p, &present, &mut int);
     let (leaks, leaks_note) = leaks_json(&mut p, &present, n, &mut int);
     let diff = match base {
-        Some(base) => diff_json(base, base_name, &mut p, &present, filter, &mut int),
+        Some(base) => diff_json(base, opts, &mut p, &present, &mut int),
         None => serde_json::Map::new(),
     };
     let summary = summary_of(&mut p);
@@ -547,19 +563,25 @@ fn thread_groups_json(p: &mut Passed) -> Value {
     })
 }
 
+/// The page's time buckets: `ns` each, from `t0`.
+#[derive(Debug, Clone, Copy)]
+struct Buckets {
+    t0: u64,
+    ns: u64,
+}
+
 /// One kind's part of the page: its flame graph's sums per (stack, time bucket), its
 /// timeline events, the waker of each stack, its latencies.
 fn kind_json(
     kind: EventKind,
     acc: &mut KindAcc,
-    bucket_ns: u64,
+    buckets: Buckets,
     l: &mut Loaded,
     int: &mut Interner,
-    t0: u64,
 ) -> Value {
     acc.trim();
     let (flat, totals, factor) = flame_sums(acc, l, int);
-    let tl = timeline(acc, l, int, t0);
+    let tl = timeline(acc, l, int, buckets.t0);
     let wakers = top_wakers(acc, l, int);
     let lat: Vec<Value> = acc
         .lat
@@ -576,7 +598,7 @@ fn kind_json(
     json!({
         "unit": kind_unit(kind),
         "measures": measures(kind),
-        "bucket_ns": bucket_ns * u64::from(factor),
+        "bucket_ns": buckets.ns * u64::from(factor),
         "agg": flat,
         "totals": totals,
         "events": acc.events,
@@ -964,12 +986,14 @@ fn leaks_json(
 /// for its info, then once for the stacks of every such kind) and after.
 fn diff_json<B: Read + Send>(
     base: &mut dyn FnMut() -> Option<TraceReader<B>>,
-    base_name: Option<&str>,
+    opts: &PageOptions,
     p: &mut Passed,
     present: &[EventKind],
-    filter: &Filter,
     int: &mut Interner,
 ) -> serde_json::Map<String, Value> {
+    let PageOptions {
+        filter, base_name, ..
+    } = *opts;
     let mut diff = serde_json::Map::new();
     let base_kinds: Vec<EventKind> = match base() {
         Some(r) => {
