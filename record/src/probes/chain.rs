@@ -1,7 +1,7 @@
 //! The system call chain: the families' programs on raw sys_enter and sys_exit run as
 //! members of the hub's chain (bpf/hub.bpf.c), or on their own per-syscall tracepoints; its
 //! maps, the targets bitmap, and the rseq fallbacks that add syscall-exit members.
-use super::stats::{prog_run_stats, time_syscalls};
+use super::prog::{prog_run_stats, time_syscalls};
 use super::*;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{Link, MapCore, MapFlags};

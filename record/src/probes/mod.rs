@@ -280,6 +280,7 @@ mod attach;
 mod chain;
 mod knobs;
 mod load;
+mod prog;
 mod readers;
 mod site;
 mod stats;
