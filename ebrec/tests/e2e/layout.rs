@@ -117,3 +117,79 @@ fn the_man_pages_are_the_ones_clap_gives() {
         "docs/man has pages no command writes: {stale:?}"
     );
 }
+
+/// What the man pages' reader sees: a synopsis with value names (clap_mangen's own wrote
+/// `[-n ]`), no Markdown backticks, and EXAMPLES and SEE ALSO on every page (each command's
+/// help has an example).
+#[test]
+fn the_man_pages_read_clean() {
+    let committed = workspace().join("docs/man");
+    for e in std::fs::read_dir(&committed).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let page = std::fs::read_to_string(&p).unwrap();
+        assert!(!page.contains('`'), "{name}: a Markdown backtick");
+        let synopsis = page
+            .split(".SH SYNOPSIS\n")
+            .nth(1)
+            .and_then(|s| s.split("\n.SH ").next())
+            .unwrap_or_else(|| panic!("{name}: no SYNOPSIS"));
+        assert!(
+            !synopsis.contains(" \\fR]"),
+            "{name}: an option without its value: {synopsis}"
+        );
+        assert!(page.contains("\n.SH \"SEE ALSO\"\n"), "{name}: no SEE ALSO");
+        // The two programs' top pages list commands; every command's page has examples.
+        if name != "ebrec.1" {
+            assert!(page.contains("\n.SH EXAMPLES\n"), "{name}: no EXAMPLES");
+        }
+    }
+}
+
+/// `ebrec completions` and `ebsym completions`: a script per shell, which bash parses and
+/// which completes the commands.
+#[test]
+fn the_shell_completions_complete_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let ebsym = crate::common::ebsym_path();
+    for (exe, name, sub) in [
+        (Path::new(env!("CARGO_BIN_EXE_ebrec")), "ebrec", "record"),
+        (ebsym.as_path(), "ebsym", "leaks"),
+    ] {
+        let out = Command::new(exe)
+            .args(["completions", "-o"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for f in [name.to_string(), format!("_{name}"), format!("{name}.fish")] {
+            let text = std::fs::read_to_string(dir.path().join(&f)).unwrap();
+            assert!(text.contains(sub), "{f} does not name `{name} {sub}`");
+        }
+        let script = format!(
+            "source {}; COMP_WORDS=({name} {}); COMP_CWORD=1; _{name} {name} {} {name}; echo \"${{COMPREPLY[@]}}\"",
+            dir.path().join(name).display(),
+            &sub[..3],
+            &sub[..3]
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            sub,
+            "bash completes `{name} {}`: {}",
+            &sub[..3],
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // --shell prints the same script on stdout.
+        let out = Command::new(exe)
+            .args(["completions", "--shell", "bash"])
+            .output()
+            .unwrap();
+        let file = std::fs::read(dir.path().join(name)).unwrap();
+        assert_eq!(out.stdout, file);
+    }
+}
