@@ -193,3 +193,92 @@ fn the_shell_completions_complete_the_commands() {
         assert_eq!(out.stdout, file);
     }
 }
+
+/// The Markdown pages render: every code fence is closed (an open one swallowed the rest of
+/// the README once), and every relative link leads to a file, and into a page to a heading
+/// of it (GitHub's anchors: lower case, punctuation dropped, spaces as hyphens).
+#[test]
+fn the_docs_render_and_their_links_lead_somewhere() {
+    let root = workspace();
+    let mut pages: Vec<std::path::PathBuf> = ["README.md", "CONTRIBUTING.md", "ARCHITECTURE.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    for dir in ["docs", "docs/decisions"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "md") {
+                pages.push(p);
+            }
+        }
+    }
+    let anchors = |page: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(page).unwrap_or_default();
+        let mut fenced = false;
+        let mut out = Vec::new();
+        for l in text.lines() {
+            if l.starts_with("```") {
+                fenced = !fenced;
+            } else if !fenced && l.starts_with('#') {
+                let h = l.trim_start_matches('#').trim().to_lowercase();
+                let slug: String = h
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == '_' || *c == '-' || *c == ' ')
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect();
+                out.push(slug);
+            }
+        }
+        out
+    };
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        let fences = text.lines().filter(|l| l.starts_with("```")).count();
+        assert!(fences % 2 == 0, "{name}: a code fence is never closed");
+        // The prose: fenced blocks and code spans dropped.
+        let mut prose = String::new();
+        let mut fenced = false;
+        for l in text.lines() {
+            if l.starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if !fenced {
+                let mut in_code = false;
+                for c in l.chars() {
+                    if c == '`' {
+                        in_code = !in_code;
+                    } else if !in_code {
+                        prose.push(c);
+                    }
+                }
+                prose.push('\n');
+            }
+        }
+        for (i, _) in prose.match_indices("](") {
+            let rest = &prose[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let link = &rest[..end];
+            if link.contains("://") || link.starts_with("mailto:") || link.contains(' ') {
+                continue;
+            }
+            let (path, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = if path.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(path)
+            };
+            if !target.exists() {
+                broken.push(format!("{name}: {link} (no such file)"));
+            } else if !anchor.is_empty()
+                && target.extension().is_some_and(|x| x == "md")
+                && !anchors(&target).iter().any(|a| a == anchor)
+            {
+                broken.push(format!("{name}: {link} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
