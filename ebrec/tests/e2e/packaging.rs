@@ -2,6 +2,9 @@
 //! the agent run as an unprivileged user (nobody) with exactly the unit's capabilities records
 //! a root-owned testdata program's off-CPU blocks, named. Needs root to set that up (skips
 //! loudly without it; fails when CI=true).
+//!
+//! packaging/kubernetes/ebrec-agent.yaml: valid against Kubernetes' schemas, and its
+//! container's capabilities are enough to record as uid 0 with only them.
 
 use crate::common;
 use common::{ebsym_json, root};
@@ -74,14 +77,25 @@ fn the_units_capabilities_are_enough_as_nobody() {
     if !root() {
         return;
     }
-    let caps: Vec<String> = values(&unit(), "AmbientCapabilities")
+    let caps = values(&unit(), "AmbientCapabilities");
+    assert_eq!(
+        agent_naps(65534, &caps),
+        4,
+        "the program's 4 naps, named, as nobody with the unit's capabilities"
+    );
+}
+
+/// Runs the agent as `uid` with exactly `caps` (CAP_ names) on a root-owned testdata program
+/// for 4 s; the program's naps the trace has, named.
+fn agent_naps(uid: u32, caps: &[String]) -> u64 {
+    let caps: Vec<String> = caps
         .iter()
         .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
         .collect();
     let caps = caps.join(",");
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    // A root-owned target: nobody needs the capabilities to see into it.
+    // A root-owned target: another user needs the capabilities to see into it.
     let target = common::start_waiting(
         "offcpu_blocks",
         &["--naps", "4", "--ms", "100", "--pingpong", "100"],
@@ -89,7 +103,9 @@ fn the_units_capabilities_are_enough_as_nobody() {
     let pid = target.pid;
     let out = dir.path().join("a.pb.zst");
     let mut agent = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
         .arg(format!("--bounding-set=-all,{caps}"))
         .arg(format!("--inh-caps=-all,{caps}"))
         .arg(format!("--ambient-caps=-all,{caps}"))
@@ -112,7 +128,7 @@ fn the_units_capabilities_are_enough_as_nobody() {
     loop {
         let mut l = String::new();
         if err.read_line(&mut l).unwrap() == 0 {
-            panic!("the agent as nobody never recorded: {lines:#?}");
+            panic!("the agent as uid {uid} with {caps} never recorded: {lines:#?}");
         }
         if l.contains("recording to") {
             break;
@@ -138,8 +154,107 @@ fn the_units_capabilities_are_enough_as_nobody() {
             }
         }
     }
-    assert_eq!(
-        naps, 4,
-        "the program's 4 naps, named, as nobody with the unit's capabilities"
-    );
+    naps
+}
+
+fn daemonset() -> String {
+    let p = workspace().join("packaging/kubernetes/ebrec-agent.yaml");
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// The capabilities the DaemonSet's container adds (`- BPF  # why`), as CAP_ names.
+fn daemonset_caps(yaml: &str) -> Vec<String> {
+    let mut caps = Vec::new();
+    let mut in_add = false;
+    for l in yaml.lines() {
+        let t = l.trim();
+        if t == "add:" {
+            in_add = true;
+        } else if in_add {
+            match t.strip_prefix("- ") {
+                Some(c) => caps.push(format!("CAP_{}", c.split('#').next().unwrap().trim())),
+                None => in_add = false,
+            }
+        }
+    }
+    caps
+}
+
+/// packaging/kubernetes/ebrec-agent.yaml is valid against Kubernetes' schemas (PyPI's
+/// kubernetes-validate, strict: an unknown field fails), for an old and the newest release
+/// it knows, and asks for no more than it says: the unit's capabilities but CAP_IPC_LOCK
+/// (locked memory matters only before 5.11), no CAP_SYS_ADMIN, not privileged.
+#[test]
+fn the_daemonset_is_valid_kubernetes_and_minimal() {
+    let yaml = daemonset();
+    let caps = daemonset_caps(&yaml);
+    let unit_caps: Vec<String> = values(&unit(), "AmbientCapabilities")
+        .into_iter()
+        .filter(|c| c != "CAP_IPC_LOCK")
+        .collect();
+    assert_eq!(caps, unit_caps, "the DaemonSet's capabilities");
+    for line in [
+        "hostPID: true",
+        "privileged: false",
+        "allowPrivilegeEscalation: false",
+        "readOnlyRootFilesystem: true",
+        "drop: [\"ALL\"]",
+        "automountServiceAccountToken: false",
+    ] {
+        assert!(yaml.contains(line), "the DaemonSet does not say {line}");
+    }
+    // Not in the manifest (its comments may say why not).
+    let fields: String = yaml
+        .lines()
+        .map(|l| l.split('#').next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    for absent in ["SYS_ADMIN", "hostNetwork", "privileged: true"] {
+        assert!(!fields.contains(absent), "the DaemonSet asks for {absent}");
+    }
+    let have = Command::new("python3")
+        .args(["-c", "import kubernetes_validate"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("kubernetes-validate is missing and CI=true (scripts/setup test installs it)");
+        }
+        eprintln!("\n*** SKIPPED: no kubernetes-validate (pip install kubernetes-validate) ***\n");
+        return;
+    }
+    let file = workspace().join("packaging/kubernetes/ebrec-agent.yaml");
+    for version in ["1.28.0", "1.37.0"] {
+        let out = Command::new("python3")
+            .args(["-m", "kubernetes_validate", "--strict", "-k", version])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "kubernetes {version}: {text}");
+        assert_eq!(
+            text.matches("passed for resource").count(),
+            2,
+            "the Namespace and the DaemonSet, against {version}: {text}"
+        );
+    }
+}
+
+/// The DaemonSet's container runs ebrec as uid 0 with only its capabilities: that is enough
+/// to record another process's off-CPU blocks, named (hostPID is this test's own namespace).
+#[test]
+fn the_daemonsets_capabilities_are_enough() {
+    if !root() {
+        return;
+    }
+    let caps = daemonset_caps(&daemonset());
+    assert_eq!(agent_naps(0, &caps), 4, "as uid 0 with {caps:?} only");
+}
+
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
 }
