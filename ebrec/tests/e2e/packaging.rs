@@ -5,6 +5,10 @@
 //!
 //! packaging/kubernetes/ebrec-agent.yaml: valid against Kubernetes' schemas, and its
 //! container's capabilities are enough to record as uid 0 with only them.
+//!
+//! The Debian packages (scripts/package-deb): built, installed with `dpkg -i`, run (`ebrec
+//! doctor`, a recording, `ebsym` on it, the man pages and completions where the system
+//! looks), then purged, leaving nothing. Needs root too.
 
 use crate::common;
 use common::{ebsym_json, root};
@@ -257,4 +261,189 @@ fn the_daemonsets_capabilities_are_enough() {
 
 fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+fn installed(package: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", package])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        .unwrap_or(false)
+}
+
+/// Purges the packages when the test ends, passed or not.
+struct Purge;
+
+impl Drop for Purge {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg")
+            .args(["--purge", "ebrec", "ebsym"])
+            .output();
+    }
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_debian_packages_install_run_and_purge() {
+    if !root() {
+        return;
+    }
+    for p in ["ebrec", "ebsym"] {
+        assert!(
+            !installed(p),
+            "the package {p} is installed on this machine: this test installs and purges its own, \
+             so it will not run over it (dpkg --purge {p} first)"
+        );
+    }
+    // The build: the release profile, shared with scripts/demo (built once in scripts/test).
+    let dir = tempfile::tempdir().unwrap();
+    let t = std::time::Instant::now();
+    let built = ok(Command::new(workspace().join("scripts/package-deb")).arg(dir.path()));
+    eprintln!("scripts/package-deb: {:.1} s", t.elapsed().as_secs_f64());
+    let debs: Vec<&str> = built.lines().collect();
+    assert_eq!(debs.len(), 2, "{built}");
+    let t = std::time::Instant::now();
+
+    // What each holds, before it is installed.
+    let contents = |deb: &str| ok(Command::new("dpkg-deb").args(["-c", deb]));
+    let ebrec_files = contents(debs[0]);
+    for f in [
+        "./usr/bin/ebrec",
+        "./usr/lib/systemd/system/ebrec-agent.service",
+        "./etc/ebrec/agent.env",
+        "./usr/share/man/man1/ebrec.1.gz",
+        "./usr/share/man/man1/ebrec-record.1.gz",
+        "./usr/share/bash-completion/completions/ebrec",
+        "./usr/share/zsh/vendor-completions/_ebrec",
+        "./usr/share/fish/vendor_completions.d/ebrec.fish",
+    ] {
+        assert!(
+            ebrec_files.contains(f),
+            "{} has no {f}:\n{ebrec_files}",
+            debs[0]
+        );
+    }
+    let ebsym_files = contents(debs[1]);
+    for f in [
+        "./usr/bin/ebsym",
+        "./usr/share/man/man1/ebsym-top.1.gz",
+        "./usr/share/bash-completion/completions/ebsym",
+    ] {
+        assert!(
+            ebsym_files.contains(f),
+            "{} has no {f}:\n{ebsym_files}",
+            debs[1]
+        );
+    }
+
+    let _purge = Purge;
+    ok(Command::new("dpkg").arg("-i").args(&debs));
+    let files: Vec<String> = ok(Command::new("dpkg").args(["-L", "ebrec", "ebsym"]))
+        .lines()
+        .map(str::to_string)
+        .collect();
+
+    // The installed unit runs the installed binary, and systemd accepts it.
+    let unit = std::fs::read_to_string("/usr/lib/systemd/system/ebrec-agent.service").unwrap();
+    assert!(unit.contains("ExecStart=/usr/bin/ebrec agent "), "{unit}");
+    assert!(
+        unit.contains("EnvironmentFile=-/etc/ebrec/agent.env"),
+        "{unit}"
+    );
+    if let Ok(sa) = which("systemd-analyze") {
+        let out = Command::new(sa)
+            .args(["verify", "/usr/lib/systemd/system/ebrec-agent.service"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.lines().any(|l| l.contains("ebrec-agent.service")),
+            "{err}"
+        );
+    }
+
+    // ebrec doctor, from the package.
+    let doctor = ok(Command::new("/usr/bin/ebrec").arg("doctor"));
+    assert!(doctor.contains("ok    privileges"), "{doctor}");
+
+    // A short recording of a real program, symbolized and reported by the packaged ebsym.
+    let exe =
+        ebtrace_testdata::build("offcpu_blocks", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let trace = work.path().join("t.pb.zst");
+    ok(Command::new("/usr/bin/ebrec")
+        .args(["record", "-q", "--offcpu=5000", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .args(["--naps", "4", "--ms", "100", "--pingpong", "100"]));
+    ok(Command::new("/usr/bin/ebsym").arg(&trace));
+    let sym = work.path().join("t.sym.pb.zst");
+    let top: serde_json::Value = serde_json::from_str(&ok(Command::new("/usr/bin/ebsym")
+        .args(["top", "--kind", "offcpu", "-n", "1000", "--json"])
+        .arg(&sym)))
+    .unwrap();
+    let naps: u64 = top["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["function"].as_str().unwrap_or("").contains("sleeper_a"))
+        })
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        naps, 4,
+        "the program's 4 naps, named by the packaged ebsym: {top}"
+    );
+
+    // The man pages and completions are where man and the shells look.
+    assert!(Path::new("/usr/share/man/man1/ebsym-leaks.1.gz").exists());
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "source /usr/share/bash-completion/completions/ebsym; COMP_WORDS=(ebsym lea); \
+             COMP_CWORD=1; _ebsym ebsym lea ebsym; echo \"${COMPREPLY[@]}\"",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "leaks");
+
+    // Removed: the programs go, the configuration file stays (a conffile) until the purge.
+    ok(Command::new("dpkg").args(["-r", "ebrec", "ebsym"]));
+    assert!(!Path::new("/usr/bin/ebrec").exists() && !Path::new("/usr/bin/ebsym").exists());
+    assert!(Path::new("/etc/ebrec/agent.env").exists());
+    // Purged: nothing of either package is left, the configuration included.
+    ok(Command::new("dpkg").args(["--purge", "ebrec", "ebsym"]));
+    assert!(!installed("ebrec") && !installed("ebsym"));
+    let left: Vec<&String> = files
+        .iter()
+        .filter(|f| {
+            let p = Path::new(f.as_str());
+            // Directories the system shares (/usr/bin, /etc, …) stay; the packages' own go.
+            p.exists() && !(p.is_dir() && std::fs::read_dir(p).unwrap().next().is_some())
+        })
+        .collect();
+    assert!(left.is_empty(), "left after dpkg --purge: {left:?}");
+    for gone in ["/etc/ebrec", "/var/lib/ebrec", "/usr/share/doc/ebrec"] {
+        assert!(
+            !Path::new(gone).exists(),
+            "{gone} is left after dpkg --purge"
+        );
+    }
+    eprintln!("installed, ran, purged: {:.1} s", t.elapsed().as_secs_f64());
 }
