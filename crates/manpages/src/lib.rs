@@ -354,13 +354,47 @@ pub const SHELLS: [clap_complete::Shell; 3] = [
     clap_complete::Shell::Fish,
 ];
 
+/// `cmd` without its hidden subcommands (`man`, `completions`) and clap's `help`: bash's
+/// script offers every subcommand it is given, hidden or not.
+fn visible(cmd: &clap::Command) -> clap::Command {
+    let mut c = cmd.clone().disable_help_subcommand(true);
+    c.build();
+    let hidden: Vec<String> = c
+        .get_subcommands()
+        .filter(|s| s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect();
+    if hidden.is_empty() {
+        return c;
+    }
+    // clap cannot remove a subcommand: rebuild the command from its visible parts.
+    let mut v = clap::Command::new(c.get_name().to_string())
+        .disable_help_subcommand(true)
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .args_conflicts_with_subcommands(c.is_args_conflicts_with_subcommands_set());
+    if let Some(about) = c.get_about() {
+        v = v.about(about.clone());
+    }
+    if let Some(version) = c.get_version() {
+        v = v.version(version.to_string());
+    }
+    for a in c.get_arguments() {
+        v = v.arg(a.clone());
+    }
+    for s in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+        v = v.subcommand(s.clone());
+    }
+    v
+}
+
 /// Prints the completion script of `cmd` for `shell` on `out`.
 pub fn print_completions(
     cmd: &clap::Command,
     shell: clap_complete::Shell,
     out: &mut dyn io::Write,
 ) {
-    let mut cmd = cmd.clone();
+    let mut cmd = visible(cmd);
     let name = cmd.get_name().to_string();
     clap_complete::generate(shell, &mut cmd, name, out);
 }
@@ -369,7 +403,7 @@ pub fn print_completions(
 /// shell looks up: `NAME` (bash-completion), `_NAME` (zsh), `NAME.fish`. Returns the files.
 pub fn write_completions(cmd: &clap::Command, dir: &Path) -> io::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir)?;
-    let mut cmd = cmd.clone();
+    let mut cmd = visible(cmd);
     let name = cmd.get_name().to_string();
     let mut files = Vec::new();
     for shell in SHELLS {

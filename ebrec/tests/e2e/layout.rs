@@ -184,6 +184,19 @@ fn the_shell_completions_complete_the_commands() {
             &sub[..3],
             String::from_utf8_lossy(&out.stderr)
         );
+        // The hidden commands (man, completions) are not offered.
+        let script = format!(
+            "source {}; COMP_WORDS=({name} ''); COMP_CWORD=1; _{name} {name} '' {name}; echo \"${{COMPREPLY[@]}}\"",
+            dir.path().join(name).display(),
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        let offered = String::from_utf8_lossy(&out.stdout);
+        let words: Vec<&str> = offered.split_whitespace().collect();
+        assert!(words.contains(&sub), "{name}: {offered}");
+        assert!(
+            !words.contains(&"man") && !words.contains(&"completions"),
+            "{name} offers its hidden commands: {offered}"
+        );
         // --shell prints the same script on stdout.
         let out = Command::new(exe)
             .args(["completions", "--shell", "bash"])
