@@ -13,7 +13,7 @@ fn workspace() -> &'static Path {
 }
 
 /// What an output is made of, whatever the run: the first word of each line that is not
-/// indented (a heading, a row's label, a family's name), digits as `N`; for ebrec's lines
+/// indented (a heading, a row's label, a family's name), each number as `N`; for ebrec's lines
 /// the word after `ebrec:`, for doctor's the check after its verdict (the verdicts are the
 /// machine's). Lines that come and go with the run (ebsym's notes on each binary, ebrec's
 /// notes and warnings, the estimates' and unresolved notes) do not count.
@@ -30,13 +30,25 @@ fn shape(text: &str) -> BTreeSet<String> {
             [first, ..] => first.to_string(),
             [] => continue,
         };
-        let w: String = w
-            .chars()
-            .map(|c| if c.is_ascii_digit() { 'N' } else { c })
-            .collect();
+        // Every run of digits as one N: a pid has 4 or 5 of them.
+        let mut masked = String::new();
+        let mut in_number = false;
+        for c in w.chars() {
+            if c.is_ascii_digit() {
+                if !in_number {
+                    masked.push('N');
+                }
+                in_number = true;
+            } else {
+                masked.push(c);
+                in_number = false;
+            }
+        }
+        let w = masked;
         let noise = [
             "ebsym:",
             "unresolved",
+            "stacks",
             "estimates:",
             "ebrec: note:",
             "ebrec: warning:",
