@@ -65,6 +65,22 @@ pub enum Command {
     /// Write ebrec's man pages (ebrec.1 and one per command, from these definitions).
     #[command(hide = true)]
     Man(ManArgs),
+    /// Write ebrec's shell completions (bash, zsh, fish), from these definitions.
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+}
+
+/// `ebrec completions`: `--shell SHELL` prints one script on stdout; `-o DIR` writes all
+/// three into DIR under the names the shells look up (ebrec, _ebrec, ebrec.fish).
+#[derive(clap::Args, Debug)]
+#[command(group = clap::ArgGroup::new("where").required(true))]
+pub struct CompletionsArgs {
+    /// Print the script of this shell on stdout.
+    #[arg(long, value_enum, group = "where")]
+    pub shell: Option<clap_complete::Shell>,
+    /// Write bash, zsh and fish scripts into this directory (created).
+    #[arg(short, long, group = "where")]
+    pub output: Option<PathBuf>,
 }
 
 /// `ebrec man`.

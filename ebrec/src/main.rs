@@ -20,6 +20,7 @@ fn main() {
         Command::Agent(a) => ebtrace_agent::run(*a),
         Command::Push(a) => ebtrace_agent::push::run(*a),
         Command::Man(a) => man::run(a),
+        Command::Completions(a) => man::completions(a),
     };
     if let Err(e) = r {
         let chain: Vec<String> = e.chain().map(|c| c.to_string()).collect();

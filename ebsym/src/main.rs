@@ -383,6 +383,18 @@ enum Command {
         #[arg(short, long, default_value = "docs/man")]
         output: PathBuf,
     },
+    /// Write ebsym's shell completions (bash, zsh, fish), from these definitions:
+    /// `--shell SHELL` prints one script; `-o DIR` writes all three (ebsym, _ebsym,
+    /// ebsym.fish).
+    #[command(hide = true, group = clap::ArgGroup::new("where").required(true))]
+    Completions {
+        /// Print the script of this shell on stdout.
+        #[arg(long, value_enum, group = "where")]
+        shell: Option<clap_complete::Shell>,
+        /// Write bash, zsh and fish scripts into this directory (created).
+        #[arg(short, long, group = "where")]
+        output: Option<PathBuf>,
+    },
     /// A drop-in for binutils `addr2line`, with the same output format: addresses from the
     /// arguments, or one per line on stdin.
     ///
@@ -787,8 +799,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Strip { trace, output } => strip(&trace, &output)?,
         Command::Man { output } => {
             use clap::CommandFactory;
-            ebtrace_manpages::write_all(&Cli::command(), &output)
+            ebtrace_manpages::write_all(&Cli::command(), &output, &["ebrec"])
                 .with_context(|| format!("writing the man pages into {}", output.display()))?;
+        }
+        Command::Completions { shell, output } => {
+            use clap::CommandFactory;
+            let cmd = Cli::command();
+            if let Some(dir) = output {
+                ebtrace_manpages::write_completions(&cmd, &dir)
+                    .with_context(|| format!("writing the completions into {}", dir.display()))?;
+            } else if let Some(shell) = shell {
+                ebtrace_manpages::print_completions(&cmd, shell, &mut out);
+            }
         }
         Command::Dump { trace } => {
             use ebtrace_format::events::Family;

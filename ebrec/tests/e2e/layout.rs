@@ -283,3 +283,181 @@ fn no_crate_is_built_twice() {
         );
     }
 }
+
+/// What the man pages' reader sees: a synopsis with value names (clap_mangen's own wrote
+/// `[-n ]`), no Markdown backticks, and EXAMPLES and SEE ALSO on every page (each command's
+/// help has an example).
+#[test]
+fn the_man_pages_read_clean() {
+    let committed = workspace().join("docs/man");
+    for e in std::fs::read_dir(&committed).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let page = std::fs::read_to_string(&p).unwrap();
+        assert!(!page.contains('`'), "{name}: a Markdown backtick");
+        let synopsis = page
+            .split(".SH SYNOPSIS\n")
+            .nth(1)
+            .and_then(|s| s.split("\n.SH ").next())
+            .unwrap_or_else(|| panic!("{name}: no SYNOPSIS"));
+        assert!(
+            !synopsis.contains(" \\fR]"),
+            "{name}: an option without its value: {synopsis}"
+        );
+        assert!(page.contains("\n.SH \"SEE ALSO\"\n"), "{name}: no SEE ALSO");
+        // The two programs' top pages list commands; every command's page has examples.
+        if name != "ebrec.1" {
+            assert!(page.contains("\n.SH EXAMPLES\n"), "{name}: no EXAMPLES");
+        }
+    }
+}
+
+/// `ebrec completions` and `ebsym completions`: a script per shell, which bash parses and
+/// which completes the commands.
+#[test]
+fn the_shell_completions_complete_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let ebsym = crate::common::ebsym_path();
+    for (exe, name, sub) in [
+        (Path::new(env!("CARGO_BIN_EXE_ebrec")), "ebrec", "record"),
+        (ebsym.as_path(), "ebsym", "leaks"),
+    ] {
+        let out = Command::new(exe)
+            .args(["completions", "-o"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for f in [name.to_string(), format!("_{name}"), format!("{name}.fish")] {
+            let text = std::fs::read_to_string(dir.path().join(&f)).unwrap();
+            assert!(text.contains(sub), "{f} does not name `{name} {sub}`");
+        }
+        let script = format!(
+            "source {}; COMP_WORDS=({name} {}); COMP_CWORD=1; _{name} {name} {} {name}; echo \"${{COMPREPLY[@]}}\"",
+            dir.path().join(name).display(),
+            &sub[..3],
+            &sub[..3]
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            sub,
+            "bash completes `{name} {}`: {}",
+            &sub[..3],
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The hidden commands (man, completions) are not offered.
+        let script = format!(
+            "source {}; COMP_WORDS=({name} ''); COMP_CWORD=1; _{name} {name} '' {name}; echo \"${{COMPREPLY[@]}}\"",
+            dir.path().join(name).display(),
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        let offered = String::from_utf8_lossy(&out.stdout);
+        let words: Vec<&str> = offered.split_whitespace().collect();
+        assert!(words.contains(&sub), "{name}: {offered}");
+        assert!(
+            !words.contains(&"man") && !words.contains(&"completions"),
+            "{name} offers its hidden commands: {offered}"
+        );
+        // --shell prints the same script on stdout.
+        let out = Command::new(exe)
+            .args(["completions", "--shell", "bash"])
+            .output()
+            .unwrap();
+        let file = std::fs::read(dir.path().join(name)).unwrap();
+        assert_eq!(out.stdout, file);
+    }
+}
+
+/// The Markdown pages render: every code fence is closed (an open one swallowed the rest of
+/// the README once), and every relative link leads to a file, and into a page to a heading
+/// of it (GitHub's anchors: lower case, punctuation dropped, spaces as hyphens).
+#[test]
+fn the_docs_render_and_their_links_lead_somewhere() {
+    let root = workspace();
+    let mut pages: Vec<std::path::PathBuf> = ["README.md", "CONTRIBUTING.md", "ARCHITECTURE.md"]
+        .iter()
+        .map(|p| root.join(p))
+        .collect();
+    for dir in ["docs", "docs/decisions"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "md") {
+                pages.push(p);
+            }
+        }
+    }
+    let anchors = |page: &Path| -> Vec<String> {
+        let text = std::fs::read_to_string(page).unwrap_or_default();
+        let mut fenced = false;
+        let mut out = Vec::new();
+        for l in text.lines() {
+            if l.starts_with("```") {
+                fenced = !fenced;
+            } else if !fenced && l.starts_with('#') {
+                let h = l.trim_start_matches('#').trim().to_lowercase();
+                let slug: String = h
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == '_' || *c == '-' || *c == ' ')
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect();
+                out.push(slug);
+            }
+        }
+        out
+    };
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let name = page.strip_prefix(root).unwrap().display().to_string();
+        let fences = text.lines().filter(|l| l.starts_with("```")).count();
+        assert!(fences % 2 == 0, "{name}: a code fence is never closed");
+        // The prose: fenced blocks and code spans dropped.
+        let mut prose = String::new();
+        let mut fenced = false;
+        for l in text.lines() {
+            if l.starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if !fenced {
+                let mut in_code = false;
+                for c in l.chars() {
+                    if c == '`' {
+                        in_code = !in_code;
+                    } else if !in_code {
+                        prose.push(c);
+                    }
+                }
+                prose.push('\n');
+            }
+        }
+        for (i, _) in prose.match_indices("](") {
+            let rest = &prose[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let link = &rest[..end];
+            if link.contains("://") || link.starts_with("mailto:") || link.contains(' ') {
+                continue;
+            }
+            let (path, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = if path.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(path)
+            };
+            if !target.exists() {
+                broken.push(format!("{name}: {link} (no such file)"));
+            } else if !anchor.is_empty()
+                && target.extension().is_some_and(|x| x == "md")
+                && !anchors(&target).iter().any(|a| a == anchor)
+            {
+                broken.push(format!("{name}: {link} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}

@@ -13,6 +13,7 @@ mod callers;
 mod cfi;
 mod chain;
 mod containers;
+mod docs_examples;
 mod doctor;
 mod export;
 mod faults;
