@@ -540,7 +540,8 @@ fn parse_int(s: &str) -> Option<i64> {
     i64::try_from(if neg { -magnitude } else { magnitude }).ok()
 }
 
-/// `SYMBOL`, `SYMBOL+N` or `SYMBOL-N`.
+/// A symbol plus constants, as GNU as writes a displacement: `SYMBOL`, `SYMBOL+N`,
+/// `SYMBOL-N`, `N+SYMBOL` (GCC's `40+CheckpointStats` for a field of a global struct).
 fn symbol_offset(s: &str) -> Option<(String, i64)> {
     let ident = |t: &str| {
         !t.is_empty()
@@ -548,12 +549,34 @@ fn symbol_offset(s: &str) -> Option<(String, i64)> {
             && t.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'$')
     };
-    let cut = s.find(['+', '-']);
-    let (sym, off) = match cut {
-        Some(i) => (&s[..i], parse_int(&s[i..])?),
-        None => (s, 0),
-    };
-    ident(sym).then(|| (sym.to_string(), off))
+    let mut symbol = None;
+    let mut offset = 0i64;
+    let mut rest = s;
+    let mut negative = false;
+    loop {
+        let end = rest.find(['+', '-']).unwrap_or(rest.len());
+        let term = &rest[..end];
+        if ident(term) {
+            // One symbol, added (a difference of symbols is no address).
+            if symbol.is_some() || negative {
+                return None;
+            }
+            symbol = Some(term.to_string());
+        } else {
+            let v = parse_int(term)?;
+            offset = if negative {
+                offset.checked_sub(v)?
+            } else {
+                offset.checked_add(v)?
+            };
+        }
+        if end == rest.len() {
+            break;
+        }
+        negative = rest.as_bytes()[end] == b'-';
+        rest = &rest[end + 1..];
+    }
+    Some((symbol?, offset))
 }
 
 impl crate::Elf {
@@ -653,6 +676,28 @@ mod tests {
             )
         );
         assert_eq!(
+            arg("-4@40+CheckpointStats(%rip)"),
+            (
+                4,
+                true,
+                Loc::RipRelative {
+                    symbol: "CheckpointStats".into(),
+                    offset: 40
+                }
+            )
+        );
+        assert_eq!(
+            arg("4@8+foo-2(%rip)"),
+            (
+                4,
+                false,
+                Loc::RipRelative {
+                    symbol: "foo".into(),
+                    offset: 6
+                }
+            )
+        );
+        assert_eq!(
             arg("8@-8(%rip)"),
             (
                 8,
@@ -716,6 +761,10 @@ mod tests {
             ("4@8(%rbx,%rsp,2)", "BASE,INDEX,SCALE"),
             ("4@8(%rbx", "closing parenthesis"),
             ("4@(%rip)", "SYMBOL"),
+            ("4@foo+bar(%rip)", "SYMBOL"),
+            ("4@8-foo(%rip)", "SYMBOL"),
+            ("4@foo+(%rip)", "SYMBOL"),
+            ("4@foo++8(%rip)", "SYMBOL"),
             ("8@$99999999999999999999", "not a number"),
             ("8@-(%rbp)", "symbolic displacement"),
             ("8@%r16", "not a general purpose register"),
@@ -1082,6 +1131,45 @@ void guarded(long id) {
             [&Loc::Register(Reg::Rdi), &Loc::Register(Reg::Rsi)]
         );
         assert!(sdt.probes.iter().all(|p| p.semaphore == 0));
+    }
+
+    /// Debian's PostgreSQL 15 (scripts/setup test installs it): 71 notes, every argument
+    /// form read.
+    #[test]
+    fn postgres_probes_are_all_read() {
+        let path = Path::new("/usr/lib/postgresql/15/bin/postgres");
+        if !path.exists() {
+            assert_ne!(
+                std::env::var("CI").as_deref(),
+                Ok("true"),
+                "{} is missing and CI=true (scripts/setup test)",
+                path.display()
+            );
+            eprintln!(
+                "\n*** SKIPPED: {} is missing (scripts/setup test) ***\n",
+                path.display()
+            );
+            return;
+        }
+        let elf = Elf::open(path).unwrap();
+        let sdt = elf.sdt().unwrap();
+        assert_eq!((sdt.malformed, sdt.unplaced), (0, 0));
+        assert_eq!(notes_of(&sdt), readelf(path));
+        assert!(sdt.probes.len() >= 70, "{}", sdt.probes.len());
+        check_placed(&elf, &sdt);
+        for p in &sdt.probes {
+            assert_eq!(p.provider, "postgresql");
+            assert!(p.semaphore != 0, "{p:?}");
+            for a in &p.args {
+                assert!(!matches!(a.loc, Loc::Unsupported(_)), "{}: {a:?}", p.name);
+            }
+        }
+        let start = sdt
+            .probes
+            .iter()
+            .find(|p| p.name == "query__start")
+            .unwrap();
+        assert_eq!(start.args.len(), 1);
     }
 
     #[test]
