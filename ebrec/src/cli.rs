@@ -27,7 +27,8 @@ pub enum Command {
   ebrec record -o trace.pb.zst --alloc=1024 --sample 10 --all --duration 30
   ebrec record -o trace.pb.zst --lock=50 --lock-mode uprobe -p 1234")]
     Record(Box<RecordArgs>),
-    /// List the functions `--func` would attach to, from the target's symbol tables.
+    /// List the functions `--func` would attach to (symbol tables), or the USDT probes of a
+    /// process, a command or a binary (.note.stapsdt).
     Probes(ProbesArgs),
     /// Check that this machine (and with -p, that process) can be recorded: each check one
     /// line, `ok`, `warn` or `FAIL`, with the fix. Exits 1 when a check FAILs.
@@ -95,28 +96,106 @@ pub struct ManArgs {
 /// feature of ebtrace-record).
 pub use ebtrace_record::config::RecordConfig as RecordArgs;
 
-/// `ebrec probes`: what `--func` would attach to, one function a line.
+/// `ebrec probes`: what `--func` would attach to, one function a line; or the USDT probes of
+/// a process, a command or a binary, one probe a line.
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Each line: demangled name, binary, ELF address, size (tab-separated).
+    after_help = "Functions (PATTERNs as --func takes them), each line: demangled name, binary, ELF
+address, size, where the uprobe goes (entry, +0xN past single-stepped instructions, or
+single-step); tab-separated.
+
+USDT probes (no PATTERN, or usdt: PATTERNs), each line: the probe as bpftrace names it
+(usdt:BINARY:PROVIDER:NAME; for -p, BINARY is /proc/PID/root/FILE), its arguments as the
+note writes them (SIZE@OPERAND each, - for none), `semaphore` when it is guarded by one
+(else -), its ELF address; tab-separated.
 
 Examples:
   ebrec probes -p 1234 'shop::*lookup*'
   ebrec probes -p 1234 shop::Catalog::slow_lookup libc.so.6:malloc
   ebrec probes 'operator new(unsigned long)' -- ./server --port 8080
-  ebrec probes ./server:0x4011d6 _ZN4shop7Catalog6lookupEm -- ./server"
+  ebrec probes ./server:0x4011d6 _ZN4shop7Catalog6lookupEm -- ./server
+  ebrec probes -p 1234                             # every USDT probe of the process
+  ebrec probes -p 1234 'usdt:postgresql:query*'
+  ebrec probes /usr/lib/postgresql/15/bin/postgres # the USDT probes of a binary
+  ebrec probes ./server 'usdt:shop:request__*'
+  ebrec probes -p 1234 'usdt:libstdc++*:libstdcxx:*'"
 )]
 pub struct ProbesArgs {
     /// Search the binaries this running process maps.
     #[arg(short, long = "pid")]
     pub pid: Option<u32>,
     /// What `--func` takes: NAME, GLOB, MANGLED, LIB:SYMBOL or BINARY:0xADDR, each with an
-    /// optional :MIN_US.
-    #[arg(value_name = "PATTERN", required = true)]
-    pub patterns: Vec<FuncSpec>,
+    /// optional :MIN_US; or usdt:[BINARY:]PROVIDER:NAME (globs: * and ?) for USDT probes.
+    /// Without -p or a command: BINARY, a file whose USDT probes to list, then usdt:
+    /// patterns.
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<ProbePattern>,
     /// Search this command's executable and the libraries it needs, without starting it.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// One PATTERN of `ebrec probes`.
+#[derive(Debug, Clone)]
+pub enum ProbePattern {
+    /// A function, as `--func` takes it (also what a BINARY alone parses as).
+    Func(FuncSpec),
+    /// `usdt:…`.
+    Usdt(UsdtPattern),
+    /// A file that does not parse as a function spec: only a BINARY.
+    File(PathBuf),
+}
+
+impl std::str::FromStr for ProbePattern {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        if s.starts_with("usdt:") {
+            return s.parse().map(ProbePattern::Usdt);
+        }
+        match s.parse() {
+            Ok(f) => Ok(ProbePattern::Func(f)),
+            Err(_) if std::path::Path::new(s).is_file() => Ok(ProbePattern::File(s.into())),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `usdt:[BINARY:]PROVIDER:NAME`, or `usdt:PROVIDER` (every name): globs (`*`, `?`) on
+/// each part; BINARY matches the path as listed, as the process sees it, or its file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsdtPattern {
+    /// As written.
+    pub text: String,
+    pub binary: Option<String>,
+    pub provider: String,
+    pub name: String,
+}
+
+impl std::str::FromStr for UsdtPattern {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> anyhow::Result<Self> {
+        let rest = text.strip_prefix("usdt:").unwrap_or(text);
+        let mut parts = rest.rsplitn(3, ':');
+        let last = parts.next().unwrap_or_default();
+        let (binary, provider, name) = match (parts.next(), parts.next()) {
+            (None, _) => (None, last, "*"),
+            (Some(p), None) => (None, p, last),
+            (Some(p), Some(b)) => (Some(b.to_string()), p, last),
+        };
+        if provider.is_empty() || name.is_empty() || binary.as_deref() == Some("") {
+            anyhow::bail!(
+                "'{text}': an empty part (usdt:PROVIDER:NAME or usdt:BINARY:PROVIDER:NAME)"
+            );
+        }
+        Ok(UsdtPattern {
+            text: text.to_string(),
+            binary,
+            provider: provider.to_string(),
+            name: name.to_string(),
+        })
+    }
 }
 
 /// Arguments of `ebrec doctor`.

@@ -1,7 +1,8 @@
 //! The one ELF reader of ebtrace, for both sides: `ebrec` (as root, on any file a target
 //! maps: build-ids, `--func` and probe symbols, segments, the dynamic section, the
-//! `.eh_frame` rows of `--stack-mode cfi`, the `UnwindTables` record) and `ebsym` (build-ids
-//! and debug links to find debug files, symbol tables, the CFI of the offline unwinder).
+//! `.eh_frame` rows of `--stack-mode cfi`, the `UnwindTables` record, the USDT probes of
+//! [`sdt`]) and `ebsym` (build-ids and debug links to find debug files, symbol tables, the
+//! CFI of the offline unwinder).
 //! Every input is untrusted: nothing here panics on a malformed file (the `elf_reader` and
 //! `eh_frame_rows` fuzz targets hold that), a compressed section's claimed size is checked
 //! before anything is allocated, and offsets are checked arithmetic.
@@ -22,6 +23,7 @@
 //! println!("{id:02x?} {malloc:?}");
 //! ```
 pub mod cfi;
+pub mod sdt;
 mod symbols;
 
 /// The parser underneath, for callers that hold an [`object::File`] ([`SymbolTable::load`],

@@ -2,8 +2,9 @@
 //! every file its targets map and ebsym on every file it finds: the header facts (build-id,
 //! debug links), every section (compressed ones with their size check), the segments and
 //! offset ↔ address, both symbol tables in both views (ebrec's by name, ebsym's by
-//! address), the dynamic section, the frame-pointer guess and the CFI sections. Nothing may
-//! panic, hang or allocate without bound.
+//! address), the dynamic section, the frame-pointer guess, the CFI sections, and the USDT
+//! notes with their argument specs (`sdt`; also the raw bytes as a note section, both
+//! address sizes). Nothing may panic, hang or allocate without bound.
 //!
 //! Run: `cargo +nightly fuzz run elf_reader` (from the workspace root); seeds are in
 //! `fuzz/corpus/elf_reader/` (small ELF files, and the regressions of the `elf` target).
@@ -11,14 +12,25 @@
 
 use ebtrace_elf::object::Object;
 use ebtrace_elf::{
-    file_offset, functions, offset_to_vaddr, section_data, CfiSections, Elf, SymbolTable, Table,
+    file_offset, functions, offset_to_vaddr, sdt, section_data, CfiSections, Elf, SymbolTable,
+    Table,
 };
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    for (little, addr_size) in [(true, 8), (false, 4)] {
+        let (notes, _) = sdt::parse_notes(data, little, addr_size);
+        for n in notes.iter().take(64) {
+            let _ = sdt::parse_args(&n.args);
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = sdt::parse_args(text);
+    }
     let Ok(elf) = Elf::from_bytes("fuzz", data) else {
         return;
     };
+    let _ = elf.sdt();
     let _ = elf.info();
     let _ = elf.build_id();
     let _ = elf.debuglink();
