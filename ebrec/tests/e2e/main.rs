@@ -36,3 +36,4 @@ mod reports;
 mod stack_memory;
 mod stacks;
 mod system;
+mod usdt;
