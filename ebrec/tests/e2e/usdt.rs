@@ -232,6 +232,21 @@ fn a_binary_lists_its_probes_as_its_notes_say() {
     assert!(e.contains("only usdt: patterns"), "{e}");
     let e = error(&probes(&["usdt:shop:*"]));
     assert!(e.contains("-p PID, or -- CMD"), "{e}");
+
+    // A command not started: its executable and the libraries it needs.
+    let cmd = lines(&probes(&["--", path, "--requests", "1"]));
+    let own: Vec<&Line> = cmd
+        .iter()
+        .filter(|l| l.probe.starts_with(&format!("usdt:{path}:")))
+        .collect();
+    assert_eq!(own.len(), got.len(), "{cmd:?}");
+    let lib: Vec<&Line> = cmd
+        .iter()
+        .filter(|l| l.probe.contains("/libstdc++.so") && l.probe.contains(":libstdcxx:"))
+        .collect();
+    assert_eq!((lib.len(), cmd.len()), (3, got.len() + 3), "{cmd:?}");
+    let caught = lines(&probes(&["usdt:libstdcxx:catch", "--", path]));
+    assert_eq!(caught.len(), 1, "{caught:?}");
 }
 
 #[test]
