@@ -118,7 +118,12 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
             unsafe { libc::waitpid(l.pid as i32, &mut st, 0) };
         }
     }
-    result
+    // A write fault stops the recording as a signal does (a launched command goes on, as
+    // after Ctrl-C), then fails the command with its line.
+    match result? {
+        Some(line) => bail!("{line}"),
+        None => Ok(()),
+    }
 }
 
 /// The checks of the flags before anything is loaded; the --func specs parsed.
@@ -310,13 +315,14 @@ struct Attach<'a> {
 }
 
 /// Loads and attaches the probes, then records until a stop and prints the exit summary.
+/// Some: a write fault stopped it (the line that says so).
 fn record_with(
     a: &RecordConfig,
     cfg: &ProbeConfig,
     at: Attach<'_>,
     launched: &mut Option<Launched>,
     mut hooks: Option<&mut dyn Hooks>,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let mut objects = crate::probes::ProbeObjects::new();
     // Before the loading and attaching (a second or more with many families on a busy
     // machine): a SIGINT or SIGTERM then stops the recording as soon as it starts. Installed
@@ -396,12 +402,12 @@ fn record_with(
         h.started(&mut rec)?;
     }
     let stop_reason = record_loop(&mut rec, a, launched.as_ref(), &mut hooks)?;
-    let summary = rec.finish(stop_reason)?;
+    let finished = rec.finish(stop_reason)?;
     if let Some(h) = hooks {
         h.finished()?;
     }
-    summary.print();
-    Ok(())
+    finished.summary.print();
+    Ok(finished.fault_line)
 }
 
 /// Read while the programs attach: the loop's first kernel frame needs it. Not before the
@@ -476,6 +482,12 @@ fn record_loop(
         rec.reap(launched)?;
         if let Some(h) = hooks.as_deref_mut() {
             h.tick(rec)?;
+        }
+        if hooks.is_none() {
+            if let Some(f) = rec.write_fault() {
+                // The agent drops windows until space returns; `ebrec record` stops.
+                return Ok(crate::summary::fault_word(f).to_string());
+            }
         }
         if let Some(reason) = rec.check_size()? {
             return Ok(reason);

@@ -23,6 +23,7 @@ use crate::targets::Launched;
 use crate::{procfs, rotate, summary};
 use anyhow::{Context, Result};
 use ebtrace_format::proto::{FamilyStats, ProgramStats, Trailer};
+use ebtrace_format::writer::{Closed, Fault};
 use ebtrace_format::{TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{EventFamily, ProbeChange, ProbeChangeKind};
 use std::cell::{Cell, RefCell};
@@ -100,6 +101,13 @@ pub(crate) struct Start<'p, 's> {
 }
 
 /// A recording in progress (see the module's documentation).
+/// What [`Recording::finish`] leaves: the exit summary, and after a write fault the one line
+/// that says what happened and what the file holds.
+pub(crate) struct Finished<'p> {
+    pub summary: summary::Summary<'p>,
+    pub fault_line: Option<String>,
+}
+
 pub struct Recording<'p> {
     a: &'p RecordConfig,
     cfg: &'p ProbeConfig,
@@ -530,7 +538,7 @@ impl<'p> Recording<'p> {
 
     /// Ends the recording: what threads still hold, the last events, the last window's
     /// counts and the trailer; the exit summary's numbers.
-    pub(crate) fn finish(mut self, stop_reason: String) -> Result<summary::Summary<'p>> {
+    pub(crate) fn finish(mut self, stop_reason: String) -> Result<Finished<'p>> {
         if self.tty {
             eprintln!();
         }
@@ -546,18 +554,39 @@ impl<'p> Recording<'p> {
         self.s.clock_sync()?;
         let families = self.s.stats(end)?;
         let summary = self.summary(stop_reason.clone(), families.clone());
-        let out = self.s.w.finish(Some(Trailer {
+        // After a write fault, the trailer says it and what the file holds.
+        let fault_reason = self.s.w.fault().map(summary::fault_reason);
+        let lines = self.s.w.fault().map(|f| {
+            let out = &self.a.output;
+            (
+                summary::fault_line(f, out, true),
+                summary::fault_line(f, out, false),
+            )
+        });
+        let closed = self.s.w.close(Some(Trailer {
             end_time_ns: end,
             end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
-            stop_reason,
+            stop_reason: fault_reason.unwrap_or(stop_reason),
             families,
             ..Default::default()
         }))?;
-        drop(out);
-        Ok(summary::Summary {
-            bytes: std::fs::metadata(&self.a.output).map_or(0, |m| m.len()),
-            ..summary
+        let fault_line = lines.map(|(with, without)| match closed {
+            Closed::Cut { trailer: false } => without,
+            _ => with,
+        });
+        Ok(Finished {
+            summary: summary::Summary {
+                bytes: std::fs::metadata(&self.a.output).map_or(0, |m| m.len()),
+                ..summary
+            },
+            fault_line,
         })
+    }
+
+    /// The write error that stopped the trace's writer, if one did: `ebrec record` stops,
+    /// the agent drops windows until a new one can be written.
+    pub fn write_fault(&self) -> Option<&Fault> {
+        self.s.w.fault()
     }
 
     /// The exit summary's numbers (the file's size is known once it is closed).
