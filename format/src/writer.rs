@@ -151,6 +151,8 @@ pub struct TraceWriter<W: Write> {
     /// Events in the open chunk's batch records.
     chunk_events: u64,
     fault: Option<Fault>,
+    /// Closed by [`TraceWriter::detach`]: records are counted, not written.
+    detached: bool,
 }
 
 impl<W: Write> std::fmt::Debug for TraceWriter<W> {
@@ -221,6 +223,7 @@ impl<W: Write> TraceWriter<W> {
             boundaries: VecDeque::new(),
             chunk_events: 0,
             fault: None,
+            detached: false,
             opts,
         };
         w.boundaries.push_back(Kept {
@@ -264,6 +267,14 @@ impl<W: Write> TraceWriter<W> {
         let mut kept = *self.boundaries.front().expect("the magic's end");
         if let Some(file) = &self.file {
             let size = file.metadata().map_or(0, |m| m.len());
+            // Not even the magic reached the file: it is emptied.
+            kept = Kept {
+                bytes: 0,
+                chunks: 0,
+                records: 0,
+                events: 0,
+                until: None,
+            };
             if let Some(b) = self.boundaries.iter().rev().find(|b| b.bytes <= size) {
                 kept = *b;
             }
@@ -304,6 +315,9 @@ impl<W: Write> TraceWriter<W> {
         self.stats.records += 1;
         if let Some(f) = &mut self.fault {
             f.records_dropped += 1;
+            return;
+        }
+        if self.detached {
             return;
         }
         if self.chunk_opened.is_none() {
@@ -395,7 +409,7 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn close_chunk(&mut self) -> io::Result<()> {
-        if self.chunk.is_empty() || self.fault.is_some() {
+        if self.chunk.is_empty() || self.fault.is_some() || self.detached {
             self.chunk.clear();
             self.chunk_records = 0;
             self.chunk_events = 0;
@@ -548,6 +562,9 @@ impl<W: Write> TraceWriter<W> {
             f.events_dropped += 1;
             return Ok(());
         }
+        if self.detached {
+            return Ok(());
+        }
         let p = select(self);
         p.batch.push(&mut p.deltas, e);
         if p.batch.len() >= limit {
@@ -627,6 +644,34 @@ impl<W: Write> TraceWriter<W> {
     /// goes in a chunk of its own at the cut, where it fits: it needs no more space than the
     /// cut freed, on most file systems; if it does not fit, the file is cut again.
     pub fn close(mut self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        self.close_in_place(trailer)
+    }
+
+    /// [`close`](Self::close), the writer kept: it writes nothing more (records and events
+    /// given to it are counted in [`stats`](Self::stats) only), but its interning tables
+    /// stay, for a recorder that goes on in a new file later (`ebrec agent`, when its next
+    /// window's file cannot be created).
+    pub fn detach(&mut self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        if self.detached {
+            return Ok(Closed::Cut { trailer: false });
+        }
+        let closed = self.close_in_place(trailer);
+        self.detached = true;
+        self.fault = None;
+        self.out = None;
+        self.file = None;
+        closed
+    }
+
+    /// Whether [`detach`](Self::detach) closed it.
+    pub fn is_detached(&self) -> bool {
+        self.detached
+    }
+
+    fn close_in_place(&mut self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        if self.detached {
+            return Ok(Closed::Cut { trailer: false });
+        }
         if self.fault.is_none() {
             self.flush_batches();
             if let Some(mut t) = trailer.clone() {
@@ -648,6 +693,10 @@ impl<W: Write> TraceWriter<W> {
         };
         use std::os::unix::fs::FileExt;
         let kept = fault.kept;
+        if kept.chunks == 0 {
+            // No header in the file: a trailer alone would not make it a trace.
+            return Ok(Closed::Cut { trailer: false });
+        }
         t.record_count = kept.records;
         t.chunk_count = kept.chunks;
         let mut data = Vec::new();
