@@ -34,6 +34,7 @@ pub(crate) mod targets;
 pub use config::RecordConfig;
 pub use recorder::{record, run, Hooks};
 pub use recording::{Followed, Health, Recording, Unseen};
+pub use rotate::WindowClosed;
 
 /// What this machine and its kernel can do, for `ebrec doctor` and the agent.
 pub mod host {

@@ -367,8 +367,12 @@ impl<'p> Recording<'p> {
 
     /// Ends the current window: the trace file (OUTPUT) ends with its trailer and becomes
     /// `closed`; recording goes on in a new OUTPUT (`ebrec agent`'s windows).
-    pub fn close_window(&mut self, closed: &Path) -> Result<()> {
-        self.end_window(WindowEnd::MoveTo(closed))
+    /// A write fault (a full disk) or a file that cannot be created or moved does not stop
+    /// the recording: what became of the window is returned.
+    pub fn close_window(&mut self, closed: &Path) -> Result<rotate::WindowClosed> {
+        let mut done = None;
+        self.end_window(WindowEnd::MoveTo(closed, &mut done))?;
+        Ok(done.unwrap_or_default())
     }
 
     /// The one window close: the kernel's counts into the file, then its end.
@@ -383,8 +387,13 @@ impl<'p> Recording<'p> {
                 rotate::rotate(&mut self.s, self.a, keep)?;
                 self.rotations += 1;
             }
-            WindowEnd::MoveTo(closed) => {
-                rotate::rotate_to(&mut self.s, header(self.a), &self.a.output, closed)?;
+            WindowEnd::MoveTo(closed, done) => {
+                *done = Some(rotate::rotate_to(
+                    &mut self.s,
+                    header(self.a),
+                    &self.a.output,
+                    closed,
+                )?);
             }
             WindowEnd::Last => {}
         }
@@ -701,7 +710,7 @@ enum WindowEnd<'c> {
     /// `--rotate N`: OUTPUT becomes OUTPUT.1, older ones shift, N kept.
     Shift(u32),
     /// The agent's window: OUTPUT becomes this file.
-    MoveTo(&'c Path),
+    MoveTo(&'c Path, &'c mut Option<rotate::WindowClosed>),
     /// The recording's end: the trailer follows.
     Last,
 }
