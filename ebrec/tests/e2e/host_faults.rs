@@ -9,7 +9,7 @@ use crate::common;
 use common::{ebsym_json, root};
 use ebtrace_format::TraceReader;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -227,4 +227,287 @@ fn record_on_a_full_disk_stops_at_the_last_whole_chunk() {
         assert_eq!(info["ended"], "cut", "{info:#}");
     }
     assert!(records > 0);
+}
+
+/// `ebrec agent ARGS` started and recording; its stderr lines go to the channel, the
+/// metrics address (with `--metrics 127.0.0.1:0`) is returned.
+fn agent(args: &[&str]) -> (Child, std::sync::mpsc::Receiver<String>, Option<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .arg("agent")
+        .args(args)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut metrics = None;
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.contains("recording to") => break,
+            Ok(l) => {
+                if let Some(a) = l.strip_prefix("ebrec agent: metrics on http://") {
+                    metrics = a.strip_suffix("/metrics").map(str::to_string);
+                }
+            }
+            Err(_) => panic!("ebrec agent never started recording"),
+        }
+    }
+    (child, rx, metrics)
+}
+
+/// Waits (at most `secs`) for a line of the agent that contains `what`; the lines read.
+fn agent_line(rx: &std::sync::mpsc::Receiver<String>, what: &str, secs: u64) -> Vec<String> {
+    let t = Instant::now();
+    let mut seen = Vec::new();
+    while t.elapsed() < Duration::from_secs(secs) {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            let found = l.contains(what);
+            seen.push(l);
+            if found {
+                return seen;
+            }
+        }
+    }
+    panic!("no agent line with {what:?} in {secs} s: {seen:#?}");
+}
+
+/// The closed windows of `stem` in `dir`, oldest first.
+fn windows(dir: &Path, stem: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| {
+        let n = p.file_name().unwrap().to_string_lossy().to_string();
+        n.starts_with(&format!("{stem}.")) && n.ends_with(".pb.zst") && n.contains('T')
+    });
+    v.sort();
+    v
+}
+
+/// A metric's value from the agent's /metrics (`series` as exposed, labels included).
+fn metric(addr: &str, series: &str) -> Option<f64> {
+    use std::net::TcpStream;
+    let mut s = TcpStream::connect(addr).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// SIGTERM to the agent; its exit status and the lines it wrote before exiting.
+fn stop_agent(mut a: Child, rx: &std::sync::mpsc::Receiver<String>) -> (i32, Vec<String>) {
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(a.id() as i32, libc::SIGTERM) };
+    let st = a.wait().unwrap();
+    let rest: Vec<String> =
+        std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(5)).ok()).collect();
+    (st.code().unwrap_or(-1), rest)
+}
+
+/// A copy of shop under a command name of this test's, started for `secs` seconds.
+fn shop(dir: &Path, name: &str, secs: &str) -> Child {
+    let prog = ebtrace_testdata::build("shop", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let to = dir.join(name);
+    std::fs::copy(&prog, &to).unwrap();
+    Command::new(&to)
+        .args(["--seconds", secs])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The target's work, undisturbed: it ends well and prints its EXPECT line.
+fn target_done(mut t: Child) -> serde_json::Value {
+    let mut out = String::new();
+    t.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(t.wait().unwrap().success());
+    let e = expect_of(&out);
+    assert!(e["requests"].as_u64().unwrap() > 0, "{e}");
+    e
+}
+
+#[test]
+fn agent_on_a_full_disk_drops_windows_then_resumes() {
+    if !root() {
+        return;
+    }
+    let progs = tempfile::tempdir().unwrap();
+    let target = shop(progs.path(), "hfshopdisk", "9");
+    let fs = Tmpfs::mount("2m");
+    let out = fs.path().join("w.pb.zst");
+    let (a, rx, addr) = agent(&[
+        "--comm",
+        "^hfshopdisk$",
+        "--window",
+        "1",
+        "--keep",
+        "4",
+        "--alloc=1024",
+        "--lock",
+        "--metrics",
+        "127.0.0.1:0",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let addr = addr.expect("the metrics line");
+    let t = Instant::now();
+    while windows(fs.path(), "w").len() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(10), "no windows");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Another service takes every byte that frees, until it stops.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let filler = {
+        let (stop, dir) = (stop.clone(), fs.path().to_path_buf());
+        std::thread::spawn(move || {
+            let mut k = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut f = std::fs::File::create(dir.join(format!("filler{k}"))).unwrap();
+                while f.write(&[0x5a; 4096]).is_ok_and(|n| n > 0) {}
+                k += 1;
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        })
+    };
+    let seen = agent_line(&rx, "ebrec agent: cannot write windows (", 10);
+    let full = seen.last().unwrap().clone();
+    eprintln!("{full}");
+    assert!(full.contains("No space left on device"), "{full}");
+    // A few windows go by on the full disk.
+    std::thread::sleep(Duration::from_millis(2500));
+    let dropped = metric(&addr, "ebrec_windows_dropped_total{reason=\"disk\"}").unwrap();
+    assert!(dropped >= 1.0, "{dropped}");
+    assert_eq!(
+        metric(&addr, "ebrec_windows_dropped_total{reason=\"behind\"}"),
+        Some(0.0)
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    filler.join().unwrap();
+    for f in std::fs::read_dir(fs.path()).unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with("filler") {
+            std::fs::remove_file(f.path()).unwrap();
+        }
+    }
+    let seen = agent_line(&rx, "ebrec agent: writing windows again (", 10);
+    let again = seen.last().unwrap().clone();
+    eprintln!("{again}");
+    // One line per change of state, not one per window.
+    let lines = seen
+        .iter()
+        .filter(|l| l.contains("cannot write windows"))
+        .count();
+    assert_eq!(lines, 0, "{seen:#?}");
+    let before = windows(fs.path(), "w");
+    let t = Instant::now();
+    while windows(fs.path(), "w").last() == before.last() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no window after the disk came back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, rest) = stop_agent(a, &rx);
+    assert_eq!(code, 0, "{rest:#?}");
+    let last = rest
+        .iter()
+        .find(|l| l.contains(" not written (disk), "))
+        .unwrap_or_else(|| panic!("{rest:#?}"));
+    eprintln!("{last}");
+    // Every window kept reads whole; the ones the disk cut say so in their trailer.
+    let kept = windows(fs.path(), "w");
+    assert!(!kept.is_empty());
+    for w in &kept {
+        read_whole(w);
+        let info = ebsym_json(&["info", w.to_str().unwrap()]);
+        let reason = info["stop_reason"].as_str().unwrap_or("");
+        assert!(
+            reason == "window" || reason.starts_with("disk full") || reason.starts_with("signal"),
+            "{}: {info:#}",
+            w.display()
+        );
+    }
+    target_done(target);
+}
+
+#[test]
+fn agent_output_directory_removed_then_read_only() {
+    if !root() {
+        return;
+    }
+    let progs = tempfile::tempdir().unwrap();
+    let target = shop(progs.path(), "hfshopdir", "9");
+    let fs = Tmpfs::mount("64m");
+    let dir = fs.path().join("out");
+    let out = dir.join("w.pb.zst");
+    let (a, rx, _) = agent(&[
+        "--comm",
+        "^hfshopdir$",
+        "--window",
+        "1",
+        "--alloc=1024",
+        "--lock",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let t = Instant::now();
+    while windows(&dir, "w").is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no windows");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    let seen = agent_line(&rx, "ebrec agent: cannot write windows (", 10);
+    let gone = seen.last().unwrap().clone();
+    eprintln!("{gone}");
+    assert!(gone.contains("No such file or directory"), "{gone}");
+    std::fs::create_dir(&dir).unwrap();
+    let again = agent_line(&rx, "ebrec agent: writing windows again (", 10);
+    eprintln!("{}", again.last().unwrap());
+    // Read-only: a read-only bind mount of the directory over it.
+    let d = dir.to_str().unwrap();
+    assert!(Command::new("mount")
+        .args(["--bind", d, d])
+        .status()
+        .unwrap()
+        .success());
+    let ro = Command::new("mount")
+        .args(["-o", "remount,bind,ro", d])
+        .status()
+        .unwrap();
+    let seen = ro
+        .success()
+        .then(|| agent_line(&rx, "ebrec agent: cannot write windows (", 10));
+    let _ = Command::new("umount").arg(d).status();
+    let seen = seen.expect("mount -o remount,bind,ro");
+    let rofs = seen.last().unwrap().clone();
+    eprintln!("{rofs}");
+    assert!(rofs.contains("Read-only file system"), "{rofs}");
+    let again = agent_line(&rx, "ebrec agent: writing windows again (", 10);
+    eprintln!("{}", again.last().unwrap());
+    let (code, rest) = stop_agent(a, &rx);
+    assert_eq!(code, 0, "{rest:#?}");
+    let last = rest
+        .iter()
+        .find(|l| l.contains(" not written (disk), "))
+        .unwrap_or_else(|| panic!("{rest:#?}"));
+    eprintln!("{last}");
+    let not_written: u64 = last
+        .split(" not handed to the worker (it was behind), ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(not_written >= 2, "{last}");
+    for w in windows(&dir, "w") {
+        read_whole(&w);
+    }
+    target_done(target);
 }
