@@ -407,7 +407,11 @@ impl Hooks {
                 self.disk_fault(&format!("{why}, writing {}", self.output.display()));
             }
         }
-        if self.window_started.elapsed() >= self.window {
+        let hangup = ebtrace_record::take_hangup();
+        if hangup && !self.quiet {
+            eprintln!("ebrec agent: SIGHUP: the window closes now, a new one starts");
+        }
+        if hangup || self.window_started.elapsed() >= self.window {
             let closed = self.closed_name();
             let done = r.close_window(&closed)?;
             self.window_done(closed, done);

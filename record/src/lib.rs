@@ -32,7 +32,7 @@ pub(crate) mod summary;
 pub(crate) mod targets;
 
 pub use config::RecordConfig;
-pub use recorder::{record, run, Hooks};
+pub use recorder::{record, run, take_hangup, Hooks};
 pub use recording::{Followed, Health, Recording, Unseen};
 pub use rotate::WindowClosed;
 

@@ -12,9 +12,22 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// SIGHUPs received and not yet taken.
+static HANGUPS: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    HANGUPS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Whether a SIGHUP came since the last call: `ebrec agent` closes its window early.
+/// (`ebrec record` notes it and goes on: a closed terminal or ssh session sends it, and a
+/// recording must not die with the session.)
+pub fn take_hangup() -> bool {
+    HANGUPS.swap(0, Ordering::SeqCst) > 0
 }
 
 /// The checks of `--alloc-sampler` and `--sample-bytes`.
@@ -332,6 +345,7 @@ fn record_with(
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
     }
     perf::remove_stale_probes();
     // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
@@ -484,6 +498,15 @@ fn record_loop(
         rec.reap(launched)?;
         if let Some(h) = hooks.as_deref_mut() {
             h.tick(rec)?;
+        }
+        if hooks.is_none() && take_hangup() {
+            // Not eprintln!: with the terminal gone, stderr may fail, and that must not
+            // panic the recorder.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "ebrec: SIGHUP ignored: the recording goes on (SIGINT or SIGTERM stops it)"
+            );
         }
         if hooks.is_none() {
             if let Some(f) = rec.write_fault() {

@@ -511,3 +511,123 @@ fn agent_output_directory_removed_then_read_only() {
     }
     target_done(target);
 }
+
+/// SIGINT and SIGTERM stop `ebrec record` cleanly (the trailer says which, exit 0); SIGHUP
+/// is noted and ignored (a closed terminal sends it). The -p target never notices.
+#[test]
+fn signals_on_record() {
+    if !root() {
+        return;
+    }
+    let prog = ebtrace_testdata::build("shop", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (sig, name) in [
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGHUP, "SIGHUP"),
+    ] {
+        let trace = dir.path().join(format!("{name}.pb.zst"));
+        let mut target = Command::new(&prog)
+            .args(["--seconds", "2", "--wait"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+        assert!(lines.next().unwrap().unwrap().starts_with("READY"));
+        let mut rec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+            .args([
+                "record",
+                "-o",
+                trace.to_str().unwrap(),
+                "--alloc=1024",
+                "--lock",
+            ])
+            .args(["-p", &target.id().to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (_, rest) = wait_for(&mut rec, "ebrec: recording to");
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(target.id() as i32, libc::SIGUSR1) };
+        std::thread::sleep(Duration::from_millis(500));
+        let sent = Instant::now();
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(rec.id() as i32, sig) };
+        let status = rec.wait().unwrap();
+        let took = sent.elapsed();
+        let err = rest.join().unwrap();
+        let out: Vec<String> = lines.map_while(Result::ok).collect();
+        assert!(target.wait().unwrap().success(), "{name}");
+        assert!(
+            out.iter().any(|l| l.starts_with("EXPECT ")),
+            "{name}: {out:?}"
+        );
+        assert!(status.success(), "{name}: {status}: {err:#?}");
+        let (records, _) = read_whole(&trace);
+        assert!(records > 0);
+        let info = ebsym_json(&["info", trace.to_str().unwrap()]);
+        let reason = info["stop_reason"].as_str().unwrap_or("");
+        if sig == libc::SIGHUP {
+            assert!(
+                err.iter().any(|l| l
+                    == "ebrec: SIGHUP ignored: the recording goes on (SIGINT or SIGTERM stops it)"),
+                "{err:#?}"
+            );
+            // It went on until the target's end, 1.5 s later.
+            assert_eq!(reason, "targets exited", "{info:#}");
+            assert!(took > Duration::from_millis(1000), "{took:?}");
+        } else {
+            assert_eq!(reason, format!("signal {name}"), "{info:#}");
+            assert!(took < Duration::from_millis(1500), "{name}: {took:?}");
+        }
+        eprintln!("{name}: stopped {took:?} after it; {reason}");
+    }
+}
+
+/// SIGHUP closes the agent's window now (a new one starts); SIGTERM stops it, the last
+/// window kept.
+#[test]
+fn sighup_closes_the_agents_window() {
+    if !root() {
+        return;
+    }
+    let progs = tempfile::tempdir().unwrap();
+    let target = shop(progs.path(), "hfshophup", "4");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.pb.zst");
+    let (a, rx, _) = agent(&[
+        "--comm",
+        "^hfshophup$",
+        "--window",
+        "60",
+        "--alloc=1024",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(windows(dir.path(), "w").is_empty());
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(a.id() as i32, libc::SIGHUP) };
+    let seen = agent_line(&rx, "ebrec agent: SIGHUP: the window closes now", 5);
+    eprintln!("{}", seen.last().unwrap());
+    let t = Instant::now();
+    while windows(dir.path(), "w").is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no window after SIGHUP"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("a window {:?} after SIGHUP", t.elapsed());
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, rest) = stop_agent(a, &rx);
+    assert_eq!(code, 0, "{rest:#?}");
+    let w = windows(dir.path(), "w");
+    assert_eq!(w.len(), 2, "{w:?}");
+    for f in &w {
+        read_whole(f);
+    }
+    let first = ebsym_json(&["info", w[0].to_str().unwrap()]);
+    assert_eq!(first["stop_reason"], "window", "{first:#}");
+    target_done(target);
+}
