@@ -528,7 +528,10 @@ impl Hooks {
         let mut p = PathBuf::from(format!("{stem}.{stamp}.pb.zst"));
         let mut k = 1;
         while p.exists() {
-            p = PathBuf::from(format!("{stem}.{stamp}-{k}.pb.zst"));
+            // `_` sorts after the `.` of the first name of the second ('-' sorted before
+            // it: a window closed early by SIGHUP came before its elder, and pruning, which
+            // goes by name, took the newer one).
+            p = PathBuf::from(format!("{stem}.{stamp}_{k}.pb.zst"));
             k += 1;
         }
         p
