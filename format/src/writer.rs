@@ -643,8 +643,18 @@ impl<W: Write> TraceWriter<W> {
     /// output. After a [`Fault`], the trailer (its counts those of the whole chunks kept)
     /// goes in a chunk of its own at the cut, where it fits: it needs no more space than the
     /// cut freed, on most file systems; if it does not fit, the file is cut again.
-    pub fn close(mut self, trailer: Option<Trailer>) -> io::Result<Closed> {
-        self.close_in_place(trailer)
+    pub fn close(self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        self.close_faulted(trailer).map(|(c, _)| c)
+    }
+
+    /// [`close`](Self::close), with the fault that cut the file (one may come from the
+    /// last writes, the trailer's).
+    pub fn close_faulted(
+        mut self,
+        trailer: Option<Trailer>,
+    ) -> io::Result<(Closed, Option<Fault>)> {
+        let closed = self.close_in_place(trailer)?;
+        Ok((closed, self.fault.take()))
     }
 
     /// [`close`](Self::close), the writer kept: it writes nothing more (records and events

@@ -563,26 +563,19 @@ impl<'p> Recording<'p> {
         self.s.clock_sync()?;
         let families = self.s.stats(end)?;
         let summary = self.summary(stop_reason.clone(), families.clone());
-        // After a write fault, the trailer says it and what the file holds.
+        // After a write fault (the last events' too), the trailer says it and what the file
+        // holds.
+        self.s.w.flush()?;
         let fault_reason = self.s.w.fault().map(summary::fault_reason);
-        let lines = self.s.w.fault().map(|f| {
-            let out = &self.a.output;
-            (
-                summary::fault_line(f, out, true),
-                summary::fault_line(f, out, false),
-            )
-        });
-        let closed = self.s.w.close(Some(Trailer {
+        let (closed, fault) = self.s.w.close_faulted(Some(Trailer {
             end_time_ns: end,
             end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
             stop_reason: fault_reason.unwrap_or(stop_reason),
             families,
             ..Default::default()
         }))?;
-        let fault_line = lines.map(|(with, without)| match closed {
-            Closed::Cut { trailer: false } => without,
-            _ => with,
-        });
+        let trailer = !matches!(closed, Closed::Cut { trailer: false });
+        let fault_line = fault.map(|f| summary::fault_line(&f, &self.a.output, trailer));
         Ok(Finished {
             summary: summary::Summary {
                 bytes: std::fs::metadata(&self.a.output).map_or(0, |m| m.len()),
