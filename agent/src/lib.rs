@@ -493,6 +493,11 @@ impl Hooks {
     /// finishes what it has.
     pub fn finished(&mut self) -> Result<()> {
         let closed = self.closed_name();
+        if std::fs::metadata(&self.output).is_ok_and(|m| m.len() == 0) {
+            // A full disk cut it before its first chunk: nothing to read.
+            let _ = std::fs::remove_file(&self.output);
+            self.windows_disk += 1;
+        }
         if self.output.exists() {
             match std::fs::rename(&self.output, &closed) {
                 Ok(()) => self.window_closed(closed),
