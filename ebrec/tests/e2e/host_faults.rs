@@ -146,9 +146,9 @@ fn record_on_a_full_disk_stops_at_the_last_whole_chunk() {
         .spawn()
         .unwrap();
     let (_, rest) = wait_for(&mut rec, "ebrec: recording to");
-    // Once events reach the file, the disk fills but 64 KiB, which the trace soon needs.
+    // Once events reach the file, the disk fills: its next write fails.
     wait_size(&trace, 4096);
-    let filled = fs.fill("filler", 64 << 10);
+    let filled = fs.fill("filler", 0);
     let at_fill = std::fs::metadata(&trace).map_or(0, |m| m.len());
     let status = rec.wait().unwrap();
     let stopped = started.elapsed();
@@ -630,4 +630,50 @@ fn sighup_closes_the_agents_window() {
     let first = ebsym_json(&["info", w[0].to_str().unwrap()]);
     assert_eq!(first["stop_reason"], "window", "{first:#}");
     target_done(target);
+}
+
+/// A -p target goes on untouched when the disk fills under `ebrec record`.
+#[test]
+fn record_on_a_full_disk_leaves_a_p_target_alone() {
+    if !root() {
+        return;
+    }
+    let prog = ebtrace_testdata::build("shop", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let fs = Tmpfs::mount("2m");
+    let trace = fs.path().join("p.pb.zst");
+    let mut target = Command::new(&prog)
+        .args(["--seconds", "4", "--wait"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("READY"));
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args([
+            "record",
+            "-o",
+            trace.to_str().unwrap(),
+            "--alloc=1024",
+            "--lock",
+        ])
+        .args(["-p", &target.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_, rest) = wait_for(&mut rec, "ebrec: recording to");
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(target.id() as i32, libc::SIGUSR1) };
+    wait_size(&trace, 4096);
+    fs.fill("filler", 0);
+    let status = rec.wait().unwrap();
+    let err = rest.join().unwrap();
+    let out: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(target.wait().unwrap().success());
+    let expect = expect_of(&out.join("\n"));
+    assert!(expect["requests"].as_u64().unwrap() > 0, "{expect}");
+    assert_eq!(status.code(), Some(1), "{err:#?}");
+    let last = err.last().unwrap();
+    eprintln!("{last}");
+    assert!(last.starts_with("ebrec: disk full ("), "{last}");
+    read_whole(&trace);
 }
