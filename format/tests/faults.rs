@@ -116,3 +116,38 @@ fn other_write_errors_are_io() {
     let e = ebtrace_format::Error::write("x", io::Error::from_raw_os_error(122));
     assert_eq!(e.kind(), ErrorKind::NoSpace);
 }
+
+#[test]
+fn with_no_room_for_the_trailer_the_file_ends_at_a_chunk_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.pb.zst");
+    let f = File::create(&path).unwrap();
+    let opts = WriterOptions {
+        chunk_bytes: 4096,
+        chunk_interval: None,
+        batch_events: 100,
+        ..Default::default()
+    };
+    let out = io::BufWriter::with_capacity(
+        1000,
+        Full {
+            f: f.try_clone().unwrap(),
+            room: 10_000,
+        },
+    );
+    let mut w = TraceWriter::new(out, Header::default(), opts).unwrap();
+    w.cut_on_error(f);
+    let mut n = 0;
+    while w.fault().is_none() {
+        w.alloc(&event(n)).unwrap();
+        n += 1;
+    }
+    let kept = w.fault().unwrap().kept;
+    // No trailer given (as when none fits): the file ends at the last whole chunk, and the
+    // reader finds no damage there, which a recorder killed mid-chunk leaves.
+    assert_eq!(w.close(None).unwrap(), Closed::Cut { trailer: false });
+    let mut r = TraceReader::open(&path).unwrap();
+    assert_eq!(r.by_ref().count() as u64, kept.records);
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    assert_eq!(r.chunks(), kept.chunks);
+}
