@@ -129,7 +129,12 @@ pub struct Hooks {
     pub each_second: Option<EachSecond>,
     last_second: Instant,
     pub windows: u64,
-    pub windows_dropped: u64,
+    /// Windows not handed to the worker because it was behind.
+    pub windows_behind: u64,
+    /// Windows not written: a full disk, the directory removed or read-only.
+    pub windows_disk: u64,
+    /// Since when windows cannot be written whole, and why (one line at each change).
+    disk: Option<String>,
     pub followed: u64,
     /// Per ring buffer (named as its BPF object: alloc, lock, profile, sampler, system), the
     /// largest share of it one drain found unread since the last second.
@@ -393,10 +398,23 @@ impl Hooks {
                 self.follow(r, pid)?;
             }
         }
-        if self.window_started.elapsed() >= self.window {
+        if self.disk.is_none() {
+            if let Some(f) = r.write_fault() {
+                let why = f
+                    .error
+                    .io_error()
+                    .map_or(f.error.to_string(), |e| e.to_string());
+                self.disk_fault(&format!("{why}, writing {}", self.output.display()));
+            }
+        }
+        let hangup = ebtrace_record::take_hangup();
+        if hangup && !self.quiet {
+            eprintln!("ebrec agent: SIGHUP: the window closes now, a new one starts");
+        }
+        if hangup || self.window_started.elapsed() >= self.window {
             let closed = self.closed_name();
-            r.close_window(&closed)?;
-            self.window_closed(closed);
+            let done = r.close_window(&closed)?;
+            self.window_done(closed, done);
         }
         if self.last_second.elapsed() >= Duration::from_secs(1) {
             self.last_second = Instant::now();
@@ -409,19 +427,89 @@ impl Hooks {
         Ok(())
     }
 
+    /// A window's close: its file to the worker, or counted as not written; the state
+    /// lines of the disk.
+    fn window_done(&mut self, closed: PathBuf, done: ebtrace_record::WindowClosed) {
+        match &done.not_written {
+            None => self.window_closed(closed),
+            Some(why) => {
+                self.windows_disk += 1;
+                self.window_started = Instant::now();
+                self.window_start_real = clock_ns(libc::CLOCK_REALTIME);
+                if self.disk.is_none() {
+                    self.disk_fault(why);
+                }
+            }
+        }
+        if let Some(why) = &done.next {
+            if self.disk.is_none() {
+                self.disk_fault(why);
+            }
+        }
+        if self.disk.is_some() {
+            if done.not_written.is_none() && !done.cut && done.next.is_none() {
+                self.disk = None;
+                if !self.quiet {
+                    eprintln!(
+                        "ebrec agent: writing windows again ({} not written in all)",
+                        self.windows_disk
+                    );
+                }
+            } else {
+                // Room for the next one: the oldest window kept goes.
+                self.free_oldest();
+            }
+        }
+    }
+
+    /// The first write fault or file not created or moved of a run of them: one line, and
+    /// the oldest window kept freed.
+    fn disk_fault(&mut self, why: &str) {
+        self.disk = Some(why.to_string());
+        let freed = self.free_oldest();
+        if !self.quiet {
+            eprintln!(
+                "ebrec agent: cannot write windows ({why}): each is dropped and counted (ebrec_windows_dropped_total{{reason=\"disk\"}}) until one can be written again{}",
+                match freed {
+                    Some(p) => format!("; freed the oldest kept window, {}", p.display()),
+                    None => String::new(),
+                }
+            );
+        }
+    }
+
+    /// Removes the oldest kept window the worker does not read; which one.
+    fn free_oldest(&self) -> Option<PathBuf> {
+        let in_use = self.in_use.lock().unwrap();
+        let oldest = self
+            .kept_windows()
+            .into_iter()
+            .map(|f| f.0)
+            .find(|p| !in_use.contains(p))?;
+        std::fs::remove_file(&oldest).ok().map(|()| oldest)
+    }
+
     /// After the loop: the last (partial) window is closed like the others, and the worker
     /// finishes what it has.
     pub fn finished(&mut self) -> Result<()> {
         let closed = self.closed_name();
+        if std::fs::metadata(&self.output).is_ok_and(|m| m.len() == 0) {
+            // A full disk cut it before its first chunk: nothing to read.
+            let _ = std::fs::remove_file(&self.output);
+            self.windows_disk += 1;
+        }
         if self.output.exists() {
-            std::fs::rename(&self.output, &closed).with_context(|| {
-                format!(
-                    "cannot rename {} to {}",
-                    self.output.display(),
-                    closed.display()
-                )
-            })?;
-            self.window_closed(closed);
+            match std::fs::rename(&self.output, &closed) {
+                Ok(()) => self.window_closed(closed),
+                Err(e) => {
+                    self.windows_disk += 1;
+                    eprintln!(
+                        "ebrec agent: the last window is not kept: cannot rename {} to {}: {e}",
+                        self.output.display(),
+                        closed.display()
+                    );
+                }
+            }
         }
         if let Some((tx, h)) = self.worker.take() {
             drop(tx);
@@ -430,8 +518,8 @@ impl Hooks {
         self.prune();
         if !self.quiet {
             eprintln!(
-                "ebrec agent: {} windows, {} not handed to the worker (it was behind), {} processes followed after the start",
-                self.windows, self.windows_dropped, self.followed
+                "ebrec agent: {} windows, {} not handed to the worker (it was behind), {} not written (disk), {} processes followed after the start",
+                self.windows, self.windows_behind, self.windows_disk, self.followed
             );
         }
         Ok(())
@@ -445,7 +533,10 @@ impl Hooks {
         let mut p = PathBuf::from(format!("{stem}.{stamp}.pb.zst"));
         let mut k = 1;
         while p.exists() {
-            p = PathBuf::from(format!("{stem}.{stamp}-{k}.pb.zst"));
+            // `_` sorts after the `.` of the first name of the second ('-' sorted before
+            // it: a window closed early by SIGHUP came before its elder, and pruning, which
+            // goes by name, took the newer one).
+            p = PathBuf::from(format!("{stem}.{stamp}_{k}.pb.zst"));
             k += 1;
         }
         p
@@ -475,7 +566,7 @@ impl Hooks {
             match tx.try_send(job) {
                 Ok(()) => {}
                 Err(TrySendError::Full(j)) | Err(TrySendError::Disconnected(j)) => {
-                    self.windows_dropped += 1;
+                    self.windows_behind += 1;
                     eprintln!(
                         "ebrec agent: the worker is {WORKER_QUEUE} windows behind: {} is not pushed",
                         j.path.display()
@@ -490,10 +581,31 @@ impl Hooks {
     /// Keeps the newest `keep` window files (and at most `max_size` bytes of them), never
     /// one the worker still reads.
     fn prune(&self) {
+        let files = self.kept_windows();
+        let in_use = self.in_use.lock().unwrap();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        let mut count = files.len();
+        for (p, len) in &files {
+            let over = count > self.keep as usize || self.max_size.is_some_and(|m| total > m);
+            if !over {
+                break;
+            }
+            if in_use.contains(p) {
+                continue;
+            }
+            if std::fs::remove_file(p).is_ok() {
+                total -= len;
+                count -= 1;
+            }
+        }
+    }
+
+    /// The closed window files in OUTPUT's directory and their sizes, oldest first.
+    fn kept_windows(&self) -> Vec<(PathBuf, u64)> {
         let s = self.output.to_string_lossy();
         let stem = s.strip_suffix(".pb.zst").unwrap_or(&s).to_string();
         let Some(dir) = self.output.parent() else {
-            return;
+            return Vec::new();
         };
         let dir = if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -517,22 +629,7 @@ impl Hooks {
             })
             .collect();
         files.sort();
-        let in_use = self.in_use.lock().unwrap();
-        let mut total: u64 = files.iter().map(|f| f.1).sum();
-        let mut count = files.len();
-        for (p, len) in &files {
-            let over = count > self.keep as usize || self.max_size.is_some_and(|m| total > m);
-            if !over {
-                break;
-            }
-            if in_use.contains(p) {
-                continue;
-            }
-            if std::fs::remove_file(p).is_ok() {
-                total -= len;
-                count -= 1;
-            }
-        }
+        files
     }
 }
 
@@ -656,7 +753,9 @@ pub fn run(a: AgentArgs) -> Result<()> {
         each_second: None,
         last_second: Instant::now(),
         windows: 0,
-        windows_dropped: 0,
+        windows_behind: 0,
+        windows_disk: 0,
+        disk: None,
         followed: 0,
         ring_fill: Default::default(),
     };
@@ -671,18 +770,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
             for (ring, fill) in &h.ring_fill {
                 metrics::ringbuf_fill(&m, ring, fill.min(1.0));
             }
-            m.set_counter(
-                "ebrec_windows_total",
-                "Windows closed (trace files written).",
-                &[],
-                h.windows as f64,
-            );
-            m.set_counter(
-                "ebrec_windows_dropped_total",
-                "Windows not handed to the worker (metrics, pushes) because it was behind.",
-                &[],
-                h.windows_dropped as f64,
-            );
+            metrics::windows(&m, h.windows, h.windows_behind, h.windows_disk);
         }));
     }
     ebtrace_record::run(record, Some(&mut hooks))

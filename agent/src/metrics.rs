@@ -633,21 +633,24 @@ pub fn targets(m: &Metrics, n: usize) {
 }
 
 /// `ebrec_windows_total` (windows closed: trace files written) and
-/// `ebrec_windows_dropped_total` (windows not handed to the worker, which was behind: not
-/// in the latency histograms, not pushed), both absolute cumulative counts.
-pub fn windows(m: &Metrics, closed: u64, dropped: u64) {
+/// `ebrec_windows_dropped_total{reason}`: `behind`, windows not handed to the worker, which
+/// was behind (not in the latency histograms, not pushed); `disk`, windows not written (a
+/// full disk, the directory removed or read-only). All absolute cumulative counts.
+pub fn windows(m: &Metrics, closed: u64, behind: u64, disk: u64) {
     m.set_counter(
         "ebrec_windows_total",
         "Windows closed (trace files written).",
         &[],
         closed as f64,
     );
-    m.set_counter(
-        "ebrec_windows_dropped_total",
-        "Windows not handed to the worker (metrics, pushes) because it was behind.",
-        &[],
-        dropped as f64,
-    );
+    for (reason, n) in [("behind", behind), ("disk", disk)] {
+        m.set_counter(
+            "ebrec_windows_dropped_total",
+            "Windows dropped: not handed to the worker (metrics, pushes) because it was behind, or not written (disk full, directory gone or read-only).",
+            &[("reason", reason)],
+            n as f64,
+        );
+    }
 }
 
 /// Bounds of `ebrec_push_duration_seconds`: 10 ms to ~80 s, doubling.

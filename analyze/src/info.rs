@@ -675,7 +675,13 @@ impl Info {
     /// the --aggregate counters.
     fn state_text(&self, s: &mut String) {
         let state = match (&self.stop_reason, self.ended) {
+            (Some(r), _) if r.starts_with("disk full") || r.starts_with("write error") => {
+                format!("cut at its last whole chunk, with a trailer (stopped: {r})")
+            }
             (Some(r), _) => format!("clean (stopped: {r})"),
+            (None, _) if self.damage.is_empty() => {
+                "CUT: no trailer, the file ends at a chunk boundary (the recorder was killed between chunks, or stopped on a full disk with no room left for its trailer)".into()
+            }
             (None, _) => {
                 "CUT: no trailer, the recorder did not finish (killed, crashed or still running)"
                     .into()

@@ -7,6 +7,10 @@ use std::fmt;
 pub enum ErrorKind {
     /// Reading or writing the underlying file failed.
     Io,
+    /// Writing failed for want of space: the disk or the user's quota is full (ENOSPC,
+    /// EDQUOT). A recorder stops, or drops windows until space returns; the file it wrote
+    /// is cut back to its last whole chunk.
+    NoSpace,
     /// The input does not start with the ebtrace file magic.
     NotATrace,
     /// The file was written by a newer (or unknown) format version.
@@ -38,6 +42,27 @@ impl Error {
             message: context.into(),
             source: Some(err),
         }
+    }
+
+    /// A write error, its kind from the OS's error number: [`ErrorKind::NoSpace`] for
+    /// ENOSPC and EDQUOT, [`ErrorKind::Io`] for the others (EIO, EROFS, ...).
+    pub fn write(context: impl Into<String>, err: std::io::Error) -> Self {
+        let kind = match err.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                ErrorKind::NoSpace
+            }
+            _ => ErrorKind::Io,
+        };
+        Error {
+            kind,
+            message: context.into(),
+            source: Some(err),
+        }
+    }
+
+    /// The OS error under it, if any.
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        self.source.as_ref()
     }
 
     /// The kind of the error.

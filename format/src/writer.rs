@@ -1,5 +1,6 @@
 //! [`TraceWriter`]: streams records into chunks, interns strings, build-ids and stacks, and
 //! gathers events into packed-column batches.
+use crate::error::Error;
 use crate::events::{
     AllocEvent, BioEvent, CpuSample, Deltas, Family, FreeEvent, FuncEvent, LockEvent,
     MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent,
@@ -12,10 +13,11 @@ use ebtrace_proto::v1::{
     TcpBatch, Trailer,
 };
 use prost::Message;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// When chunks are closed and how hard they are compressed.
 #[derive(Debug, Clone)]
@@ -68,6 +70,47 @@ pub struct WriterStats {
     pub stacks: u64,
     /// Times the stack interning table was emptied (see `max_stack_words`).
     pub stack_evictions: u64,
+    /// Events given to the writer (kept or, after a [`Fault`], dropped).
+    pub events: u64,
+}
+
+/// The end of a whole chunk in the output, and what the output held up to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kept {
+    /// Bytes of the output up to the chunk's end.
+    pub bytes: u64,
+    pub chunks: u64,
+    pub records: u64,
+    pub events: u64,
+    /// When the chunk was written (None: no chunk yet, the file magic only).
+    pub until: Option<SystemTime>,
+}
+
+/// What a write error left. The writer writes nothing more (later records and events are
+/// counted here, not written); a file it created is cut back to its last whole chunk
+/// ([`Kept`]), with `ftruncate`, which needs no space. [`TraceWriter::close`] then tries
+/// to write the trailer there.
+#[derive(Debug)]
+pub struct Fault {
+    /// The write error: [`crate::ErrorKind::NoSpace`] for a full disk or quota, else
+    /// [`crate::ErrorKind::Io`].
+    pub error: Error,
+    pub at: SystemTime,
+    /// What the output holds.
+    pub kept: Kept,
+    /// Records and events given to the writer and not in the output.
+    pub records_dropped: u64,
+    pub events_dropped: u64,
+}
+
+/// How [`TraceWriter::close`] left the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// Everything written, the trailer last.
+    Whole,
+    /// Cut at its last whole chunk by a [`Fault`]; `trailer`: whether the trailer then
+    /// fitted after it (else the file ends at that chunk, with no trailer).
+    Cut { trailer: bool },
 }
 
 /// A streaming trace writer. Records go into the open chunk, which is compressed into one
@@ -100,6 +143,16 @@ pub struct TraceWriter<W: Write> {
     bios: Pending<BioBatch>,
     runq: Pending<RunqBatch>,
     tcp: Pending<TcpBatch>,
+    /// The file under `out` (a handle of its own) when the writer created it: what a write
+    /// error cuts back to the last whole chunk.
+    file: Option<File>,
+    /// The ends of the last chunks written (the output's buffer may hold some).
+    boundaries: VecDeque<Kept>,
+    /// Events in the open chunk's batch records.
+    chunk_events: u64,
+    fault: Option<Fault>,
+    /// Closed by [`TraceWriter::detach`]: records are counted, not written.
+    detached: bool,
 }
 
 impl<W: Write> std::fmt::Debug for TraceWriter<W> {
@@ -123,7 +176,10 @@ impl TraceWriter<io::BufWriter<File>> {
         // An existing file keeps its old mode through O_CREAT: traces hold stacks and
         // arguments of the target, so make sure nobody else can read this one.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        TraceWriter::new(io::BufWriter::with_capacity(1 << 20, file), header, opts)
+        let handle = file.try_clone()?;
+        let mut w = TraceWriter::new(io::BufWriter::with_capacity(1 << 20, file), header, opts)?;
+        w.file = Some(handle);
+        Ok(w)
     }
 }
 
@@ -163,8 +219,20 @@ impl<W: Write> TraceWriter<W> {
             bios: Pending::default(),
             runq: Pending::default(),
             tcp: Pending::default(),
+            file: None,
+            boundaries: VecDeque::new(),
+            chunk_events: 0,
+            fault: None,
+            detached: false,
             opts,
         };
+        w.boundaries.push_back(Kept {
+            bytes: w.stats.bytes_written,
+            chunks: 0,
+            records: 0,
+            events: 0,
+            until: None,
+        });
         header.format_version = crate::FORMAT_VERSION;
         w.write_record(&Record {
             kind: Some(Kind::Header(header)),
@@ -175,6 +243,55 @@ impl<W: Write> TraceWriter<W> {
     /// What has been written so far.
     pub fn stats(&self) -> WriterStats {
         self.stats
+    }
+
+    /// Cuts `file` (the file under the output, a handle of its own) on a write error:
+    /// what [`TraceWriter::create`] does for its file, for a writer made by `new`.
+    pub fn cut_on_error(&mut self, file: File) {
+        self.file = Some(file);
+    }
+
+    /// The write error that stopped the writer, if one did (see [`Fault`]).
+    pub fn fault(&self) -> Option<&Fault> {
+        self.fault.as_ref()
+    }
+
+    /// A write error on the output: the writer stops writing, drops its buffered bytes and
+    /// cuts a file it created back to the last whole chunk that reached it.
+    fn fail(&mut self, err: io::Error) {
+        if self.fault.is_some() {
+            return;
+        }
+        // Dropping the buffer tries its bytes once more: the cut below takes them back.
+        drop(self.out.take());
+        let mut kept = *self.boundaries.front().expect("the magic's end");
+        if let Some(file) = &self.file {
+            let size = file.metadata().map_or(0, |m| m.len());
+            // Not even the magic reached the file: it is emptied.
+            kept = Kept {
+                bytes: 0,
+                chunks: 0,
+                records: 0,
+                events: 0,
+                until: None,
+            };
+            if let Some(b) = self.boundaries.iter().rev().find(|b| b.bytes <= size) {
+                kept = *b;
+            }
+            let _ = file.set_len(kept.bytes);
+        } else if let Some(b) = self.boundaries.back() {
+            kept = *b;
+        }
+        self.fault = Some(Fault {
+            error: Error::write("cannot write the trace", err),
+            at: SystemTime::now(),
+            kept,
+            records_dropped: self.stats.records - kept.records,
+            events_dropped: self.stats.events - kept.events,
+        });
+        self.chunk.clear();
+        self.chunk_records = 0;
+        self.chunk_events = 0;
     }
 
     /// Every interned string as (id, bytes): what a recorder that goes on in a new file (it
@@ -195,6 +312,14 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn append(&mut self, record: &Record) {
+        self.stats.records += 1;
+        if let Some(f) = &mut self.fault {
+            f.records_dropped += 1;
+            return;
+        }
+        if self.detached {
+            return;
+        }
         if self.chunk_opened.is_none() {
             self.chunk_opened = Some(Instant::now());
         }
@@ -203,7 +328,6 @@ impl<W: Write> TraceWriter<W> {
             .encode_length_delimited(&mut self.chunk)
             .expect("Vec<u8> grows");
         self.chunk_records += 1;
-        self.stats.records += 1;
     }
 
     fn close_chunk_if_due(&mut self) -> io::Result<()> {
@@ -251,14 +375,19 @@ impl<W: Write> TraceWriter<W> {
         self.flush_batches();
         self.close_chunk()?;
         if let Some(out) = self.out.as_mut() {
-            out.flush()?;
+            if let Err(e) = out.flush() {
+                self.fail(e);
+            }
         }
         Ok(())
     }
 
     fn flush_batches(&mut self) {
-        fn take<B: Family>(p: &mut Pending<B>) -> Option<Record> {
-            (!p.batch.is_empty()).then(|| std::mem::take(&mut p.batch).into_record())
+        fn take<B: Family>(p: &mut Pending<B>) -> Option<(Record, u64)> {
+            (!p.batch.is_empty()).then(|| {
+                let n = p.batch.len() as u64;
+                (std::mem::take(&mut p.batch).into_record(), n)
+            })
         }
         let records = [
             take(&mut self.allocs),
@@ -273,20 +402,20 @@ impl<W: Write> TraceWriter<W> {
             take(&mut self.runq),
             take(&mut self.tcp),
         ];
-        for r in records.into_iter().flatten() {
+        for (r, n) in records.into_iter().flatten() {
+            self.chunk_events += n;
             self.append(&r);
         }
     }
 
     fn close_chunk(&mut self) -> io::Result<()> {
-        if self.chunk.is_empty() {
+        if self.chunk.is_empty() || self.fault.is_some() || self.detached {
+            self.chunk.clear();
+            self.chunk_records = 0;
+            self.chunk_events = 0;
             self.chunk_opened = None;
             return Ok(());
         }
-        let out = self
-            .out
-            .as_mut()
-            .ok_or_else(|| io::Error::other("trace writer finished"))?;
         let compressed = self.compressor.compress(&self.chunk)?;
         let desc = ChunkDescriptor {
             compressed_len: compressed.len() as u64,
@@ -294,12 +423,33 @@ impl<W: Write> TraceWriter<W> {
             record_count: self.chunk_records,
             sequence: self.stats.chunks as u32,
         };
-        out.write_all(&desc.encode())?;
-        out.write_all(&compressed)?;
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("trace writer finished"))?;
+        let written = out
+            .write_all(&desc.encode())
+            .and_then(|()| out.write_all(&compressed));
+        if let Err(e) = written {
+            self.fail(e);
+            return Ok(());
+        }
         self.stats.bytes_written += (desc.encode().len() + compressed.len()) as u64;
         self.stats.chunks += 1;
+        let last = self.boundaries.back().copied().expect("the magic's end");
+        if self.boundaries.len() >= 64 {
+            self.boundaries.pop_front();
+        }
+        self.boundaries.push_back(Kept {
+            bytes: self.stats.bytes_written,
+            chunks: self.stats.chunks,
+            records: last.records + u64::from(self.chunk_records),
+            events: last.events + self.chunk_events,
+            until: Some(SystemTime::now()),
+        });
         self.chunk.clear();
         self.chunk_records = 0;
+        self.chunk_events = 0;
         self.chunk_opened = None;
         Ok(())
     }
@@ -407,6 +557,14 @@ impl<W: Write> TraceWriter<W> {
         e: &B::Event,
     ) -> io::Result<()> {
         let limit = self.opts.batch_events;
+        self.stats.events += 1;
+        if let Some(f) = &mut self.fault {
+            f.events_dropped += 1;
+            return Ok(());
+        }
+        if self.detached {
+            return Ok(());
+        }
         let p = select(self);
         p.batch.push(&mut p.deltas, e);
         if p.batch.len() >= limit {
@@ -467,7 +625,116 @@ impl<W: Write> TraceWriter<W> {
             });
         }
         self.flush()?;
-        Ok(self.out.take().expect("finish runs once"))
+        match self.out.take() {
+            Some(out) => Ok(out),
+            None => Err(self
+                .fault
+                .take()
+                .and_then(|f| {
+                    f.error
+                        .io_error()
+                        .map(|e| io::Error::new(e.kind(), f.error.to_string()))
+                })
+                .unwrap_or_else(|| io::Error::other("trace writer finished"))),
+        }
+    }
+
+    /// Writes pending batches and `trailer` (with its counts), closes the last chunk and the
+    /// output. After a [`Fault`], the trailer (its counts those of the whole chunks kept)
+    /// goes in a chunk of its own at the cut, where it fits: it needs no more space than the
+    /// cut freed, on most file systems; if it does not fit, the file is cut again.
+    pub fn close(self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        self.close_faulted(trailer).map(|(c, _)| c)
+    }
+
+    /// [`close`](Self::close), with the fault that cut the file (one may come from the
+    /// last writes, the trailer's).
+    pub fn close_faulted(
+        mut self,
+        trailer: Option<Trailer>,
+    ) -> io::Result<(Closed, Option<Fault>)> {
+        let closed = self.close_in_place(trailer)?;
+        Ok((closed, self.fault.take()))
+    }
+
+    /// [`close`](Self::close), the writer kept: it writes nothing more (records and events
+    /// given to it are counted in [`stats`](Self::stats) only), but its interning tables
+    /// stay, for a recorder that goes on in a new file later (`ebrec agent`, when its next
+    /// window's file cannot be created).
+    pub fn detach(&mut self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        if self.detached {
+            return Ok(Closed::Cut { trailer: false });
+        }
+        let closed = self.close_in_place(trailer);
+        self.detached = true;
+        self.fault = None;
+        self.out = None;
+        self.file = None;
+        closed
+    }
+
+    /// Whether [`detach`](Self::detach) closed it.
+    pub fn is_detached(&self) -> bool {
+        self.detached
+    }
+
+    fn close_in_place(&mut self, trailer: Option<Trailer>) -> io::Result<Closed> {
+        if self.detached {
+            return Ok(Closed::Cut { trailer: false });
+        }
+        if self.fault.is_none() {
+            self.flush_batches();
+            if let Some(mut t) = trailer.clone() {
+                t.record_count = self.stats.records;
+                t.chunk_count = self.stats.chunks;
+                self.append(&Record {
+                    kind: Some(Kind::Trailer(t)),
+                });
+            }
+            self.flush()?;
+            if self.fault.is_none() {
+                drop(self.out.take());
+                return Ok(Closed::Whole);
+            }
+        }
+        let (Some(file), Some(fault), Some(mut t)) = (self.file.take(), &self.fault, trailer)
+        else {
+            return Ok(Closed::Cut { trailer: false });
+        };
+        use std::os::unix::fs::FileExt;
+        let kept = fault.kept;
+        if kept.chunks == 0 {
+            // No header in the file: a trailer alone would not make it a trace.
+            return Ok(Closed::Cut { trailer: false });
+        }
+        t.record_count = kept.records;
+        t.chunk_count = kept.chunks;
+        let mut data = Vec::new();
+        Record {
+            kind: Some(Kind::Trailer(t)),
+        }
+        .encode_length_delimited(&mut data)
+        .expect("Vec<u8> grows");
+        let compressed = self.compressor.compress(&data)?;
+        let desc = ChunkDescriptor {
+            compressed_len: compressed.len() as u64,
+            decompressed_len: data.len() as u64,
+            record_count: 1,
+            sequence: kept.chunks as u32,
+        };
+        let mut bytes = desc.encode().to_vec();
+        bytes.extend_from_slice(&compressed);
+        let written = file
+            .write_all_at(&bytes, kept.bytes)
+            .and_then(|()| file.sync_data());
+        let trailer = written.is_ok();
+        let end = if trailer {
+            kept.bytes + bytes.len() as u64
+        } else {
+            kept.bytes
+        };
+        file.set_len(end)?;
+        Ok(Closed::Cut { trailer })
     }
 }
 

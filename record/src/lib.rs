@@ -32,8 +32,9 @@ pub(crate) mod summary;
 pub(crate) mod targets;
 
 pub use config::RecordConfig;
-pub use recorder::{record, run, Hooks};
+pub use recorder::{record, run, take_hangup, Hooks};
 pub use recording::{Followed, Health, Recording, Unseen};
+pub use rotate::WindowClosed;
 
 /// What this machine and its kernel can do, for `ebrec doctor` and the agent.
 pub mod host {

@@ -12,9 +12,22 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// SIGHUPs received and not yet taken.
+static HANGUPS: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    HANGUPS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Whether a SIGHUP came since the last call: `ebrec agent` closes its window early.
+/// (`ebrec record` notes it and goes on: a closed terminal or ssh session sends it, and a
+/// recording must not die with the session.)
+pub fn take_hangup() -> bool {
+    HANGUPS.swap(0, Ordering::SeqCst) > 0
 }
 
 /// The checks of `--alloc-sampler` and `--sample-bytes`.
@@ -118,7 +131,12 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
             unsafe { libc::waitpid(l.pid as i32, &mut st, 0) };
         }
     }
-    result
+    // A write fault stops the recording as a signal does (a launched command goes on, as
+    // after Ctrl-C), then fails the command with its line.
+    match result? {
+        Some(line) => bail!("{line}"),
+        None => Ok(()),
+    }
 }
 
 /// The checks of the flags before anything is loaded; the --func specs parsed.
@@ -310,13 +328,14 @@ struct Attach<'a> {
 }
 
 /// Loads and attaches the probes, then records until a stop and prints the exit summary.
+/// Some: a write fault stopped it (the line that says so).
 fn record_with(
     a: &RecordConfig,
     cfg: &ProbeConfig,
     at: Attach<'_>,
     launched: &mut Option<Launched>,
     mut hooks: Option<&mut dyn Hooks>,
-) -> Result<()> {
+) -> Result<Option<String>> {
     let mut objects = crate::probes::ProbeObjects::new();
     // Before the loading and attaching (a second or more with many families on a busy
     // machine): a SIGINT or SIGTERM then stops the recording as soon as it starts. Installed
@@ -326,6 +345,7 @@ fn record_with(
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_hangup as *const () as libc::sighandler_t);
     }
     perf::remove_stale_probes();
     // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
@@ -396,12 +416,14 @@ fn record_with(
         h.started(&mut rec)?;
     }
     let stop_reason = record_loop(&mut rec, a, launched.as_ref(), &mut hooks)?;
-    let summary = rec.finish(stop_reason)?;
+    let finished = rec.finish(stop_reason)?;
+    let agent = hooks.is_some();
     if let Some(h) = hooks {
         h.finished()?;
     }
-    summary.print();
-    Ok(())
+    finished.summary.print();
+    // The agent counts the windows a fault cost, and has said so.
+    Ok(finished.fault_line.filter(|_| !agent))
 }
 
 /// Read while the programs attach: the loop's first kernel frame needs it. Not before the
@@ -476,6 +498,21 @@ fn record_loop(
         rec.reap(launched)?;
         if let Some(h) = hooks.as_deref_mut() {
             h.tick(rec)?;
+        }
+        if hooks.is_none() && take_hangup() {
+            // Not eprintln!: with the terminal gone, stderr may fail, and that must not
+            // panic the recorder.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "ebrec: SIGHUP ignored: the recording goes on (SIGINT or SIGTERM stops it)"
+            );
+        }
+        if hooks.is_none() {
+            if let Some(f) = rec.write_fault() {
+                // The agent drops windows until space returns; `ebrec record` stops.
+                return Ok(crate::summary::fault_word(f).to_string());
+            }
         }
         if let Some(reason) = rec.check_size()? {
             return Ok(reason);

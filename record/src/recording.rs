@@ -23,6 +23,7 @@ use crate::targets::Launched;
 use crate::{procfs, rotate, summary};
 use anyhow::{Context, Result};
 use ebtrace_format::proto::{FamilyStats, ProgramStats, Trailer};
+use ebtrace_format::writer::{Closed, Fault};
 use ebtrace_format::{TraceWriter, WriterOptions};
 use ebtrace_proto::v1::{EventFamily, ProbeChange, ProbeChangeKind};
 use std::cell::{Cell, RefCell};
@@ -100,6 +101,13 @@ pub(crate) struct Start<'p, 's> {
 }
 
 /// A recording in progress (see the module's documentation).
+/// What [`Recording::finish`] leaves: the exit summary, and after a write fault the one line
+/// that says what happened and what the file holds.
+pub(crate) struct Finished<'p> {
+    pub summary: summary::Summary<'p>,
+    pub fault_line: Option<String>,
+}
+
 pub struct Recording<'p> {
     a: &'p RecordConfig,
     cfg: &'p ProbeConfig,
@@ -359,8 +367,12 @@ impl<'p> Recording<'p> {
 
     /// Ends the current window: the trace file (OUTPUT) ends with its trailer and becomes
     /// `closed`; recording goes on in a new OUTPUT (`ebrec agent`'s windows).
-    pub fn close_window(&mut self, closed: &Path) -> Result<()> {
-        self.end_window(WindowEnd::MoveTo(closed))
+    /// A write fault (a full disk) or a file that cannot be created or moved does not stop
+    /// the recording: what became of the window is returned.
+    pub fn close_window(&mut self, closed: &Path) -> Result<rotate::WindowClosed> {
+        let mut done = None;
+        self.end_window(WindowEnd::MoveTo(closed, &mut done))?;
+        Ok(done.unwrap_or_default())
     }
 
     /// The one window close: the kernel's counts into the file, then its end.
@@ -375,8 +387,13 @@ impl<'p> Recording<'p> {
                 rotate::rotate(&mut self.s, self.a, keep)?;
                 self.rotations += 1;
             }
-            WindowEnd::MoveTo(closed) => {
-                rotate::rotate_to(&mut self.s, header(self.a), &self.a.output, closed)?;
+            WindowEnd::MoveTo(closed, done) => {
+                *done = Some(rotate::rotate_to(
+                    &mut self.s,
+                    header(self.a),
+                    &self.a.output,
+                    closed,
+                )?);
             }
             WindowEnd::Last => {}
         }
@@ -530,7 +547,7 @@ impl<'p> Recording<'p> {
 
     /// Ends the recording: what threads still hold, the last events, the last window's
     /// counts and the trailer; the exit summary's numbers.
-    pub(crate) fn finish(mut self, stop_reason: String) -> Result<summary::Summary<'p>> {
+    pub(crate) fn finish(mut self, stop_reason: String) -> Result<Finished<'p>> {
         if self.tty {
             eprintln!();
         }
@@ -546,18 +563,32 @@ impl<'p> Recording<'p> {
         self.s.clock_sync()?;
         let families = self.s.stats(end)?;
         let summary = self.summary(stop_reason.clone(), families.clone());
-        let out = self.s.w.finish(Some(Trailer {
+        // After a write fault (the last events' too), the trailer says it and what the file
+        // holds.
+        self.s.w.flush()?;
+        let fault_reason = self.s.w.fault().map(summary::fault_reason);
+        let (closed, fault) = self.s.w.close_faulted(Some(Trailer {
             end_time_ns: end,
             end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
-            stop_reason,
+            stop_reason: fault_reason.unwrap_or(stop_reason),
             families,
             ..Default::default()
         }))?;
-        drop(out);
-        Ok(summary::Summary {
-            bytes: std::fs::metadata(&self.a.output).map_or(0, |m| m.len()),
-            ..summary
+        let trailer = !matches!(closed, Closed::Cut { trailer: false });
+        let fault_line = fault.map(|f| summary::fault_line(&f, &self.a.output, trailer));
+        Ok(Finished {
+            summary: summary::Summary {
+                bytes: std::fs::metadata(&self.a.output).map_or(0, |m| m.len()),
+                ..summary
+            },
+            fault_line,
         })
+    }
+
+    /// The write error that stopped the trace's writer, if one did: `ebrec record` stops,
+    /// the agent drops windows until a new one can be written.
+    pub fn write_fault(&self) -> Option<&Fault> {
+        self.s.w.fault()
     }
 
     /// The exit summary's numbers (the file's size is known once it is closed).
@@ -672,7 +703,7 @@ enum WindowEnd<'c> {
     /// `--rotate N`: OUTPUT becomes OUTPUT.1, older ones shift, N kept.
     Shift(u32),
     /// The agent's window: OUTPUT becomes this file.
-    MoveTo(&'c Path),
+    MoveTo(&'c Path, &'c mut Option<rotate::WindowClosed>),
     /// The recording's end: the trailer follows.
     Last,
 }

@@ -43,12 +43,94 @@ pub fn rotate(s: &mut Session<'_>, a: &RecordConfig, keep: u32) -> Result<()> {
     })
 }
 
+/// What became of an agent's window at its close ([`crate::Recording::close_window`]).
+#[derive(Debug, Default)]
+pub struct WindowClosed {
+    /// Its file is at the closed path (whole, or cut at its last whole chunk by a write
+    /// fault, which its trailer says); else it was not written, and why.
+    pub not_written: Option<String>,
+    /// A write fault cut it.
+    pub cut: bool,
+    /// The next window's file could not be created (why): nothing is written until a
+    /// later window's can.
+    pub next: Option<String>,
+}
+
+impl WindowClosed {
+    /// Whether the window's file is at the closed path.
+    pub fn kept(&self) -> bool {
+        self.not_written.is_none()
+    }
+}
+
 /// `ebrec agent`'s window: the current file (OUTPUT) ends with its trailer and becomes
-/// `closed`; recording goes on in a new OUTPUT.
-pub fn rotate_to(s: &mut Session<'_>, header: Header, output: &Path, closed: &Path) -> Result<()> {
-    end_and_restart(s, header, output, "window", |output| {
-        std::fs::rename(output, closed)
-            .with_context(|| format!("cannot rename {} to {}", output.display(), closed.display()))
+/// `closed`; recording goes on in a new OUTPUT. A file that cannot be created or moved
+/// (a full disk, the directory removed or read-only) does not stop the recording: the
+/// window is not written, and the next one tries again.
+pub fn rotate_to(
+    s: &mut Session<'_>,
+    header: Header,
+    output: &Path,
+    closed: &Path,
+) -> Result<WindowClosed> {
+    let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
+    let cut = s.w.fault().is_some();
+    // A window cut before its first chunk (its header) has nothing to read.
+    let empty = s.w.fault().is_some_and(|f| f.kept.chunks == 0);
+    let had_file = !s.w.is_detached();
+    let mut trailer = window_trailer(s, now)?;
+    if let Some(f) = s.w.fault() {
+        trailer.stop_reason = crate::summary::fault_reason(f);
+    }
+    let tmp = output.with_extension("next");
+    let mut done = WindowClosed {
+        cut,
+        ..Default::default()
+    };
+    match TraceWriter::create(&tmp, header, WriterOptions::default()) {
+        Ok(next) => {
+            s.rotate(next, trailer, now)?;
+            s.w.flush()?;
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            s.w.detach(Some(trailer))?;
+            done.next = Some(format!("cannot create {}: {e}", tmp.display()));
+        }
+    }
+    done.not_written = if !had_file {
+        Some("its file could not be created".into())
+    } else if empty {
+        let _ = std::fs::remove_file(output);
+        Some("nothing of it reached the disk".into())
+    } else {
+        std::fs::rename(output, closed).err().map(|e| {
+            let _ = std::fs::remove_file(output);
+            format!(
+                "cannot rename {} to {}: {e}",
+                output.display(),
+                closed.display()
+            )
+        })
+    };
+    if done.next.is_none() {
+        if let Err(e) = std::fs::rename(&tmp, output) {
+            // The directory went between the calls: the new file went with it.
+            s.w.detach(None)?;
+            done.next = Some(format!("cannot rename {}: {e}", tmp.display()));
+        }
+    }
+    Ok(done)
+}
+
+/// The trailer of a file that ends now.
+fn window_trailer(s: &mut Session<'_>, now: u64) -> Result<Trailer> {
+    Ok(Trailer {
+        end_time_ns: now,
+        end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
+        stop_reason: "window".into(),
+        families: s.stats(now)?,
+        ..Default::default()
     })
 }
 

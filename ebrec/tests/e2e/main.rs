@@ -20,6 +20,7 @@ mod faults;
 mod func_names;
 mod funcs;
 mod heap;
+mod host_faults;
 mod idle;
 mod layout;
 mod limits;

@@ -294,7 +294,7 @@ fn populated() -> std::sync::Arc<Metrics> {
     metrics::health(&m, &families, &programs);
     metrics::ringbuf_fill(&m, "events", 0.25);
     metrics::targets(&m, 2);
-    metrics::windows(&m, 5, 1);
+    metrics::windows(&m, 5, 1, 2);
     metrics::push_done(&m, "pyroscope", true, 0.05);
     metrics::push_done(&m, "pyroscope", false, 3.0);
     metrics::push_queue(&m, "pyroscope", 1, 2);

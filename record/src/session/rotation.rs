@@ -24,7 +24,7 @@ impl Session<'_> {
             .map(|(id, b)| (id, b.to_vec()))
             .collect();
         let old = std::mem::replace(&mut self.w, next);
-        old.finish(Some(trailer))?;
+        old.close(Some(trailer))?;
         let w = &mut self.w;
         let mut s = |id: u64| -> Result<u64> {
             Ok(match strings.get(&id) {
