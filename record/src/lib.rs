@@ -14,6 +14,7 @@ pub(crate) mod budget;
 pub(crate) mod cfi;
 pub mod config;
 pub(crate) mod elf;
+pub(crate) mod faults;
 pub(crate) mod features;
 pub(crate) mod funcs;
 pub(crate) mod header;

@@ -511,7 +511,7 @@ fn record_loop(
         if hooks.is_none() {
             if let Some(f) = rec.write_fault() {
                 // The agent drops windows until space returns; `ebrec record` stops.
-                return Ok(crate::summary::fault_word(f).to_string());
+                return Ok(crate::faults::fault_word(f).to_string());
             }
         }
         if let Some(reason) = rec.check_size()? {

@@ -566,7 +566,7 @@ impl<'p> Recording<'p> {
         // After a write fault (the last events' too), the trailer says it and what the file
         // holds.
         self.s.w.flush()?;
-        let fault_reason = self.s.w.fault().map(summary::fault_reason);
+        let fault_reason = self.s.w.fault().map(crate::faults::fault_reason);
         let (closed, fault) = self.s.w.close_faulted(Some(Trailer {
             end_time_ns: end,
             end_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
@@ -575,7 +575,7 @@ impl<'p> Recording<'p> {
             ..Default::default()
         }))?;
         let trailer = !matches!(closed, Closed::Cut { trailer: false });
-        let fault_line = fault.map(|f| summary::fault_line(&f, &self.a.output, trailer));
+        let fault_line = fault.map(|f| crate::faults::fault_line(&f, &self.a.output, trailer));
         Ok(Finished {
             summary: summary::Summary {
                 bytes: std::fs::metadata(&self.a.output).map_or(0, |m| m.len()),

@@ -80,7 +80,7 @@ pub fn rotate_to(
     let had_file = !s.w.is_detached();
     let mut trailer = window_trailer(s, now)?;
     if let Some(f) = s.w.fault() {
-        trailer.stop_reason = crate::summary::fault_reason(f);
+        trailer.stop_reason = crate::faults::fault_reason(f);
     }
     let tmp = output.with_extension("next");
     let mut done = WindowClosed {
