@@ -541,7 +541,8 @@ fn parse_int(s: &str) -> Option<i64> {
 }
 
 /// A symbol plus constants, as GNU as writes a displacement: `SYMBOL`, `SYMBOL+N`,
-/// `SYMBOL-N`, `N+SYMBOL` (GCC's `40+CheckpointStats` for a field of a global struct).
+/// `SYMBOL-N`, `N+SYMBOL` (GCC's `40+CheckpointStats` for a field of a global struct),
+/// `-N+SYMBOL`.
 fn symbol_offset(s: &str) -> Option<(String, i64)> {
     let ident = |t: &str| {
         !t.is_empty()
@@ -551,8 +552,8 @@ fn symbol_offset(s: &str) -> Option<(String, i64)> {
     };
     let mut symbol = None;
     let mut offset = 0i64;
-    let mut rest = s;
-    let mut negative = false;
+    let mut negative = s.starts_with('-');
+    let mut rest = s.strip_prefix(['-', '+']).unwrap_or(s);
     loop {
         let end = rest.find(['+', '-']).unwrap_or(rest.len());
         let term = &rest[..end];
@@ -698,6 +699,17 @@ mod tests {
             )
         );
         assert_eq!(
+            arg("4@-8+foo(%rip)"),
+            (
+                4,
+                false,
+                Loc::RipRelative {
+                    symbol: "foo".into(),
+                    offset: -8
+                }
+            )
+        );
+        assert_eq!(
             arg("8@-8(%rip)"),
             (
                 8,
@@ -763,6 +775,8 @@ mod tests {
             ("4@(%rip)", "SYMBOL"),
             ("4@foo+bar(%rip)", "SYMBOL"),
             ("4@8-foo(%rip)", "SYMBOL"),
+            ("4@-foo(%rip)", "SYMBOL"),
+            ("4@--8+foo(%rip)", "SYMBOL"),
             ("4@foo+(%rip)", "SYMBOL"),
             ("4@foo++8(%rip)", "SYMBOL"),
             ("8@$99999999999999999999", "not a number"),

@@ -157,6 +157,7 @@ const PROGRAMS: &[&str] = &[
     "tcp_conns",
     "idle_pool",
     "alloc_wrapper",
+    "usdt_server",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -607,6 +608,33 @@ mod tests {
         });
     }
 
+    #[test]
+    fn usdt_server_reports_its_requests_and_probes() {
+        each_variant("usdt_server", |_, exe| {
+            let e = run_one(exe, &["--requests", "25", "--throw-every", "10"]);
+            assert_eq!(e["program"], "usdt_server");
+            assert_eq!(u(&e["requests"]), 25);
+            // Ids 0, 10 and 20 throw; each is caught twice (once rethrown).
+            assert_eq!((u(&e["throws"]), u(&e["rethrows"])), (3, 3));
+            assert_eq!(u(&e["catches"]), 6);
+            // No tracer: the guarded probe's semaphore stays 0.
+            assert_eq!(u(&e["slow_enabled"]), 0);
+            let probes = e["probes"].as_array().unwrap();
+            assert_eq!(probes.len(), 4);
+            let out = Command::new("readelf").arg("-n").arg(exe).output().unwrap();
+            let notes = String::from_utf8(out.stdout).unwrap();
+            for p in probes {
+                let name = p["name"].as_str().unwrap();
+                assert!(
+                    notes.contains(&format!("Name: {name}\n")),
+                    "{name}: {notes}"
+                );
+            }
+            let e = run_one(exe, &["--requests", "5", "--throw-every", "0"]);
+            assert_eq!((u(&e["throws"]), u(&e["catches"])), (0, 0));
+        });
+    }
+
     /// The token is 64 bytes, made from the seed at run time: the same for a seed,
     /// another for another, and in no byte of the binary.
     #[test]
@@ -653,6 +681,7 @@ mod tests {
                 "runq_pair" => &["--seconds", "0.05"],
                 "tcp_conns" => &["--conns", "1", "--hold-ms", "1", "--bytes", "100"],
                 "idle_pool" => &["--seconds", "0.05"],
+                "usdt_server" => &["--requests", "3"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -912,6 +941,16 @@ mod tests {
                     "read_body()",
                     "build_index()",
                     "new_records()",
+                ],
+            ),
+            (
+                "usdt_server",
+                &[
+                    "shop::slow_request(long, int)",
+                    "shop::handle(long, int, long)",
+                    "shop::serve(long, int, long)",
+                    "shop::serve_one(long, long)",
+                    "shop::serve_all(long, long)",
                 ],
             ),
         ];

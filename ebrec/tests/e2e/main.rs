@@ -37,3 +37,4 @@ mod reports;
 mod stack_memory;
 mod stacks;
 mod system;
+mod usdt;
