@@ -564,19 +564,32 @@ fn heap_pprof(a: &ReportArgs, by: reports::HeapMeasure, output: &Path) -> Result
     Ok(())
 }
 
+/// What `ebsym diff` compares and how it shows it (beside the report's common arguments).
+#[derive(Debug, Clone, Copy)]
+pub struct DiffRequest<'a> {
+    /// The second trace (the first is the report's TRACE).
+    pub after: &'a Path,
+    pub kind: EventKind,
+    /// `--by`: the measure (the kind's default when None).
+    pub by: Option<&'a str>,
+    /// `-o`: a differential flame graph here.
+    pub output: Option<&'a Path>,
+    pub title: Option<&'a str>,
+    /// `--negate`: the flame graph drawn from the second trace's view.
+    pub negate: bool,
+}
+
 /// `ebsym diff`: what grew and what shrank between two traces, as text, JSON or a
 /// differential flame graph.
-#[allow(clippy::too_many_arguments)]
-pub fn diff(
-    a: &ReportArgs,
-    after: &Path,
-    k: EventKind,
-    by: Option<&str>,
-    output: Option<&Path>,
-    title: Option<&str>,
-    negate: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
+pub fn diff(a: &ReportArgs, req: DiffRequest<'_>, out: &mut dyn Write) -> Result<()> {
+    let DiffRequest {
+        after,
+        kind: k,
+        by,
+        output,
+        title,
+        negate,
+    } = req;
     let by = measure(k, by)?;
     let before_input = symbolized_input(a, &a.trace)?;
     let after_input = symbolized_input(a, after)?;
