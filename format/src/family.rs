@@ -160,7 +160,7 @@ pub const FAMILIES: &[FamilyInfo] = &[
         name: "usdt",
         about: "hits of USDT probes with their numeric arguments, and start/done latency",
         flag: Some("--usdt"),
-        report: false,
+        report: true,
         aliases: &[],
     },
 ];
