@@ -647,6 +647,25 @@ fn record_counts_every_hit_with_its_arguments() {
         }
     }
     assert_eq!(pairs, requests);
+    // ebsym pairs them the same, and counts hits per probe and stack.
+    let trace = rec.trace.to_str().unwrap();
+    let lat = common::ebsym_json(&["latency", trace, "--kind", "usdt"]);
+    let row = &lat["rows"][0];
+    assert_eq!(row["name"], "shop:request__start -> request__done", "{lat}");
+    assert_eq!(row["count"].as_u64(), Some(requests), "{lat}");
+    for k in ["nested", "unmatched_done", "open_at_end"] {
+        assert_eq!(row[k].as_u64(), Some(0), "{k}: {lat}");
+    }
+    let top = common::ebsym_json(&["top", trace, "--kind", "usdt"]);
+    let mut by_probe: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in top["rows"].as_array().unwrap() {
+        *by_probe
+            .entry(r["probe"].as_str().unwrap().to_string())
+            .or_default() += r["count"].as_u64().unwrap();
+    }
+    assert_eq!(by_probe["shop:request__start"], requests, "{top}");
+    assert_eq!(by_probe["shop:slow__request"], slow, "{top}");
+    assert_eq!(by_probe["shop:idle"], 1, "{top}");
 }
 
 /// ebrec and bpftrace on one run of usdt_server: both count the guarded probe and the
