@@ -845,6 +845,10 @@ impl Loaded {
     /// Stack `id`'s addresses, the user ips of its offline unwinding when it has them;
     /// counts an unknown id among the unresolved frames, and why the stack was cut.
     fn stack_ips(&mut self, id: u64) -> Option<StackIps> {
+        if id == 0 {
+            // No stack recorded (a USDT hit without --usdt-stack): nothing unresolved.
+            return None;
+        }
         let Some(stack) = self.tables.stacks.get(&id) else {
             *self
                 .losses
