@@ -759,3 +759,72 @@ fn record_refuses_an_unknown_probe_with_the_closest() {
     assert!(e.contains("no USDT probe shop:request__strat"), "{e}");
     assert!(e.contains("closest: shop:request__start"), "{e}");
 }
+
+/// Debian's PostgreSQL under pgbench, its query probes recorded from the postmaster (the
+/// backends each connection forks are targets from their fork): one query__start and one
+/// query__done per statement pgbench sent, every one paired by ebsym.
+#[test]
+fn postgres_query_probes_count_every_statement() {
+    if !common::root() {
+        return;
+    }
+    let Some(bin) = crate::postgres::pg_bin() else {
+        eprintln!("\n*** SKIPPED: no PostgreSQL (scripts/setup test installs it) ***\n");
+        return;
+    };
+    let server = crate::postgres::Server::start(&bin);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("pg.pb.zst");
+    let mut ebrec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["-p", &server.pid().to_string()])
+        .args(["--usdt", "postgres:postgresql:query__start"])
+        .args(["--usdt", "postgres:postgresql:query__done"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(ebrec.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "ebrec: {said}");
+        said.push_str(&line);
+        if line.contains("recording to") {
+            break;
+        }
+    }
+    let (clients, transactions) = (4u32, 50u32);
+    // Three statements a transaction.
+    let script = "SELECT 1;\nSELECT 2;\nSELECT 3;\n";
+    let b = server
+        .pgbench_transactions(script, clients, transactions)
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        b.status.success(),
+        "pgbench: {}",
+        String::from_utf8_lossy(&b.stderr)
+    );
+    // SAFETY: plain kill(2) of the recorder this test started.
+    unsafe { libc::kill(ebrec.id() as i32, libc::SIGINT) };
+    let st = ebrec.wait().unwrap();
+    let mut tail = String::new();
+    std::io::Read::read_to_string(&mut err, &mut tail).unwrap();
+    assert!(st.success(), "ebrec: {said}{tail}");
+    let statements = u64::from(clients * transactions * 3);
+    let t = usdt_trace(&trace);
+    let (starts, dones) = (
+        t.of("query__start").len() as u64,
+        t.of("query__done").len() as u64,
+    );
+    eprintln!("postgres: {statements} statements sent, query__start {starts}, query__done {dones}");
+    assert_eq!((starts, dones), (statements, statements), "{tail}");
+    let lat = common::ebsym_json(&["latency", trace.to_str().unwrap(), "--kind", "usdt"]);
+    let row = &lat["rows"][0];
+    assert_eq!(
+        row["name"], "postgresql:query__start -> query__done",
+        "{lat}"
+    );
+    assert_eq!(row["count"].as_u64(), Some(statements), "{lat}");
+}
