@@ -741,7 +741,8 @@ fn record_counts_what_bpftrace_counts() {
     assert_eq!(theirs, ours);
 }
 
-/// A spec that names nothing is refused with one line naming the closest probes.
+/// A spec that names nothing is refused with one line naming the closest probes; one
+/// whose binary has no notes, or is not the target's, too.
 #[test]
 fn record_refuses_an_unknown_probe_with_the_closest() {
     if !common::root() {
@@ -758,6 +759,21 @@ fn record_refuses_an_unknown_probe_with_the_closest() {
     let e = error(&out);
     assert!(e.contains("no USDT probe shop:request__strat"), "{e}");
     assert!(e.contains("closest: shop:request__start"), "{e}");
+    // A library without notes, and a file the target does not map.
+    for (spec, says) in [
+        ("libm.so.6:*:*", "no USDT probes in libm.so.6"),
+        ("libnope:*:*", "no file matching 'libnope'"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+            .args(["record", "-q", "-o"])
+            .arg(dir.path().join("t.pb.zst"))
+            .args(["--usdt", spec, "--"])
+            .arg(exe())
+            .output()
+            .unwrap();
+        let e = error(&out);
+        assert!(e.contains(says), "{spec}: {e}");
+    }
 }
 
 /// Debian's PostgreSQL under pgbench, its query probes recorded from the postmaster (the
