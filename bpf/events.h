@@ -211,6 +211,22 @@ struct func_event {
 	__u64 ips[MAX_FRAMES];
 };
 
+/* Most arguments of a USDT probe kept per hit (the most a note can have). */
+#define USDT_MAX_ARGS 12
+
+/* A hit of a --usdt probe. Sent with only `nframes` of `ips` (0 without --usdt-stack). */
+struct usdt_event {
+	struct event_header h;
+	__u64 probe;		/* ProbedUsdt id (the probe's BPF cookie) */
+	__u64 args[USDT_MAX_ARGS]; /* sign-extended per the spec; a pointer is its address */
+	__u32 nargs;
+	__u32 arg_errors;	/* bit i: argument i could not be read (its value is 0) */
+	__u32 nframes;
+	__u32 flags;
+	__u64 copy_id;
+	__u64 ips[MAX_FRAMES];
+};
+
 struct mem_event {
 	struct event_header h;
 	__u64 size;

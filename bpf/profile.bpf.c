@@ -16,11 +16,17 @@
  *   faults on pages not present (first touch), each with its user stack: growth at the
  *   cost of a tracepoint, not of a trap per malloc; the faults a byte-weighted sample
  *   (--memgrowth-sample).
+ * - usdt (--usdt): libbpf's USDT support (usdt.bpf.h) attaches `usdt_hit` to each probe,
+ *   system-wide per binary, the ProbedUsdt id as the cookie; a hit outside the targets is
+ *   left alone (is_target), a target's hit sends its numeric arguments as the note's spec
+ *   reads them (registers, or the target's stack for memory operands: the value, never the
+ *   memory a pointer argument points to) and, with --usdt-stack, its user stack.
  *
  * User space loads only the programs of the chosen families (autoload).
  */
 #include "targets.bpf.h"
 #include "aggregate.bpf.h"
+#include <bpf/usdt.bpf.h>
 
 /* Shortest off-CPU block kept, ns: writable (.bss), so that --max-cpu can raise it while
  * recording (user space writes it through the mmapped .bss; each block is judged by the
@@ -54,6 +60,8 @@ struct {
  * comes after. */
 __u32 offcpu_epoch = 0;
 const volatile __u32 func_args = 0;
+/* --usdt-stack: a USDT hit takes the user stack. */
+const volatile bool usdt_stack = false;
 const volatile __u64 page_size = 4096;
 /* --memgrowth-sample: the byte-weighted sample's unit (0, or at most a page: every first-touch
  * fault is kept). A fault of one page is kept, with its stack, with probability
@@ -88,6 +96,14 @@ struct sample_event _sample_event = {};
 struct offcpu_event _offcpu_event = {};
 struct func_event _func_event = {};
 struct mem_event _mem_event = {};
+struct usdt_event _usdt_event = {};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct usdt_event);
+} usdt_scratch SEC(".maps");
 
 /* --- cpu --- */
 
@@ -717,6 +733,56 @@ SEC("uprobe")
 int func_exit(struct pt_regs *ctx)
 {
 	return func_done(ctx, PT_REGS_SP(ctx), bpf_get_attach_cookie(ctx) >> 32);
+}
+
+/* --- usdt --- */
+
+SEC("usdt")
+int usdt_hit(struct pt_regs *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (!is_target(pid))
+		return 0;
+	count(FAM_USDT, CTR_HITS);
+	if (!admit(FAM_USDT))
+		return 0;
+	__u32 z = 0;
+	struct usdt_event *e = bpf_map_lookup_elem(&usdt_scratch, &z);
+	if (!e)
+		return 0;
+	fill_header(&e->h, FAM_USDT);
+	e->probe = bpf_usdt_cookie(ctx);
+	int n = bpf_usdt_arg_cnt(ctx);
+	if (n < 0)
+		n = 0;
+	if (n > USDT_MAX_ARGS)
+		n = USDT_MAX_ARGS;
+	e->nargs = n;
+	e->arg_errors = 0;
+	for (int i = 0; i < USDT_MAX_ARGS; i++) {
+		if (i >= n)
+			break;
+		long v = 0;
+		if (bpf_usdt_arg(ctx, i, &v)) {
+			e->arg_errors |= 1u << i;
+			v = 0;
+		}
+		e->args[i] = v;
+	}
+	e->flags = 0;
+	e->nframes = 0;
+	e->copy_id = 0;
+	if (usdt_stack) {
+		e->nframes = user_stack(ctx, e->ips, &e->flags, false);
+		e->copy_id = stack_copy();
+	}
+	__u32 nf = e->nframes;
+	if (nf > MAX_FRAMES)
+		nf = MAX_FRAMES;
+	__u64 size = __builtin_offsetof(struct usdt_event, ips) + nf * sizeof(__u64);
+	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
+		count(FAM_USDT, CTR_LOST_RINGBUF);
+	return 0;
 }
 
 /* --- memgrowth --- */

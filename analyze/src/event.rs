@@ -7,7 +7,7 @@
 use crate::reports::EventKind;
 use ebtrace_format::events::{
     AggregateRow, AllocEvent, BioEvent, CpuSample, FreeEvent, FuncEvent, HistogramRow, LockEvent,
-    MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent,
+    MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent, UsdtEvent,
 };
 use ebtrace_format::proto::{EventFamily, LockSource, MemGrowthKind, TcpEventKind};
 
@@ -25,6 +25,7 @@ pub enum Event<'a> {
     Bio(&'a BioEvent),
     Runq(&'a RunqEvent),
     Tcp(&'a TcpEvent),
+    Usdt(&'a UsdtEvent),
     /// A row of a kernel latency histogram (--syscalls, --bio, --runq) over an interval.
     Histogram(EventFamily, &'a HistogramRow),
     /// What the kernel counted under one stack in an interval (--aggregate), of a family.
@@ -83,6 +84,11 @@ pub enum Fields {
     Func {
         /// The `ProbedFunction` id.
         function: u64,
+    },
+    /// A USDT hit (its arguments are left out, as a call's).
+    Usdt {
+        /// The `ProbedUsdt` id.
+        probe: u64,
     },
     Cpu {
         cpu: u32,
@@ -191,6 +197,7 @@ impl Event<'_> {
             Event::Bio(e) => view!(K::Bio, e, Some(e.duration_ns), None),
             Event::Runq(e) => view!(K::Runq, e, Some(e.duration_ns), None),
             Event::Tcp(e) => view!(K::Tcp, e, None, None),
+            Event::Usdt(e) => view!(K::Usdt, e, None, None),
             Event::Free(_) | Event::Histogram(..) | Event::Aggregated(..) => return None,
         })
     }
@@ -214,6 +221,7 @@ impl Event<'_> {
                 function: e.function,
             },
             Event::Cpu(e) => Fields::Cpu { cpu: e.cpu },
+            Event::Usdt(e) => Fields::Usdt { probe: e.probe },
             Event::OffCpu(e) => Fields::OffCpu {
                 state: e.state,
                 weight: e.weight(),
@@ -289,6 +297,7 @@ impl EventView {
         match self.fields {
             Fields::Lock { mutex, .. } => mutex,
             Fields::Func { function } => function,
+            Fields::Usdt { probe } => probe,
             Fields::Syscall { nr, .. } => u64::from(nr),
             Fields::Bio { dev, op, .. } => bio_key(dev, op),
             Fields::Tcp { kind, .. } => kind as u64,
@@ -308,7 +317,7 @@ impl EventView {
             Fields::MemGrowth { weight, .. } => (weight, 0),
             Fields::Lock { hold_ns, .. } => (d, hold_ns),
             Fields::Bio { bytes, .. } => (d, bytes),
-            Fields::Cpu { .. } | Fields::Tcp { .. } => (1, 0),
+            Fields::Cpu { .. } | Fields::Tcp { .. } | Fields::Usdt { .. } => (1, 0),
             Fields::OffCpu { weight, .. } => (weight, 0),
             Fields::Syscall { weight, .. } => (weight, 0),
             Fields::Func { .. } => (d, 0),

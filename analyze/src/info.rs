@@ -20,7 +20,7 @@
 //!                  "container_id",   // 64 hex from the cgroup path, "" if none
 //!                  "binaries": [{"path", "build_id"}]}],
 //!   "events": {"alloc", "free", "lock", "func", "cpu", "offcpu", "memgrowth", "syscall",
-//!              "bio", "runq", "tcp", "histogram_rows"},
+//!              "bio", "runq", "tcp", "usdt", "histogram_rows"},
 //!   "stacks", "stack_copies", "stack_copy_bytes",   // copies of the target's stack memory
 //!   "uprobes_frames",   // stack frames in the kernel's uprobes page ([uprobes])
 //!   "vdso": {"build_id", "bytes"} or null,   // the vDSO image the trace holds
@@ -174,6 +174,7 @@ pub struct EventCounts {
     pub bio: u64,
     pub runq: u64,
     pub tcp: u64,
+    pub usdt: u64,
     /// Rows of the kernel's latency histograms (--syscalls, --bio, --runq).
     pub histogram_rows: u64,
 }
@@ -320,6 +321,7 @@ impl Tally {
             Kind::Bios(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.bio)),
             Kind::Runq(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.runq)),
             Kind::Tcp(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.tcp)),
+            Kind::Usdts(b) => times(b, |e| e.time_ns).map(|s| (s, &mut ev.usdt)),
             _ => {
                 self.other(&kind);
                 return;
@@ -761,6 +763,7 @@ impl Info {
             ("bio", e.bio),
             ("runq", e.runq),
             ("tcp", e.tcp),
+            ("usdt", e.usdt),
             ("histograms", e.histogram_rows),
         ] {
             if n > 0 {

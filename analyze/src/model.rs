@@ -200,6 +200,8 @@ pub struct Loaded {
     unwound: HashMap<u64, (Vec<u64>, u64, Vec<u32>)>,
     /// --func functions by id: demangled name (string id).
     pub probed: HashMap<u64, u64>,
+    /// --usdt probes by id (`ProbedUsdt` records).
+    pub usdt_probes: HashMap<u64, ebtrace_format::proto::ProbedUsdt>,
     /// Periods when the allocator probes were paused (--max-cpu): (start, end) boottime
     /// ns, end u64::MAX when they never resumed.
     pub alloc_pauses: Vec<(u64, u64)>,
@@ -269,6 +271,7 @@ batches! {
     Bios => Bio(ebtrace_format::events::BioEvent),
     Runq => Runq(ebtrace_format::events::RunqEvent),
     Tcp => Tcp(ebtrace_format::events::TcpEvent),
+    Usdts => Usdt(ebtrace_format::events::UsdtEvent),
 }
 
 /// Sends read ahead by the reading thread, at most: a send is one batch of up to 8,192
@@ -525,6 +528,7 @@ impl Loaded {
             Events::Bio(b) => events!(b, Bio),
             Events::Runq(b) => events!(b, Runq),
             Events::Tcp(b) => events!(b, Tcp),
+            Events::Usdt(b) => events!(b, Usdt),
         }
     }
 
@@ -576,6 +580,9 @@ impl Loaded {
             }
             Some(Kind::ProbedFunction(p)) => {
                 self.probed.insert(p.id, p.name);
+            }
+            Some(Kind::ProbedUsdt(p)) => {
+                self.usdt_probes.insert(p.id, p);
             }
             Some(Kind::KernelSymbols(k)) => self.add_kernel_symbols(k),
             Some(Kind::ProbeChange(p)) => self.probe_change(p),
@@ -838,6 +845,10 @@ impl Loaded {
     /// Stack `id`'s addresses, the user ips of its offline unwinding when it has them;
     /// counts an unknown id among the unresolved frames, and why the stack was cut.
     fn stack_ips(&mut self, id: u64) -> Option<StackIps> {
+        if id == 0 {
+            // No stack recorded (a USDT hit without --usdt-stack): nothing unresolved.
+            return None;
+        }
         let Some(stack) = self.tables.stacks.get(&id) else {
             *self
                 .losses

@@ -52,6 +52,7 @@ pub fn sample_types(kind: EventKind, has_hold: bool) -> Vec<(&'static str, &'sta
         ],
         EventKind::Runq => vec![("waits", "count"), ("delay", "nanoseconds")],
         EventKind::Tcp => vec![("connections", "count")],
+        EventKind::Usdt => vec![("hits", "count")],
     }
 }
 
@@ -77,6 +78,7 @@ fn default_type(kind: EventKind, by: Measure) -> &'static str {
         (EventKind::Runq, Measure::Count) => "waits",
         (EventKind::Runq, _) => "delay",
         (EventKind::Tcp, _) => "connections",
+        (EventKind::Usdt, _) => "hits",
     }
 }
 

@@ -1459,3 +1459,86 @@ fn the_heap_chart_draws_a_peak_held_within_one_bucket() {
     assert_eq!(series[0]["stack"], top[0], "{heap}");
     assert_eq!(series.len(), 2, "{heap}");
 }
+
+/// USDT hits of a start/done pair and a lone probe on two threads: a nest and a done
+/// without a start left unpaired, one start open at the end.
+fn write_usdt(path: &Path) {
+    use ebtrace_format::events::UsdtEvent;
+    let mut w = writer();
+    let comm = w.intern_string(b"shop").unwrap();
+    w.write_record(&rec(Kind::Process(pb::Process {
+        generation: 1,
+        pid: 42,
+        comm,
+        event: pb::ProcessEvent::Existing as i32,
+        time_ns: 1_000_000_000,
+        ..Default::default()
+    })))
+    .unwrap();
+    let provider = w.intern_string(b"shop").unwrap();
+    for (id, name, done) in [
+        (1, &b"request__start"[..], 2),
+        (2, b"request__done", 0),
+        (3, b"idle", 0),
+    ] {
+        let name = w.intern_string(name).unwrap();
+        w.write_record(&rec(Kind::ProbedUsdt(pb::ProbedUsdt {
+            id,
+            provider,
+            name,
+            done,
+            ..Default::default()
+        })))
+        .unwrap();
+    }
+    let stack = w.intern_stack(1, &[SHOP + 0x1010], &[], 0).unwrap();
+    let mut t = 1_100_000_000u64;
+    let mut hit = |w: &mut TraceWriter<Vec<u8>>, probe, tid, dt: u64| {
+        t += dt;
+        w.usdt(&UsdtEvent {
+            time_ns: t,
+            generation: 1,
+            tid,
+            stack,
+            probe,
+            args: vec![7],
+        })
+        .unwrap();
+    };
+    hit(&mut w, 3, 42, 0);
+    // 100 requests of (i + 3) µs on thread 42, each interleaved with thread 43's.
+    for i in 0..100u64 {
+        hit(&mut w, 1, 42, 1_000);
+        hit(&mut w, 1, 43, 10);
+        hit(&mut w, 2, 43, 2_000);
+        hit(&mut w, 2, 42, (i + 3) * 1_000 - 2_010);
+    }
+    hit(&mut w, 2, 42, 1_000); // no start
+    hit(&mut w, 1, 42, 1_000); // a nest of four
+    hit(&mut w, 1, 42, 1_000);
+    hit(&mut w, 2, 42, 1_000);
+    hit(&mut w, 2, 42, 1_000);
+    hit(&mut w, 1, 43, 1_000); // open at the end
+    let bytes = w.finish(Some(pb::Trailer::default())).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn usdt_pairs_and_hits_match_the_golden_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("usdt.pb.zst");
+    write_usdt(&trace);
+    let mut r = ebtrace_format::TraceReader::open(&trace).unwrap();
+    let lat = reports::usdt_latency_from(&mut r, &Filter::default(), 20);
+    check("latency_usdt.txt", &lat.to_text());
+    check("latency_usdt.json", &cli_json(&lat));
+    let row = &lat.rows[0];
+    assert_eq!(row.name, "shop:request__start -> request__done");
+    assert_eq!(row.count, 200, "thread 42's 100 and thread 43's 100");
+    assert_eq!((row.nested, row.unmatched_done, row.open_at_end), (4, 1, 1));
+    assert_eq!(row.max_ns, 102_000);
+    let top = reports::top(&trace, EventKind::Usdt, "count", &Filter::default(), 20).unwrap();
+    check("top_usdt.txt", &top.to_text());
+    let counts: Vec<u64> = top.rows.iter().map(|r| r.count()).collect();
+    assert_eq!(counts, [203, 203, 1]);
+}

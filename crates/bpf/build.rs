@@ -18,6 +18,9 @@ fn main() {
         .expect("ebtrace-proto publishes the directory of families.h");
     println!("cargo:rerun-if-changed={generated}/families.h");
     write_consts(&bpf.join("events.h"), &out.join("bpf_consts.rs"));
+    // libbpf's usdt.bpf.h includes <linux/errno.h>, whose <asm/errno.h> is in the
+    // multiarch directory (Debian's linux-libc-dev), which clang's BPF target does not search.
+    let multiarch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
     for name in PROGRAMS {
         let src = bpf.join(format!("{name}.bpf.c"));
         SkeletonBuilder::new()
@@ -33,6 +36,8 @@ fn main() {
                 // reservation); kernels 5.12 and later, below what ebrec needs anyway.
                 "-mcpu=v3",
                 "-Wno-unused-function",
+                "-idirafter",
+                &multiarch,
             ])
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));

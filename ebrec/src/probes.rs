@@ -4,7 +4,7 @@ use crate::cli::{ProbePattern, ProbesArgs, UsdtPattern};
 use anyhow::{bail, Context, Result};
 use ebtrace_elf::sdt::Probe;
 use ebtrace_elf::Elf;
-use ebtrace_record::lookup::{resolve_all, Binaries, FuncSpec};
+use ebtrace_record::lookup::{glob, resolve_all, Binaries, FuncSpec};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -187,29 +187,6 @@ fn selects(u: &UsdtPattern, shown: &str, seen: &str, p: &Probe) -> bool {
         }
     };
     file_ok && glob(&u.provider, &p.provider) && glob(&u.name, &p.name)
-}
-
-/// Whether `text` matches `pattern`, where `*` is any run of characters and `?` any one.
-fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
 }
 
 /// The function listing: what `--func` would attach to.

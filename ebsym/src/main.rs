@@ -841,6 +841,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     Some(Kind::Bios(b)) => events(&b, &mut out)?,
                     Some(Kind::Runq(b)) => events(&b, &mut out)?,
                     Some(Kind::Tcp(b)) => events(&b, &mut out)?,
+                    Some(Kind::Usdts(b)) => events(&b, &mut out)?,
                     Some(k) => writeln!(out, "{k:?}")?,
                     None => writeln!(out, "(unknown record kind)")?,
                 }

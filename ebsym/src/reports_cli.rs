@@ -271,7 +271,7 @@ pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) 
 pub fn latency_kind(k: EventKind) -> bool {
     matches!(
         k,
-        EventKind::Func | EventKind::Syscall | EventKind::Bio | EventKind::Runq
+        EventKind::Func | EventKind::Syscall | EventKind::Bio | EventKind::Runq | EventKind::Usdt
     )
 }
 
@@ -284,6 +284,13 @@ pub fn latency(a: &ReportArgs, k: EventKind, out: &mut dyn Write) -> Result<()> 
             let mut r = TraceReader::open(&a.trace)
                 .with_context(|| format!("cannot open {}", a.trace.display()))?;
             let rep = reports::system_latency_from(&mut r, k, &a.filter(), a.n);
+            json_or_text(a.json, &rep, || rep.to_text(), out)
+        }
+        EventKind::Usdt => {
+            // Times and probe ids only: the raw trace as it is.
+            let mut r = TraceReader::open(&a.trace)
+                .with_context(|| format!("cannot open {}", a.trace.display()))?;
+            let rep = reports::usdt_latency_from(&mut r, &a.filter(), a.n);
             json_or_text(a.json, &rep, || rep.to_text(), out)
         }
         _ => bail!(

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind};
 use ebtrace_proto::v1::{
     record::Kind, AllocBatch, AllocKind, BioBatch, CpuSampleBatch, FreeBatch, FuncBatch, LockBatch,
     LockSource, MemGrowthBatch, MemGrowthKind, OffCpuBatch, Record, RunqBatch, SyscallBatch,
-    TcpBatch, TcpEventKind,
+    TcpBatch, TcpEventKind, UsdtBatch,
 };
 
 /// Running values that delta columns are relative to: the previous event's time, and the
@@ -501,6 +501,99 @@ impl Family for FuncBatch {
     }
 }
 
+/// A hit of a USDT probe (`--usdt`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UsdtEvent {
+    /// Time of the hit, boottime ns.
+    pub time_ns: u64,
+    pub generation: u32,
+    pub tid: u32,
+    /// User stack (`--usdt-stack`), 0 when not recorded.
+    pub stack: u64,
+    /// `ProbedUsdt` id.
+    pub probe: u64,
+    /// The probe's numeric arguments (a string argument is its address).
+    pub args: Vec<u64>,
+}
+
+/// Most arguments a USDT note can have (and a reader accepts per hit).
+pub const MAX_USDT_ARGS: usize = 12;
+
+impl Family for UsdtBatch {
+    type Event = UsdtEvent;
+
+    fn push(&mut self, st: &mut Deltas, e: &UsdtEvent) {
+        if self.time_delta.is_empty() {
+            self.base_time_ns = e.time_ns;
+            st.reset(e.time_ns);
+        }
+        self.time_delta.push(e.time_ns.wrapping_sub(st.time) as i64);
+        st.time = e.time_ns;
+        self.generation.push(e.generation);
+        self.tid.push(e.tid);
+        self.stack.push(e.stack);
+        self.probe.push(e.probe);
+        let args = &e.args[..e.args.len().min(MAX_USDT_ARGS)];
+        self.arg_count.push(args.len() as u32);
+        self.args.extend_from_slice(args);
+    }
+
+    fn len(&self) -> usize {
+        self.time_delta.len()
+    }
+
+    fn decode(&self) -> Result<Vec<UsdtEvent>, Error> {
+        let n = self.time_delta.len();
+        for (name, len) in [
+            ("generation", self.generation.len()),
+            ("tid", self.tid.len()),
+            ("stack", self.stack.len()),
+            ("probe", self.probe.len()),
+            ("arg_count", self.arg_count.len()),
+        ] {
+            if len != n {
+                return Err(column_mismatch("UsdtBatch", name, len, n));
+            }
+        }
+        let total: u64 = self.arg_count.iter().map(|&c| u64::from(c)).sum();
+        if total != self.args.len() as u64
+            || self.arg_count.iter().any(|&c| c as usize > MAX_USDT_ARGS)
+        {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "UsdtBatch: arg counts add up to {total}, {} args",
+                    self.args.len()
+                ),
+            ));
+        }
+        let mut time = self.base_time_ns;
+        let mut arg = 0usize;
+        Ok((0..n)
+            .map(|i| {
+                time = time.wrapping_add(self.time_delta[i] as u64);
+                let c = self.arg_count[i] as usize;
+                let args = self.args[arg..arg + c].to_vec();
+                arg += c;
+                UsdtEvent {
+                    time_ns: time,
+                    generation: self.generation[i],
+                    tid: self.tid[i],
+                    stack: self.stack[i],
+                    probe: self.probe[i],
+                    args,
+                }
+            })
+            .collect())
+    }
+
+    fn into_record(self) -> Record {
+        Record {
+            kind: Some(Kind::Usdts(self)),
+        }
+    }
+}
+
 /// One row of an `Aggregate` record (--aggregate): what the kernel counted under one stack
 /// of one process generation in the interval (since_ns, time_ns].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -806,5 +899,40 @@ mod delta_tests {
             }
             assert_eq!(b.decode().unwrap(), evs, "{threads} threads");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usdt_batch_round_trips_and_rejects_bad_arg_counts() {
+        let events = vec![
+            UsdtEvent {
+                time_ns: 1_000,
+                generation: 1,
+                tid: 7,
+                stack: 3,
+                probe: 1,
+                args: vec![42, u64::MAX],
+            },
+            UsdtEvent {
+                time_ns: 900,
+                generation: 1,
+                tid: 8,
+                stack: 0,
+                probe: 2,
+                args: vec![],
+            },
+        ];
+        let mut b = UsdtBatch::default();
+        let mut st = Deltas::default();
+        for e in &events {
+            b.push(&mut st, e);
+        }
+        assert_eq!(b.decode().unwrap(), events);
+        b.arg_count[1] = 1;
+        assert!(b.decode().is_err());
     }
 }

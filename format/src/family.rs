@@ -155,11 +155,19 @@ pub const FAMILIES: &[FamilyInfo] = &[
         report: true,
         aliases: &[],
     },
+    FamilyInfo {
+        id: EventFamily::Usdt,
+        name: "usdt",
+        about: "hits of USDT probes with their numeric arguments, and start/done latency",
+        flag: Some("--usdt"),
+        report: true,
+        aliases: &[],
+    },
 ];
 
 /// One more than the largest family number: the length of every per-family table, and of
 /// the BPF counters' family dimension (`FAM_COUNT` in the generated `families.h`).
-pub const COUNT: usize = 14;
+pub const COUNT: usize = 15;
 
 /// The row of `id`.
 pub fn family(id: EventFamily) -> &'static FamilyInfo {

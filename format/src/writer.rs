@@ -3,14 +3,14 @@
 use crate::error::Error;
 use crate::events::{
     AllocEvent, BioEvent, CpuSample, Deltas, Family, FreeEvent, FuncEvent, LockEvent,
-    MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent,
+    MemGrowthEvent, OffCpuEvent, RunqEvent, SyscallEvent, TcpEvent, UsdtEvent,
 };
 use crate::frame::{file_header, ChunkDescriptor};
 use crate::hash::FastMap;
 use ebtrace_proto::v1::{
     record::Kind, AllocBatch, BioBatch, BuildId, CpuSampleBatch, FreeBatch, FuncBatch, Header,
     InternedString, LockBatch, MemGrowthBatch, OffCpuBatch, Record, RunqBatch, Stack, SyscallBatch,
-    TcpBatch, Trailer,
+    TcpBatch, Trailer, UsdtBatch,
 };
 use prost::Message;
 use std::collections::VecDeque;
@@ -143,6 +143,7 @@ pub struct TraceWriter<W: Write> {
     bios: Pending<BioBatch>,
     runq: Pending<RunqBatch>,
     tcp: Pending<TcpBatch>,
+    usdt: Pending<UsdtBatch>,
     /// The file under `out` (a handle of its own) when the writer created it: what a write
     /// error cuts back to the last whole chunk.
     file: Option<File>,
@@ -219,6 +220,7 @@ impl<W: Write> TraceWriter<W> {
             bios: Pending::default(),
             runq: Pending::default(),
             tcp: Pending::default(),
+            usdt: Pending::default(),
             file: None,
             boundaries: VecDeque::new(),
             chunk_events: 0,
@@ -367,7 +369,8 @@ impl<W: Write> TraceWriter<W> {
             && self.syscalls.batch.is_empty()
             && self.bios.batch.is_empty()
             && self.runq.batch.is_empty()
-            && self.tcp.batch.is_empty())
+            && self.tcp.batch.is_empty()
+            && self.usdt.batch.is_empty())
     }
 
     /// Writes pending batches, closes the open chunk and flushes the output.
@@ -401,6 +404,7 @@ impl<W: Write> TraceWriter<W> {
             take(&mut self.bios),
             take(&mut self.runq),
             take(&mut self.tcp),
+            take(&mut self.usdt),
         ];
         for (r, n) in records.into_iter().flatten() {
             self.chunk_events += n;
@@ -611,6 +615,9 @@ impl<W: Write> TraceWriter<W> {
     }
     pub fn tcp(&mut self, e: &TcpEvent) -> io::Result<()> {
         self.push(|w| &mut w.tcp, e)
+    }
+    pub fn usdt(&mut self, e: &UsdtEvent) -> io::Result<()> {
+        self.push(|w| &mut w.usdt, e)
     }
 
     /// Writes pending batches, then `trailer` (with record and chunk counts filled in) if

@@ -81,6 +81,11 @@ pub fn exercise(records_in: impl Iterator<Item = Record>) -> u64 {
                     assert_eq!(evs.len(), b.len());
                 }
             }
+            Kind::Usdts(b) => {
+                if let Ok(evs) = b.decode() {
+                    assert_eq!(evs.len(), b.len());
+                }
+            }
             Kind::Histogram(h) => {
                 if let Ok(rows) = ebtrace_format::events::histogram_rows(h) {
                     assert_eq!(rows.len(), h.generation.len());

@@ -184,6 +184,22 @@ pub struct RecordConfig {
     /// single-stepped), but an exception unwinding through a probed call terminates the target.
     #[cfg_attr(feature = "cli", arg(long, value_enum, default_value = "auto"))]
     pub func_exit: FuncExitMode,
+    /// Hits of a USDT probe (`.note.stapsdt`, from <sys/sdt.h>), with its numeric arguments
+    /// (repeatable). SPEC: BINARY_OR_LIB:PROVIDER:NAME (or PROVIDER:NAME: every binary of the
+    /// target), globs (`*`, `?`) on PROVIDER and NAME, BINARY_OR_LIB a path or a file name
+    /// as --func's LIB. A probe guarded by a semaphore is enabled while recording. An
+    /// argument is a number: a string (`char *`) is its address in the target, never its
+    /// text. `ebrec probes BINARY` lists the probes.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "BINARY_OR_LIB:PROVIDER:NAME"))]
+    pub usdt: Vec<String>,
+    /// With --usdt: also take the user stack at each hit.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub usdt_stack: bool,
+    /// With --usdt: START and DONE probes (names, or PROVIDER:NAME) that begin and end one
+    /// operation on a thread, for `ebsym latency --kind usdt` (repeatable). Without it,
+    /// X__start pairs with X__done (or X__end), X_start with X_end (or X_done).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "START,DONE"))]
+    pub usdt_pair: Vec<String>,
     /// How user stacks are taken. auto (the default): unwound in the kernel with each
     /// binary's unwind rows (from .eh_frame, loaded once per file), and with the frame
     /// pointer in code that has no rows loaded: whole stacks with or without frame pointers,

@@ -98,6 +98,15 @@ pub fn header(a: &RecordConfig) -> Header {
     for f in &a.func {
         opt("func", f.clone());
     }
+    for u in &a.usdt {
+        opt("usdt", u.clone());
+    }
+    if a.usdt_stack {
+        opt("usdt-stack", "true".into());
+    }
+    for u in &a.usdt_pair {
+        opt("usdt-pair", u.clone());
+    }
     if a.args > 0 {
         opt("args", a.args.to_string());
     }

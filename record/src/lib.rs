@@ -52,6 +52,7 @@ pub mod host {
 /// `ebrec probes`: the functions a `--func` spec matches in a program, and where their
 /// probes would go.
 pub mod lookup {
+    pub use crate::funcs::usdt::glob;
     pub use crate::funcs::{resolve_all, Binaries, FuncSpec};
     pub use crate::placement::ARGS;
     pub use crate::probes::place_in_file;

@@ -139,6 +139,20 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
     }
 }
 
+/// The checks of --usdt and its companions.
+fn check_usdt(a: &RecordConfig) -> Result<()> {
+    for s in &a.usdt {
+        s.parse::<funcs::usdt::UsdtSpec>()?;
+    }
+    if a.usdt.is_empty() && (a.usdt_stack || !a.usdt_pair.is_empty()) {
+        bail!("--usdt-stack and --usdt-pair apply to USDT probes: add --usdt SPEC");
+    }
+    if !a.usdt.is_empty() && a.all {
+        bail!("--usdt needs targets to find its probes in: use -p PID or -- CMD, not --all");
+    }
+    Ok(())
+}
+
 /// The checks of the flags before anything is loaded; the --func specs parsed.
 fn check(a: &RecordConfig, found_later: bool) -> Result<Vec<funcs::FuncSpec>> {
     let targets =
@@ -156,9 +170,11 @@ fn check(a: &RecordConfig, found_later: bool) -> Result<Vec<funcs::FuncSpec>> {
         && a.bio.is_none()
         && a.runq.is_none()
         && !a.tcp
+        && a.usdt.is_empty()
     {
-        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC, --syscalls[=MIN_US], --bio[=MIN_US], --runq[=MIN_US], --tcp");
+        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC, --syscalls[=MIN_US], --bio[=MIN_US], --runq[=MIN_US], --tcp, --usdt SPEC");
     }
+    check_usdt(a)?;
     check_sampler(a)?;
     let func_specs: Vec<funcs::FuncSpec> =
         a.func.iter().map(|s| s.parse()).collect::<Result<_>>()?;
@@ -299,6 +315,8 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
         bio_min_ns: a.bio.map(|us| us * 1000),
         runq_min_ns: a.runq.map(|us| us * 1000),
         tcp: a.tcp,
+        usdt: !a.usdt.is_empty(),
+        usdt_stack: a.usdt_stack,
         bpf_stats: a.bpf_stats || a.max_cpu.is_some(),
         func_args: a.args,
         func,

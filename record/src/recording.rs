@@ -204,6 +204,9 @@ impl<'p> Recording<'p> {
         for (i, (m, bid)) in st.probed.iter().enumerate() {
             s.probed_function(i as u64 + 1, m, bid)?;
         }
+        for p in &st.probes.usdt {
+            s.probed_usdt(p)?;
+        }
         let now = procfs::clock_ns(libc::CLOCK_BOOTTIME);
         for &pid in &st.snapshot {
             s.snapshot(pid, now)?;

@@ -284,11 +284,43 @@ pub fn attach(
             }
             probes.attach_funcs(&sites, pid)?;
         }
+        attach_usdt(a, probes, lookup_pid, exe.as_deref())?;
         if pid > 0 {
             probes.add_target(pid as u32)?;
         }
     }
     Ok(probed)
+}
+
+/// Resolves the `--usdt` specs in one target's binaries (a running process, or a command
+/// not started) and attaches the probes not attached yet, paired (`--usdt-pair`).
+fn attach_usdt(
+    a: &RecordConfig,
+    probes: &mut Probes<'_>,
+    pid: Option<u32>,
+    exe: Option<&Path>,
+) -> Result<()> {
+    if a.usdt.is_empty() {
+        return Ok(());
+    }
+    let bins = match (pid, exe) {
+        (Some(p), _) => funcs::Binaries::of_pid(p)?,
+        (None, Some(exe)) => funcs::Binaries::of_command(exe)?,
+        (None, None) => bail!("--usdt needs a target process"),
+    };
+    let specs: Vec<funcs::usdt::UsdtSpec> =
+        a.usdt.iter().map(|s| s.parse()).collect::<Result<_>>()?;
+    let mut all = probes.usdt.clone();
+    funcs::usdt::resolve(&bins, &specs, &mut all)?;
+    funcs::usdt::pair(&mut all, &a.usdt_pair)?;
+    if !a.quiet {
+        for p in all.iter().skip(probes.usdt.len()) {
+            if let Some(why) = &p.unreadable {
+                eprintln!("ebrec: note: --usdt {}:{}: its argument spec cannot be read ({why}); libbpf may refuse it", p.provider, p.name);
+            }
+        }
+    }
+    probes.attach_usdt(&all)
 }
 
 /// The probe sites of `--alloc-fn`: each spec's allocation function and free function,

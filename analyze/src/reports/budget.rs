@@ -169,5 +169,6 @@ fn kind_name(kind: EventKind) -> &'static str {
         EventKind::Bio => "block I/O",
         EventKind::Runq => "run-queue",
         EventKind::Tcp => "TCP",
+        EventKind::Usdt => "USDT",
     }
 }

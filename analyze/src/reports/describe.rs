@@ -156,6 +156,15 @@ pub(crate) fn describe(
             ];
             (name, fields)
         }
+        Fields::Usdt { probe } => {
+            let (name, place) = (super::names::usdt_name(l, probe), place());
+            let fields = vec![
+                Field::marker("probe", "Probe", Text(name.clone())),
+                Field::marker("place", "In", Text(place.clone())),
+                Field::arg("in", Text(place)),
+            ];
+            (format!("usdt {name}"), fields)
+        }
         Fields::Syscall { nr, ret, .. } => {
             let (name, place) = (syscall_name(&l.header.arch, u64::from(nr)), place());
             let fields = vec![

@@ -48,6 +48,7 @@ pub fn flamegraph_by(
         (EventKind::Bio, _) => "Block I/O time".into(),
         (EventKind::Runq, _) => "Run-queue wait".into(),
         (EventKind::Tcp, _) => "TCP connects and accepts".into(),
+        (EventKind::Usdt, _) => "USDT probe hits".into(),
     });
     o.count_name = by.unit().to_string();
     o.colors = Palette::Basic(match kind {

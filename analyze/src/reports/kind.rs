@@ -16,11 +16,12 @@ pub enum EventKind {
     Bio,
     Runq,
     Tcp,
+    Usdt,
 }
 
 impl EventKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Alloc,
         EventKind::Lock,
         EventKind::Func,
@@ -31,6 +32,7 @@ impl EventKind {
         EventKind::Bio,
         EventKind::Runq,
         EventKind::Tcp,
+        EventKind::Usdt,
     ];
 
     /// The kinds whose events have a latency (what `ebsym heatmap` draws), and whose kernel
@@ -60,6 +62,7 @@ impl EventKind {
             EventKind::Bio => EventFamily::Bio,
             EventKind::Runq => EventFamily::Runq,
             EventKind::Tcp => EventFamily::Tcp,
+            EventKind::Usdt => EventFamily::Usdt,
         }
     }
 
@@ -91,7 +94,7 @@ impl EventKind {
             EventKind::Syscall => &[Latency, Count],
             EventKind::Bio => &[Latency, Bytes, Count],
             EventKind::Runq => &[Time, Count],
-            EventKind::Tcp => &[Count],
+            EventKind::Tcp | EventKind::Usdt => &[Count],
         }
     }
 
@@ -118,6 +121,7 @@ impl EventKind {
             EventKind::Syscall => &["latency", "count"],
             EventKind::Bio => &["latency", "bytes", "count"],
             EventKind::Runq => &["time", "count"],
+            EventKind::Usdt => &["count"],
             EventKind::Tcp => &["count"],
         }
     }

@@ -53,6 +53,7 @@ pub mod system;
 mod text;
 pub mod threads;
 mod top;
+pub mod usdt;
 pub mod wrappers;
 
 pub use crate::model::{Records, Trace};
@@ -71,6 +72,7 @@ pub use text::{empty_note, losses_text};
 pub use threads::{threads_from, ThreadsReport};
 pub use top::{
     top, top_from, top_grouped, top_with, BioRow, BytesRow, CpuRow, FuncRow, Group, LeakRow,
-    LockRow, OffCpuRow, Report, Row, RunqRow, SyscallRow, TcpStackRow, TopOptions,
+    LockRow, OffCpuRow, Report, Row, RunqRow, SyscallRow, TcpStackRow, TopOptions, UsdtRow,
 };
+pub use usdt::{usdt_latency_from, UsdtLatencyReport};
 pub use wrappers::{Site, WrapperRules};

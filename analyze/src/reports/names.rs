@@ -72,6 +72,18 @@ pub(crate) fn function_name(l: &Loaded, id: u64) -> String {
     probed_name(l, id).unwrap_or_else(|| format!("function {id}"))
 }
 
+/// A --usdt probe's name, `provider:name` ("usdt N" when the trace does not describe it).
+pub(crate) fn usdt_name(l: &Loaded, id: u64) -> String {
+    match l.usdt_probes.get(&id) {
+        Some(p) => format!(
+            "{}:{}",
+            l.tables.string(p.provider),
+            l.tables.string(p.name)
+        ),
+        None => format!("usdt {id}"),
+    }
+}
+
 /// The kernel's TCP state names (include/net/tcp_states.h).
 pub fn tcp_state_name(s: u32) -> &'static str {
     match s {

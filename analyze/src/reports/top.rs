@@ -120,6 +120,7 @@ pub enum Row {
     Bio(BioRow),
     Runq(RunqRow),
     Tcp(TcpStackRow),
+    Usdt(UsdtRow),
 }
 
 /// A row of `top --kind syscall`: the slow calls (past --syscalls' threshold) of one
@@ -178,6 +179,19 @@ pub struct TcpStackRow {
     pub frames: Vec<Frame>,
     /// "connect" or "accept".
     pub kind: &'static str,
+    /// The threads of these events (see `BytesRow::thread`).
+    pub thread: Option<String>,
+}
+
+/// A row of `top --kind usdt`: the hits of one USDT probe under one stack (no stack without
+/// --usdt-stack: a row per probe).
+#[derive(Debug, Clone, Serialize)]
+pub struct UsdtRow {
+    pub count: u64,
+    #[serde(serialize_with = "sorted_frames")]
+    pub frames: Vec<Frame>,
+    /// `provider:name`.
+    pub probe: String,
     /// The threads of these events (see `BytesRow::thread`).
     pub thread: Option<String>,
 }
@@ -334,6 +348,7 @@ impl Row {
             Row::Bio(r) => &r.frames,
             Row::Runq(r) => &r.frames,
             Row::Tcp(r) => &r.frames,
+            Row::Usdt(r) => &r.frames,
         }
     }
 
@@ -359,6 +374,7 @@ impl Row {
             Row::Bio(r) => r.thread.as_deref(),
             Row::Runq(r) => r.thread.as_deref(),
             Row::Tcp(r) => r.thread.as_deref(),
+            Row::Usdt(r) => r.thread.as_deref(),
         }
     }
 
@@ -393,6 +409,7 @@ impl Row {
             Row::Bio(r) => r.count,
             Row::Runq(r) => r.count,
             Row::Tcp(r) => r.count,
+            Row::Usdt(r) => r.count,
         }
     }
 
@@ -493,6 +510,7 @@ impl Row {
                 ("total_ns", num(r.total_ns)),
             ],
             Row::Tcp(r) => vec![("count", num(r.count)), ("kind", r.kind.to_string())],
+            Row::Usdt(r) => vec![("count", num(r.count)), ("probe", r.probe.clone())],
         }
     }
 }
@@ -817,7 +835,7 @@ fn add_totals(totals: &mut BTreeMap<String, u64>, kind: EventKind, agg: &Agg, d:
             *totals.entry("total_ns".into()).or_default() += agg.a;
             *totals.entry("bytes".into()).or_default() += agg.b;
         }
-        EventKind::Cpu | EventKind::Tcp => {}
+        EventKind::Cpu | EventKind::Tcp | EventKind::Usdt => {}
     }
     if d.2.is_some() {
         *totals.entry("idle_ns".into()).or_default() += agg.a;
@@ -942,6 +960,12 @@ fn row(
             } else {
                 "connect"
             },
+            thread,
+        }),
+        EventKind::Usdt => Row::Usdt(UsdtRow {
+            count: agg.count,
+            frames,
+            probe: super::names::usdt_name(l, sub),
             thread,
         }),
     }

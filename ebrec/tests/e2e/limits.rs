@@ -238,3 +238,47 @@ fn everything_at_once_with_the_smallest_ring_buffer_loses_only_what_it_counts() 
         assert!(f.is_some_and(|f| f.hits > 0), "{fam:?}: {:?}", t.families);
     }
 }
+
+/// USDT hits with stacks through a one-page ring buffer: every hit the program made is kept
+/// or lost, and each loss is in the file as a Lost record.
+#[test]
+fn usdt_with_the_smallest_ring_buffer_counts_its_losses() {
+    if !root() {
+        return;
+    }
+    let requests = 20_000u64;
+    let rec = common::record(
+        "usdt_server",
+        &[
+            "--usdt",
+            "usdt_server-fp:shop:*",
+            "--usdt-stack",
+            "--ringbuf-size",
+            "4096",
+        ],
+        &["--requests", &requests.to_string(), "--throw-every", "0"],
+    );
+    let e = expect_line(&rec.out, "usdt_server");
+    let made = 2 * requests + 1 + e["slow_enabled"].as_u64().unwrap();
+    let mut r = TraceReader::open(&rec.trace).unwrap();
+    let mut lost_records = 0;
+    let mut trailer = None;
+    for rec in r.by_ref() {
+        match rec.kind {
+            Some(Kind::Lost(l)) if l.family == EventFamily::Usdt as i32 => lost_records += l.count,
+            Some(Kind::Trailer(t)) => trailer = Some(t),
+            _ => {}
+        }
+    }
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    let t = trailer.expect("a trailer");
+    let f = t
+        .families
+        .iter()
+        .find(|f| f.family == EventFamily::Usdt as i32)
+        .expect("usdt stats");
+    eprintln!("usdt through one page: {f:?}");
+    assert_eq!(f.hits, made, "{f:?}");
+    assert_eq!(f.kept + f.lost + f.filtered, f.hits, "{f:?}");
+    assert_eq!(lost_records, f.lost, "{f:?}");
+}

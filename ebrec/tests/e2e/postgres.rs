@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// Debian's PostgreSQL binaries (/usr/lib/postgresql/N/bin), the newest N.
-fn pg_bin() -> Option<PathBuf> {
+pub(crate) fn pg_bin() -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
@@ -39,14 +39,14 @@ fn pg_bin() -> Option<PathBuf> {
 /// A PostgreSQL server of the test's own: a data directory under /var/tmp (owned by the
 /// postgres user, as initdb wants), on 127.0.0.1 and a free port; stopped and removed on
 /// drop.
-struct Server {
+pub(crate) struct Server {
     bin: PathBuf,
     dir: tempfile::TempDir,
     port: u16,
 }
 
 impl Server {
-    fn start(bin: &Path) -> Server {
+    pub(crate) fn start(bin: &Path) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("ebtrace-pg")
             .tempdir_in("/var/tmp")
@@ -117,7 +117,7 @@ impl Server {
     }
 
     /// The postmaster's pid (the first line of postmaster.pid).
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         let t = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid")).unwrap();
         t.lines().next().unwrap().trim().parse().unwrap()
     }
@@ -144,19 +144,30 @@ impl Server {
 
     /// pgbench running `script` with `clients` for `secs` seconds.
     fn pgbench(&self, script: &str, clients: u32, secs: u32) -> Child {
-        let f = self.dir.path().join(format!("script-{clients}-{secs}.sql"));
+        self.pgbench_with(script, clients, &["-T", &secs.to_string()])
+    }
+
+    /// pgbench running `script` with `clients`, each `transactions` times.
+    pub(crate) fn pgbench_transactions(
+        &self,
+        script: &str,
+        clients: u32,
+        transactions: u32,
+    ) -> Child {
+        self.pgbench_with(script, clients, &["-t", &transactions.to_string()])
+    }
+
+    fn pgbench_with(&self, script: &str, clients: u32, how: &[&str]) -> Child {
+        let f = self
+            .dir
+            .path()
+            .join(format!("script-{clients}-{}.sql", how.join("")));
         std::fs::write(&f, script).unwrap();
         Command::new(self.bin.join("pgbench"))
             .args(["-n", "-h", "127.0.0.1", "-U", "postgres", "-p"])
             .arg(self.port.to_string())
-            .args([
-                "-c",
-                &clients.to_string(),
-                "-j",
-                "2",
-                "-T",
-                &secs.to_string(),
-            ])
+            .args(["-c", &clients.to_string(), "-j", "2"])
+            .args(how)
             .arg("-f")
             .arg(&f)
             .arg("postgres")

@@ -513,3 +513,334 @@ impl Drop for Bpftrace {
         }
     }
 }
+
+// --- recording: ebrec record --usdt ---
+
+/// A recording's USDT probes by id: (provider, name, done id, arg count, signed bits),
+/// its hits, and the family's stats (kept, hits).
+struct UsdtTrace {
+    probes: std::collections::BTreeMap<u64, (String, String, u64, u32, u32)>,
+    hits: Vec<ebtrace_format::events::UsdtEvent>,
+    stats: (u64, u64),
+}
+
+fn usdt_trace(path: &Path) -> UsdtTrace {
+    use ebtrace_format::proto::{record::Kind, EventFamily};
+    let mut r = ebtrace_format::TraceReader::open(path).unwrap();
+    let mut tables = ebtrace_format::Tables::default();
+    let mut probes = std::collections::BTreeMap::new();
+    let mut hits = Vec::new();
+    let mut stats = (0, 0);
+    let mut raw = Vec::new();
+    for rec in r.by_ref() {
+        if tables.observe(&rec) {
+            continue;
+        }
+        match rec.kind {
+            Some(Kind::ProbedUsdt(p)) => raw.push(p),
+            Some(Kind::Usdts(b)) => {
+                use ebtrace_format::events::Family;
+                hits.extend(b.decode().unwrap());
+            }
+            Some(Kind::Stats(s)) => {
+                for f in s.families {
+                    if f.family == EventFamily::Usdt as i32 {
+                        stats = (f.kept, f.hits);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(r.damage().is_empty(), "{:?}", r.damage());
+    for p in raw {
+        let s = |id| tables.string(id).into_owned();
+        probes.insert(
+            p.id,
+            (s(p.provider), s(p.name), p.done, p.arg_count, p.arg_signed),
+        );
+    }
+    UsdtTrace {
+        probes,
+        hits,
+        stats,
+    }
+}
+
+impl UsdtTrace {
+    fn id(&self, name: &str) -> u64 {
+        *self
+            .probes
+            .iter()
+            .find(|(_, p)| p.1 == name)
+            .unwrap_or_else(|| panic!("no probe {name}: {:?}", self.probes))
+            .0
+    }
+    fn of(&self, name: &str) -> Vec<&ebtrace_format::events::UsdtEvent> {
+        let id = self.id(name);
+        self.hits.iter().filter(|e| e.probe == id).collect()
+    }
+}
+
+/// `ebrec record --usdt` on usdt_server's own probes: every hit the program says it made,
+/// with its arguments, the guarded probe enabled through its semaphore (the program saw it
+/// set), stacks with --usdt-stack, and request__start paired with request__done.
+#[test]
+fn record_counts_every_hit_with_its_arguments() {
+    if !common::root() {
+        return;
+    }
+    let (requests, every) = (25u64, 10u64);
+    let rec = common::record(
+        "usdt_server",
+        &["--usdt", "usdt_server-fp:shop:*", "--usdt-stack"],
+        &[
+            "--requests",
+            &requests.to_string(),
+            "--throw-every",
+            &every.to_string(),
+        ],
+    );
+    let e = common::expect_line(&rec.out, "usdt_server");
+    let throws = requests.div_ceil(every);
+    let slow = e["slow_enabled"].as_u64().unwrap();
+    assert_eq!(slow, requests - throws, "the semaphore was set: {e}");
+    let t = usdt_trace(&rec.trace);
+    assert_eq!(t.probes.len(), 4, "{:?}", t.probes);
+    let start = t.id("request__start");
+    assert_eq!(t.probes[&start].2, t.id("request__done"), "paired by name");
+    assert_eq!(t.probes[&start].3, 2);
+    assert_eq!(t.probes[&start].4, 0b11, "-8@ and -4@ are signed");
+    assert_eq!(t.of("request__start").len() as u64, requests);
+    assert_eq!(t.of("request__done").len() as u64, requests);
+    assert_eq!(t.of("idle").len(), 1);
+    assert_eq!(t.of("slow__request").len() as u64, slow);
+    let total = 2 * requests + 1 + slow;
+    assert_eq!(t.hits.len() as u64, total);
+    assert_eq!(t.stats, (total, total), "kept and hits");
+    // Arguments: (id, id % 3) at the start; (id, kind * 100, 3) at the guarded probe.
+    let got: BTreeSet<Vec<u64>> = t
+        .of("request__start")
+        .iter()
+        .map(|e| e.args.clone())
+        .collect();
+    let want: BTreeSet<Vec<u64>> = (0..requests).map(|id| vec![id, id % 3]).collect();
+    assert_eq!(got, want);
+    for s in t.of("slow__request") {
+        assert_eq!(s.args.len(), 3);
+        assert_ne!(s.args[0] % every, 0, "a throwing request never gets there");
+        assert_eq!(s.args[1], s.args[0] % 3 * 100);
+        assert_eq!(s.args[2], 3);
+    }
+    assert!(t.hits.iter().all(|e| e.stack != 0), "--usdt-stack");
+    // Each start is followed by its done on the same thread.
+    let done = t.id("request__done");
+    let mut open = 0;
+    let mut pairs = 0;
+    for h in &t.hits {
+        if h.probe == start {
+            open += 1;
+        } else if h.probe == done {
+            assert_eq!(open, 1, "a done without its start");
+            open -= 1;
+            pairs += 1;
+        }
+    }
+    assert_eq!(pairs, requests);
+    // ebsym pairs them the same, and counts hits per probe and stack.
+    let trace = rec.trace.to_str().unwrap();
+    let lat = common::ebsym_json(&["latency", trace, "--kind", "usdt"]);
+    let row = &lat["rows"][0];
+    assert_eq!(row["name"], "shop:request__start -> request__done", "{lat}");
+    assert_eq!(row["count"].as_u64(), Some(requests), "{lat}");
+    for k in ["nested", "unmatched_done", "open_at_end"] {
+        assert_eq!(row[k].as_u64(), Some(0), "{k}: {lat}");
+    }
+    let top = common::ebsym_json(&["top", trace, "--kind", "usdt"]);
+    let mut by_probe: std::collections::BTreeMap<String, u64> = Default::default();
+    for r in top["rows"].as_array().unwrap() {
+        *by_probe
+            .entry(r["probe"].as_str().unwrap().to_string())
+            .or_default() += r["count"].as_u64().unwrap();
+    }
+    assert_eq!(by_probe["shop:request__start"], requests, "{top}");
+    assert_eq!(by_probe["shop:slow__request"], slow, "{top}");
+    assert_eq!(by_probe["shop:idle"], 1, "{top}");
+}
+
+/// ebrec and bpftrace on one run of usdt_server: both count the guarded probe and the
+/// request's done probe, and agree with the program.
+#[test]
+fn record_counts_what_bpftrace_counts() {
+    if !common::root() {
+        return;
+    }
+    let exe = exe();
+    let (requests, every) = (40u64, 8u64);
+    let w = common::start_waiting_exe(
+        &exe,
+        &[
+            "--requests",
+            &requests.to_string(),
+            "--throw-every",
+            &every.to_string(),
+        ],
+    );
+    let pid = w.pid.to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let mut ebrec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["-p", &pid, "--usdt", "shop:slow__request", "--usdt"])
+        .arg(format!("{}:shop:request__done", exe.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(ebrec.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "ebrec: {said}");
+        said.push_str(&line);
+        if line.contains("recording to") {
+            break;
+        }
+    }
+    let script = format!(
+        "BEGIN {{ printf(\"attached\\n\"); }} \
+         usdt:{0}:shop:slow__request {{ @slow = count(); }} \
+         usdt:{0}:shop:request__done {{ @done = count(); }}",
+        exe.display()
+    );
+    let mut bt = Bpftrace::start(&pid, &script);
+    let rest = w.go();
+    let maps = bt.finish();
+    let st = ebrec.wait().unwrap();
+    let mut tail = String::new();
+    std::io::Read::read_to_string(&mut err, &mut tail).unwrap();
+    assert!(st.success(), "ebrec: {said}{tail}");
+    let e: Value = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("EXPECT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .expect("EXPECT line");
+    let slow = requests - requests.div_ceil(every);
+    assert_eq!(e["slow_enabled"].as_u64(), Some(slow), "{e}");
+    let t = usdt_trace(&trace);
+    let ours = (
+        t.of("slow__request").len() as u64,
+        t.of("request__done").len() as u64,
+    );
+    let theirs = (
+        maps.get("@slow").and_then(Value::as_u64).unwrap_or(0),
+        maps.get("@done").and_then(Value::as_u64).unwrap_or(0),
+    );
+    eprintln!("usdt counts (slow__request, request__done): ebrec {ours:?}, bpftrace {theirs:?}");
+    assert_eq!(ours, (slow, requests));
+    assert_eq!(theirs, ours);
+}
+
+/// A spec that names nothing is refused with one line naming the closest probes; one
+/// whose binary has no notes, or is not the target's, too.
+#[test]
+fn record_refuses_an_unknown_probe_with_the_closest() {
+    if !common::root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-q", "-o"])
+        .arg(dir.path().join("t.pb.zst"))
+        .args(["--usdt", "usdt_server-fp:shop:request__strat", "--"])
+        .arg(exe())
+        .output()
+        .unwrap();
+    let e = error(&out);
+    assert!(e.contains("no USDT probe shop:request__strat"), "{e}");
+    assert!(e.contains("closest: shop:request__start"), "{e}");
+    // A library without notes, and a file the target does not map.
+    for (spec, says) in [
+        ("libm.so.6:*:*", "no USDT probes in libm.so.6"),
+        ("libnope:*:*", "no file matching 'libnope'"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+            .args(["record", "-q", "-o"])
+            .arg(dir.path().join("t.pb.zst"))
+            .args(["--usdt", spec, "--"])
+            .arg(exe())
+            .output()
+            .unwrap();
+        let e = error(&out);
+        assert!(e.contains(says), "{spec}: {e}");
+    }
+}
+
+/// Debian's PostgreSQL under pgbench, its query probes recorded from the postmaster (the
+/// backends each connection forks are targets from their fork): one query__start and one
+/// query__done per statement pgbench sent, every one paired by ebsym.
+#[test]
+fn postgres_query_probes_count_every_statement() {
+    if !common::root() {
+        return;
+    }
+    let Some(bin) = crate::postgres::pg_bin() else {
+        eprintln!("\n*** SKIPPED: no PostgreSQL (scripts/setup test installs it) ***\n");
+        return;
+    };
+    let server = crate::postgres::Server::start(&bin);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("pg.pb.zst");
+    let mut ebrec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["-p", &server.pid().to_string()])
+        .args(["--usdt", "postgres:postgresql:query__start"])
+        .args(["--usdt", "postgres:postgresql:query__done"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(ebrec.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "ebrec: {said}");
+        said.push_str(&line);
+        if line.contains("recording to") {
+            break;
+        }
+    }
+    let (clients, transactions) = (4u32, 50u32);
+    // Three statements a transaction.
+    let script = "SELECT 1;\nSELECT 2;\nSELECT 3;\n";
+    let b = server
+        .pgbench_transactions(script, clients, transactions)
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        b.status.success(),
+        "pgbench: {}",
+        String::from_utf8_lossy(&b.stderr)
+    );
+    // SAFETY: plain kill(2) of the recorder this test started.
+    unsafe { libc::kill(ebrec.id() as i32, libc::SIGINT) };
+    let st = ebrec.wait().unwrap();
+    let mut tail = String::new();
+    std::io::Read::read_to_string(&mut err, &mut tail).unwrap();
+    assert!(st.success(), "ebrec: {said}{tail}");
+    let statements = u64::from(clients * transactions * 3);
+    let t = usdt_trace(&trace);
+    let (starts, dones) = (
+        t.of("query__start").len() as u64,
+        t.of("query__done").len() as u64,
+    );
+    eprintln!("postgres: {statements} statements sent, query__start {starts}, query__done {dones}");
+    assert_eq!((starts, dones), (statements, statements), "{tail}");
+    let lat = common::ebsym_json(&["latency", trace.to_str().unwrap(), "--kind", "usdt"]);
+    let row = &lat["rows"][0];
+    assert_eq!(
+        row["name"], "postgresql:query__start -> query__done",
+        "{lat}"
+    );
+    assert_eq!(row["count"].as_u64(), Some(statements), "{lat}");
+}

@@ -65,6 +65,7 @@ mod resolve;
 mod spec;
 mod suggest;
 mod symbols;
+pub mod usdt;
 
 pub use allocfn::AllocFnSpec;
 pub use resolve::{resolve_all, Binaries, FuncMatch};

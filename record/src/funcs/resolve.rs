@@ -174,6 +174,22 @@ impl Binaries {
         })
     }
 
+    /// What the binaries are, for messages ("process 1234").
+    pub(crate) fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The binaries a LIB part names ((name as the target sees it, where ebrec opens it);
+    /// all without LIB), or the one-line error `--func`'s LIB:SYMBOL gives.
+    pub(crate) fn files(&self, lib: Option<&str>) -> Result<Vec<(String, PathBuf)>> {
+        let mut extra = None;
+        let picked = self.select(lib, &mut extra)?;
+        Ok(picked
+            .into_iter()
+            .map(|b| (b.name.clone(), b.path.clone()))
+            .collect())
+    }
+
     /// Where ebrec opens each binary.
     pub fn paths(&self) -> Vec<PathBuf> {
         self.bins.iter().map(|b| b.path.clone()).collect()

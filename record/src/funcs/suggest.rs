@@ -45,7 +45,7 @@ pub(super) fn closest(query: &str, by_sig: bool, tables: &[&Table], n: usize) ->
     }
 }
 
-fn levenshtein(a: &[u8], b: &[u8]) -> usize {
+pub(super) fn levenshtein(a: &[u8], b: &[u8]) -> usize {
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
     for (i, &ca) in a.iter().enumerate() {

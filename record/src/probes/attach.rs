@@ -398,6 +398,37 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// Attaches the --usdt probes of `probes` not attached yet (those past `self.usdt`),
+    /// with libbpf's USDT support: every site of each, system-wide on its binary (the
+    /// program leaves other processes' hits alone: `is_target`), the probe's id as the
+    /// cookie; the kernel's uprobe reference counter enables a guarded probe's semaphore
+    /// in every process that maps the binary while the link lives.
+    pub fn attach_usdt(&mut self, probes: &[crate::funcs::usdt::UsdtProbe]) -> Result<()> {
+        let Some(pr) = &self.profile else {
+            return Ok(());
+        };
+        for p in probes.iter().skip(self.usdt.len()) {
+            let link = pr
+                .progs
+                .usdt_hit
+                .attach_usdt_with_opts(
+                    -1,
+                    &p.path,
+                    &p.provider,
+                    &p.name,
+                    libbpf_rs::UsdtOpts {
+                        cookie: p.id,
+                        ..Default::default()
+                    },
+                )
+                .with_context(|| format!("attaching USDT probe {p}"))?;
+            self.links.push(link);
+            self.attached.push(format!("usdt {p}"));
+            self.usdt.push(p.clone());
+        }
+        Ok(())
+    }
+
     /// Attaches the sampler's programs to the probe sites of the preloaded shim at `shim`
     /// (`--alloc-sampler preload`) for `pid` and its descendants; without `frees`, only the
     /// allocation site (--no-free).

@@ -305,6 +305,7 @@ impl<'obj> Probes<'obj> {
             filter_fds: Vec::new(),
             trace_probes: Vec::new(),
             attached: Vec::new(),
+            usdt: Vec::new(),
             stats_ok: stats_fd.is_some(),
             hub_shares: Default::default(),
             hub_every: Default::default(),
@@ -546,7 +547,7 @@ fn load_lock<'obj>(
     Ok(Some(open.load().map_err(|e| load_error("lock", e))?))
 }
 
-/// The profile object (--cpu, --offcpu, --memgrowth, --func), with the programs of the
+/// The profile object (--cpu, --offcpu, --memgrowth, --func, --usdt), with the programs of the
 /// families on.
 fn load_profile<'obj>(
     sh: &Shared<'_>,
@@ -562,6 +563,7 @@ fn load_profile<'obj>(
     let ro = open.maps.rodata_data.as_deref_mut().context("no rodata")?;
     ro.all_processes = cfg.all;
     ro.func_args = cfg.func_args.min(6);
+    ro.usdt_stack = cfg.usdt_stack;
     ro.page_size = procfs::page_size() as u64;
     ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
     ro.offcpu_rseq_mode = cfg.offcpu_rseq;
@@ -583,6 +585,8 @@ fn load_profile<'obj>(
             cfg.memgrowth
         } else if name.starts_with("func_") {
             cfg.func
+        } else if name.starts_with("usdt_") {
+            cfg.usdt
         } else {
             true // prof_fork, prof_exit
         };

@@ -105,13 +105,21 @@ pub struct ProbeConfig {
     pub runq_unit_ns: u64,
     /// --tcp.
     pub tcp: bool,
+    /// --usdt: whether any probe is attached (the probes come later, per target).
+    pub usdt: bool,
+    /// --usdt-stack.
+    pub usdt_stack: bool,
     /// Kernel BPF stats on (--max-cpu, --bpf-stats).
     pub bpf_stats: bool,
 }
 
 impl ProbeConfig {
     fn profile(&self) -> bool {
-        self.cpu_hz.is_some() || self.offcpu_min_ns.is_some() || self.memgrowth || self.func
+        self.cpu_hz.is_some()
+            || self.offcpu_min_ns.is_some()
+            || self.memgrowth
+            || self.func
+            || self.usdt
     }
     /// Whether any family of the system object (bpf/system.bpf.c) is on.
     pub fn system(&self) -> bool {
@@ -138,6 +146,8 @@ pub struct Probes<'obj> {
     /// Dropped after the events (field order): a probe in use cannot be removed.
     trace_probes: Vec<perf::TraceProbe>,
     pub attached: Vec<String>,
+    /// The --usdt probes attached (see `attach_usdt`), in id order.
+    pub usdt: Vec<crate::funcs::usdt::UsdtProbe>,
     /// The kernel's BPF stats, on while this fd is open (`set_stats`).
     stats_fd: std::cell::RefCell<Option<OwnedFd>>,
     /// They could be turned on (--bpf-stats or --max-cpu, and the kernel let us).

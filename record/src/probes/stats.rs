@@ -94,6 +94,8 @@ impl<'obj> Probes<'obj> {
                     F::MemGrowth
                 } else if name.starts_with("func_") {
                     F::Func
+                } else if name.starts_with("usdt_") {
+                    F::Usdt
                 } else {
                     F::Unspecified
                 };

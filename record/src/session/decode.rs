@@ -156,6 +156,7 @@ impl Session<'_> {
             t if t == EventFamily::Bio as u32 => self.decode_bio(&h, g, data)?,
             t if t == EventFamily::Runq as u32 => self.decode_runq(&h, g, data)?,
             t if t == EventFamily::Tcp as u32 => self.decode_tcp(&h, g, data)?,
+            t if t == EventFamily::Usdt as u32 => self.decode_usdt(&h, g, data)?,
             _ => self.malformed += 1,
         }
         Ok(())
@@ -368,6 +369,36 @@ impl Session<'_> {
             ret: e.ret,
         })?;
         self.kept[EventFamily::Func] += 1;
+        Ok(())
+    }
+
+    /// Decodes and writes a --usdt hit, of generation `g` (stack 0 without --usdt-stack).
+    fn decode_usdt(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
+        let e: probes::usdt_event = probes::read_event(data);
+        let stack = if e.nframes == 0 && e.copy_id == 0 {
+            0
+        } else {
+            self.stack(
+                g,
+                RawStack {
+                    user: &e.ips,
+                    n: e.nframes,
+                    kernel: &[],
+                    flags: e.flags,
+                    copy_id: e.copy_id,
+                },
+            )?
+        };
+        let nargs = (e.nargs as usize).min(e.args.len());
+        self.w.usdt(&UsdtEvent {
+            time_ns: h.time_ns,
+            generation: g,
+            tid: h.tid,
+            stack,
+            probe: e.probe,
+            args: e.args[..nargs].to_vec(),
+        })?;
+        self.kept[EventFamily::Usdt] += 1;
         Ok(())
     }
 

@@ -22,14 +22,14 @@ use crate::procfs;
 use anyhow::Result;
 use ebtrace_format::events::{
     AllocEvent, BioEvent, CpuSample, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent, OffCpuEvent,
-    RunqEvent, SyscallEvent, TcpEvent,
+    RunqEvent, SyscallEvent, TcpEvent, UsdtEvent,
 };
 use ebtrace_format::family::PerFamily;
 use ebtrace_format::proto::{
     record::Kind, AllocKind, BlockDevice, ClockSync, EventFamily, FamilyStats, KernelSymbols,
-    LockSource, LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction, Process,
-    ProcessEvent, ProgramStats, Record, Stack, StackFlag, Stats, TcpConnection, TcpEventKind,
-    Trailer, UnwindTables, UserStackCopy, VdsoImage,
+    LockSource, LossReason, Lost, Mapping, MappingSource, MemGrowthKind, ProbedFunction,
+    ProbedUsdt, Process, ProcessEvent, ProgramStats, Record, Stack, StackFlag, Stats,
+    TcpConnection, TcpEventKind, Trailer, UnwindTables, UserStackCopy, VdsoImage,
 };
 use ebtrace_format::TraceWriter;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -119,6 +119,8 @@ pub struct Session<'a> {
     pending_copies: BTreeMap<u64, PendingCopy>,
     /// The --func functions, to describe again in a new file (--rotate).
     probed: Vec<(u64, crate::funcs::FuncMatch, Vec<u8>)>,
+    /// The --usdt probes, to describe again in a new file (--rotate).
+    probed_usdt: Vec<crate::funcs::usdt::UsdtProbe>,
     /// Events whose stack copy never came (lost in the ring buffer, or dropped from
     /// `pending_copies`): they keep the frame-pointer stack. Shown in the exit summary.
     pub copies_missing: u64,
@@ -188,6 +190,7 @@ impl<'a> Session<'a> {
             waker_frames_dropped: 0,
             threads: Default::default(),
             probed: Vec::new(),
+            probed_usdt: Vec::new(),
             malformed: 0,
             last_counters: BTreeMap::new(),
             sideband_lost: 0,
@@ -243,6 +246,34 @@ impl<'a> Session<'a> {
                 address: m.vaddr,
                 min_duration_ns: m.min_ns,
             })),
+        })?;
+        Ok(())
+    }
+
+    /// Describes a --usdt probe (ProbedUsdt), before any of its hits.
+    pub fn probed_usdt(&mut self, p: &crate::funcs::usdt::UsdtProbe) -> Result<()> {
+        self.probed_usdt.push(p.clone());
+        let mut s = |b: &str| self.w.intern_string(b.as_bytes());
+        let r = ProbedUsdt {
+            id: p.id,
+            path: s(&p.binary)?,
+            build_id: 0,
+            provider: s(&p.provider)?,
+            name: s(&p.name)?,
+            args_spec: s(&p.args_spec)?,
+            arg_count: p.arg_count,
+            arg_signed: p.arg_signed,
+            offset: p.offset,
+            semaphore: p.semaphore,
+            done: p.done,
+        };
+        let build_id = if p.build_id.is_empty() {
+            0
+        } else {
+            self.w.intern_build_id(&p.build_id)?
+        };
+        self.w.write_record(&Record {
+            kind: Some(Kind::ProbedUsdt(ProbedUsdt { build_id, ..r })),
         })?;
         Ok(())
     }

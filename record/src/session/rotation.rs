@@ -108,6 +108,9 @@ impl Session<'_> {
         for (id, m, bid) in std::mem::take(&mut self.probed) {
             self.probed_function(id, &m, &bid)?;
         }
+        for p in std::mem::take(&mut self.probed_usdt) {
+            self.probed_usdt(&p)?;
+        }
         Ok(())
     }
 }

@@ -195,6 +195,7 @@ fn timeline_extra(v: &EventView) -> u64 {
     match v.fields {
         Fields::Lock { hold_ns, .. } => hold_ns,
         Fields::Func { function } => function,
+        Fields::Usdt { probe } => probe,
         Fields::OffCpu { state, .. } => u64::from(state),
         Fields::Syscall { nr, .. } => u64::from(nr),
         Fields::Bio { bytes, .. } => bytes,
