@@ -30,6 +30,7 @@ pub mod glob;
 pub use ebtrace_format::hash;
 pub mod histogram;
 pub mod info;
+pub mod interned;
 pub mod model;
 pub mod pprof;
 pub mod reports;

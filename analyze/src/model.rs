@@ -10,6 +10,8 @@ use std::io::Read;
 use std::path::Path;
 
 pub use crate::event::Event;
+pub use crate::interned::Frame;
+use crate::interned::{IFrame, Names, NO_FILE};
 
 /// What to keep: the report's filters.
 #[derive(Debug, Clone, Default)]
@@ -48,38 +50,6 @@ pub struct MappingInfo {
     pub path: String,
     /// Lowercase hex, "" when none.
     pub build_id: String,
-}
-
-/// A frame as reports show it.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Frame {
-    pub function: String,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub inlined: bool,
-    pub module: String,
-    /// Runtime address, hex.
-    pub address: String,
-}
-
-impl Frame {
-    /// `function (file:line)`, with inlined frames marked; kernel functions as
-    /// `function [kernel]` or `function [kernel:module]`.
-    pub fn display(&self) -> String {
-        let mut s = self.function.clone();
-        if let (Some(f), Some(l)) = (&self.file, self.line) {
-            s.push_str(&format!(" ({f}:{l})"));
-        }
-        if self.inlined {
-            s.push_str(" [inlined]");
-        }
-        // Kernel functions say they are, and in which module.
-        if self.module.starts_with("[kernel") && !self.function.starts_with("[kernel]") {
-            s.push(' ');
-            s.push_str(&self.module);
-        }
-        s
-    }
 }
 
 /// Losses a report must state.
@@ -212,6 +182,8 @@ pub struct Loaded {
     pub block_devices: HashMap<u32, ebtrace_format::proto::BlockDevice>,
     /// TCP connections by id (`TcpConnection` records).
     pub tcp_connections: HashMap<u64, ebtrace_format::proto::TcpConnection>,
+    /// The names of the frames resolved so far, each once ([`Loaded::interned_frames`]).
+    pub names: Names,
 }
 
 /// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
@@ -733,12 +705,36 @@ impl Loaded {
     /// The frames of stack `id`, leaf first, inlined frames expanded (innermost first).
     /// Counts unresolved frames in `losses` (once per call: call it once per stack).
     pub fn frames(&mut self, id: u64) -> Vec<Frame> {
-        self.frames_and_mappings(id).0
+        let f = self.resolve(id, None);
+        self.names.frames(&f)
     }
 
     /// [`Loaded::frames`], with the mapping of each frame (None for kernel frames and
     /// frames outside any mapping).
     pub fn frames_and_mappings(&mut self, id: u64) -> (Vec<Frame>, Vec<Option<MappingInfo>>) {
+        let mut maps = Vec::new();
+        let f = self.resolve(id, Some(&mut maps));
+        (self.names.frames(&f), maps)
+    }
+
+    /// [`Loaded::frames`] with their names interned in [`Loaded::names`]: what reports
+    /// group and compare stacks by, making [`Frame`]s only for the rows they print.
+    pub fn interned_frames(&mut self, id: u64) -> Vec<IFrame> {
+        self.resolve(id, None)
+    }
+
+    /// [`Loaded::interned_frames`], with the mapping of each frame.
+    pub fn interned_frames_and_mappings(
+        &mut self,
+        id: u64,
+    ) -> (Vec<IFrame>, Vec<Option<MappingInfo>>) {
+        let mut maps = Vec::new();
+        let f = self.resolve(id, Some(&mut maps));
+        (f, maps)
+    }
+
+    /// The interned frames of stack `id`, and with `maps` each frame's mapping.
+    fn resolve(&mut self, id: u64, mut maps: Option<&mut Vec<Option<MappingInfo>>>) -> Vec<IFrame> {
         let Some(StackIps {
             generation,
             n_kernel,
@@ -746,12 +742,13 @@ impl Loaded {
             exact,
         }) = self.stack_ips(id)
         else {
-            return (Vec::new(), Vec::new());
+            return Vec::new();
         };
         let mut out = Vec::with_capacity(ips.len());
-        let mut maps: Vec<Option<MappingInfo>> = Vec::with_capacity(ips.len());
         for (i, &ip) in ips.iter().enumerate() {
-            maps.resize(out.len(), None);
+            if let Some(m) = maps.as_deref_mut() {
+                m.resize(out.len(), None);
+            }
             // The leaf, and the instruction a signal interrupted, are exact addresses.
             let leaf = i == 0
                 || i == n_kernel
@@ -761,85 +758,103 @@ impl Loaded {
             // a leaf at an address that is also a return address elsewhere (a sample just
             // after a call came back) stays a different location in pprof.
             let lookup = if leaf { ip } else { ip.wrapping_sub(1) };
-            let address = format!("{lookup:#x}");
             if i < n_kernel {
-                out.push(self.kernel_frame(lookup, address));
+                out.push(self.kernel_frame(lookup));
                 continue;
             }
-            let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX) else {
-                let f = self.unmapped_frame(address);
+            let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX).cloned() else {
+                let f = self.unmapped_frame(lookup);
                 out.push(f);
                 continue;
             };
-            let (module, short, build_id) = module_names(&mut self.modules, &self.tables, m);
-            let info = MappingInfo {
-                start: m.start,
-                end: m.end,
-                file_offset: m.file_offset,
-                path: module.clone(),
-                build_id,
-            };
             let first = out.len();
-            // The kernel's uprobes page (a return probe's trampoline, a single-step slot):
-            // named for what it is, never as a function of the program.
-            if module.as_bytes() == ebtrace_format::tables::UPROBES_PATH {
-                if let Some(u) = self.tables.uprobes_frame(m, ip) {
-                    out.push(Frame {
-                        function: u.name().into(),
-                        file: None,
-                        line: None,
-                        inlined: false,
-                        module,
-                        address,
-                    });
-                    maps.resize(first, None);
-                    maps.resize(out.len(), Some(info));
-                    continue;
-                }
+            self.mapped_frames(m, lookup, ip, &mut out);
+            if let Some(maps) = maps.as_deref_mut() {
+                let (path, _, build_id) = module_names(&mut self.modules, &self.tables, &m);
+                maps.resize(first, None);
+                maps.resize(
+                    out.len(),
+                    Some(MappingInfo {
+                        start: m.start,
+                        end: m.end,
+                        file_offset: m.file_offset,
+                        path,
+                        build_id,
+                    }),
+                );
             }
-            let offset = lookup.wrapping_sub(m.start).wrapping_add(m.file_offset);
-            match self.symbols.get(&(m.build_id, offset)) {
-                Some((frames, _)) if !frames.is_empty() => {
-                    for f in frames {
-                        out.push(Frame {
-                            function: self.tables.string(f.function).into_owned(),
-                            file: (f.file != 0).then(|| self.tables.string(f.file).into_owned()),
-                            line: (f.line != 0).then_some(f.line),
-                            inlined: f.inlined,
-                            module: module.clone(),
-                            address: address.clone(),
-                        });
-                    }
-                }
-                other => {
-                    let reason = match other {
-                        Some((_, r)) => ebtrace_format::proto::UnresolvedReason::try_from(*r)
-                            .map(|r| crate::info::enum_name(r.as_str_name(), "UNRESOLVED_REASON_"))
-                            .unwrap_or_default(),
-                        None if m.build_id == 0 => "no build-id".into(),
-                        None if !self.losses.symbolized => "not symbolized".into(),
-                        None => "not in the symbolization".into(),
-                    };
-                    *self
-                        .losses
-                        .unresolved_frames
-                        .entry(format!("{short}: {reason}"))
-                        .or_default() += 1;
-                    out.push(Frame {
-                        function: format!("{short}+{offset:#x}"),
-                        file: None,
-                        line: None,
-                        inlined: false,
-                        module,
-                        address,
-                    });
-                }
-            }
-            maps.resize(first, None);
-            maps.resize(out.len(), Some(info));
         }
-        maps.resize(out.len(), None);
-        (out, maps)
+        if let Some(m) = maps {
+            m.resize(out.len(), None);
+        }
+        out
+    }
+
+    /// The frames of address `lookup` (`ip` as recorded) in mapping `m`: the uprobes page's
+    /// name, the symbolizer's frames, or the module and offset counted unresolved.
+    fn mapped_frames(
+        &mut self,
+        m: ebtrace_format::proto::Mapping,
+        lookup: u64,
+        ip: u64,
+        out: &mut Vec<IFrame>,
+    ) {
+        let module = self.names.of_table(&self.tables, m.path);
+        let frame = |function, module| IFrame {
+            function,
+            file: NO_FILE,
+            line: None,
+            inlined: false,
+            module,
+            address: lookup,
+        };
+        // The kernel's uprobes page (a return probe's trampoline, a single-step slot):
+        // named for what it is, never as a function of the program.
+        if self.names.get(module).as_bytes() == ebtrace_format::tables::UPROBES_PATH {
+            if let Some(u) = self.tables.uprobes_frame(&m, ip) {
+                out.push(frame(self.names.intern(u.name()), module));
+                return;
+            }
+        }
+        let offset = lookup.wrapping_sub(m.start).wrapping_add(m.file_offset);
+        match self.symbols.get(&(m.build_id, offset)) {
+            Some((frames, _)) if !frames.is_empty() => {
+                for f in frames {
+                    out.push(IFrame {
+                        function: self.names.of_table(&self.tables, f.function),
+                        file: if f.file != 0 {
+                            self.names.of_table(&self.tables, f.file)
+                        } else {
+                            NO_FILE
+                        },
+                        line: (f.line != 0).then_some(f.line),
+                        inlined: f.inlined,
+                        module,
+                        address: lookup,
+                    });
+                }
+            }
+            other => {
+                let reason = match other {
+                    Some((_, r)) => ebtrace_format::proto::UnresolvedReason::try_from(*r)
+                        .map(|r| crate::info::enum_name(r.as_str_name(), "UNRESOLVED_REASON_"))
+                        .unwrap_or_default(),
+                    None if m.build_id == 0 => "no build-id".into(),
+                    None if !self.losses.symbolized => "not symbolized".into(),
+                    None => "not in the symbolization".into(),
+                };
+                let (_, short, _) = module_names(&mut self.modules, &self.tables, &m);
+                *self
+                    .losses
+                    .unresolved_frames
+                    .entry(format!("{short}: {reason}"))
+                    .or_default() += 1;
+                out.push(frame(
+                    self.names.intern(&format!("{short}+{offset:#x}")),
+                    module,
+                ));
+            }
+        }
     }
 
     /// Stack `id`'s addresses, the user ips of its offline unwinding when it has them;
@@ -888,19 +903,19 @@ impl Loaded {
     }
 
     /// The frame of an address outside any mapping, counted unresolved.
-    fn unmapped_frame(&mut self, address: String) -> Frame {
+    fn unmapped_frame(&mut self, lookup: u64) -> IFrame {
         *self
             .losses
             .unresolved_frames
             .entry("outside any mapping".into())
             .or_default() += 1;
-        Frame {
-            function: format!("[unknown] {address}"),
-            file: None,
+        IFrame {
+            function: self.names.intern(&format!("[unknown] {lookup:#x}")),
+            file: NO_FILE,
             line: None,
             inlined: false,
-            module: String::new(),
-            address,
+            module: self.names.intern(""),
+            address: lookup,
         }
     }
 
@@ -933,31 +948,25 @@ impl Loaded {
     /// The frame of kernel address `ip` (`lookup`: the address to look up, `ip - 1` for
     /// return addresses): the function of the covering kernel symbol, or `[kernel] ADDR`
     /// counted as unresolved.
-    fn kernel_frame(&mut self, lookup: u64, address: String) -> Frame {
-        match self.kernel_symbol(lookup) {
-            Some((function, module, _)) => Frame {
-                function,
-                file: None,
-                line: None,
-                inlined: false,
-                module,
-                address,
-            },
+    fn kernel_frame(&mut self, lookup: u64) -> IFrame {
+        let (function, module) = match self.kernel_symbol(lookup) {
+            Some((function, module, _)) => (function, module),
             None => {
                 *self
                     .losses
                     .unresolved_frames
                     .entry("[kernel]: no kernel symbol".into())
                     .or_default() += 1;
-                Frame {
-                    function: format!("[kernel] {address}"),
-                    file: None,
-                    line: None,
-                    inlined: false,
-                    module: "[kernel]".into(),
-                    address,
-                }
+                (format!("[kernel] {lookup:#x}"), "[kernel]".to_string())
             }
+        };
+        IFrame {
+            function: self.names.intern(&function),
+            file: NO_FILE,
+            line: None,
+            inlined: false,
+            module: self.names.intern(&module),
+            address: lookup,
         }
     }
 }

@@ -383,7 +383,7 @@ fn info_reports_a_clean_trace_exactly() {
     assert_eq!(
         j["events"],
         json!({"alloc": 5, "free": 3, "lock": 2, "func": 0, "cpu": 0, "offcpu": 0, "memgrowth": 0,
-            "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "histogram_rows": 0})
+            "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "usdt": 0, "histogram_rows": 0})
     );
     assert_eq!(j["stacks"], 2);
     assert_eq!(j["stack_copies"], 0);
@@ -516,7 +516,7 @@ fn info_reports_a_cut_trace_with_the_complete_chunks() {
     assert_eq!(
         j["events"],
         json!({"alloc": 3, "free": 2, "lock": 1, "func": 0, "cpu": 0, "offcpu": 0, "memgrowth": 0,
-            "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "histogram_rows": 0})
+            "syscall": 0, "bio": 0, "runq": 0, "tcp": 0, "usdt": 0, "histogram_rows": 0})
     );
     assert_eq!(
         j["span"],

@@ -174,8 +174,9 @@ impl Passed {
         &mut self.loaded
     }
 
-    /// The merged stacks of `kind`, and the losses after merging them.
-    fn merged(&mut self, kind: EventKind) -> (Vec<Merged>, Losses) {
+    /// Merges the stacks of `kind` once: the merged stacks and the losses after merging
+    /// them, in `self.merged`.
+    fn merge_once(&mut self, kind: EventKind) {
         if !self.merged.contains_key(&kind) {
             let sink = self
                 .stacks
@@ -185,13 +186,20 @@ impl Passed {
             let losses = self.loaded.losses.clone();
             self.merged.insert(kind, (merged, losses));
         }
+    }
+
+    /// The merged stacks of `kind`, and the losses after merging them.
+    fn merged(&mut self, kind: EventKind) -> (Vec<Merged>, Losses) {
+        self.merge_once(kind);
         self.merged[&kind].clone()
     }
 
-    /// `top_from` of the trace: the `n` stacks of `kind` with the most `by`.
+    /// `top_from` of the trace: the `n` stacks of `kind` with the most `by` (the merged
+    /// stacks read in place, not copied).
     pub(crate) fn top(&mut self, kind: EventKind, by: Measure, n: usize) -> Report {
-        let (merged, losses) = self.merged(kind);
-        self.loaded.losses = losses;
+        self.merge_once(kind);
+        let (merged, losses) = &self.merged[&kind];
+        self.loaded.losses = losses.clone();
         let opts = TopOptions {
             kind,
             by,

@@ -8,10 +8,11 @@ use super::text::empty_note;
 use crate::event::Fields;
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
+use crate::interned::{FrameIds, IFrame, Names};
 use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
 use ebtrace_format::events::AggregateRow;
 use ebtrace_format::TraceReader;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What was aggregated under one stack (and sub-key: mutex, probed function).
@@ -338,52 +339,76 @@ impl StackSink {
             self.add_inuse(l, o);
         }
         budget_notes(l, kind);
-        type Key = (u64, String, FrameKey);
-        let mut merged: BTreeMap<Key, Merged> = BTreeMap::new();
+        // Merged by (sub key, thread, frames' ids): hashed, no name compared.
+        type Key = (u64, String, FrameIds);
+        let mut index: FastMap<Key, usize> = FastMap::default();
+        let mut merged: Vec<(Key, Merged)> = Vec::new();
         let mut keys: Vec<StackKey> = self.by_stack.keys().copied().collect();
         keys.sort_unstable();
-        // Each stack key's merged key, for the links of lock waits.
-        let mut merged_key: HashMap<StackKey, Key> = HashMap::new();
+        // Each stack key's merged index, for the links of lock waits.
+        let mut merged_at: HashMap<StackKey, usize> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
-        let mut resolved: Option<(u64, Vec<Frame>, Vec<Option<MappingInfo>>)> = None;
+        let mut resolved: Option<(u64, Vec<IFrame>, Vec<Option<MappingInfo>>)> = None;
         for key in keys {
             let agg = self.by_stack.remove(&key).unwrap();
             if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
-                let (f, m) = l.frames_and_mappings(key.0);
+                let (f, m) = l.interned_frames_and_mappings(key.0);
                 resolved = Some((key.0, f, m));
             }
             let (_, frames, mappings) = resolved.as_ref().unwrap();
             let thread = self.thread_of(l, key);
-            let mk = (key.1, thread, frame_key(frames));
-            if !self.links.is_empty() {
-                merged_key.insert(key, mk.clone());
-            }
-            let e = merged.entry(mk).or_insert_with(|| Merged {
-                sub: key.1,
-                thread: None,
-                site: None,
-                frames: frames.clone(),
-                mappings: mappings.clone(),
-                agg: Agg::default(),
+            let mk = (key.1, thread, Names::ids(frames));
+            let i = *index.entry(mk).or_insert_with_key(|mk| {
+                merged.push((
+                    mk.clone(),
+                    Merged {
+                        sub: key.1,
+                        thread: None,
+                        site: None,
+                        frames: l.names.frames(frames),
+                        mappings: mappings.clone(),
+                        agg: Agg::default(),
+                    },
+                ));
+                merged.len() - 1
             });
-            e.agg.add(agg);
+            if !self.links.is_empty() {
+                merged_at.insert(key, i);
+            }
+            merged[i].1.agg.add(agg);
         }
+        drop(index);
         for ((m, c), n) in std::mem::take(&mut self.links) {
-            let (Some(mk), Some(ck)) = (merged_key.get(&m), merged_key.get(&c)) else {
+            let (Some(&mi), Some(&ci)) = (merged_at.get(&m), merged_at.get(&c)) else {
                 continue;
             };
-            if !merged[mk]
+            if !merged[mi]
+                .1
                 .frames
                 .iter()
                 .any(|f| in_condvar_wait(&f.function))
             {
                 continue;
             }
-            merged.get_mut(mk).unwrap().agg.after_condvar += n;
-            merged.get_mut(ck).unwrap().agg.contended_reacquires += n;
+            merged[mi].1.agg.after_condvar += n;
+            merged[ci].1.agg.contended_reacquires += n;
         }
+        // The fixed order: sub key, thread, then the frames as their names sort (ids
+        // compared by their names' ranks).
+        let rank = l.names.ranks();
+        let ranked = |ids: &FrameIds| -> Vec<(u32, u32, Option<u32>, bool)> {
+            ids.iter()
+                .map(|&(f, file, line, inl)| (rank[f as usize], rank[file as usize], line, inl))
+                .collect()
+        };
+        let mut merged: Vec<_> = merged
+            .into_iter()
+            .map(|((sub, thread, ids), m)| ((sub, thread, ranked(&ids)), m))
+            .collect();
+        merged.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         merged
-            .into_values()
+            .into_iter()
+            .map(|(_, m)| m)
             .map(|mut m| {
                 m.thread = super::threads::label_of(l, &m.agg.threads);
                 m

@@ -602,7 +602,7 @@ pub struct TopOptions<'a> {
 /// the condvar waits that were contention, then the rest.
 pub fn top_with(trace: impl Trace, opts: &TopOptions) -> Report {
     let (mut l, merged) = merge(trace, opts.kind, opts.filter, false);
-    top_of(&mut l, merged, opts)
+    top_of(&mut l, &merged, opts)
 }
 
 /// What a row of `top` (or `leaks`) is: a stack (the default), a stack of one thread
@@ -660,7 +660,7 @@ pub fn top_grouped(
     } else {
         merged
     };
-    let mut r = top_of(&mut l, merged, opts);
+    let mut r = top_of(&mut l, &merged, opts);
     r.group = group.name();
     r.wrappers_learnt = learnt;
     r
@@ -767,8 +767,8 @@ fn decide(kind: EventKind, m: &Merged, idle: &IdleRules) -> Decision {
 }
 
 /// The `opts.n` stacks of `opts.kind` with the most `opts.by`, of `merged`, the stacks
-/// merged from the trace `l` was read into.
-pub(crate) fn top_of(l: &mut Loaded, merged: Vec<Merged>, opts: &TopOptions) -> Report {
+/// merged from the trace `l` was read into (only the rows shown are copied out of it).
+pub(crate) fn top_of(l: &mut Loaded, merged: &[Merged], opts: &TopOptions) -> Report {
     let TopOptions {
         kind,
         by,
@@ -780,7 +780,7 @@ pub(crate) fn top_of(l: &mut Loaded, merged: Vec<Merged>, opts: &TopOptions) -> 
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
     let mut totals: BTreeMap<String, u64> = BTreeMap::new();
-    let mut scored: Vec<((bool, u8, u64), Merged, Decision)> = Vec::with_capacity(merged.len());
+    let mut scored: Vec<((bool, u8, u64), &Merged, Decision)> = Vec::with_capacity(merged.len());
     if matches!(kind, EventKind::Lock | EventKind::OffCpu) {
         totals.insert("idle_ns".into(), 0);
     }
@@ -788,7 +788,7 @@ pub(crate) fn top_of(l: &mut Loaded, merged: Vec<Merged>, opts: &TopOptions) -> 
         totals.insert("contention_wait_ns".into(), 0);
     }
     for m in merged {
-        let d = decide(kind, &m, idle);
+        let d = decide(kind, m, idle);
         add_totals(&mut totals, kind, &m.agg, &d);
         let key = rank(kind, by, &m.agg, &d);
         scored.push((key, m, d));
@@ -799,7 +799,7 @@ pub(crate) fn top_of(l: &mut Loaded, merged: Vec<Merged>, opts: &TopOptions) -> 
     let mut rows: Vec<Row> = Vec::with_capacity(n.min(scored.len()));
     let mut histograms = Vec::new();
     for (_, m, d) in scored.into_iter().take(n) {
-        rows.push(row(l, kind, m, d, &mut histograms));
+        rows.push(row(l, kind, m.clone(), d, &mut histograms));
     }
     Report {
         kind: kind.name().into(),

@@ -3,12 +3,11 @@
 //! report beside it.
 use super::options::HeapOptions;
 use super::sink::HeapSink;
-use crate::hash::IdMap;
+use crate::hash::{FastMap, IdMap};
+use crate::interned::{FrameIds, Names};
 use crate::model::Loaded;
 use crate::reports::leaks::LeakSink;
-use crate::reports::stacks::{frame_key, FrameKey};
 use crate::reports::top::{Report, Row};
-use std::collections::BTreeMap;
 
 /// A stack's blocks never freed: bytes to act on, bytes held by design, and what holds
 /// them.
@@ -18,8 +17,8 @@ pub(super) type LeakedBytes = (u64, u64, Option<String>);
 pub(super) struct Leaked {
     /// The leak report (every row).
     pub(super) report: Report,
-    /// Its rows' bytes by their frames.
-    pub(super) by_frames: BTreeMap<FrameKey, LeakedBytes>,
+    /// Its rows' bytes by their frames' ids.
+    pub(super) by_frames: FastMap<FrameIds, LeakedBytes>,
     /// Blocks never freed per stack id.
     pub(super) never_freed: IdMap<u64>,
 }
@@ -57,7 +56,7 @@ impl HeapSink {
         l.losses = saved;
         l.losses.damage.extend(leak_damage);
         Leaked {
-            by_frames: by_frames(&leak),
+            by_frames: by_frames(&leak, &mut l.names),
             report: leak,
             never_freed,
         }
@@ -65,12 +64,12 @@ impl HeapSink {
 }
 
 /// The leak report's rows' bytes by their frames: to act on, held, and what holds them.
-fn by_frames(leak: &Report) -> BTreeMap<FrameKey, LeakedBytes> {
-    let mut leaked: BTreeMap<FrameKey, LeakedBytes> = BTreeMap::new();
+fn by_frames(leak: &Report, names: &mut Names) -> FastMap<FrameIds, LeakedBytes> {
+    let mut leaked: FastMap<FrameIds, LeakedBytes> = FastMap::default();
     for row in &leak.rows {
         if let Row::Leak(r) = row {
             let e = leaked
-                .entry(frame_key(&r.frames))
+                .entry(names.ids_of(&r.frames))
                 .or_insert((0, 0, r.held_by.clone()));
             if r.held_by.is_some() {
                 e.1 += r.bytes;

@@ -6,18 +6,18 @@ use super::options::{HeapOptions, Known};
 use super::report::{HeapAllocator, HeapMeasure, HeapProcess, HeapRow, Lifetime};
 use super::sink::HeapSink;
 use super::stats::StackStat;
-use crate::hash::IdMap;
+use crate::hash::{FastMap, IdMap};
 use crate::histogram::Log2Bin;
-use crate::model::{Frame, Loaded};
+use crate::interned::{FrameIds, IFrame, Names};
+use crate::model::Loaded;
 use crate::reports::live::{allocator_name, allocator_names};
-use crate::reports::stacks::{frame_key, FrameKey};
-use std::collections::BTreeMap;
 
 /// A row so far: the sums of the stack ids merged into it.
 #[derive(Default)]
 struct Acc {
     allocator: u32,
-    frames: Vec<Frame>,
+    /// The first stack id's frames.
+    frames: Vec<IFrame>,
     allocations: u64,
     bytes: u64,
     temporary: u64,
@@ -46,13 +46,14 @@ impl HeapSink {
                 ..Default::default()
             })
             .collect();
-        let mut rows: Vec<HeapRow> = merged
+        // Frames are made for the rows kept only: each row's stay interned until then.
+        let mut rows: Vec<(HeapRow, Vec<IFrame>)> = merged
             .into_iter()
-            .map(|(key, a)| {
+            .map(|(key, mut a)| {
                 let (leaked_bytes, held_bytes, held_by) =
                     leaked.by_frames.remove(&key).unwrap_or((0, 0, None));
                 share(&mut allocators, &names, &a, leaked_bytes, known.temporary);
-                HeapRow {
+                let row = HeapRow {
                     allocator: allocator_name(&names, a.allocator),
                     allocations: a.allocations,
                     bytes: a.bytes,
@@ -65,22 +66,30 @@ impl HeapSink {
                     },
                     peak_bytes: known.peak.then_some(a.peak),
                     temporary: known.temporary.then_some(a.temporary),
-                    frames: a.frames,
-                }
+                    frames: Vec::new(),
+                };
+                (row, std::mem::take(&mut a.frames))
             })
             .collect();
-        sort_rows(&mut rows, q.by, q.n);
+        sort_rows(&mut rows, q.by, q.n, &l.names);
+        let rows = rows
+            .into_iter()
+            .map(|(mut r, f)| {
+                r.frames = l.names.frames(&f);
+                r
+            })
+            .collect();
         (rows, allocators)
     }
 
     /// Stack ids merged by their frames, with their blocks never freed.
-    fn merged(&self, l: &mut Loaded, never_freed: &IdMap<u64>) -> BTreeMap<FrameKey, Acc> {
-        let mut merged: BTreeMap<FrameKey, Acc> = BTreeMap::new();
+    fn merged(&self, l: &mut Loaded, never_freed: &IdMap<u64>) -> FastMap<FrameIds, Acc> {
+        let mut merged: FastMap<FrameIds, Acc> = FastMap::default();
         let mut ids: Vec<(u64, &StackStat)> = self.stacks.iter().collect();
         ids.sort_unstable_by_key(|&(id, _)| id);
         for (id, s) in ids {
-            let frames = l.frames(id);
-            let a = merged.entry(frame_key(&frames)).or_insert_with(|| Acc {
+            let frames = l.interned_frames(id);
+            let a = merged.entry(Names::ids(&frames)).or_insert_with(|| Acc {
                 frames,
                 ..Default::default()
             });
@@ -176,12 +185,12 @@ fn lifetime_bins(lifetimes: &[u64]) -> Vec<Log2Bin> {
 }
 
 /// Sorts rows by `by` (then calls, then frames) and keeps the first `n`.
-fn sort_rows(rows: &mut Vec<HeapRow>, by: HeapMeasure, n: usize) {
-    rows.sort_by(|a, b| {
+fn sort_rows(rows: &mut Vec<(HeapRow, Vec<IFrame>)>, by: HeapMeasure, n: usize, names: &Names) {
+    rows.sort_by(|(a, fa), (b, fb)| {
         by.pick(b)
             .cmp(&by.pick(a))
             .then_with(|| b.allocations.cmp(&a.allocations))
-            .then_with(|| a.frames.cmp(&b.frames))
+            .then_with(|| names.cmp(fa, fb))
     });
     rows.truncate(n);
 }

@@ -28,7 +28,7 @@ use super::suppress::Suppressions;
 use super::top::Row;
 use super::wrappers::WrapperRules;
 use crate::event::{EventView, Fields, Waker};
-use crate::hash::FastMap;
+use crate::hash::{FastMap, FastSet};
 use crate::histogram::Histogram;
 use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink};
 use ebtrace_format::events::AggregateRow;
@@ -53,6 +53,11 @@ pub const DIFF_CAP: usize = 20_000;
 pub const HEAT_COLUMNS: usize = 200;
 /// Thread groups embedded for the Threads section, at most (the most wall time).
 pub const THREAD_GROUPS_CAP: usize = 100;
+/// Distinct stacks a kind's flame graph and timeline draw: the heaviest (by the kind's
+/// first measure, then count); the others are one stack, `[N more stacks ...]`, their sums
+/// kept, so that a trace with tens of thousands of stacks makes a page of bounded size
+/// (`ebsym top`, `folded` and `flamegraph` have every stack).
+pub const STACKS_CAP: usize = 1_000;
 
 const TEMPLATE: &str = include_str!("template.html");
 const CSS: &str = include_str!("report.css");
@@ -280,9 +285,33 @@ struct Interner {
     stack_ids: HashMap<Vec<u32>, u32>,
     /// Raw stack id of the main trace -> interned.
     raw: FastMap<u64, u32>,
+    /// The raw stacks drawn of the kind being made, when capped ([`STACKS_CAP`]); the
+    /// others are [`Interner::other`].
+    kept: Option<FastSet<u64>>,
+    /// The stack that stands for those not drawn.
+    other: Option<u32>,
 }
 
 impl Interner {
+    /// The one-frame stack that stands for the stacks past [`STACKS_CAP`].
+    fn other(&mut self) -> u32 {
+        if let Some(id) = self.other {
+            return id;
+        }
+        let id = self.stack(&[Frame {
+            function: format!(
+                "[more stacks: the page draws the {STACKS_CAP} heaviest of a kind; ebsym top, folded and flamegraph have all]"
+            ),
+            file: None,
+            line: None,
+            inlined: false,
+            module: String::new(),
+            address: String::new(),
+        }]);
+        self.other = Some(id);
+        id
+    }
+
     fn stack(&mut self, frames: &[Frame]) -> u32 {
         let ids: Vec<u32> = frames
             .iter()
@@ -318,8 +347,12 @@ impl Interner {
         id
     }
 
-    /// The interned id of raw stack `raw` of the main trace (0: no stack, the empty one).
+    /// The interned id of raw stack `raw` of the main trace (0: no stack, the empty one);
+    /// a stack past the cap is [`Interner::other`].
     fn raw(&mut self, l: &mut Loaded, raw: u64) -> u32 {
+        if raw != 0 && self.kept.as_ref().is_some_and(|k| !k.contains(&raw)) {
+            return self.other();
+        }
         if let Some(&id) = self.raw.get(&raw) {
             return id;
         }
@@ -581,8 +614,11 @@ fn kind_json(
     int: &mut Interner,
 ) -> Value {
     acc.trim();
+    let (kept, stacks_total) = heaviest_stacks(acc);
+    int.kept = kept;
     let (flat, totals, factor) = flame_sums(acc, l, int);
     let tl = timeline(acc, l, int, buckets.t0);
+    int.kept = None;
     let wakers = top_wakers(acc, l, int);
     let lat: Vec<Value> = acc
         .lat
@@ -596,7 +632,7 @@ fn kind_json(
             })
         })
         .collect();
-    json!({
+    let mut v = json!({
         "unit": kind_unit(kind),
         "measures": measures(kind),
         "bucket_ns": buckets.ns * u64::from(factor),
@@ -608,7 +644,50 @@ fn kind_json(
         "timeline_kept": acc.tl.len(),
         "wakers": wakers,
         "latency": lat,
-    })
+    });
+    // Said only when the cap applies (the page of a smaller trace is as it was).
+    if stacks_total > STACKS_CAP {
+        v["stacks_total"] = json!(stacks_total);
+        v["stacks_shown"] = json!(STACKS_CAP);
+    }
+    v
+}
+
+/// The raw stacks of the heap's changes (bucket, raw stack, live bytes) that the heap
+/// chart names when there are more than [`STACKS_CAP`]: those with the most live bytes at
+/// any time, ties by id (None: all).
+fn heap_kept(changes: &[(u32, u64, u64)]) -> Option<FastSet<u64>> {
+    let mut most: FastMap<u64, u64> = FastMap::default();
+    for &(_, raw, live) in changes {
+        let m = most.entry(raw).or_default();
+        *m = (*m).max(live);
+    }
+    if most.len() <= STACKS_CAP {
+        return None;
+    }
+    let mut w: Vec<(u64, u64)> = most.into_iter().collect();
+    w.select_nth_unstable_by(STACKS_CAP - 1, |a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    w.truncate(STACKS_CAP);
+    Some(w.into_iter().map(|(raw, _)| raw).collect())
+}
+
+/// The raw stacks a kind's graphs draw when it has more than [`STACKS_CAP`]: the
+/// heaviest by (first measure, count), ties by id (None: all); and how many it has.
+fn heaviest_stacks(acc: &KindAcc) -> (Option<FastSet<u64>>, usize) {
+    let mut by: FastMap<u64, (u64, u64)> = FastMap::default();
+    for (&(raw, _), v) in &acc.agg {
+        let e = by.entry(raw).or_default();
+        e.0 += v[1];
+        e.1 += v[0];
+    }
+    let total = by.len();
+    if total <= STACKS_CAP {
+        return (None, total);
+    }
+    let mut w: Vec<(u64, (u64, u64))> = by.into_iter().collect();
+    w.select_nth_unstable_by(STACKS_CAP - 1, |a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    w.truncate(STACKS_CAP);
+    (Some(w.into_iter().map(|(raw, _)| raw).collect()), total)
 }
 
 /// The (stack, bucket) sums under interned stacks, merged, then coarsened to [`AGG_CAP`]:
@@ -856,12 +935,15 @@ fn heap_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Value
     let buckets = tl.totals.last().map_or(0, |t| t.0 as usize + 1);
     // The stacks' bytes at each bucket's end, by interned stack: replayed twice, to pick the
     // series (most bytes at any time), then to draw them.
+    // Past [`STACKS_CAP`] stacks, the rest (those that held least at any time) are one.
+    int.kept = heap_kept(&tl.changes);
     let mut raw_to: FastMap<u64, u32> = FastMap::default();
     for &(_, raw, _) in &tl.changes {
         if let std::collections::hash_map::Entry::Vacant(v) = raw_to.entry(raw) {
             v.insert(int.raw(l, raw));
         }
     }
+    int.kept = None;
     type Each<'a> = Box<dyn FnMut(usize, &FastMap<u32, u64>) + 'a>;
     let replay = |mut each: Each<'_>| {
         let mut raw_live: FastMap<u64, u64> = FastMap::default();

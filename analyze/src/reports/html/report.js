@@ -365,6 +365,7 @@
       kind + ': ' + fmtVal(total, unit) + (root.diff ? ' after, ' + fmtVal(root.before, unit) + ' before (' + (D.base || 'base') + ')' : '') +
       (state.range && !root.diff ? ' in ' + fmtSec(state.range[0]) + ' – ' + fmtSec(state.range[1]) : ' (whole trace)')));
     if (root.diff) info.appendChild(el('div', null, 'differential: widths are the trace\'s values, red grew, blue shrank against the base; the whole traces (a selected range applies to the trace alone). ' + (D.diff[kind].notes || []).join('; ')));
+    if (K.stacks_total > K.stacks_shown && !root.diff) info.appendChild(el('div', { class: 'notes' }, kind + ': the ' + thousands(K.stacks_shown) + ' heaviest of ' + thousands(K.stacks_total) + ' stacks drawn; the others are summed under "[more stacks ...]" (ebsym top, folded and flamegraph have every stack)'));
     if (K.bucket_ns && !root.diff) info.appendChild(el('div', null, 'a selected range keeps the events that start in it, to ' + fmtNs(K.bucket_ns) + ' (the time buckets of the sums)'));
     // Zoom: the zoomed node, kept by its path of names.
     var z = root;
