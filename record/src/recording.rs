@@ -514,12 +514,7 @@ impl<'p> Recording<'p> {
             .probes
             .program_stats()
             .into_iter()
-            .map(|p| ProgramStats {
-                name: p.name,
-                run_time_ns: p.run_time_ns,
-                run_count: p.runs,
-                recursion_misses: p.recursion_misses,
-            })
+            .map(ProgramStats::from)
             .collect();
         let unseen = if self.probes.stats_on() {
             let (runs, ns, uprobe_runs) = self.probes.dispatch_cost();

@@ -233,6 +233,18 @@ pub struct ProgStat {
     pub recursion_misses: u64,
 }
 
+impl From<ProgStat> for ebtrace_proto::v1::ProgramStats {
+    /// As the trace's `Stats` record and the agent's metrics carry it.
+    fn from(p: ProgStat) -> Self {
+        ebtrace_proto::v1::ProgramStats {
+            name: p.name,
+            run_time_ns: p.run_time_ns,
+            run_count: p.runs,
+            recursion_misses: p.recursion_misses,
+        }
+    }
+}
+
 /// The family of a program of the system object, by its name's prefix (the fork and exit
 /// tracepoints serve all its families: unspecified).
 fn system_family(name: &str) -> ebtrace_proto::v1::EventFamily {

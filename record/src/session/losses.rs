@@ -48,12 +48,7 @@ impl Session<'_> {
             .probes
             .program_stats()
             .into_iter()
-            .map(|p| ProgramStats {
-                name: p.name,
-                run_time_ns: p.run_time_ns,
-                run_count: p.runs,
-                recursion_misses: p.recursion_misses,
-            })
+            .map(ProgramStats::from)
             .collect();
         self.w.write_record(&Record {
             kind: Some(Kind::Stats(Stats {
