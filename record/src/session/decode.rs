@@ -12,6 +12,22 @@ pub(super) struct RawStack<'a> {
     pub copy_id: u64,
 }
 
+impl<'a> RawStack<'a> {
+    /// A stack whose `ips` hold the kernel frames first, then the user frames (block I/O
+    /// and run-queue events), each count clamped to what `ips` holds.
+    fn kernel_first(ips: &'a [u64], kframes: u32, nframes: u32, flags: u32, copy_id: u64) -> Self {
+        let (kernel, rest) = take_frames(ips, kframes);
+        let (user, _) = take_frames(rest, nframes);
+        RawStack {
+            user,
+            n: user.len() as u32,
+            kernel,
+            flags,
+            copy_id,
+        }
+    }
+}
+
 impl Session<'_> {
     /// The id of a stack of generation `g`: `user[..n]` and `kernel` frames, leaf first.
     /// Kernel frames of a new stack queue their kallsyms entries for the next KernelSymbols
@@ -459,19 +475,8 @@ impl Session<'_> {
     /// Decodes and writes a block I/O request (and its device, once), of generation `g`.
     fn decode_bio(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
         let e: probes::bio_event = probes::read_event(data);
-        // Kernel frames first, then user frames.
-        let (kernel, rest) = take_frames(&e.ips, e.kframes);
-        let (user, _) = take_frames(rest, e.nframes);
-        let stack = self.stack(
-            g,
-            RawStack {
-                user,
-                n: user.len() as u32,
-                kernel,
-                flags: e.flags,
-                copy_id: e.copy_id,
-            },
-        )?;
+        let raw = RawStack::kernel_first(&e.ips, e.kframes, e.nframes, e.flags, e.copy_id);
+        let stack = self.stack(g, raw)?;
         self.block_device(e.dev)?;
         self.w.bio(&BioEvent {
             time_ns: h.time_ns,
@@ -493,18 +498,8 @@ impl Session<'_> {
     /// Decodes and writes a run-queue wait, of generation `g`.
     fn decode_runq(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
         let e: probes::runq_event = probes::read_event(data);
-        let (kernel, rest) = take_frames(&e.ips, e.kframes);
-        let (user, _) = take_frames(rest, e.nframes);
-        let stack = self.stack(
-            g,
-            RawStack {
-                user,
-                n: user.len() as u32,
-                kernel,
-                flags: e.flags,
-                copy_id: e.copy_id,
-            },
-        )?;
+        let raw = RawStack::kernel_first(&e.ips, e.kframes, e.nframes, e.flags, e.copy_id);
+        let stack = self.stack(g, raw)?;
         self.w.runq(&RunqEvent {
             time_ns: h.time_ns,
             generation: g,
