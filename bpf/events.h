@@ -42,7 +42,8 @@ enum counter {
 	CTR_LOST_RINGBUF = 2,	/* events lost: ring buffer full */
 	CTR_LOST_MAP_FULL = 3,	/* events lost, or blocks untracked: a kernel map was full */
 	CTR_LOST_RATE = 4,	/* events dropped by --max-events-per-sec */
-	CTR_STRIDE = 5,
+	CTR_LOST_UNMATCHED = 5,	/* an end never seen (e.g. a switch-in the kernel did not report) */
+	CTR_STRIDE = 6,
 };
 
 struct event_header {

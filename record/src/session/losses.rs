@@ -12,6 +12,7 @@ impl Session<'_> {
                 probes::CTR_LOST_RINGBUF => LossReason::RingbufFull,
                 probes::CTR_LOST_MAP_FULL => LossReason::MapFull,
                 probes::CTR_LOST_RATE => LossReason::RateLimit,
+                probes::CTR_LOST_UNMATCHED => LossReason::Unmatched,
                 _ => continue,
             };
             let before = self.last_counters.insert((key, cpu), v).unwrap_or(0);
@@ -37,7 +38,8 @@ impl Session<'_> {
                     kept: self.kept[f.id],
                     lost: c.total(i, probes::CTR_LOST_RINGBUF)
                         + c.total(i, probes::CTR_LOST_MAP_FULL)
-                        + c.total(i, probes::CTR_LOST_RATE),
+                        + c.total(i, probes::CTR_LOST_RATE)
+                        + c.total(i, probes::CTR_LOST_UNMATCHED),
                     filtered: c.total(i, probes::CTR_FILTERED),
                     hits: c.total(i, probes::CTR_HITS),
                 }

@@ -384,6 +384,10 @@ pub const CUT_REASONS: &[(StackFlag, &str)] = &[
         StackFlag::UserLeafOnly,
         "preempted after a short run (the preempted instruction only)",
     ),
+    (
+        StackFlag::KernelSwitchUnseen,
+        "off-CPU block whose switch-in the kernel did not report (ended at its return to user space, no kernel stack)",
+    ),
 ];
 
 impl StackQuality {
