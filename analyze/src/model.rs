@@ -172,6 +172,9 @@ pub struct Loaded {
     pub probed: HashMap<u64, u64>,
     /// --usdt probes by id (`ProbedUsdt` records).
     pub usdt_probes: HashMap<u64, ebtrace_format::proto::ProbedUsdt>,
+    /// Data addresses the symbolizer named (`DataSymbol`: a C++ exception's type_info), by
+    /// (generation, address): (name, module) string ids.
+    pub data_symbols: HashMap<(u32, u64), (u64, u64)>,
     /// Periods when the allocator probes were paused (--max-cpu): (start, end) boottime
     /// ns, end u64::MAX when they never resumed.
     pub alloc_pauses: Vec<(u64, u64)>,
@@ -555,6 +558,10 @@ impl Loaded {
             }
             Some(Kind::ProbedUsdt(p)) => {
                 self.usdt_probes.insert(p.id, p);
+            }
+            Some(Kind::DataSymbol(d)) => {
+                self.data_symbols
+                    .insert((d.generation, d.address), (d.name, d.module));
             }
             Some(Kind::KernelSymbols(k)) => self.add_kernel_symbols(k),
             Some(Kind::ProbeChange(p)) => self.probe_change(p),

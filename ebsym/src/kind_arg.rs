@@ -138,6 +138,59 @@ impl TypedValueParser for KindParser {
     }
 }
 
+/// `ebsym top --kind`: a report kind, or `exception` (C++ exceptions, `ebrec
+/// --exceptions`: hits of two USDT probes reported by type, not a family of their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopKind {
+    Event(Kind),
+    Exception,
+}
+
+#[cfg(test)]
+impl TopKind {
+    /// The event kind, for the tests and callers that only know kinds (`exception` is the
+    /// USDT family's).
+    pub fn event_kind(self) -> EventKind {
+        match self {
+            TopKind::Event(k) => k.0,
+            TopKind::Exception => EventKind::Usdt,
+        }
+    }
+}
+
+/// [`KindParser`] with `exception` (and `exceptions`) beside the kinds.
+#[derive(Clone, Copy, Debug)]
+pub struct TopKindParser(pub KindParser);
+
+impl TypedValueParser for TopKindParser {
+    type Value = TopKind;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<TopKind, clap::Error> {
+        if matches!(value.to_str(), Some("exception" | "exceptions")) {
+            return Ok(TopKind::Exception);
+        }
+        self.0.parse_ref(cmd, arg, value).map(TopKind::Event)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        let exception = PossibleValue::new("exception")
+            .alias("exceptions")
+            .help("C++ exceptions thrown and rethrown (ebrec record --exceptions), by type and stack, with their rate; --by count");
+        Some(Box::new(
+            self.0
+                .possible_values()
+                .into_iter()
+                .flatten()
+                .chain(std::iter::once(exception)),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

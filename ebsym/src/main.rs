@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ebtrace_analyze::reports::EventKind;
 use find_args::FindArgs;
-use kind_arg::{Kind, KindParser};
+use kind_arg::{Kind, KindParser, TopKind, TopKindParser};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -60,9 +60,9 @@ enum Command {
     Top {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
-        /// The event family to report on.
-        #[arg(long, default_value = "alloc", value_parser = KindParser::with_by())]
-        kind: Kind,
+        /// The event family to report on (or `exception`: C++ exceptions by type and stack).
+        #[arg(long, default_value = "alloc", value_parser = TopKindParser(KindParser::with_by()))]
+        kind: TopKind,
         /// What to sort by: a measure of the kind (each kind's are listed under --kind, the
         /// first being the default); and what a row is, comma-separated: `stack` (the
         /// default), `thread` (a stack of one thread group, the names' digits folded:
@@ -713,9 +713,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     match command {
         Command::Addr2line(a) => addr2line(a, &mut out)?,
-        Command::Top { args, kind, by } => {
-            reports_cli::top(&args, kind.0, by.as_deref(), &mut out)?
-        }
+        Command::Top {
+            args,
+            kind: TopKind::Exception,
+            by,
+        } => reports_cli::exceptions(&args, by.as_deref(), &mut out)?,
+        Command::Top {
+            args,
+            kind: TopKind::Event(kind),
+            by,
+        } => reports_cli::top(&args, kind.0, by.as_deref(), &mut out)?,
         Command::Leaks { args, suppress, by } => {
             reports_cli::leaks(&args, &suppress, by.as_deref(), &mut out)?
         }
@@ -902,9 +909,9 @@ mod tests {
             args.extend(["--kind", k]);
         }
         let kind = match Cli::try_parse_from(args)?.command {
+            Some(Command::Top { kind, .. }) => return Ok(kind.event_kind()),
             Some(
-                Command::Top { kind, .. }
-                | Command::Latency { kind, .. }
+                Command::Latency { kind, .. }
                 | Command::Heatmap { kind, .. }
                 | Command::Folded { kind, .. }
                 | Command::Flamegraph { kind, .. }

@@ -267,6 +267,17 @@ pub fn top(a: &ReportArgs, k: EventKind, by: Option<&str>, out: &mut dyn Write) 
     print(&r, a.json, out)
 }
 
+/// `ebsym top --kind exception`: C++ exceptions by type and stack (symbolized: the types
+/// are named by the symbolizer).
+pub fn exceptions(a: &ReportArgs, by: Option<&str>, out: &mut dyn Write) -> Result<()> {
+    if let Some(by) = by.filter(|b| *b != "count") {
+        bail!("--by {by}: --kind exception is counted (--by count)");
+    }
+    let input = symbolized_input(a, &a.trace)?;
+    let rep = reports::exceptions_from(input.reader()?, &a.filter(), a.n);
+    json_or_text(a.json, &rep, || rep.to_text(), out)
+}
+
 /// The kinds `ebsym latency` reports on.
 pub fn latency_kind(k: EventKind) -> bool {
     matches!(
@@ -324,7 +335,39 @@ pub fn summary(a: &ReportArgs, out: &mut dyn Write) -> Result<()> {
     let idle = a.idle_rules()?;
     let wrappers = a.wrapper_rules()?;
     let input = symbolized_input(a, &a.trace)?;
-    let s = reports::summary::summary_rules(|| input.reader().ok(), &a.filter(), &idle, &wrappers);
+    let mut s =
+        reports::summary::summary_rules(|| input.reader().ok(), &a.filter(), &idle, &wrappers);
+    // C++ exceptions (ebrec --exceptions, said in the header): one more pass, for their
+    // types.
+    let exceptions = TraceReader::open(&a.trace).ok().and_then(|mut r| {
+        r.next().and_then(|rec| match rec.kind {
+            Some(ebtrace_format::proto::record::Kind::Header(h)) => {
+                Some(h.options.iter().any(|o| o.key == "exceptions"))
+            }
+            _ => None,
+        })
+    });
+    if exceptions == Some(true) {
+        let rep = reports::exceptions_from(input.reader()?, &a.filter(), usize::MAX);
+        if let Some(finding) = rep.finding() {
+            s.findings.push(reports::summary::Finding {
+                family: "exception".into(),
+                finding,
+                subject: rep
+                    .rows
+                    .iter()
+                    .find(|r| r.event == "throw")
+                    .map(|r| r.type_name.clone())
+                    .unwrap_or_default(),
+                value: rep.throws,
+                unit: "count",
+                share: None,
+                total: rep.total,
+                idle_share: None,
+                idle: Default::default(),
+            });
+        }
+    }
     json_or_text(a.json, &s, || s.to_text(), out)
 }
 

@@ -200,6 +200,14 @@ pub struct RecordConfig {
     /// X__start pairs with X__done (or X__end), X_start with X_end (or X_done).
     #[cfg_attr(feature = "cli", arg(long, value_name = "START,DONE"))]
     pub usdt_pair: Vec<String>,
+    /// Every C++ exception thrown or rethrown, with its stack and the exception's type
+    /// (`ebsym top --kind exception`): libstdc++'s USDT probes libstdcxx:throw and
+    /// libstdcxx:rethrow, in every binary of the target that has them (the shared
+    /// libstdc++, or a program linked with it statically). The type is recorded as the
+    /// address of its type_info object and named offline from the binary's symbols: no
+    /// target memory is read. Costs a trap per throw (~1-2 us), nothing when none is thrown.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub exceptions: bool,
     /// How user stacks are taken. auto (the default): unwound in the kernel with each
     /// binary's unwind rows (from .eh_frame, loaded once per file), and with the frame
     /// pointer in code that has no rows loaded: whole stacks with or without frame pointers,

@@ -104,6 +104,9 @@ pub fn header(a: &RecordConfig) -> Header {
     if a.usdt_stack {
         opt("usdt-stack", "true".into());
     }
+    if a.exceptions {
+        opt("exceptions", "true".into());
+    }
     for u in &a.usdt_pair {
         opt("usdt-pair", u.clone());
     }

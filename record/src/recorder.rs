@@ -150,6 +150,9 @@ fn check_usdt(a: &RecordConfig) -> Result<()> {
     if !a.usdt.is_empty() && a.all {
         bail!("--usdt needs targets to find its probes in: use -p PID or -- CMD, not --all");
     }
+    if a.exceptions && a.all {
+        bail!("--exceptions needs targets to find their C++ runtime in: use -p PID or -- CMD, not --all");
+    }
     Ok(())
 }
 
@@ -171,8 +174,9 @@ fn check(a: &RecordConfig, found_later: bool) -> Result<Vec<funcs::FuncSpec>> {
         && a.runq.is_none()
         && !a.tcp
         && a.usdt.is_empty()
+        && !a.exceptions
     {
-        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC, --syscalls[=MIN_US], --bio[=MIN_US], --runq[=MIN_US], --tcp, --usdt SPEC");
+        bail!("say what to record: --alloc[=MIN_BYTES], --lock[=MIN_US], --cpu[=HZ], --offcpu[=MIN_US], --memgrowth, --func SPEC, --syscalls[=MIN_US], --bio[=MIN_US], --runq[=MIN_US], --tcp, --usdt SPEC, --exceptions");
     }
     check_usdt(a)?;
     check_sampler(a)?;
@@ -315,8 +319,8 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
         bio_min_ns: a.bio.map(|us| us * 1000),
         runq_min_ns: a.runq.map(|us| us * 1000),
         tcp: a.tcp,
-        usdt: !a.usdt.is_empty(),
-        usdt_stack: a.usdt_stack,
+        usdt: !a.usdt.is_empty() || a.exceptions,
+        usdt_stack: a.usdt_stack || a.exceptions,
         bpf_stats: a.bpf_stats || a.max_cpu.is_some(),
         func_args: a.args,
         func,

@@ -300,7 +300,7 @@ fn attach_usdt(
     pid: Option<u32>,
     exe: Option<&Path>,
 ) -> Result<()> {
-    if a.usdt.is_empty() {
+    if a.usdt.is_empty() && !a.exceptions {
         return Ok(());
     }
     let bins = match (pid, exe) {
@@ -312,6 +312,19 @@ fn attach_usdt(
         a.usdt.iter().map(|s| s.parse()).collect::<Result<_>>()?;
     let mut all = probes.usdt.clone();
     funcs::usdt::resolve(&bins, &specs, &mut all)?;
+    if a.exceptions {
+        let specs: Vec<funcs::usdt::UsdtSpec> = funcs::usdt::EXCEPTION_PROBES
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_>>()?;
+        funcs::usdt::resolve(&bins, &specs, &mut all).map_err(|_| {
+            anyhow::anyhow!(
+                "--exceptions: no binary of the target has libstdc++'s USDT probes \
+                 (libstdcxx:throw, libstdcxx:rethrow): not a C++ program, or a C++ runtime \
+                 built without <sys/sdt.h> (libc++, a static libstdc++ without notes)"
+            )
+        })?;
+    }
     funcs::usdt::pair(&mut all, &a.usdt_pair)?;
     if !a.quiet {
         for p in all.iter().skip(probes.usdt.len()) {

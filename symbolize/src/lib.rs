@@ -16,6 +16,7 @@
 //! }
 //! ```
 pub mod binutils;
+mod data;
 pub mod debuginfod;
 pub mod dwarf;
 pub mod elf;
@@ -31,4 +32,5 @@ pub mod unwind;
 pub mod vdso;
 
 pub use binutils::addr2line_stream;
+pub use data::TYPE_INFO_PROBES;
 pub use resolve::{Frame, Lookup, Module, Options, Reason, Source, Symbolizer, Unresolved};

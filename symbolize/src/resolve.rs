@@ -351,6 +351,34 @@ impl Module {
         out
     }
 
+    /// The data object (`STT_OBJECT`) symbol whose bytes hold ELF virtual address `vaddr`
+    /// (a `std::type_info`, a vtable), demangled: from the debug file's symbol table, else
+    /// the binary's (and its dynamic symbols). None when neither names it.
+    pub fn data_symbol(&self, vaddr: u64) -> Option<String> {
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let files = [self.debug_file.as_ref(), self.binary.as_ref()];
+        for path in files.into_iter().flatten() {
+            let Ok(elf) = elf::ElfFile::open(path) else {
+                continue;
+            };
+            let Ok(obj) = elf.object() else {
+                continue;
+            };
+            let hit = obj.symbols().chain(obj.dynamic_symbols()).find(|s| {
+                s.kind() == SymbolKind::Data
+                    && s.address() <= vaddr
+                    && (vaddr - s.address() < s.size() || vaddr == s.address())
+            });
+            if let Some(name) = hit.and_then(|s| s.name().ok().map(|n| n.to_string())) {
+                // A dynamic symbol's version (`_ZTISt12out_of_range@GLIBCXX_3.4`, a copy
+                // relocated into the program) is not part of the name.
+                let name = name.split('@').next().unwrap_or(&name);
+                return Some(self.name(name));
+            }
+        }
+        None
+    }
+
     /// The frames of ELF virtual address `addr`, innermost first.
     pub fn resolve(&self, addr: u64) -> Lookup {
         if let Err(u) = &self.status {

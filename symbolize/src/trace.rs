@@ -292,7 +292,9 @@ fn symbolize<W: io::Write>(
     let mut unwinder = crate::unwind::TraceUnwinder::new(&options.locator);
     // The vDSO images by build-id id (one per file, from ebrec).
     let mut vdso_images: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut data = crate::data::DataAddresses::default();
     for rec in reader.by_ref() {
+        data.observe(&rec, &tables);
         match &rec.kind {
             Some(Kind::Header(h)) if header.is_none() => header = Some(h.clone()),
             Some(Kind::String(s)) => max_string_id = max_string_id.max(s.id),
@@ -460,6 +462,19 @@ fn symbolize<W: io::Write>(
     for (build_id, r) in resolved {
         write_module(&mut w, &mut strings, build_id, &r).map_err(out_err)?;
         report.modules.push(r.report);
+    }
+    for d in data.name(&tables, &symbolizer) {
+        let name = strings.id(&mut w, d.name.as_bytes()).map_err(out_err)?;
+        let module = strings.id(&mut w, &d.module).map_err(out_err)?;
+        w.write_record(&Record {
+            kind: Some(Kind::DataSymbol(ebtrace_format::proto::DataSymbol {
+                generation: d.generation,
+                address: d.address,
+                name,
+                module,
+            })),
+        })
+        .map_err(out_err)?;
     }
     let mut out = w.finish(trailer).map_err(out_err)?;
     out.flush().map_err(out_err)?;

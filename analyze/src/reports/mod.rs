@@ -54,9 +54,11 @@ mod text;
 pub mod threads;
 mod top;
 pub mod usdt;
+pub mod exceptions;
 pub mod wrappers;
 
 pub use crate::model::{Records, Trace};
+pub use exceptions::{exceptions_from, ExceptionReport, ExceptionRow};
 pub use diff::{diff, diff_from, diff_stacks, DiffOptions, DiffReport, DiffRow};
 pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
 pub use folded::{folded, folded_from, folded_key, Folded};

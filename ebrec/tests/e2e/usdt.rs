@@ -844,3 +844,80 @@ fn postgres_query_probes_count_every_statement() {
     );
     assert_eq!(row["count"].as_u64(), Some(statements), "{lat}");
 }
+
+/// `ebrec record --exceptions` on usdt_server, which throws a std::runtime_error in
+/// shop::handle every Kth request and rethrows it once in shop::serve: `ebsym top --kind
+/// exception` counts every throw and rethrow the program counted, names the type from the
+/// binary's symbols (the type_info address is all that was recorded) and the function that
+/// threw; `ebsym summary` says it in one line. A program without libstdc++'s probes is
+/// refused in one line.
+#[test]
+fn exceptions_by_type_and_thrower() {
+    if !common::root() {
+        return;
+    }
+    let rec = common::record(
+        "usdt_server",
+        &["--exceptions"],
+        &["--requests", "40", "--throw-every", "4"],
+    );
+    let e = common::expect_line(&rec.out, "usdt_server");
+    let (throws, rethrows) = (e["throws"].as_u64().unwrap(), e["rethrows"].as_u64().unwrap());
+    assert_eq!((throws, rethrows), (10, 10), "{e}");
+    let t = rec.trace.to_str().unwrap();
+    let j = common::ebsym_json(&["top", t, "--kind", "exception"]);
+    assert_eq!(j["kind"], "exception");
+    assert_eq!(j["throws"].as_u64(), Some(throws), "{j:#}");
+    assert_eq!(j["rethrows"].as_u64(), Some(rethrows), "{j:#}");
+    let rows = j["rows"].as_array().unwrap();
+    for (event, count, thrower) in [
+        ("throw", throws, "shop::handle"),
+        ("rethrow", rethrows, "shop::serve"),
+    ] {
+        let of: Vec<&Value> = rows.iter().filter(|r| r["event"] == event).collect();
+        assert_eq!(of.len(), 1, "{event}: {j:#}");
+        let r = of[0];
+        assert_eq!(r["type"], "std::runtime_error", "{r:#}");
+        assert_eq!(r["type_known"], true);
+        assert_eq!(r["count"].as_u64(), Some(count), "{r:#}");
+        let who = r["thrower"].as_str().unwrap();
+        assert!(who.starts_with(thrower), "{event} from {who}");
+        assert!(who.contains("usdt_server.cpp:"), "file:line: {who}");
+        let frames: Vec<&str> = r["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["function"].as_str().unwrap())
+            .collect();
+        assert!(frames.iter().any(|f| f.starts_with("shop::serve_all")), "{frames:?}");
+    }
+    let s = common::ebsym_json(&["summary", t]);
+    let f = s["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["family"] == "exception")
+        .unwrap_or_else(|| panic!("no exception finding: {s:#}"));
+    let line = f["finding"].as_str().unwrap();
+    assert!(
+        line.starts_with("most thrown: std::runtime_error from shop::handle"),
+        "{line}"
+    );
+    assert!(line.contains("(100% of 10 throws)"), "{line}");
+
+    // A C program has no C++ runtime to probe.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "--exceptions", "-o"])
+        .arg(dir.path().join("t.pb.zst"))
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--exceptions: no binary of the target has libstdc++'s USDT probes"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -22,6 +22,10 @@ use std::path::PathBuf;
 use super::resolve::Binaries;
 use super::suggest::levenshtein;
 
+/// The probes `--exceptions` attaches: libstdc++'s `__cxa_throw` and `__cxa_rethrow`
+/// (arguments: the exception object, its `std::type_info`), in every binary that has them.
+pub const EXCEPTION_PROBES: [&str; 2] = ["libstdcxx:throw", "libstdcxx:rethrow"];
+
 /// One `--usdt` spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsdtSpec {
