@@ -167,6 +167,21 @@ enum Command {
         #[command(flatten)]
         args: reports_cli::ReportArgs,
     },
+    /// Why the slow requests were slow (a trace recorded with `ebrec record --request`):
+    /// their exact latency (count, p50/p90/p99/p99.9/max), what the tail (the requests at or
+    /// above --tail's percentile) spends more on than the requests around the median, per
+    /// cause and stack, and the slowest requests (-n) one by one, each with its time by
+    /// cause: on CPU, run queue, off CPU by cause, and the part no event accounts for.
+    ///
+    /// Example: `ebsym requests trace.pb.zst --tail 99 -n 5`
+    Requests {
+        #[command(flatten)]
+        args: reports_cli::ReportArgs,
+        /// The tail's percentile: the requests at or above it are compared with those
+        /// around the median (p40 to p60).
+        #[arg(long, default_value_t = 99.0)]
+        tail: f64,
+    },
     /// The top finding of each family, one line each ("most off-CPU time: futex_wait in
     /// Queue::pop, 42% of 12.10 s", "slowest syscall: fsync p99 38.20 ms (120 calls)"), then
     /// where the busiest thread groups' time goes (ebsym threads' split, one line each).
@@ -734,6 +749,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tcp { args } => reports_cli::tcp(&args, &mut out)?,
         Command::Summary { args } => reports_cli::summary(&args, &mut out)?,
         Command::Threads { args } => reports_cli::threads(&args, &mut out)?,
+        Command::Requests { args, tail } => reports_cli::requests(&args, tail, &mut out)?,
         Command::Heatmap {
             args,
             kind,

@@ -278,6 +278,22 @@ pub fn exceptions(a: &ReportArgs, by: Option<&str>, out: &mut dyn Write) -> Resu
     json_or_text(a.json, &rep, || rep.to_text(), out)
 }
 
+/// `ebsym requests`: two passes over the (symbolized) trace.
+pub fn requests(a: &ReportArgs, tail: f64, out: &mut dyn Write) -> Result<()> {
+    if !(tail > 0.0 && tail < 100.0) {
+        bail!("--tail {tail}: a percentile between 0 and 100 (99: the requests at or above p99)");
+    }
+    let input = symbolized_input(a, &a.trace)?;
+    let opts = reports::RequestOptions {
+        slowest: a.n,
+        tail,
+        ..Default::default()
+    };
+    let rep = reports::requests_from(|| input.reader().ok(), &a.filter(), &opts)
+        .map_err(|e| anyhow::anyhow!(e))?;
+    json_or_text(a.json, &rep, || rep.to_text(), out)
+}
+
 /// The kinds `ebsym latency` reports on.
 pub fn latency_kind(k: EventKind) -> bool {
     matches!(

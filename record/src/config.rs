@@ -208,6 +208,18 @@ pub struct RecordConfig {
     /// target memory is read. Costs a trap per throw (~1-2 us), nothing when none is thrown.
     #[cfg_attr(feature = "cli", arg(long))]
     pub exceptions: bool,
+    /// Request boundaries on a thread, for `ebsym requests` (the slow requests' time by
+    /// cause, the tail against the median): `usdt:[BINARY_OR_LIB:]PROVIDER:START,DONE` (a
+    /// USDT start/done pair, paired per thread; the start's first argument, where it has
+    /// one, is the request's id) or `func:SPEC` (a function's calls, entry to return, as
+    /// --func SPEC). Record the causes with it: --cpu, --offcpu, --runq. With --request,
+    /// --offcpu-sample, --runq-sample and --syscalls-sample default to 0 (every block and
+    /// wait past the threshold: a request's split is exact, not a sample).
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")
+    )]
+    pub request: Option<String>,
     /// How user stacks are taken. auto (the default): unwound in the kernel with each
     /// binary's unwind rows (from .eh_frame, loaded once per file), and with the frame
     /// pointer in code that has no rows loaded: whole stacks with or without frame pointers,

@@ -107,6 +107,9 @@ pub fn header(a: &RecordConfig) -> Header {
     if a.exceptions {
         opt("exceptions", "true".into());
     }
+    if let Some(r) = &a.request {
+        opt("request", r.clone());
+    }
     for u in &a.usdt_pair {
         opt("usdt-pair", u.clone());
     }

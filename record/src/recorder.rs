@@ -78,6 +78,7 @@ pub fn record(a: RecordConfig) -> Result<()> {
 
 /// `ebrec record`, or with `hooks` the recording loop of `ebrec agent`.
 pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
+    let a = with_request(a)?;
     let found_later = hooks.as_ref().is_some_and(|h| h.selects());
     let func_specs = check(&a, found_later)?;
     let cfg = probe_config(&a, !func_specs.is_empty());
@@ -137,6 +138,49 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
         Some(line) => bail!("{line}"),
         None => Ok(()),
     }
+}
+
+/// The default unit of --offcpu-sample, --runq-sample and --syscalls-sample, us.
+const DEFAULT_SAMPLE_US: u64 = 10_000;
+
+/// `--request` as the `--usdt` pair (with `--usdt-pair`) or the `--func` it stands for.
+fn with_request(mut a: RecordConfig) -> Result<RecordConfig> {
+    let Some(spec) = a.request.clone() else {
+        return Ok(a);
+    };
+    let bad = || {
+        anyhow::anyhow!(
+            "--request '{spec}': give usdt:[BINARY_OR_LIB:]PROVIDER:START,DONE or func:SPEC"
+        )
+    };
+    if spec.contains(['*', '?']) {
+        bail!("--request '{spec}': one probe pair or one function, no globs");
+    }
+    if let Some(rest) = spec.strip_prefix("usdt:") {
+        let (start, done) = rest.rsplit_once(',').ok_or_else(bad)?;
+        let (prefix, start_name) = start.rsplit_once(':').ok_or_else(bad)?;
+        let provider = prefix.rsplit(':').next().unwrap_or(prefix);
+        let done_name = done.rsplit(':').next().unwrap_or(done);
+        if provider.is_empty() || start_name.is_empty() || done_name.is_empty() {
+            return Err(bad());
+        }
+        a.usdt.push(format!("{prefix}:{start_name}"));
+        a.usdt.push(format!("{prefix}:{done_name}"));
+        a.usdt_pair
+            .push(format!("{provider}:{start_name},{provider}:{done_name}"));
+    } else if let Some(f) = spec.strip_prefix("func:").filter(|f| !f.is_empty()) {
+        a.func.push(f.to_string());
+    } else {
+        return Err(bad());
+    }
+    // A request's split needs every block and wait inside it, not a time-weighted sample
+    // of the short ones: with --request the samples' default is exact (0).
+    for unit in [&mut a.offcpu_sample, &mut a.runq_sample, &mut a.syscalls_sample] {
+        if *unit == DEFAULT_SAMPLE_US {
+            *unit = 0;
+        }
+    }
+    Ok(a)
 }
 
 /// The checks of --usdt and its companions.

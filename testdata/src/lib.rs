@@ -158,6 +158,7 @@ const PROGRAMS: &[&str] = &[
     "idle_pool",
     "alloc_wrapper",
     "usdt_server",
+    "request_server",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -609,6 +610,23 @@ mod tests {
     }
 
     #[test]
+    fn request_server_plants_its_slow_requests() {
+        each_variant("request_server", |_, exe| {
+            let dir = std::env::temp_dir();
+            let e = run_one(
+                exe,
+                &["--requests", "250", "--workers", "3", "--dir", dir.to_str().unwrap()],
+            );
+            assert_eq!(e["program"], "request_server");
+            assert_eq!(u(&e["requests"]), 250);
+            // ids 10, 110, 210 wait for the ledger; 20, 120, 220 fsync; ...
+            for k in ["lock", "fsync", "cpu", "condvar"] {
+                assert_eq!(u(&e["slow"][k]), 3, "{k}: {e}");
+            }
+        });
+    }
+
+    #[test]
     fn usdt_server_reports_its_requests_and_probes() {
         each_variant("usdt_server", |_, exe| {
             let e = run_one(exe, &["--requests", "25", "--throw-every", "10"]);
@@ -682,6 +700,7 @@ mod tests {
                 "tcp_conns" => &["--conns", "1", "--hold-ms", "1", "--bytes", "100"],
                 "idle_pool" => &["--seconds", "0.05"],
                 "usdt_server" => &["--requests", "3"],
+                "request_server" => &["--requests", "3", "--workers", "1"],
                 _ => &[],
             };
             let mut child = Command::new(&exe)
@@ -951,6 +970,19 @@ mod tests {
                     "shop::serve(long, int, long)",
                     "shop::serve_one(long, long)",
                     "shop::serve_all(long, long)",
+                ],
+            ),
+            (
+                "request_server",
+                &[
+                    "rsrv::wait_for_ledger()",
+                    "rsrv::persist_order(long)",
+                    "rsrv::compute_discount()",
+                    "rsrv::await_timer()",
+                    "rsrv::quick_lookup()",
+                    "rsrv::handle_request(long)",
+                    "rsrv::worker_loop(int, long)",
+                    "rsrv::holder_loop()",
                 ],
             ),
         ];

@@ -55,9 +55,11 @@ pub mod threads;
 mod top;
 pub mod usdt;
 pub mod exceptions;
+pub mod requests;
 pub mod wrappers;
 
 pub use crate::model::{Records, Trace};
+pub use requests::{requests_from, RequestOptions, RequestsReport};
 pub use exceptions::{exceptions_from, ExceptionReport, ExceptionRow};
 pub use diff::{diff, diff_from, diff_stacks, DiffOptions, DiffReport, DiffRow};
 pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};

@@ -45,6 +45,7 @@ const CAUSES: &[(&str, &[&str])] = &[
             "filemap_fault",
             "wait_on_buffer",
             "file_write_and_wait",
+            "submit_bio_wait",
             "fsync",
         ],
     ),
@@ -98,7 +99,7 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("page fault", &["do_user_addr_fault", "handle_mm_fault"]),
 ];
 
-fn cause_of(frames: &[Frame]) -> &'static str {
+pub(crate) fn cause_of(frames: &[Frame]) -> &'static str {
     for f in frames.iter().filter(|f| f.module.starts_with("[kernel")) {
         for (cause, pats) in CAUSES {
             if pats.iter().any(|p| f.function.starts_with(p)) {
@@ -295,6 +296,11 @@ pub struct ThreadsReport {
     pub losses: Losses,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// A header option's value as a number (`cpu`: the sampling rate).
+pub(crate) fn header_option(l: &Loaded, key: &str) -> Option<u64> {
+    option(l, key)
 }
 
 fn option(l: &Loaded, key: &str) -> Option<u64> {

@@ -35,6 +35,7 @@ mod push;
 mod record;
 mod report_html;
 mod reports;
+mod requests;
 mod stack_memory;
 mod stacks;
 mod system;

@@ -1,0 +1,704 @@
+//! `ebsym requests`: why the slow requests were slow. A recording with `ebrec record
+//! --request SPEC` marks each request's start and end on its thread (a USDT start/done
+//! pair, or a function's calls); this report pairs them (as `latency --kind usdt` does:
+//! never wrongly, the unpaired counted), gives the exact latency distribution, and splits
+//! each of the slowest requests' time by cause from the events the trace has on that thread
+//! inside the request: on CPU (its cpu samples × the sampling period, with their stacks),
+//! in the run queue (runq waits), off the CPU by cause (the blocked thread's kernel stack,
+//! as `ebsym threads` reads it: lock, disk, network or pipe, sleep, ...), and the part no
+//! event accounts for, stated. Then the differential that answers the question: what the
+//! tail (the requests at or above `--tail`'s percentile) spends more on than the requests
+//! around the median, per cause and per stack, largest first.
+//!
+//! The split comes from the sampled families (one cpu sample per period, off-CPU blocks
+//! past --offcpu's threshold, run-queue waits past --runq's): a request shorter than those
+//! has most of its time "not seen". Two passes over the trace: the first finds the
+//! requests, the second attributes events only to the requests it details (the slowest,
+//! the tail, those around the median), so memory follows those, never every event.
+use crate::histogram::Log2Bin;
+use super::text::losses_text;
+use super::places::user_place;
+use super::threads::{cause_of, header_option};
+use crate::histogram::Histogram;
+use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
+use super::kind::EventKind;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+
+/// What `ebsym requests` is asked.
+#[derive(Debug, Clone)]
+pub struct RequestOptions {
+    /// The slowest requests shown one by one.
+    pub slowest: usize,
+    /// The tail's percentile (99: the requests at or above p99).
+    pub tail: f64,
+    /// Stacks shown per cause.
+    pub stacks: usize,
+}
+
+impl Default for RequestOptions {
+    fn default() -> Self {
+        RequestOptions {
+            slowest: 10,
+            tail: 99.0,
+            stacks: 3,
+        }
+    }
+}
+
+/// The report.
+#[derive(Debug, Serialize)]
+pub struct RequestsReport {
+    pub kind: String,
+    /// The `--request` spec the trace was recorded with.
+    pub request: String,
+    /// Requests paired, and their exact latency.
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub total_ns: u64,
+    pub histogram: Vec<Log2Bin>,
+    /// Boundaries left unpaired: a start while one was open on the thread (the whole nest),
+    /// a done with no start open, a start still open at the end.
+    pub nested: u64,
+    pub unmatched_done: u64,
+    pub open_at_end: u64,
+    /// The families the split uses that the trace has (cpu, offcpu, runq).
+    pub families: Vec<&'static str>,
+    pub cpu_period_ns: u64,
+    pub slowest: Vec<RequestRow>,
+    pub tail: Option<TailDiff>,
+    pub losses: Losses,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One request, its time by cause.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestRow {
+    /// The start probe's first argument, when it has one (the request's id).
+    pub id: Option<u64>,
+    pub pid: u32,
+    pub tid: u32,
+    pub thread: String,
+    /// Seconds from the recording's start.
+    pub at_s: f64,
+    pub duration_ns: u64,
+    /// Largest first; "not seen" last.
+    pub causes: Vec<CauseTime>,
+    pub not_seen_ns: u64,
+}
+
+/// Time of one cause in a request (or the mean over a set of requests), with its stacks.
+#[derive(Debug, Clone, Serialize)]
+pub struct CauseTime {
+    pub cause: String,
+    pub ns: u64,
+    pub stacks: Vec<StackTime>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StackTime {
+    pub ns: u64,
+    /// The service's function the stack is in: its first frame past the kernel and the
+    /// runtime (libc, libstdc++), as the summary names places.
+    pub place: String,
+    /// Leaf first, `function (file:line)`.
+    pub frames: Vec<String>,
+}
+
+/// What the tail spends more on than the median requests: mean ns per request of each
+/// cause, and of each stack under it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TailDiff {
+    /// The tail's percentile and its threshold.
+    pub percentile: f64,
+    pub threshold_ns: u64,
+    pub tail_requests: u64,
+    /// The requests around the median (p40 to p60) compared with.
+    pub median_requests: u64,
+    pub tail_mean_ns: u64,
+    pub median_mean_ns: u64,
+    /// Largest increase first.
+    pub causes: Vec<CauseDiff>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CauseDiff {
+    pub cause: String,
+    pub tail_ns: u64,
+    pub median_ns: u64,
+    pub delta_ns: i64,
+    /// The stacks under the cause whose mean grew most in the tail.
+    pub stacks: Vec<StackDiff>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StackDiff {
+    pub delta_ns: i64,
+    pub place: String,
+    pub frames: Vec<String>,
+}
+
+const ON_CPU: &str = "on CPU";
+const RUNQ: &str = "run queue";
+const NOT_SEEN: &str = "not seen";
+
+/// A request found by the first pass.
+#[derive(Debug, Clone, Copy)]
+struct Req {
+    generation: u32,
+    tid: u32,
+    start: u64,
+    end: u64,
+    id: Option<u64>,
+}
+
+/// The first pass: the boundary events.
+#[derive(Default)]
+struct Boundaries {
+    /// USDT hits: (probe, generation, tid, time, first argument).
+    usdt: Vec<(u64, u32, u32, u64, Option<u64>)>,
+    /// Function calls: (function, generation, tid, entry, duration, first argument).
+    calls: Vec<(u64, u32, u32, u64, u64, Option<u64>)>,
+}
+
+impl Sink for Boundaries {
+    fn event(&mut self, ev: &Event<'_>) {
+        match ev {
+            Event::Usdt(e) => self.usdt.push((
+                e.probe,
+                e.generation,
+                e.tid,
+                e.time_ns,
+                e.args.first().copied(),
+            )),
+            Event::Func(e) => self.calls.push((
+                e.function,
+                e.generation,
+                e.tid,
+                e.time_ns,
+                e.duration_ns,
+                e.args.first().copied(),
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Unpaired boundaries.
+#[derive(Default)]
+struct Unpaired {
+    nested: u64,
+    unmatched_done: u64,
+    open_at_end: u64,
+}
+
+/// What the trace's `--request` spec names: a (start, done) USDT probe pair or a function.
+enum Source {
+    Usdt { start: u64, done: u64 },
+    Func(u64),
+}
+
+fn source(l: &Loaded, spec: &str) -> Result<Source, String> {
+    if let Some(rest) = spec.strip_prefix("usdt:") {
+        let (start, done) = rest
+            .rsplit_once(',')
+            .ok_or_else(|| format!("--request '{spec}': no START,DONE"))?;
+        let start_name = start.rsplit(':').next().unwrap_or(start);
+        let done_name = done.rsplit(':').next().unwrap_or(done);
+        let name = |id: u64| l.tables.string(id).into_owned();
+        let find = |want: &str| {
+            l.usdt_probes
+                .values()
+                .find(|p| name(p.name) == want)
+                .map(|p| p.id)
+        };
+        let (Some(s), Some(d)) = (find(start_name), find(done_name)) else {
+            return Err(format!(
+                "the trace has no USDT probes {start_name} and {done_name} (recorded with --request '{spec}')"
+            ));
+        };
+        return Ok(Source::Usdt { start: s, done: d });
+    }
+    if let Some(f) = spec.strip_prefix("func:") {
+        let want = f.split(':').next().unwrap_or(f);
+        let mut ids: Vec<u64> = l
+            .probed
+            .iter()
+            .filter(|(_, n)| {
+                let n = l.tables.string(**n);
+                n == want || n.starts_with(&format!("{want}(")) || n.contains(want)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        ids.sort();
+        return ids
+            .first()
+            .map(|&id| Source::Func(id))
+            .ok_or_else(|| format!("the trace has no probed function {want} (--request '{spec}')"));
+    }
+    Err(format!("--request '{spec}': not usdt:… or func:…"))
+}
+
+/// Pairs the boundaries: per thread, a start with the next done; a start while one is open
+/// makes the whole nest unpaired.
+fn pair(b: &Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
+    let mut out = Vec::new();
+    match *src {
+        Source::Func(f) => {
+            for &(function, generation, tid, t, d, id) in &b.calls {
+                if function == f {
+                    out.push(Req {
+                        generation,
+                        tid,
+                        start: t,
+                        end: t + d,
+                        id,
+                    });
+                }
+            }
+        }
+        Source::Usdt { start, done } => {
+            // (generation, tid) -> (open since, id, depth)
+            let mut open: HashMap<(u32, u32), (u64, Option<u64>, u64)> = HashMap::new();
+            for &(probe, generation, tid, t, arg) in &b.usdt {
+                let key = (generation, tid);
+                if probe == start {
+                    let o = open.entry(key).or_insert((t, arg, 0));
+                    if o.2 == 0 {
+                        *o = (t, arg, 0);
+                    }
+                    o.2 += 1;
+                } else if probe == done {
+                    match open.get_mut(&key) {
+                        Some(o) if o.2 == 1 => {
+                            out.push(Req {
+                                generation,
+                                tid,
+                                start: o.0,
+                                end: t,
+                                id: o.1,
+                            });
+                            o.2 = 0;
+                        }
+                        Some(o) if o.2 > 1 => {
+                            // The nest: every start of it and this done.
+                            un.nested += o.2 + 1;
+                            o.2 = 0;
+                        }
+                        _ => un.unmatched_done += 1,
+                    }
+                }
+            }
+            un.open_at_end += open.values().map(|o| o.2).sum::<u64>();
+        }
+    }
+    out
+}
+
+/// The second pass: events attributed to the detailed requests.
+struct Attribute<'a> {
+    /// Per thread, the detailed requests sorted by start: (start, end, index).
+    by_thread: HashMap<(u32, u32), Vec<(u64, u64, usize)>>,
+    details: &'a mut HashMap<usize, Detail>,
+}
+
+/// One detailed request's sums.
+#[derive(Default)]
+struct Detail {
+    /// cpu samples per stack.
+    cpu: HashMap<u64, u64>,
+    runq_ns: u64,
+    /// off-CPU ns per stack (the cause is read from the stack's kernel frames later).
+    offcpu: HashMap<u64, u64>,
+}
+
+impl Sink for Attribute<'_> {
+    fn event(&mut self, ev: &Event<'_>) {
+        let Some(v) = ev.view() else { return };
+        if !matches!(v.kind, EventKind::Cpu | EventKind::Runq | EventKind::OffCpu) {
+            return;
+        }
+        let Some(reqs) = self.by_thread.get(&(v.generation, v.tid)) else {
+            return;
+        };
+        let (lo, hi) = (v.time_ns, v.end_ns().unwrap_or(v.time_ns));
+        // Requests on one thread do not overlap: those that start before `hi`, back from
+        // the last, while they end after `lo`.
+        let upto = reqs.partition_point(|r| r.0 <= hi);
+        for &(s, e, i) in reqs[..upto].iter().rev() {
+            if e < lo {
+                break;
+            }
+            let overlap = hi.min(e).saturating_sub(lo.max(s));
+            let d = self.details.entry(i).or_default();
+            match v.kind {
+                EventKind::Cpu if lo >= s && lo <= e => {
+                    *d.cpu.entry(v.stack).or_default() += 1;
+                }
+                EventKind::Runq => d.runq_ns += overlap,
+                EventKind::OffCpu => {
+                    *d.offcpu.entry(v.stack).or_default() += overlap;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A request's time by cause: (cause -> (ns, stack -> ns)).
+type Split = BTreeMap<String, (u64, HashMap<Shown, u64>)>;
+
+/// A stack as shown: (place, frames).
+type Shown = (String, Vec<String>);
+
+fn split(d: &Detail, period: u64, l: &mut Loaded, names: &mut HashMap<u64, (String, Shown)>) -> Split {
+    let mut out: Split = BTreeMap::new();
+    let mut frames_of = |l: &mut Loaded, stack: u64| -> (String, Shown) {
+        names
+            .entry(stack)
+            .or_insert_with(|| {
+                let f = l.frames(stack);
+                let cause = cause_of(&f).to_string();
+                let place = user_place(&f);
+                (cause, (place, f.iter().map(|x| x.display()).collect()))
+            })
+            .clone()
+    };
+    for (&stack, &n) in &d.cpu {
+        let ns = n * period;
+        let (_, shown) = frames_of(l, stack);
+        let e = out.entry(ON_CPU.to_string()).or_default();
+        e.0 += ns;
+        *e.1.entry(shown).or_default() += ns;
+    }
+    if d.runq_ns > 0 {
+        out.entry(RUNQ.to_string()).or_default().0 += d.runq_ns;
+    }
+    for (&stack, &ns) in &d.offcpu {
+        let (cause, shown) = frames_of(l, stack);
+        let e = out.entry(format!("off CPU: {cause}")).or_default();
+        e.0 += ns;
+        *e.1.entry(shown).or_default() += ns;
+    }
+    out
+}
+
+fn top_stacks(stacks: &HashMap<Shown, u64>, n: usize) -> Vec<StackTime> {
+    let mut v: Vec<StackTime> = stacks
+        .iter()
+        .map(|((place, f), &ns)| StackTime {
+            ns,
+            place: place.clone(),
+            frames: f.clone(),
+        })
+        .collect();
+    v.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.frames.cmp(&b.frames)));
+    v.truncate(n);
+    v
+}
+
+/// `ebsym requests`: `open` gives the trace for each of the two passes.
+pub fn requests_from<T: Trace>(
+    mut open: impl FnMut() -> Option<T>,
+    filter: &Filter,
+    opts: &RequestOptions,
+) -> Result<RequestsReport, String> {
+    // Pass 1: the requests.
+    let mut b = Boundaries::default();
+    let t = open().ok_or("cannot read the trace")?;
+    let l = Loaded::from_trace(t, filter, &mut b);
+    let spec = l
+        .header
+        .options
+        .iter()
+        .find(|o| o.key == "request")
+        .map(|o| o.value.clone())
+        .ok_or("the trace was recorded without --request: record with ebrec record --request usdt:PROVIDER:START,DONE (or func:NAME), and --cpu --offcpu --runq for the split")?;
+    let src = source(&l, &spec)?;
+    let mut un = Unpaired::default();
+    let mut reqs = pair(&b, &src, &mut un);
+    drop(b);
+    reqs.sort_by_key(|r| (r.end - r.start, r.start));
+    let mut hist = Histogram::default();
+    for r in &reqs {
+        hist.record(r.end - r.start);
+    }
+    let n = reqs.len();
+    let q = |p: f64| hist.quantile(p);
+    let threshold = q(opts.tail / 100.0);
+    // Which requests to detail: the slowest, the tail, those around the median.
+    let slowest: Vec<usize> = (0..n).rev().take(opts.slowest).collect();
+    let tail: Vec<usize> = (0..n).filter(|&i| reqs[i].end - reqs[i].start >= threshold).collect();
+    let median: Vec<usize> = (n * 2 / 5..n * 3 / 5).collect();
+    let wanted: HashSet<usize> = slowest
+        .iter()
+        .chain(&tail)
+        .chain(&median)
+        .copied()
+        .collect();
+
+    // Pass 2: their events.
+    let mut by_thread: HashMap<(u32, u32), Vec<(u64, u64, usize)>> = HashMap::new();
+    for &i in &wanted {
+        let r = reqs[i];
+        by_thread
+            .entry((r.generation, r.tid))
+            .or_default()
+            .push((r.start, r.end, i));
+    }
+    for v in by_thread.values_mut() {
+        v.sort();
+    }
+    let mut details: HashMap<usize, Detail> = HashMap::new();
+    let mut l = match open() {
+        Some(t) => Loaded::from_trace(
+            t,
+            filter,
+            &mut Attribute {
+                by_thread,
+                details: &mut details,
+            },
+        ),
+        None => return Err("cannot read the trace".into()),
+    };
+    let hz = header_option(&l, "cpu").unwrap_or(0);
+    let period = if hz > 0 { 1_000_000_000 / hz } else { 0 };
+    let mut families = Vec::new();
+    for k in ["cpu", "offcpu", "runq"] {
+        if l.header.options.iter().any(|o| o.key == k) {
+            families.push(k);
+        }
+    }
+    let mut names: HashMap<u64, (String, Shown)> = HashMap::new();
+    let mut splits: HashMap<usize, Split> = HashMap::new();
+    for &i in &wanted {
+        let d = details.remove(&i).unwrap_or_default();
+        splits.insert(i, split(&d, period, &mut l, &mut names));
+    }
+    let start_ns = l.header.start_time_ns;
+    let rows = slowest
+        .iter()
+        .map(|&i| {
+            let r = reqs[i];
+            let dur = r.end - r.start;
+            let s = &splits[&i];
+            let mut causes: Vec<CauseTime> = s
+                .iter()
+                .map(|(c, (ns, st))| CauseTime {
+                    cause: c.clone(),
+                    ns: (*ns).min(dur),
+                    stacks: top_stacks(st, opts.stacks),
+                })
+                .collect();
+            causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
+            let seen: u64 = causes.iter().map(|c| c.ns).sum();
+            RequestRow {
+                id: r.id,
+                pid: l.pid(r.generation),
+                tid: r.tid,
+                thread: l.thread_name(r.generation, r.tid),
+                at_s: r.start.saturating_sub(start_ns) as f64 / 1e9,
+                duration_ns: dur,
+                causes,
+                not_seen_ns: dur.saturating_sub(seen),
+            }
+        })
+        .collect();
+    let tail_diff = (!tail.is_empty() && !median.is_empty())
+        .then(|| diff(&reqs, &splits, &tail, &median, opts, threshold));
+    let note = if n == 0 {
+        Some(format!("no request of --request '{spec}' in this trace"))
+    } else if families.is_empty() {
+        Some("the trace has no cpu, offcpu or runq events: each request's time is all \"not seen\"; record --cpu --offcpu --runq with --request for the split".into())
+    } else {
+        None
+    };
+    Ok(RequestsReport {
+        kind: "requests".into(),
+        request: spec,
+        count: n as u64,
+        p50_ns: q(0.5),
+        p90_ns: q(0.9),
+        p99_ns: q(0.99),
+        p999_ns: q(0.999),
+        max_ns: hist.max(),
+        total_ns: hist.total(),
+        histogram: hist.log2_bins(),
+        nested: un.nested,
+        unmatched_done: un.unmatched_done,
+        open_at_end: un.open_at_end,
+        families,
+        cpu_period_ns: period,
+        slowest: rows,
+        tail: tail_diff,
+        losses: l.losses.clone(),
+        note,
+    })
+}
+
+/// The tail against the median: mean ns per request of each cause and stack.
+fn diff(
+    reqs: &[Req],
+    splits: &HashMap<usize, Split>,
+    tail: &[usize],
+    median: &[usize],
+    opts: &RequestOptions,
+    threshold: u64,
+) -> TailDiff {
+    // cause -> (total ns, stack -> total ns), over a set; plus "not seen".
+    let sum = |set: &[usize]| {
+        let mut by: BTreeMap<String, (u64, HashMap<Shown, u64>)> = BTreeMap::new();
+        let mut wall = 0;
+        for &i in set {
+            let dur = reqs[i].end - reqs[i].start;
+            wall += dur;
+            let mut seen = 0;
+            for (c, (ns, st)) in &splits[&i] {
+                let ns = (*ns).min(dur);
+                seen += ns;
+                let e = by.entry(c.clone()).or_default();
+                e.0 += ns;
+                for (f, v) in st {
+                    *e.1.entry(f.clone()).or_default() += v;
+                }
+            }
+            by.entry(NOT_SEEN.to_string()).or_default().0 += dur.saturating_sub(seen);
+        }
+        (by, wall)
+    };
+    let (t, twall) = sum(tail);
+    let (m, mwall) = sum(median);
+    let (tn, mn) = (tail.len() as f64, median.len() as f64);
+    let causes_set: HashSet<&String> = t.keys().chain(m.keys()).collect();
+    let mut causes: Vec<CauseDiff> = causes_set
+        .into_iter()
+        .map(|c| {
+            let empty = (0, HashMap::new());
+            let (ta, ts) = t.get(c).unwrap_or(&empty);
+            let (ma, ms) = m.get(c).unwrap_or(&empty);
+            let tail_ns = (*ta as f64 / tn) as u64;
+            let median_ns = (*ma as f64 / mn) as u64;
+            let keys: HashSet<&Shown> = ts.keys().chain(ms.keys()).collect();
+            let mut stacks: Vec<StackDiff> = keys
+                .into_iter()
+                .map(|k| StackDiff {
+                    delta_ns: (*ts.get(k).unwrap_or(&0) as f64 / tn
+                        - *ms.get(k).unwrap_or(&0) as f64 / mn) as i64,
+                    place: k.0.clone(),
+                    frames: k.1.clone(),
+                })
+                .filter(|s| s.delta_ns > 0)
+                .collect();
+            stacks.sort_by(|a, b| {
+                b.delta_ns
+                    .cmp(&a.delta_ns)
+                    .then_with(|| a.frames.cmp(&b.frames))
+            });
+            stacks.truncate(opts.stacks);
+            CauseDiff {
+                cause: c.clone(),
+                tail_ns,
+                median_ns,
+                delta_ns: tail_ns as i64 - median_ns as i64,
+                stacks,
+            }
+        })
+        .collect();
+    causes.sort_by(|a, b| b.delta_ns.cmp(&a.delta_ns).then_with(|| a.cause.cmp(&b.cause)));
+    TailDiff {
+        percentile: opts.tail,
+        threshold_ns: threshold,
+        tail_requests: tail.len() as u64,
+        median_requests: median.len() as u64,
+        tail_mean_ns: (twall as f64 / tn) as u64,
+        median_mean_ns: (mwall as f64 / mn) as u64,
+        causes,
+    }
+}
+
+fn ms(ns: u64) -> String {
+    super::text::human_ns(ns)
+}
+
+impl RequestsReport {
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "requests ({}): {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+            self.request,
+            self.count,
+            ms(self.p50_ns),
+            ms(self.p90_ns),
+            ms(self.p99_ns),
+            ms(self.p999_ns),
+            ms(self.max_ns)
+        );
+        if self.nested + self.unmatched_done + self.open_at_end > 0 {
+            let _ = writeln!(
+                s,
+                "unpaired: {} nested, {} done without a start, {} open at the end",
+                self.nested, self.unmatched_done, self.open_at_end
+            );
+        }
+        if let Some(t) = &self.tail {
+            let _ = writeln!(
+                s,
+                "\nthe tail (>= p{} = {}, {} requests, mean {}) against the median ({} requests, mean {}), per request:",
+                t.percentile,
+                ms(t.threshold_ns),
+                t.tail_requests,
+                ms(t.tail_mean_ns),
+                t.median_requests,
+                ms(t.median_mean_ns)
+            );
+            for c in &t.causes {
+                let sign = if c.delta_ns >= 0 { "+" } else { "-" };
+                let _ = writeln!(
+                    s,
+                    "  {sign}{:<10} {}  ({} against {})",
+                    ms(c.delta_ns.unsigned_abs()),
+                    c.cause,
+                    ms(c.tail_ns),
+                    ms(c.median_ns)
+                );
+                for st in &c.stacks {
+                    let leaf = st.frames.first().map(String::as_str).unwrap_or("");
+                    let _ = writeln!(s, "      +{} in {}  ({leaf})", ms(st.delta_ns as u64), st.place);
+                }
+            }
+        }
+        for (i, r) in self.slowest.iter().enumerate() {
+            let id = r.id.map(|v| format!(" id {v}")).unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "\n#{} {}{id}  thread {} [{}/{}] at {:.3} s",
+                i + 1,
+                ms(r.duration_ns),
+                r.thread,
+                r.pid,
+                r.tid,
+                r.at_s
+            );
+            for c in &r.causes {
+                let _ = writeln!(s, "    {:<10} {}", ms(c.ns), c.cause);
+                for st in c.stacks.iter().take(1) {
+                    let leaf = st.frames.first().map(String::as_str).unwrap_or("");
+                    let _ = writeln!(s, "               in {}  ({leaf})", st.place);
+                }
+            }
+            let _ = writeln!(s, "    {:<10} {NOT_SEEN}", ms(r.not_seen_ns));
+        }
+        if let Some(n) = &self.note {
+            let _ = writeln!(s, "\n{n}");
+        }
+        s.push_str(&losses_text(&self.losses));
+        s
+    }
+}
