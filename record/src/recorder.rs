@@ -175,7 +175,11 @@ fn with_request(mut a: RecordConfig) -> Result<RecordConfig> {
     }
     // A request's split needs every block and wait inside it, not a time-weighted sample
     // of the short ones: with --request the samples' default is exact (0).
-    for unit in [&mut a.offcpu_sample, &mut a.runq_sample, &mut a.syscalls_sample] {
+    for unit in [
+        &mut a.offcpu_sample,
+        &mut a.runq_sample,
+        &mut a.syscalls_sample,
+    ] {
         if *unit == DEFAULT_SAMPLE_US {
             *unit = 0;
         }

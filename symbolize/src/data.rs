@@ -69,7 +69,11 @@ impl DataAddresses {
                 continue;
             };
             let mut done: HashSet<u64> = HashSet::new();
-            for m in g.mappings.iter().filter(|m| m.build_id != 0 && m.perms & 4 != 0) {
+            for m in g
+                .mappings
+                .iter()
+                .filter(|m| m.build_id != 0 && m.perms & 4 != 0)
+            {
                 if !done.insert(m.build_id) {
                     continue;
                 }

@@ -615,7 +615,14 @@ mod tests {
             let dir = std::env::temp_dir();
             let e = run_one(
                 exe,
-                &["--requests", "250", "--workers", "3", "--dir", dir.to_str().unwrap()],
+                &[
+                    "--requests",
+                    "250",
+                    "--workers",
+                    "3",
+                    "--dir",
+                    dir.to_str().unwrap(),
+                ],
             );
             assert_eq!(e["program"], "request_server");
             assert_eq!(u(&e["requests"]), 250);

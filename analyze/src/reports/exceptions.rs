@@ -153,7 +153,11 @@ pub fn exceptions_from(trace: impl Trace, filter: &Filter, n: usize) -> Exceptio
     let mut rows: Vec<ExceptionRow> = rows
         .into_iter()
         .map(|((event, type_name, type_known, stack, thread), count)| {
-            let frames = if stack != 0 { l.frames(stack) } else { Vec::new() };
+            let frames = if stack != 0 {
+                l.frames(stack)
+            } else {
+                Vec::new()
+            };
             let thrower = frames
                 .iter()
                 .find(|f| !runtime_frame(&f.function) && !f.module.contains("libstdc++"))
@@ -240,7 +244,11 @@ impl ExceptionReport {
             "most thrown: {ty}{from}, {} ({:.0}% of {all} {})",
             rate_text(count as f64 / self.seconds),
             100.0 * count as f64 / all.max(1) as f64,
-            if self.throws > 0 { "throws" } else { "rethrows" },
+            if self.throws > 0 {
+                "throws"
+            } else {
+                "rethrows"
+            },
         ))
     }
 

@@ -33,6 +33,7 @@
 mod budget;
 mod describe;
 mod diff;
+pub mod exceptions;
 pub mod export;
 mod flamegraph;
 mod folded;
@@ -46,6 +47,7 @@ mod live;
 mod names;
 mod pass;
 mod places;
+pub mod requests;
 mod stacks;
 pub mod summary;
 pub mod suppress;
@@ -54,19 +56,17 @@ mod text;
 pub mod threads;
 mod top;
 pub mod usdt;
-pub mod exceptions;
-pub mod requests;
 pub mod wrappers;
 
 pub use crate::model::{Records, Trace};
-pub use requests::{requests_from, RequestOptions, RequestsReport};
-pub use exceptions::{exceptions_from, ExceptionReport, ExceptionRow};
 pub use diff::{diff, diff_from, diff_stacks, DiffOptions, DiffReport, DiffRow};
+pub use exceptions::{exceptions_from, ExceptionReport, ExceptionRow};
 pub use flamegraph::{diff_flamegraph, flamegraph, flamegraph_by};
 pub use folded::{folded, folded_from, folded_key, Folded};
 pub use heap::{heap_from, heap_with, HeapAllocator, HeapMeasure, HeapReport, HeapRow, HeapTotals};
 pub use kind::{EventKind, Measure};
 pub use leaks::{leaks, leaks_from, leaks_grouped, leaks_with, LeakOptions};
+pub use requests::{requests_from, RequestOptions, RequestsReport};
 pub use stacks::{
     stacks, stacks_by_thread_from, stacks_from, stacks_with_inuse_from, StackValues, Stacks,
     ThreadSplit,

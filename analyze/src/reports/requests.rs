@@ -15,13 +15,13 @@
 //! has most of its time "not seen". Two passes over the trace: the first finds the
 //! requests, the second attributes events only to the requests it details (the slowest,
 //! the tail, those around the median), so memory follows those, never every event.
-use crate::histogram::Log2Bin;
-use super::text::losses_text;
+use super::kind::EventKind;
 use super::places::user_place;
+use super::text::losses_text;
 use super::threads::{cause_of, header_option};
 use crate::histogram::Histogram;
+use crate::histogram::Log2Bin;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
-use super::kind::EventKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -237,17 +237,18 @@ fn source(l: &Loaded, spec: &str) -> Result<Source, String> {
             .map(|(&id, _)| id)
             .collect();
         ids.sort();
-        return ids
-            .first()
-            .map(|&id| Source::Func(id))
-            .ok_or_else(|| format!("the trace has no probed function {want} (--request '{spec}')"));
+        return ids.first().map(|&id| Source::Func(id)).ok_or_else(|| {
+            format!("the trace has no probed function {want} (--request '{spec}')")
+        });
     }
     Err(format!("--request '{spec}': not usdt:… or func:…"))
 }
 
 /// Pairs the boundaries: per thread, a start with the next done; a start while one is open
 /// makes the whole nest unpaired.
-fn pair(b: &Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
+fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
+    // In time order (the ring buffer's order is the reservations', nearly so).
+    b.usdt.sort_by_key(|h| h.3);
     let mut out = Vec::new();
     match *src {
         Source::Func(f) => {
@@ -357,7 +358,12 @@ type Split = BTreeMap<String, (u64, HashMap<Shown, u64>)>;
 /// A stack as shown: (place, frames).
 type Shown = (String, Vec<String>);
 
-fn split(d: &Detail, period: u64, l: &mut Loaded, names: &mut HashMap<u64, (String, Shown)>) -> Split {
+fn split(
+    d: &Detail,
+    period: u64,
+    l: &mut Loaded,
+    names: &mut HashMap<u64, (String, Shown)>,
+) -> Split {
     let mut out: Split = BTreeMap::new();
     let mut frames_of = |l: &mut Loaded, stack: u64| -> (String, Shown) {
         names
@@ -422,7 +428,7 @@ pub fn requests_from<T: Trace>(
         .ok_or("the trace was recorded without --request: record with ebrec record --request usdt:PROVIDER:START,DONE (or func:NAME), and --cpu --offcpu --runq for the split")?;
     let src = source(&l, &spec)?;
     let mut un = Unpaired::default();
-    let mut reqs = pair(&b, &src, &mut un);
+    let mut reqs = pair(&mut b, &src, &mut un);
     drop(b);
     reqs.sort_by_key(|r| (r.end - r.start, r.start));
     let mut hist = Histogram::default();
@@ -434,7 +440,9 @@ pub fn requests_from<T: Trace>(
     let threshold = q(opts.tail / 100.0);
     // Which requests to detail: the slowest, the tail, those around the median.
     let slowest: Vec<usize> = (0..n).rev().take(opts.slowest).collect();
-    let tail: Vec<usize> = (0..n).filter(|&i| reqs[i].end - reqs[i].start >= threshold).collect();
+    let tail: Vec<usize> = (0..n)
+        .filter(|&i| reqs[i].end - reqs[i].start >= threshold)
+        .collect();
     let median: Vec<usize> = (n * 2 / 5..n * 3 / 5).collect();
     let wanted: HashSet<usize> = slowest
         .iter()
@@ -589,7 +597,8 @@ fn diff(
                 .into_iter()
                 .map(|k| StackDiff {
                     delta_ns: (*ts.get(k).unwrap_or(&0) as f64 / tn
-                        - *ms.get(k).unwrap_or(&0) as f64 / mn) as i64,
+                        - *ms.get(k).unwrap_or(&0) as f64 / mn)
+                        as i64,
                     place: k.0.clone(),
                     frames: k.1.clone(),
                 })
@@ -610,7 +619,11 @@ fn diff(
             }
         })
         .collect();
-    causes.sort_by(|a, b| b.delta_ns.cmp(&a.delta_ns).then_with(|| a.cause.cmp(&b.cause)));
+    causes.sort_by(|a, b| {
+        b.delta_ns
+            .cmp(&a.delta_ns)
+            .then_with(|| a.cause.cmp(&b.cause))
+    });
     TailDiff {
         percentile: opts.tail,
         threshold_ns: threshold,
@@ -670,7 +683,12 @@ impl RequestsReport {
                 );
                 for st in &c.stacks {
                     let leaf = st.frames.first().map(String::as_str).unwrap_or("");
-                    let _ = writeln!(s, "      +{} in {}  ({leaf})", ms(st.delta_ns as u64), st.place);
+                    let _ = writeln!(
+                        s,
+                        "      +{} in {}  ({leaf})",
+                        ms(st.delta_ns as u64),
+                        st.place
+                    );
                 }
             }
         }

@@ -86,8 +86,7 @@ fn offcpu_events(path: &Path) -> OffCpuTrace {
                 .sum();
         }
         if let Some(Kind::Lost(l)) = &rec.kind {
-            if l.family == EventFamily::Offcpu as i32 && l.reason == LossReason::Unmatched as i32
-            {
+            if l.family == EventFamily::Offcpu as i32 && l.reason == LossReason::Unmatched as i32 {
                 lost += l.count;
             }
         }
@@ -259,7 +258,10 @@ fn check_env(mode: &str, env: &[(&str, &str)], unsent: u64, more: &[&str]) -> St
             .map(|r| r["count"].as_u64().unwrap())
             .sum()
     };
-    assert!(no_kernel(&naps_rows) <= unseen(sleeper), "{mode}: {naps_rows:#?}");
+    assert!(
+        no_kernel(&naps_rows) <= unseen(sleeper),
+        "{mode}: {naps_rows:#?}"
+    );
     for r in &naps_rows {
         let f = frames(r, "frames");
         let u = user(&f);
@@ -290,7 +292,10 @@ fn check_env(mode: &str, env: &[(&str, &str)], unsent: u64, more: &[&str]) -> St
         "{mode}: {count} of {} reads with their stack: {read_rows:#?}",
         seen_of["reader"]
     );
-    assert!(no_kernel(&read_rows) <= unseen(reader), "{mode}: {read_rows:#?}");
+    assert!(
+        no_kernel(&read_rows) <= unseen(reader),
+        "{mode}: {read_rows:#?}"
+    );
     for r in &read_rows {
         let f = frames(r, "frames");
         let u = user(&f);

@@ -359,3 +359,93 @@ fn postgres_known_causes_are_the_findings() {
         "{off:#}"
     );
 }
+
+/// `ebrec record --request usdt:postgresql:query__start,query__done -p POSTMASTER` while
+/// pgbench sends a known number of statements (8 clients × 40 transactions × 3 statements,
+/// the simple protocol: one query__start/done pair each): every statement is one request,
+/// in the backends forked for pgbench's connections (followed from their fork), none
+/// unpaired. The eight clients update one row, so the slow statements wait for the row lock
+/// the one before holds: the tail's stacks name `XactLockTableWait`.
+#[test]
+fn postgres_requests_are_the_statements_pgbench_sent() {
+    if !root() {
+        return;
+    }
+    let Some(bin) = pg_bin() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no PostgreSQL (scripts/setup test installs it), and CI=true"
+        );
+        eprintln!(
+            "\n*** SKIPPED: no PostgreSQL under /usr/lib/postgresql (scripts/setup test) ***\n"
+        );
+        return;
+    };
+    let _alone = common::exclusive();
+    let pg = Server::start(&bin);
+    pg.sql("CREATE TABLE hot (id int PRIMARY KEY, v bigint); INSERT INTO hot VALUES (1, 0);");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("req.pb.zst");
+    let mut rec = Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args([
+            "record",
+            "--request",
+            "usdt:postgresql:query__start,query__done",
+        ])
+        .args(["--offcpu", "--cpu", "-p", &pg.pid().to_string(), "-o"])
+        .arg(&trace)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(rec.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("ebrec ended before it recorded: {said}");
+        }
+        said.push_str(&line);
+        if line.contains("recording to") {
+            break;
+        }
+    }
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let (clients, transactions) = (8u64, 40u64);
+    let script = "BEGIN;\nUPDATE hot SET v = v + 1 WHERE id = 1;\nEND;\n";
+    let b = pg
+        .pgbench_transactions(script, clients as u32, transactions as u32)
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        b.status.success(),
+        "pgbench: {}",
+        String::from_utf8_lossy(&b.stderr)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let st = rec.wait().unwrap();
+    said.push_str(&rest.join().unwrap());
+    assert!(st.success(), "ebrec: {said}");
+
+    let t = trace.to_str().unwrap();
+    let j = ebsym_json(&["requests", t, "-n", "5", "--tail", "90"]);
+    assert_eq!(
+        j["count"].as_u64(),
+        Some(clients * transactions * 3),
+        "every statement pgbench sent is a request: {j:#}\n{said}"
+    );
+    for k in ["nested", "unmatched_done", "open_at_end"] {
+        assert_eq!(j[k].as_u64(), Some(0), "{k}: {j:#}");
+    }
+    let tail = j["tail"].to_string();
+    assert!(
+        tail.contains("XactLockTableWait"),
+        "the tail does not name the row lock: {:#}",
+        j["tail"]
+    );
+}

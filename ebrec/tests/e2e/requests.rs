@@ -35,7 +35,13 @@ fn check(spec: &str) {
     let dir = tempfile::tempdir().unwrap();
     let rec = common::record(
         "request_server",
-        &["--request", spec, "--cpu=999", "--offcpu=100", "--runq=1000"],
+        &[
+            "--request",
+            spec,
+            "--cpu=999",
+            "--offcpu=100",
+            "--runq=1000",
+        ],
         &["--requests", "800", "--dir", dir.path().to_str().unwrap()],
     );
     let e = expect_line(&rec.out, "request_server");
@@ -96,7 +102,10 @@ fn check(spec: &str) {
         }
     }
     let found: u32 = seen.values().sum();
-    assert!(found >= 23, "{spec}: {seen:?} of the 24 among the 40 slowest: {j:#}");
+    assert!(
+        found >= 23,
+        "{spec}: {seen:?} of the 24 among the 40 slowest: {j:#}"
+    );
     assert!(
         right * 100 >= found * 95,
         "{spec}: {right} of {found} slow requests named: {j:#}"
@@ -112,20 +121,41 @@ fn check(spec: &str) {
     let causes = tail["causes"].as_array().unwrap();
     let of = |name: &str| causes.iter().find(|c| c["cause"] == name);
     let lock = of("off CPU: lock").unwrap_or_else(|| panic!("{spec}: {tail:#}"));
-    assert!(lock["delta_ns"].as_i64().unwrap() > 2_000_000, "{spec}: {lock:#}");
+    assert!(
+        lock["delta_ns"].as_i64().unwrap() > 2_000_000,
+        "{spec}: {lock:#}"
+    );
     let lock_frames = lock.to_string();
     for f in ["rsrv::wait_for_ledger", "rsrv::await_timer"] {
-        assert!(lock_frames.contains(f), "{spec}: {f} not under lock wait: {lock:#}");
+        assert!(
+            lock_frames.contains(f),
+            "{spec}: {f} not under lock wait: {lock:#}"
+        );
     }
     let cpu = of("on CPU").unwrap_or_else(|| panic!("{spec}: {tail:#}"));
-    assert!(cpu["delta_ns"].as_i64().unwrap() > 500_000, "{spec}: {cpu:#}");
-    assert!(cpu.to_string().contains("rsrv::compute_discount"), "{spec}: {cpu:#}");
-    assert_eq!(causes[0]["cause"], "off CPU: lock", "{spec}: largest first: {tail:#}");
+    assert!(
+        cpu["delta_ns"].as_i64().unwrap() > 500_000,
+        "{spec}: {cpu:#}"
+    );
+    assert!(
+        cpu.to_string().contains("rsrv::compute_discount"),
+        "{spec}: {cpu:#}"
+    );
+    assert_eq!(
+        causes[0]["cause"], "off CPU: lock",
+        "{spec}: largest first: {tail:#}"
+    );
 
     // The text says the same.
-    let out = common::run(&common::ebsym_path(), &["requests", t, "--tail", "95", "-n", "3"]);
+    let out = common::run(
+        &common::ebsym_path(),
+        &["requests", t, "--tail", "95", "-n", "3"],
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.starts_with(&format!("requests ({spec}): 800 ")), "{text}");
+    assert!(
+        text.starts_with(&format!("requests ({spec}): 800 ")),
+        "{text}"
+    );
     assert!(text.contains("off CPU: lock"), "{text}");
 }
 
@@ -160,9 +190,21 @@ fn requests_need_a_request_spec() {
     assert!(!out.status.success());
     assert!(err.contains("recorded without --request"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
-    for bad in ["usdt:rsrv:request__start", "tcp:80", "usdt:rsrv:*,request__done"] {
+    for bad in [
+        "usdt:rsrv:request__start",
+        "tcp:80",
+        "usdt:rsrv:*,request__done",
+    ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
-            .args(["record", "--request", bad, "-o", "/dev/null", "--", "/bin/true"])
+            .args([
+                "record",
+                "--request",
+                bad,
+                "-o",
+                "/dev/null",
+                "--",
+                "/bin/true",
+            ])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

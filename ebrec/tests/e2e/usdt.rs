@@ -862,7 +862,10 @@ fn exceptions_by_type_and_thrower() {
         &["--requests", "40", "--throw-every", "4"],
     );
     let e = common::expect_line(&rec.out, "usdt_server");
-    let (throws, rethrows) = (e["throws"].as_u64().unwrap(), e["rethrows"].as_u64().unwrap());
+    let (throws, rethrows) = (
+        e["throws"].as_u64().unwrap(),
+        e["rethrows"].as_u64().unwrap(),
+    );
     assert_eq!((throws, rethrows), (10, 10), "{e}");
     let t = rec.trace.to_str().unwrap();
     let j = common::ebsym_json(&["top", t, "--kind", "exception"]);
@@ -889,7 +892,10 @@ fn exceptions_by_type_and_thrower() {
             .iter()
             .map(|f| f["function"].as_str().unwrap())
             .collect();
-        assert!(frames.iter().any(|f| f.starts_with("shop::serve_all")), "{frames:?}");
+        assert!(
+            frames.iter().any(|f| f.starts_with("shop::serve_all")),
+            "{frames:?}"
+        );
     }
     let s = common::ebsym_json(&["summary", t]);
     let f = s["findings"]
