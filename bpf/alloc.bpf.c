@@ -330,9 +330,16 @@ static __always_inline void leave_in(void *slots, __u64 ret)
 			bpf_probe_read_user(&addr, sizeof(addr), (void *)e->arg);
 	}
 	if (e->old_traced && (addr || e->size == 0)) {
-		/* realloc moved or freed a traced block (realloc(p, 0) frees and may return NULL) */
+		/* realloc moved or freed a traced block (realloc(p, 0) frees and may return NULL):
+		 * a free of the free family, a hit of it as free()'s are */
 		struct block_key k = { .pid = pid, .addr = e->arg };
-		untrack(pid, &k);
+		if (untrack(pid, &k))
+			count(FAM_FREE, CTR_HITS);
+	}
+	if (e->kind && !addr) {
+		/* No block: a failed call, or realloc(p, 0), which only frees. A hit that is no
+		 * allocation: filtered, so that kept + lost + filtered = hits. */
+		count(FAM_ALLOC, CTR_FILTERED);
 	}
 	if (e->kind && addr) {
 		struct block_key k = { .pid = pid, .allocator = e->allocator, .addr = addr };

@@ -148,9 +148,10 @@ fn session_probes_return_only_for_kept_calls() {
         runs >= floor && runs < floor + 100,
         "runs {runs}, hits and returns {floor}: {err}"
     );
-    // (free(NULL) runs the program but is no hit: a few at start and exit.)
+    // (free(NULL) runs the program but is no hit: a few at start and exit. realloc's frees
+    // of kept blocks are hits of the free family without a run of free's program.)
     assert!(
-        free_runs >= free_hits && free_runs < free_hits + 100,
+        free_runs + kept >= free_hits && free_runs < free_hits + 100,
         "free runs {free_runs}, hits {free_hits}: {err}"
     );
     // The summary counts a trap around each uprobe program run (the stats do not see it),

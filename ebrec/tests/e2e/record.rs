@@ -759,3 +759,25 @@ fn no_free_records_allocations_only() {
             .unwrap()
     );
 }
+
+/// Every allocator call and every free is kept, lost or filtered, in both families, with
+/// every allocator function the system allocator has (heap_known: malloc, calloc, realloc
+/// growing a block, posix_memalign, aligned_alloc, free): the frees realloc makes of traced
+/// blocks are hits of the free family, and a call that returns no block is a filtered hit.
+/// (Before, realloc's frees were kept beyond the free probe's hits.)
+#[test]
+fn every_hit_is_kept_lost_or_filtered_in_both_heap_families() {
+    if !root() {
+        return;
+    }
+    let rec = common::record("heap_known", &["--alloc"], &[]);
+    let t = read_trace(&rec.trace);
+    let tr = t.trailer.expect("trailer");
+    for family in [1, 2] {
+        let f = tr.families.iter().find(|f| f.family == family).unwrap();
+        assert!(f.hits > 0, "{f:?}");
+        assert_eq!(f.kept + f.lost + f.filtered, f.hits, "{f:?}");
+    }
+    let free = tr.families.iter().find(|f| f.family == 2).unwrap();
+    assert_eq!(free.kept, t.frees.len() as u64);
+}
