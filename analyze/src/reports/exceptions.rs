@@ -9,6 +9,7 @@
 //! flow are a classic hidden cost of C++ services: the summary line names the most thrown
 //! type, where from and its rate.
 use super::text::{empty_note, losses_text};
+use super::threads::fold_digits;
 use crate::interned::Frame;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use serde::Serialize;
@@ -76,24 +77,6 @@ fn runtime_frame(function: &str) -> bool {
         || function.starts_with("std::__throw_")
         || function.starts_with("__gnu_cxx::__throw_")
         || function.starts_with("_Unwind_")
-}
-
-/// A thread name with its digits folded (`worker-12` -> `worker-*`).
-fn fold_digits(name: &str) -> String {
-    let mut out = String::new();
-    let mut in_digits = false;
-    for c in name.chars() {
-        if c.is_ascii_digit() {
-            if !in_digits {
-                out.push('*');
-            }
-            in_digits = true;
-        } else {
-            out.push(c);
-            in_digits = false;
-        }
-    }
-    out
 }
 
 /// `ebsym top --kind exception` of an open trace: the `n` rows with the most exceptions.

@@ -226,13 +226,18 @@ fn source(l: &Loaded, spec: &str) -> Result<Source, String> {
         return Ok(Source::Usdt { start: s, done: d });
     }
     if let Some(f) = spec.strip_prefix("func:") {
-        let want = f.split(':').next().unwrap_or(f);
+        // SPEC[:MIN_US], as --func: only a trailing number is the threshold (a C++ name
+        // has `::` of its own).
+        let want = match f.rsplit_once(':') {
+            Some((name, us)) if !us.is_empty() && us.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => f,
+        };
         let mut ids: Vec<u64> = l
             .probed
             .iter()
             .filter(|(_, n)| {
                 let n = l.tables.string(**n);
-                n == want || n.starts_with(&format!("{want}(")) || n.contains(want)
+                n == want || n.starts_with(&format!("{want}("))
             })
             .map(|(&id, _)| id)
             .collect();
