@@ -38,6 +38,9 @@
 #   ebrec-diagnose     ebrec diagnose -p PID... --duration DURATION+3 -o DIR (its own --max-cpu 5
 #                      budget; the reports it makes with ebsym after the recording are not timed)
 #   ebrec-agent        ebrec agent --bpf-stats --cpu --offcpu --comm '^postgres$' -o DIR/a.pb.zst
+#   NAME-sched-POLICY  ebrec-cpu, ebrec-offcpu, ebrec-diagset or ebrec-agent with --sched POLICY
+#                      (normal, idle, batch: ebrec's own threads; batch is the default) (not in
+#                      the default set)
 #   bt-offcpu          bpftrace on sched_switch: at the switch-out of a server thread that blocks,
 #                      @start[tid] = nsecs; at its switch-in the delta into hist() (no stacks)
 #   bt-syscalls        bpftrace on raw_syscalls: at the entry of a server thread's call @start[tid]
@@ -90,6 +93,13 @@
 #                  turns it on). "events": what the tool saw (ebrec: probe hits of its summary;
 #                  bpftrace/bcc: the sum of their counts). 2 CPUs: 10% of one CPU is 5% of the
 #                  machine, so "BPF + proc" = 10% predicts a ratio near 0.95 on a saturated server.
+#                  "wakeups N/s": the tracer's context switches (voluntary and involuntary, all
+#                  its threads, /proc/PID/task/*/status) a second during the load: each one is
+#                  a moment it took a CPU from the server (or was taken off one)
+#   lost / unexplained  the throughput lost as CPU (a saturated machine: (1 - paired) of each
+#                  of the CPUs' work, % of one CPU), and that less the accounted cost (BPF +
+#                  proc + uprobe traps): what ebrec's own account does not explain. Within
+#                  the untraced row's spread both mean nothing
 #
 # Usage: bench/scripts/server.sh               (as root)
 #   EBREC=target/release/ebrec EBSYM=target/release/ebsym   (defaults: target/release/ here)
@@ -156,6 +166,10 @@ ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
 KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
+# ebrec record and agent rows with --sched POLICY (ebrec's own threads; default batch)
+for p in normal idle batch; do
+  for c in ebrec-cpu ebrec-offcpu ebrec-diagset ebrec-agent; do KNOWN_CONFIGS+=" $c-sched-$p"; done
+done
 CONFIGS=${CONFIGS:-$ALL_CONFIGS}
 CONFIGS=$(tr -s ' \t\n' ' ' <<<"$CONFIGS" | sed 's/^ //; s/ $//')
 
@@ -350,6 +364,13 @@ proc_ticks() {
   read -r -a f <<<"${line##*) }"
   echo $((f[11] + f[12]))
 }
+# ctx_switches PID: context switches (voluntary + involuntary) of all threads of a running
+# process so far, or "-": each is a wakeup of the tracer (or a preemption of it).
+ctx_switches() {
+  local n
+  n=$(cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches:/ { n += $2; seen = 1 } END { if (seen) print n; else print "-" }')
+  echo "${n:--}"
+}
 # pct_of_cpu TICKS0 TICKS1 SECS: CPU share (% of one CPU) between two proc_ticks readings.
 pct_of_cpu() {
   awk -v a="$1" -v b="$2" -v s="$3" -v hz="$HZ" 'BEGIN {
@@ -503,7 +524,7 @@ server_libc() {
 # --- one run ----------------------------------------------------------------------------------
 # Per configuration: TPS (per-run list), CB/CP (ebrec BPF % / process %), NS (ns per run),
 # BU (budget %), EVN (events of the last run), WHY (why it does not run: set once).
-declare -A TPS CB CP NS BU CH TR EVN WHY FAILS UNT_R PAIR RATE_R ST
+declare -A TPS CB CP NS BU CH TR EVN WHY FAILS UNT_R PAIR RATE_R ST WK
 FIRST_TRACE_DONE=0
 PROC_NOTE=""
 
@@ -520,6 +541,10 @@ tool_argv() {
   esac
   case $c in
     *-hub) hub=(EBTRACE_SYSCALL_HUB_ONLY=1); c=${c%-hub} ;;
+  esac
+  local sched=()
+  case $c in
+    *-sched-normal | *-sched-idle | *-sched-batch) sched=(--sched "${c##*-sched-}"); c=${c%-sched-*} ;;
   esac
   case $c in
     ebrec-*)
@@ -550,13 +575,13 @@ tool_argv() {
         ebrec-agent)
           rm -rf "$TMP/agent"
           mkdir -p "$TMP/agent"
-          TOOL_ARGV=(env --default-signal=INT "$ebrec" agent -q "${STATS_FLAG[@]}" --cpu --offcpu --comm "^$COMM\$" -o "$TMP/agent/a.pb.zst")
+          TOOL_ARGV=(env --default-signal=INT "$ebrec" agent -q "${sched[@]}" "${STATS_FLAG[@]}" --cpu --offcpu --comm "^$COMM\$" -o "$TMP/agent/a.pb.zst")
           READY='^ebrec'
           EVFN=ev_agent
           return 0 ;;
         *) fam=("--${c#ebrec-}") ;;
       esac
-      TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" "${fam[@]}" "${pids[@]}") ;;
+      TOOL_ARGV=(env --default-signal=INT "${hub[@]}" "$ebrec" record -q "${sched[@]}" "${STATS_FLAG[@]}" -o "$TRACE" "${fam[@]}" "${pids[@]}") ;;
     bt-*)
       command -v bpftrace >/dev/null || { WHY[$1]="no bpftrace"; return 1; }
       READY=$BT_READY
@@ -645,7 +670,7 @@ EOF
 }
 
 run_config() { # CONFIG ROUND
-  local c=$1 r=$2 out=$TMP/$1.tool lout=$TMP/$1.load tpid="" t0 t1 secs rate ev why="" bns="" b0="" b1="" k0 k1
+  local c=$1 r=$2 out=$TMP/$1.tool lout=$TMP/$1.load tpid="" t0 t1 secs rate ev why="" bns="" b0="" b1="" k0 k1 w0 w1
   if [ -n "${WHY[$c]:-}" ]; then return 0; fi
   rm -f "$out" "$lout"
   if [ "$c" = untraced ]; then
@@ -685,11 +710,13 @@ run_config() { # CONFIG ROUND
     else
       sleep 1 # the tool's start-up (bcc's compile, ebrec's tables) settles
       k0=$(proc_ticks "$tpid")
+      w0=$(ctx_switches "$tpid")
       b0=$(bpf_ns "$tpid")
       t0=$(date +%s.%N)
       if ! run_load "$lout"; then why="the load failed: $(why_of "$lout")"; fi
       t1=$(date +%s.%N)
       k1=$(proc_ticks "$tpid")
+      w1=$(ctx_switches "$tpid")
       [[ $c == ebrec-* ]] || b1=$(bpf_ns "$tpid")
       secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
       if ! kill -0 "$tpid" 2>/dev/null; then
@@ -712,6 +739,7 @@ run_config() { # CONFIG ROUND
         RATE_R[$c:$r]=$rate
         EVN[$c]=$ev
         CP[$c]="${CP[$c]:-} $(pct_of_cpu "$k0" "$k1" "$secs")"
+        WK[$c]="${WK[$c]:-} $(awk -v a="$w0" -v b="$w1" -v s="$secs" 'BEGIN { if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && s > 0) printf "%.0f", (b - a) / s; else print "-" }')"
         if [[ $c == ebrec-* ]]; then
           ebrec_cost "$out" "$secs"
           CB[$c]="${CB[$c]:-} $COST_BPF"
@@ -784,20 +812,20 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
   echo "ebrec: $EBREC$( [ "$EBREC_OK" = 1 ] && echo " ($(stat -c %y "$EBREC" | cut -d. -f1))")"
   [ -z "${EBREC_B:-}" ] || echo "ebrec @b rows: $EBREC_B ($(stat -c %y "$EBREC_B" | cut -d. -f1))"
   echo
-  echo "| config | $unit median | x untraced | paired | min-max | accounted cost, % of one CPU |"
-  echo "| --- | ---: | ---: | ---: | --- | --- |"
+  echo "| config | $unit median | x untraced | paired | min-max | accounted cost, % of one CPU | lost / unexplained, % of one CPU |"
+  echo "| --- | ---: | ---: | ---: | --- | --- | --- |"
   for c in $CONFIGS; do
     # shellcheck disable=SC2086
     m=$(median ${TPS[$c]:--})
     if [ -n "${WHY[$c]:-}" ] && [ -z "${TPS[$c]:-}" ]; then
-      echo "| $c | not run: ${WHY[$c]} | | | | |"
+      echo "| $c | not run: ${WHY[$c]} | | | | | |"
       continue
     fi
     if [ -z "${TPS[$c]:-}" ]; then
-      echo "| $c | not run:${FAILS[$c]#;} | | | | |"
+      echo "| $c | not run:${FAILS[$c]#;} | | | | | |"
       continue
     fi
-    cost="-"
+    cost="-" cb=- cp=- tr=-
     if [ "$c" != untraced ]; then
       # shellcheck disable=SC2086
       cb=$(median ${CB[$c]:--}) cp=$(median ${CP[$c]:--})
@@ -820,6 +848,9 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
         cost="proc $cp%"
         [ "$cb" = - ] || cost+=", BPF $cb%"
       fi
+      # shellcheck disable=SC2086
+      wk=$(median ${WK[$c]:--})
+      [ "$wk" = - ] || cost+=", wakeups $wk/s"
       cost+="; events ${EVN[$c]:--}"
     fi
     # shellcheck disable=SC2086
@@ -840,7 +871,18 @@ RESULTS=$RESULTS_DIR/server-$SERVER-$MIX-$stamp.md
       # shellcheck disable=SC2086
       [ -z "$vs" ] || pair+=" (vs A $(median $vs), $(printf '%s\n' $vs | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%s-%s", a, b }'))"
     fi
-    echo "| $c | $(fmt1 "$m") | $(ratio "$m" "$UNTR") | $pair | $(minmax ${TPS[$c]}) | $cost |"
+    # What the throughput lost, as CPU: on a saturated machine a ratio R leaves (1 - R) of
+    # every CPU's work undone; the unexplained rest is that less the accounted cost.
+    lost=-
+    if [ "$c" != untraced ]; then
+      # shellcheck disable=SC2086
+      lost=$(awk -v p="${pair%% *}" -v n="$NCPU" -v b="${cb:--}" -v k="${cp:--}" -v t="${tr:--}" 'BEGIN {
+        if (p !~ /^[0-9.]+$/) { print "-"; exit }
+        l = (1 - p) * n * 100; a = 0
+        if (b ~ /^[0-9.]+$/) a += b; if (k ~ /^[0-9.]+$/) a += k; if (t ~ /^[0-9.]+$/) a += t
+        printf "%.1f / %.1f", l, l - a }')
+    fi
+    echo "| $c | $(fmt1 "$m") | $(ratio "$m" "$UNTR") | $pair | $(minmax ${TPS[$c]}) | $cost | $lost |"
   done
   echo
   [ -z "$PROC_NOTE" ] || echo "Processes followed (ebsym info of the first ebrec trace): $PROC_NOTE."

@@ -12,7 +12,10 @@ const PROGRAMS: &[&str] = &["alloc", "lock", "profile", "sampler", "system", "hu
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    let bpf = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");
+    // The manifest directory of this build, not of the one that compiled this script (a
+    // target directory copied to another checkout keeps its build scripts).
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
+    let bpf = PathBuf::from(manifest).join("../../bpf");
     let clang = std::env::var("EBTRACE_CLANG").unwrap_or_else(|_| "clang-19".into());
     let generated = std::env::var("DEP_EBTRACE_PROTO_INCLUDE")
         .expect("ebtrace-proto publishes the directory of families.h");

@@ -280,6 +280,15 @@ pub struct RecordConfig {
     /// off unless asked for; --max-cpu turns them on (it measures with them).
     #[cfg_attr(feature = "cli", arg(long))]
     pub bpf_stats: bool,
+    /// How ebrec's own threads are scheduled. batch: never preempts the traced service's
+    /// threads when it wakes, yet gets its fair share of CPU; idle: runs only on CPUs nothing
+    /// else wants (on a saturated machine the ring buffers then fill: events lost, counted);
+    /// normal: as any process. A launched command keeps its own policy.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "POLICY", value_enum, default_value = "batch")
+    )]
+    pub sched: SchedPolicy,
     /// The command to start and trace from its first instruction.
     #[cfg_attr(feature = "cli", arg(last = true, value_name = "CMD"))]
     pub command: Vec<OsString>,
@@ -352,6 +361,16 @@ impl std::fmt::Display for StackMode {
             StackMode::Auto => write!(f, "auto"),
         }
     }
+}
+
+/// `--sched`: the scheduling policy of ebrec's own threads (record/src/sched.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum SchedPolicy {
+    #[default]
+    Batch,
+    Idle,
+    Normal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

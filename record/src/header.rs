@@ -104,6 +104,7 @@ pub fn header(a: &RecordConfig) -> Header {
     if a.usdt_stack {
         opt("usdt-stack", "true".into());
     }
+    opt("sched", crate::sched::name(a.sched).into());
     if a.exceptions {
         opt("exceptions", "true".into());
     }

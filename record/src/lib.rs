@@ -28,6 +28,7 @@ pub(crate) mod procfs;
 pub(crate) mod recorder;
 pub(crate) mod recording;
 pub(crate) mod rotate;
+pub(crate) mod sched;
 pub(crate) mod session;
 pub(crate) mod summary;
 pub(crate) mod targets;

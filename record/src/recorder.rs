@@ -485,6 +485,13 @@ fn record_with(
     if let Some(h) = hooks.as_deref_mut() {
         h.started(&mut rec)?;
     }
+    // After the launch (the command keeps its policy) and the start-up work.
+    if let Some(why) = crate::sched::apply(a.sched) {
+        eprintln!(
+            "ebrec: warning: --sched {:?}: {why}; ebrec's threads keep the normal policy",
+            a.sched
+        );
+    }
     let stop_reason = record_loop(&mut rec, a, launched.as_ref(), &mut hooks)?;
     let finished = rec.finish(stop_reason)?;
     let agent = hooks.is_some();

@@ -615,6 +615,8 @@ impl<'p> Recording<'p> {
             dispatch: (tp_runs, dispatch_ns),
             traps,
             own_cpu_s: crate::budget::own_cpu_ns() as f64 / 1e9,
+            own_switches: crate::sched::own_switches(),
+            sched: crate::sched::name(self.a.sched),
             sampled: self.budget.as_ref().and_then(|b| b.sampling()),
             evictions: s.w.stats().stack_evictions,
             rotations: self.rotations,

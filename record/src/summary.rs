@@ -23,6 +23,11 @@ pub struct Summary<'a> {
     pub traps: Option<(u64, f64)>,
     /// ebrec's own CPU time over the recording, its start included, s.
     pub own_cpu_s: f64,
+    /// ebrec's context switches over the recording (every thread's, voluntary and not): each
+    /// a moment it took a CPU from the targets, or was taken off one.
+    pub own_switches: u64,
+    /// `--sched`, as the flag spells it.
+    pub sched: &'static str,
     /// --max-cpu measured a part of the time (without --bpf-stats): the seconds measured
     /// (the runs and run time above are of them).
     pub sampled: Option<f64>,
@@ -186,10 +191,12 @@ impl Summary<'_> {
         let bpf = pct(total_ns as f64);
         let own = self.own_cpu_s / elapsed.max(1e-9) * 100.0;
         eprintln!(
-            "ebrec:   cost {:.2}% of a CPU: BPF {bpf:.2}%, tracepoint dispatch {:.2}%, uprobe traps {:.2}%, ebrec's process {own:.2}% (its start included)",
+            "ebrec:   cost {:.2}% of a CPU: BPF {bpf:.2}%, tracepoint dispatch {:.2}%, uprobe traps {:.2}%, ebrec's process {own:.2}% (its start included; {:.0} context switches a second, --sched {})",
             bpf + pct(dispatch_ns) + pct(trap_ns) + own,
             pct(dispatch_ns),
-            pct(trap_ns)
+            pct(trap_ns),
+            self.own_switches as f64 / elapsed.max(1e-9),
+            self.sched,
         );
     }
 }

@@ -36,6 +36,7 @@ mod record;
 mod report_html;
 mod reports;
 mod requests;
+mod sched;
 mod stack_memory;
 mod stacks;
 mod system;
