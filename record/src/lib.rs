@@ -19,6 +19,7 @@ pub(crate) mod features;
 pub(crate) mod funcs;
 pub(crate) mod header;
 pub(crate) mod kallsyms;
+pub(crate) mod memlimit;
 pub(crate) mod pacer;
 pub(crate) mod perf;
 pub(crate) mod placement;

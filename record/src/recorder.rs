@@ -78,10 +78,13 @@ pub fn record(a: RecordConfig) -> Result<()> {
 
 /// `ebrec record`, or with `hooks` the recording loop of `ebrec agent`.
 pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
-    let a = with_request(a)?;
+    let mut a = with_request(a)?;
     let found_later = hooks.as_ref().is_some_and(|h| h.selects());
     let func_specs = check(&a, found_later)?;
-    let cfg = probe_config(&a, !func_specs.is_empty());
+    let sizes = fit_memory(&mut a);
+    let mut cfg = probe_config(&a, !func_specs.is_empty());
+    cfg.live_blocks = sizes.live.max(1);
+    cfg.held_locks = sizes.held.max(1);
     // Removed when ebrec returns (the guard outlives the command's recording).
     let shim = match cfg.preload_period {
         Some(_) => Some(crate::preload::Shim::write()?),
@@ -353,6 +356,8 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
         lock_mode,
         stack_depth: a.stack_depth,
         ringbuf_bytes: crate::config::ringbuf_bytes(a),
+        live_blocks: crate::memlimit::LIVE_BLOCKS,
+        held_locks: crate::memlimit::HELD_LOCKS,
         all: a.all,
         cpu_hz: a.cpu,
         offcpu_min_ns: a.offcpu.map(|us| us * 1000),
@@ -549,6 +554,57 @@ fn alloc_mode(a: &RecordConfig, cfg: &ProbeConfig, probes: &Probes<'_>) -> Strin
         (None, Some(_)) if probes.alloc_sessions() => "alloc: uprobe sessions; ".to_string(),
         (None, Some(_)) => "alloc: uprobes, entry and return; ".to_string(),
         (None, None) => String::new(),
+    }
+}
+
+/// The ring buffers, unwind rows and tables sized to ebrec's memory limit, if it has one
+/// (memlimit.rs): `a`'s ring size and unwind memory set to them, the line said.
+fn fit_memory(a: &mut RecordConfig) -> crate::memlimit::Sizes {
+    use crate::memlimit::{Sizes, HELD_LOCKS, LIVE_BLOCKS};
+    let profile = a.cpu.is_some()
+        || a.offcpu.is_some()
+        || a.memgrowth
+        || !a.func.is_empty()
+        || !a.usdt.is_empty()
+        || a.exceptions;
+    let system = a.syscalls.is_some() || a.bio.is_some() || a.runq.is_some() || a.tcp;
+    let alloc = a.alloc.is_some() && a.preload_period().is_none();
+    let rings = [
+        profile,
+        alloc,
+        a.lock.is_some(),
+        system,
+        a.preload_period().is_some(),
+    ]
+    .iter()
+    .filter(|&&on| on)
+    .count() as u32;
+    let wants = Sizes {
+        ringbuf: crate::config::ringbuf_bytes(a),
+        rings: rings.max(1),
+        cfi: if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
+            a.cfi_memory
+        } else {
+            0
+        },
+        live: if alloc { LIVE_BLOCKS } else { 0 },
+        held: if a.lock.is_some() { HELD_LOCKS } else { 0 },
+    };
+    let limit = crate::memlimit::own();
+    let (s, line) = crate::memlimit::fit(limit.as_ref(), wants, a.ringbuf_size.is_some());
+    if let Some(line) = line {
+        eprintln!("ebrec: {line}");
+        if s.ringbuf != wants.ringbuf {
+            a.ringbuf_size = Some(s.ringbuf);
+        }
+        if s.cfi != wants.cfi {
+            a.cfi_memory = s.cfi;
+        }
+    }
+    Sizes {
+        live: if alloc { s.live } else { LIVE_BLOCKS },
+        held: if a.lock.is_some() { s.held } else { HELD_LOCKS },
+        ..s
     }
 }
 

@@ -677,3 +677,148 @@ fn record_on_a_full_disk_leaves_a_p_target_alone() {
     assert!(last.starts_with("ebrec: disk full ("), "{last}");
     read_whole(&trace);
 }
+
+/// A memory cgroup of `limit` bytes below this process's own (v1's memory hierarchy, or v2
+/// at the root of the unified one), removed when dropped; None when this machine has
+/// neither (said, and a failure when CI=true).
+struct MemCgroup {
+    dir: PathBuf,
+    v1: bool,
+}
+
+impl MemCgroup {
+    fn new(limit: u64) -> Option<MemCgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let name = format!("ebtrace-memtest-{}", std::process::id());
+        let v1 = own.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, c, p) = (f.next()?, f.next()?, f.next()?);
+            c.split(',').any(|c| c == "memory").then(|| p.to_string())
+        });
+        let (dir, file, v1) = match v1 {
+            Some(p) => (
+                Path::new("/sys/fs/cgroup/memory")
+                    .join(p.trim_start_matches('/'))
+                    .join(&name),
+                "memory.limit_in_bytes",
+                true,
+            ),
+            None => (Path::new("/sys/fs/cgroup").join(&name), "memory.max", false),
+        };
+        let made = std::fs::create_dir(&dir)
+            .and_then(|()| std::fs::write(dir.join(file), limit.to_string()));
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir(&dir);
+            let why = format!("no memory cgroup to make here ({}: {e})", dir.display());
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("\n*** SKIPPED: {why} ***\n");
+            return None;
+        }
+        Some(MemCgroup { dir, v1 })
+    }
+
+    /// The cgroup's peak use and its OOM kills so far.
+    fn peak_and_kills(&self) -> (u64, u64) {
+        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+        let peak = if self.v1 {
+            read("memory.max_usage_in_bytes")
+        } else {
+            read("memory.peak")
+        };
+        let events = if self.v1 {
+            read("memory.oom_control")
+        } else {
+            read("memory.events")
+        };
+        let kills = events
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        (peak.trim().parse().unwrap_or(0), kills)
+    }
+}
+
+impl Drop for MemCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Under a memory limit far below what the default maps take (about 350 MiB for these
+/// families), ebrec sizes its ring buffers, unwind rows and tables to the limit, says so in
+/// one line, and records: the allocations of a program whose allocations are known are all
+/// there, nothing is OOM-killed, and the cgroup's peak stays under the limit.
+#[test]
+fn record_under_a_memory_limit_fits_its_maps_to_it() {
+    if !root() {
+        return;
+    }
+    const LIMIT: u64 = 160 << 20;
+    let Some(cg) = MemCgroup::new(LIMIT) else {
+        return;
+    };
+    let prog =
+        ebtrace_testdata::build("heap_known", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    let procs = cg.dir.join("cgroup.procs");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebrec"));
+    cmd.args([
+        "record", "-q", "--cpu", "--offcpu", "--lock", "--alloc", "-o",
+    ])
+    .arg(&trace)
+    .arg("--")
+    .arg(&prog);
+    // SAFETY: the child only writes its pid to a file before exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || std::fs::write(&procs, std::process::id().to_string()));
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("ebrec: memory limit 160 MiB on cgroup "))
+        .unwrap_or_else(|| panic!("no memory limit line: {err}"));
+    assert!(
+        line.contains("live blocks instead of 1048576")
+            && line.contains("held locks instead of 65536")
+            && !line.contains("even so"),
+        "{line}"
+    );
+    let (peak, kills) = cg.peak_and_kills();
+    assert_eq!(kills, 0, "OOM kills in the cgroup: {err}");
+    assert!(peak > 0 && peak <= LIMIT, "peak {peak} of {LIMIT}");
+    let want = expect_of(&String::from_utf8_lossy(&out.stdout));
+    let top = ebsym_json(&[
+        "top",
+        trace.to_str().unwrap(),
+        "--kind",
+        "alloc",
+        "-n",
+        "1000",
+    ]);
+    let got = common::by_function(&top, &["leak_some", "temp_loop", "hold_peak"]);
+    for f in ["leak_some", "temp_loop", "hold_peak"] {
+        let w = &want["functions"][f];
+        assert_eq!(
+            got.get(f).copied(),
+            Some((w["calls"].as_u64().unwrap(), w["bytes"].as_u64().unwrap())),
+            "{f}: {got:?} against {w}"
+        );
+    }
+    let info = ebsym_json(&["info", trace.to_str().unwrap()]);
+    let ring: u64 = info["header"]["options"]["ringbuf-size"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ring < 8 << 20, "ring buffers {ring}");
+}

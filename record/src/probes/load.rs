@@ -499,6 +499,7 @@ fn load_alloc<'obj>(
     ro.entry_only = cfg.alloc_entry_only;
     common_setup!(open, ro, sh);
     agg_setup!(open, ro, cfg);
+    open.maps.live.set_max_entries(cfg.live_blocks)?;
     if let Some(d) = open.maps.bss_data.as_deref_mut() {
         d.sample_bytes = cfg.sample_bytes;
     }
@@ -537,6 +538,7 @@ fn load_lock<'obj>(
     ro.all_processes = cfg.all;
     common_setup!(open, ro, sh);
     agg_setup!(open, ro, cfg);
+    open.maps.held.set_max_entries(cfg.held_locks)?;
     // Only the programs of the chosen mode get loaded.
     let futex = cfg.lock_mode == LockMode::Futex;
     for mut p in open.open_object_mut().progs_mut() {

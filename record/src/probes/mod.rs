@@ -68,6 +68,10 @@ pub struct ProbeConfig {
     pub lock_mode: LockMode,
     pub stack_depth: u32,
     pub ringbuf_bytes: u32,
+    /// Entries of the allocator's live-block table and of the lock holders' table (the
+    /// BPF objects' defaults, or less under a memory limit: memlimit.rs).
+    pub live_blocks: u32,
+    pub held_locks: u32,
     pub all: bool,
     /// --cpu: samples per second per CPU.
     pub cpu_hz: Option<u64>,
