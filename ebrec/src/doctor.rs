@@ -577,12 +577,23 @@ fn check_kallsyms(p: &Privileges) -> Check {
             ),
         ),
         _ => {
+            // The kernel's kallsyms_show_value: with kptr_restrict=0 addresses show to a
+            // reader without CAP_SYSLOG only when perf_event_paranoid is 1 or less; with 1,
+            // to CAP_SYSLOG only; with 2, to no one.
+            let paranoid = read_sysctl("/proc/sys/kernel/perf_event_paranoid").unwrap_or(2);
             let fix = if restrict == "2" {
-                "sysctl kernel.kptr_restrict=1 (then root sees addresses)"
+                if p.has(CAP_SYSLOG) {
+                    "sysctl kernel.kptr_restrict=1 (then ebrec, with CAP_SYSLOG, sees addresses)"
+                } else {
+                    "sysctl kernel.kptr_restrict=1 and run ebrec as root or with CAP_SYSLOG"
+                }
             } else if p.has(CAP_SYSLOG) {
-                "sysctl kernel.kptr_restrict=0"
+                "the capability was not in force when /proc/kallsyms was opened: run ebrec as root"
+            } else if restrict == "0" && paranoid > 1 {
+                "run ebrec as root or with CAP_SYSLOG (with kptr_restrict=0 the kernel shows \
+                 addresses without it only when kernel.perf_event_paranoid is 1 or less)"
             } else {
-                "run ebrec as root (CAP_SYSLOG), or sysctl kernel.kptr_restrict=0"
+                "run ebrec as root or with CAP_SYSLOG"
             };
             Check::warn(
                 NAME,
