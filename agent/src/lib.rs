@@ -124,6 +124,9 @@ pub struct Hooks {
     quiet: bool,
     /// Window files the worker still reads: pruning leaves them.
     in_use: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Windows are pushed (--push): each kept window the pushers are through with gets its
+    /// `.pushed` mark, and a restarted agent pushes the kept windows without one.
+    pushes: bool,
     worker: Option<(SyncSender<Job>, std::thread::JoinHandle<()>)>,
     /// Per-second work (metrics) on the recording thread.
     pub each_second: Option<EachSecond>,
@@ -486,7 +489,7 @@ impl Hooks {
             .into_iter()
             .map(|f| f.0)
             .find(|p| !in_use.contains(p))?;
-        std::fs::remove_file(&oldest).ok().map(|()| oldest)
+        remove_window(&oldest).ok().map(|()| oldest)
     }
 
     /// After the loop: the last (partial) window is closed like the others, and the worker
@@ -550,13 +553,7 @@ impl Hooks {
         if let Some((tx, _)) = &self.worker {
             self.in_use.lock().unwrap().insert(closed.clone());
             let in_use = self.in_use.clone();
-            let (path, delete) = (closed.clone(), self.keep == 0);
-            let done = Box::new(move || {
-                in_use.lock().unwrap().remove(&path);
-                if delete {
-                    let _ = std::fs::remove_file(&path);
-                }
-            });
+            let done = window_done_fn(in_use, closed.clone(), self.keep == 0, self.pushes);
             let job = Job {
                 path: closed,
                 from_ns: from,
@@ -593,7 +590,7 @@ impl Hooks {
             if in_use.contains(p) {
                 continue;
             }
-            if std::fs::remove_file(p).is_ok() {
+            if remove_window(p).is_ok() {
                 total -= len;
                 count -= 1;
             }
@@ -631,6 +628,128 @@ impl Hooks {
         files.sort();
         files
     }
+}
+
+impl Hooks {
+    /// Before the recording: what an earlier run left. Its last window, cut by a kill (the
+    /// open OUTPUT), is kept as a closed window (it reads up to its last whole chunk); with
+    /// --push, the kept windows without a `.pushed` mark (the pushers were not through with
+    /// them when it stopped) go to the worker, oldest first, from a thread of their own so
+    /// that a slow backend does not hold the recording's start. At most a window whose
+    /// push ended as the earlier run was killed, before its mark, is pushed twice.
+    pub fn resume(&mut self) {
+        if std::fs::metadata(&self.output).is_ok_and(|m| m.len() > 0) {
+            let end = std::fs::metadata(&self.output)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(self.window_start_real, |d| d.as_nanos() as u64);
+            let now = std::mem::replace(&mut self.window_start_real, end);
+            let closed = self.closed_name();
+            self.window_start_real = now;
+            match std::fs::rename(&self.output, &closed) {
+                Ok(()) if !self.quiet => eprintln!(
+                    "ebrec agent: the last window of an earlier run (cut: no trailer) kept as {}",
+                    closed.display()
+                ),
+                Ok(()) => {}
+                Err(e) => eprintln!(
+                    "ebrec agent: the last window of an earlier run, {}, is overwritten: cannot rename it to {}: {e}",
+                    self.output.display(),
+                    closed.display()
+                ),
+            }
+        }
+        let Some((tx, _)) = &self.worker else {
+            return;
+        };
+        if !self.pushes {
+            return;
+        }
+        let todo: Vec<PathBuf> = self
+            .kept_windows()
+            .into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| !pushed_mark(p).exists())
+            .collect();
+        if todo.is_empty() {
+            return;
+        }
+        if !self.quiet {
+            eprintln!(
+                "ebrec agent: {} windows of an earlier run not pushed yet: pushing them, oldest first",
+                todo.len()
+            );
+        }
+        let mut jobs = Vec::new();
+        for path in todo {
+            // A cut window has no trailer to end it: its file's last write does.
+            let written = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as u64);
+            let Ok((from_ns, until_ns)) = push::trace_bounds(&path)
+                .map(|(f, u)| (f, if written > f { u.max(written) } else { u }))
+            else {
+                eprintln!(
+                    "ebrec agent: {} does not read: not pushed (kept)",
+                    path.display()
+                );
+                continue;
+            };
+            self.in_use.lock().unwrap().insert(path.clone());
+            let done = window_done_fn(self.in_use.clone(), path.clone(), self.keep == 0, true);
+            jobs.push(Job {
+                path,
+                from_ns,
+                until_ns,
+                done,
+            });
+        }
+        let tx = tx.clone();
+        let _ = std::thread::Builder::new()
+            .name("ebrec-agent-resume".into())
+            .spawn(move || {
+                for j in jobs {
+                    if let Err(e) = tx.send(j) {
+                        (e.0.done)();
+                    }
+                }
+            });
+    }
+}
+
+/// The `.pushed` mark of a window file.
+fn pushed_mark(window: &Path) -> PathBuf {
+    let mut s = window.as_os_str().to_owned();
+    s.push(".pushed");
+    PathBuf::from(s)
+}
+
+/// A window file and its mark removed.
+fn remove_window(p: &Path) -> std::io::Result<()> {
+    std::fs::remove_file(p)?;
+    let _ = std::fs::remove_file(pushed_mark(p));
+    Ok(())
+}
+
+/// What the worker calls when it is through with a window: it is no longer in use, and it
+/// is deleted (--keep 0) or, when pushed, marked so.
+fn window_done_fn(
+    in_use: Arc<Mutex<HashSet<PathBuf>>>,
+    path: PathBuf,
+    delete: bool,
+    pushes: bool,
+) -> Box<dyn FnOnce() + Send> {
+    Box::new(move || {
+        in_use.lock().unwrap().remove(&path);
+        if delete {
+            let _ = remove_window(&path);
+        } else if pushes {
+            let _ = std::fs::write(pushed_mark(&path), b"");
+        }
+    })
 }
 
 /// The checks of the agent's flags, before anything is loaded.
@@ -749,6 +868,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
         max_size,
         quiet: record.quiet,
         in_use: Default::default(),
+        pushes: !a.push.is_empty(),
         worker,
         each_second: None,
         last_second: Instant::now(),
@@ -773,6 +893,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
             metrics::windows(&m, h.windows, h.windows_behind, h.windows_disk);
         }));
     }
+    hooks.resume();
     ebtrace_record::run(record, Some(&mut hooks))
 }
 

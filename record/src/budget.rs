@@ -125,6 +125,8 @@ struct Paused {
     /// Its share of a CPU in the last measure before the pause.
     est: f64,
     next_try: Instant,
+    /// When it was paused.
+    since: Instant,
 }
 
 pub struct Budget {
@@ -147,8 +149,12 @@ pub struct Budget {
     trial: Option<EventFamily>,
     /// Each measure: its length and its cost (share of one CPU), for the summary.
     measures: Vec<(f64, f64)>,
-    /// Seconds spent with some family paused.
+    /// Seconds spent with some family paused (wall time; the pauses ended), and since when
+    /// one is paused now.
     paused_time: f64,
+    any_paused_since: Option<Instant>,
+    /// Seconds each family spent paused (its pauses ended).
+    paused_by: Vec<(EventFamily, f64)>,
     /// The families whose probes can be detached and attached again.
     can_pause: Vec<EventFamily>,
     /// Measure a part of the time ([`REST`]) while within the budget.
@@ -286,6 +292,8 @@ impl Budget {
             trial: None,
             measures: Vec::new(),
             paused_time: 0.0,
+            any_paused_since: None,
+            paused_by: Vec::new(),
             can_pause,
             sampled: false,
         }
@@ -357,9 +365,6 @@ impl Budget {
     fn decide(&mut self, m: &Measure, dt: Duration, now: Instant) -> Vec<(Change, String)> {
         let cost = m.cost();
         self.measures.push((dt.as_secs_f64(), cost));
-        if !self.paused.is_empty() {
-            self.paused_time += dt.as_secs_f64();
-        }
         let why = self.why(m, dt);
         let trial = self.trial.take();
         if cost > self.limit {
@@ -384,6 +389,7 @@ impl Budget {
             .rposition(|x| x.est <= room || now >= x.next_try)
         {
             let x = self.paused.remove(i);
+            self.pause_ended(x.family, x.since, now);
             if x.est > room {
                 self.trial = Some(x.family);
             }
@@ -497,10 +503,14 @@ impl Budget {
     fn pause(&mut self, f: EventFamily, est: f64, now: Instant) -> Change {
         let share = (self.limit * 0.1 / (self.paused.len() + 1) as f64).max(1e-9);
         let wait = (est * TICK.as_secs_f64() / share).clamp(CALM_S as f64, 600.0);
+        if self.paused.is_empty() {
+            self.any_paused_since = Some(now);
+        }
         self.paused.push(Paused {
             family: f,
             est,
             next_try: now + Duration::from_secs_f64(wait),
+            since: now,
         });
         self.calm_since = None;
         Change::Paused(f)
@@ -572,9 +582,39 @@ impl Budget {
         (mean, worst)
     }
 
-    /// Seconds with some family paused.
+    /// A pause of `f` since `since` ended at `now`: its time counted.
+    fn pause_ended(&mut self, f: EventFamily, since: Instant, now: Instant) {
+        let s = now.saturating_duration_since(since).as_secs_f64();
+        match self.paused_by.iter_mut().find(|(g, _)| *g == f) {
+            Some((_, t)) => *t += s,
+            None => self.paused_by.push((f, s)),
+        }
+        if self.paused.is_empty() {
+            if let Some(a) = self.any_paused_since.take() {
+                self.paused_time += now.saturating_duration_since(a).as_secs_f64();
+            }
+        }
+    }
+
+    /// Seconds with some family paused, up to now (wall time).
     pub fn paused_s(&self) -> f64 {
         self.paused_time
+            + self
+                .any_paused_since
+                .map_or(0.0, |a| a.elapsed().as_secs_f64())
+    }
+
+    /// Each family paused at some time, and the seconds it was, up to now.
+    pub fn paused_by(&self) -> Vec<(EventFamily, f64)> {
+        let mut v = self.paused_by.clone();
+        for p in &self.paused {
+            let s = p.since.elapsed().as_secs_f64();
+            match v.iter_mut().find(|(g, _)| *g == p.family) {
+                Some((_, t)) => *t += s,
+                None => v.push((p.family, s)),
+            }
+        }
+        v
     }
 }
 

@@ -637,14 +637,15 @@ impl<'p> Recording<'p> {
         let b = self.budget.as_ref()?;
         let (mean, max) = b.summary();
         Some(format!(
-            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {} changes; at the end: {}; paused {:.0} s",
+            "--max-cpu {}%: ebrec cost {:.2}% of a CPU on average, {:.2}% in its worst second (trap {:.0} ns); {} changes; at the end: {}; paused {:.0} s{}",
             b.limit * 100.0,
             mean * 100.0,
             max * 100.0,
             b.trap_ns,
             self.budget_changes,
             b.rates(),
-            b.paused_s()
+            b.paused_s(),
+            paused_families(&b.paused_by(), elapsed)
         ) + &b
             .sampling()
             .map(|on| format!("; measured {on:.1} s of {elapsed:.1} s (the stats off between measures within the budget)"))
@@ -823,4 +824,23 @@ fn apply_budget(
         eprintln!("ebrec: {:?}: {}", change, pc.reason);
     }
     s.probe_change(pc)
+}
+
+/// " (offcpu 3.0 s, 10% of the recording; ...)": how long each family the budget paused was
+/// off, or nothing when none was.
+fn paused_families(by: &[(EventFamily, f64)], elapsed: f64) -> String {
+    if by.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by
+        .iter()
+        .map(|(f, s)| {
+            format!(
+                "{} {s:.1} s, {:.0}% of the recording",
+                ebtrace_format::family::family(*f).name,
+                s / elapsed.max(1e-9) * 100.0
+            )
+        })
+        .collect();
+    format!(" ({})", parts.join("; "))
 }

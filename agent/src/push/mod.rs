@@ -1178,7 +1178,7 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
 
 /// Realtime ns bounds of a trace: its header's start, and the start plus its last event's
 /// boottime distance.
-fn trace_bounds(path: &Path) -> Result<(u64, u64)> {
+pub(crate) fn trace_bounds(path: &Path) -> Result<(u64, u64)> {
     let mut r = ebtrace_format::TraceReader::open(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut header = None;
     let mut last = 0u64;

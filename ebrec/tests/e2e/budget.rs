@@ -263,6 +263,15 @@ fn a_cpu_budget_pauses_classic_allocator_probes() {
         "{paused:?}"
     );
     assert!(err.contains("alloc paused"), "{err}");
+    // The summary says how long the family was off.
+    let line = err
+        .lines()
+        .find(|l| l.contains("--max-cpu 1%: ebrec cost"))
+        .unwrap_or_else(|| panic!("no budget line: {err}"));
+    assert!(
+        line.contains("(alloc ") && line.contains("% of the recording)"),
+        "{line}"
+    );
     let seen = info["events"]["alloc"].as_u64().unwrap();
     assert!(seen < 1_000_000, "paused, yet {seen} allocations seen");
     let text = top_text(&r.trace, "alloc");

@@ -318,11 +318,21 @@ fn shop(dir: &Path, name: &str, secs: &str) -> Child {
     let prog = ebtrace_testdata::build("shop", ebtrace_testdata::Variant::FramePointer).unwrap();
     let to = dir.join(name);
     std::fs::copy(&prog, &to).unwrap();
-    Command::new(&to)
-        .args(["--seconds", secs])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap()
+    // ETXTBSY: another test thread forked while the copy was open for writing, and its
+    // child holds the descriptor until it execs; a moment later it has.
+    for _ in 0..50 {
+        match Command::new(&to)
+            .args(["--seconds", secs])
+            .stdout(Stdio::piped())
+            .spawn()
+        {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    panic!("{}: text file busy for 5 s", to.display())
 }
 
 /// The target's work, undisturbed: it ends well and prints its EXPECT line.
@@ -821,4 +831,100 @@ fn record_under_a_memory_limit_fits_its_maps_to_it() {
         .parse()
         .unwrap();
     assert!(ring < 8 << 20, "ring buffers {ring}");
+}
+
+/// An agent killed (SIGKILL: an OOM kill, a crash) while its backend hangs, then started
+/// again by its supervisor with a backend that answers: the second run keeps the first's
+/// cut window, pushes it and every kept window the first run's pushers were not through
+/// with, and its own, each once; every window ends with its `.pushed` mark.
+#[test]
+fn agent_killed_then_restarted_pushes_each_window_once() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("a.pb.zst");
+    let name = format!("shoprs{}", std::process::id() % 10000);
+    let target = shop(dir.path(), &name, "30");
+    let hangs = vec!["hang"; 40].join(",");
+    let stuck = common::conformance("pyroscope", &hangs, 120);
+    let args = |url: &str| -> Vec<String> {
+        [
+            "--cpu",
+            "--comm",
+            &format!("^{name}$"),
+            "--window",
+            "2",
+            "--keep",
+            "20",
+            "--service",
+            "rs",
+            "--push",
+            url,
+            "-o",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let a1: Vec<String> = args(&stuck.url("pyroscope"));
+    let (mut first, rx1, _) = agent(&a1.iter().map(String::as_str).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_millis(7000));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    drop(rx1);
+    let left = windows(dir.path(), "a");
+    assert!(left.len() >= 2, "{left:?}");
+    assert!(out.exists(), "no cut window left by the killed agent");
+    assert!(left
+        .iter()
+        .all(|w| !Path::new(&format!("{}.pushed", w.display())).exists()));
+
+    let ok = common::conformance("pyroscope", "", 60);
+    let mut a2 = args(&ok.url("pyroscope"));
+    a2.extend(["--duration".to_string(), "4".to_string()]);
+    let (second, rx2, _) = agent(&a2.iter().map(String::as_str).collect::<Vec<_>>());
+    let st = second.wait_with_output().unwrap();
+    let lines: Vec<String> =
+        std::iter::from_fn(|| rx2.recv_timeout(Duration::from_secs(5)).ok()).collect();
+    assert!(st.status.success(), "{lines:#?}");
+    // The lines before "recording to" went to `agent`'s wait; the resume lines came first.
+    let all = windows(dir.path(), "a");
+    assert!(all.len() >= left.len() + 2, "{all:?} after {left:?}");
+    for w in &all {
+        assert!(
+            Path::new(&format!("{}.pushed", w.display())).exists(),
+            "{} has no .pushed mark: {lines:#?}",
+            w.display()
+        );
+    }
+    // Each window's CPU profile arrived once: one push per window with CPU samples (a
+    // window cut before its first chunk has none), no two alike.
+    let with_cpu = all
+        .iter()
+        .filter(|w| {
+            let info = ebsym_json(&["info", w.to_str().unwrap()]);
+            info["events"]["cpu"].as_u64().unwrap_or(0) > 0
+        })
+        .count();
+    let mut froms = Vec::new();
+    for (v, _) in ok.accepted() {
+        let n = v["query"]["name"].as_str().unwrap_or("").to_string();
+        if n.starts_with("rs.cpu") {
+            froms.push((v["query"]["from"].as_str().unwrap_or("").to_string(), n));
+        }
+    }
+    let mut uniq = froms.clone();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), froms.len(), "a window pushed twice: {froms:#?}");
+    assert_eq!(froms.len(), with_cpu, "{froms:#?} for windows {all:#?}");
+    assert!(
+        with_cpu >= left.len(),
+        "{with_cpu} windows with samples of {all:?}"
+    );
+    let mut target = target;
+    let _ = target.kill();
+    let _ = target.wait();
 }

@@ -422,6 +422,35 @@ fn the_debian_packages_install_run_and_purge() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "leaks");
+    // fish completes from its vendor directory by itself; zsh's compinit finds `_ebsym` by
+    // its #compdef line in the vendor directory on its default fpath.
+    let fish = Command::new("fish")
+        .args([
+            "-c",
+            "complete -C 'ebsym lea'; complete -C 'ebrec record --stack-m'",
+        ])
+        .output()
+        .unwrap();
+    let fish = String::from_utf8_lossy(&fish.stdout);
+    assert!(
+        fish.lines().any(|l| l.starts_with("leaks"))
+            && fish.lines().any(|l| l.starts_with("--stack-mode")),
+        "fish: {fish}"
+    );
+    let zsh = Command::new("zsh")
+        .args([
+            "-c",
+            "zsh -n /usr/share/zsh/vendor-completions/_ebrec && autoload -Uz compinit && \
+             compinit -u -d /dev/null && print -r -- $_comps[ebsym] $_comps[ebrec]",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&zsh.stdout).trim(),
+        "_ebsym _ebrec",
+        "zsh: {}",
+        String::from_utf8_lossy(&zsh.stderr)
+    );
 
     // Removed: the programs go, the configuration file stays (a conffile) until the purge.
     ok(Command::new("dpkg").args(["-r", "ebrec", "ebsym"]));
@@ -434,8 +463,17 @@ fn the_debian_packages_install_run_and_purge() {
         .iter()
         .filter(|f| {
             let p = Path::new(f.as_str());
-            // Directories the system shares (/usr/bin, /etc, …) stay; the packages' own go.
-            p.exists() && !(p.is_dir() && std::fs::read_dir(p).unwrap().next().is_some())
+            // Directories the system shares (/usr/bin, /etc, …, and ones another package
+            // owns: fish's vendor_completions.d) stay; the packages' own go.
+            let owned_by_another = || {
+                Command::new("dpkg-query")
+                    .args(["-S", f.as_str()])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            };
+            p.exists()
+                && !(p.is_dir()
+                    && (std::fs::read_dir(p).unwrap().next().is_some() || owned_by_another()))
         })
         .collect();
     assert!(left.is_empty(), "left after dpkg --purge: {left:?}");
