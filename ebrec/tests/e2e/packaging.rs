@@ -441,10 +441,14 @@ fn the_debian_packages_install_run_and_purge() {
         .args([
             "-c",
             "zsh -n /usr/share/zsh/vendor-completions/_ebrec && autoload -Uz compinit && \
-             compinit -u -d /dev/null && print -r -- $_comps[ebsym] $_comps[ebrec]",
+             compinit -D -u && print -r -- $_comps[ebsym] $_comps[ebrec]",
         ])
         .output()
         .unwrap();
+    // (compinit -D: no dump file; `-d /dev/null` once made zsh move its dump over /dev/null.)
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+        &std::fs::metadata("/dev/null").unwrap().file_type()
+    ));
     assert_eq!(
         String::from_utf8_lossy(&zsh.stdout).trim(),
         "_ebsym _ebrec",
