@@ -639,11 +639,7 @@ impl Hooks {
     /// push ended as the earlier run was killed, before its mark, is pushed twice.
     pub fn resume(&mut self) {
         if std::fs::metadata(&self.output).is_ok_and(|m| m.len() > 0) {
-            let end = std::fs::metadata(&self.output)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(self.window_start_real, |d| d.as_nanos() as u64);
+            let end = modified_ns(&self.output).unwrap_or(self.window_start_real);
             let now = std::mem::replace(&mut self.window_start_real, end);
             let closed = self.closed_name();
             self.window_start_real = now;
@@ -684,11 +680,7 @@ impl Hooks {
         let mut jobs = Vec::new();
         for path in todo {
             // A cut window has no trailer to end it: its file's last write does.
-            let written = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos() as u64);
+            let written = modified_ns(&path).unwrap_or(0);
             let Ok((from_ns, until_ns)) = push::trace_bounds(&path)
                 .map(|(f, u)| (f, if written > f { u.max(written) } else { u }))
             else {
@@ -718,6 +710,12 @@ impl Hooks {
                 }
             });
     }
+}
+
+/// A file's last write, realtime ns.
+fn modified_ns(p: &Path) -> Option<u64> {
+    let t = std::fs::metadata(p).and_then(|m| m.modified()).ok()?;
+    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos() as u64)
 }
 
 /// The `.pushed` mark of a window file.

@@ -584,11 +584,11 @@ impl Budget {
 
     /// A pause of `f` since `since` ended at `now`: its time counted.
     fn pause_ended(&mut self, f: EventFamily, since: Instant, now: Instant) {
-        let s = now.saturating_duration_since(since).as_secs_f64();
-        match self.paused_by.iter_mut().find(|(g, _)| *g == f) {
-            Some((_, t)) => *t += s,
-            None => self.paused_by.push((f, s)),
-        }
+        add_paused(
+            &mut self.paused_by,
+            f,
+            now.saturating_duration_since(since).as_secs_f64(),
+        );
         if self.paused.is_empty() {
             if let Some(a) = self.any_paused_since.take() {
                 self.paused_time += now.saturating_duration_since(a).as_secs_f64();
@@ -608,13 +608,17 @@ impl Budget {
     pub fn paused_by(&self) -> Vec<(EventFamily, f64)> {
         let mut v = self.paused_by.clone();
         for p in &self.paused {
-            let s = p.since.elapsed().as_secs_f64();
-            match v.iter_mut().find(|(g, _)| *g == p.family) {
-                Some((_, t)) => *t += s,
-                None => v.push((p.family, s)),
-            }
+            add_paused(&mut v, p.family, p.since.elapsed().as_secs_f64());
         }
         v
+    }
+}
+
+/// `s` seconds more for family `f` in a list of pause times.
+fn add_paused(v: &mut Vec<(EventFamily, f64)>, f: EventFamily, s: f64) {
+    match v.iter_mut().find(|(g, _)| *g == f) {
+        Some((_, t)) => *t += s,
+        None => v.push((f, s)),
     }
 }
 

@@ -295,6 +295,12 @@ pub struct RecordConfig {
 }
 
 impl RecordConfig {
+    /// The unwind rows' tables are loaded (`--cfi-memory` applies): the in-kernel CFI walk,
+    /// and the lock holders' and off-CPU wakers' stacks in every mode.
+    pub fn uses_cfi_tables(&self) -> bool {
+        self.stack_mode.in_kernel_cfi() || self.lock.is_some() || self.offcpu.is_some()
+    }
+
     /// `--alloc --alloc-sampler preload`: the shim's mean bytes between samples.
     pub fn preload_period(&self) -> Option<u64> {
         (self.alloc.is_some() && self.alloc_sampler == AllocSampler::Preload)

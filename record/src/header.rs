@@ -121,7 +121,7 @@ pub fn header(a: &RecordConfig) -> Header {
         opt("alloc-lib", l.display().to_string());
     }
     opt("stack-mode", a.stack_mode.to_string());
-    if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
+    if a.uses_cfi_tables() {
         opt("cfi-memory", a.cfi_memory.to_string());
     }
     if a.no_unwind_info {

@@ -81,10 +81,8 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
     let mut a = with_request(a)?;
     let found_later = hooks.as_ref().is_some_and(|h| h.selects());
     let func_specs = check(&a, found_later)?;
-    let sizes = fit_memory(&mut a);
     let mut cfg = probe_config(&a, !func_specs.is_empty());
-    cfg.live_blocks = sizes.live.max(1);
-    cfg.held_locks = sizes.held.max(1);
+    fit_memory(&mut a, &mut cfg);
     // Removed when ebrec returns (the guard outlives the command's recording).
     let shim = match cfg.preload_period {
         Some(_) => Some(crate::preload::Shim::write()?),
@@ -424,7 +422,7 @@ fn record_with(
     }
     perf::remove_stale_probes();
     // The rows also serve the lock holders' and wakers' stacks in fp and dwarf mode.
-    let cfi = if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
+    let cfi = if a.uses_cfi_tables() {
         Some(crate::cfi::Tables::new(a.cfi_memory)?)
     } else {
         None
@@ -558,53 +556,35 @@ fn alloc_mode(a: &RecordConfig, cfg: &ProbeConfig, probes: &Probes<'_>) -> Strin
 }
 
 /// The ring buffers, unwind rows and tables sized to ebrec's memory limit, if it has one
-/// (memlimit.rs): `a`'s ring size and unwind memory set to them, the line said.
-fn fit_memory(a: &mut RecordConfig) -> crate::memlimit::Sizes {
-    use crate::memlimit::{Sizes, HELD_LOCKS, LIVE_BLOCKS};
-    let profile = a.cpu.is_some()
-        || a.offcpu.is_some()
-        || a.memgrowth
-        || !a.func.is_empty()
-        || !a.usdt.is_empty()
-        || a.exceptions;
-    let system = a.syscalls.is_some() || a.bio.is_some() || a.runq.is_some() || a.tcp;
-    let alloc = a.alloc.is_some() && a.preload_period().is_none();
-    let rings = [
-        profile,
-        alloc,
-        a.lock.is_some(),
-        system,
-        a.preload_period().is_some(),
-    ]
-    .iter()
-    .filter(|&&on| on)
-    .count() as u32;
+/// (memlimit.rs): `cfg`'s sizes and `a`'s ring size and unwind memory (the header's) set
+/// to them, the line said.
+fn fit_memory(a: &mut RecordConfig, cfg: &mut ProbeConfig) {
+    use crate::memlimit::Sizes;
+    let alloc = cfg.alloc_min.is_some() && cfg.preload_period.is_none();
+    let lock = cfg.lock_min_ns.is_some();
     let wants = Sizes {
-        ringbuf: crate::config::ringbuf_bytes(a),
-        rings: rings.max(1),
-        cfi: if a.stack_mode.in_kernel_cfi() || a.lock.is_some() || a.offcpu.is_some() {
-            a.cfi_memory
-        } else {
-            0
-        },
-        live: if alloc { LIVE_BLOCKS } else { 0 },
-        held: if a.lock.is_some() { HELD_LOCKS } else { 0 },
+        ringbuf: cfg.ringbuf_bytes,
+        rings: cfg.rings().max(1),
+        cfi: if a.uses_cfi_tables() { a.cfi_memory } else { 0 },
+        live: if alloc { cfg.live_blocks } else { 0 },
+        held: if lock { cfg.held_locks } else { 0 },
     };
     let limit = crate::memlimit::own();
     let (s, line) = crate::memlimit::fit(limit.as_ref(), wants, a.ringbuf_size.is_some());
-    if let Some(line) = line {
-        eprintln!("ebrec: {line}");
-        if s.ringbuf != wants.ringbuf {
-            a.ringbuf_size = Some(s.ringbuf);
-        }
-        if s.cfi != wants.cfi {
-            a.cfi_memory = s.cfi;
-        }
+    let Some(line) = line else {
+        return;
+    };
+    eprintln!("ebrec: {line}");
+    if s.ringbuf != wants.ringbuf {
+        a.ringbuf_size = Some(s.ringbuf);
+        cfg.ringbuf_bytes = s.ringbuf;
     }
-    Sizes {
-        live: if alloc { s.live } else { LIVE_BLOCKS },
-        held: if a.lock.is_some() { s.held } else { HELD_LOCKS },
-        ..s
+    a.cfi_memory = if wants.cfi > 0 { s.cfi } else { a.cfi_memory };
+    if alloc {
+        cfg.live_blocks = s.live;
+    }
+    if lock {
+        cfg.held_locks = s.held;
     }
 }
 

@@ -42,7 +42,9 @@ pub struct Suppressions {
     matched: std::sync::Arc<std::sync::Mutex<FrameMatches>>,
 }
 
-type FrameMatches = std::collections::HashMap<(String, Option<String>, String), u64>;
+/// By function, then (file, module): looked up without copying the frame's names; they are
+/// copied only for a frame not seen before.
+type FrameMatches = std::collections::HashMap<String, Vec<(Option<String>, String, u64)>>;
 
 /// (function glob, file glob, what holds the block) of what the runtimes keep by design.
 /// glibc's functions start with `*`: its debug info names many by their internal aliases
@@ -192,13 +194,24 @@ impl Suppressions {
             let mut cache = self.matched.lock().unwrap();
             let mut mask = 0u64;
             for f in frames {
-                let key = (f.function.clone(), f.file.clone(), f.module.clone());
-                mask |= *cache.entry(key).or_insert_with(|| {
-                    self.rules
+                let seen = cache.get(&f.function).and_then(|v| {
+                    v.iter()
+                        .find(|(file, module, _)| *file == f.file && *module == f.module)
+                        .map(|e| e.2)
+                });
+                mask |= seen.unwrap_or_else(|| {
+                    let m = self
+                        .rules
                         .iter()
                         .enumerate()
                         .filter(|(_, r)| r.matches(f))
-                        .fold(0u64, |m, (i, _)| m | 1 << i)
+                        .fold(0u64, |m, (i, _)| m | 1 << i);
+                    cache.entry(f.function.clone()).or_default().push((
+                        f.file.clone(),
+                        f.module.clone(),
+                        m,
+                    ));
+                    m
                 });
             }
             if mask != 0 {

@@ -118,6 +118,20 @@ pub struct ProbeConfig {
 }
 
 impl ProbeConfig {
+    /// The objects loaded with a ring buffer of `ringbuf_bytes`: profile, alloc (or the
+    /// preload sampler), lock, system.
+    pub(crate) fn rings(&self) -> u32 {
+        [
+            self.profile(),
+            self.alloc_min.is_some(),
+            self.lock_min_ns.is_some(),
+            self.system(),
+        ]
+        .iter()
+        .filter(|&&on| on)
+        .count() as u32
+    }
+
     fn profile(&self) -> bool {
         self.cpu_hz.is_some()
             || self.offcpu_min_ns.is_some()
