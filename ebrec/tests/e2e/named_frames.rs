@@ -146,7 +146,10 @@ fn every_rotated_file_holds_the_vdso_once() {
     );
     let older = dir.path().join("r.1.pb.zst");
     assert!(older.exists(), "no rotated file");
-    for p in [older, trace] {
+    // The newest file holds what came after the last rotation: when that was at the
+    // program's end (the last drain's burst crossing --max-size), only its exit records and
+    // no sample; seen once in a CI run. Its vDSO frames are checked when it has samples.
+    for (p, newest) in [(older, false), (trace, true)] {
         let mut r = TraceReader::open(&p).unwrap();
         let mut tables = ebtrace_format::Tables::default();
         let mut image_id = None;
@@ -167,6 +170,9 @@ fn every_rotated_file_holds_the_vdso_once() {
         assert_eq!(images, 1, "{}", p.display());
         let top = ebsym_json(&["top", p.to_str().unwrap(), "--kind", "cpu", "-n", "100"]);
         let all: Vec<String> = rows(&top).iter().flat_map(functions).collect();
+        if newest && all.is_empty() {
+            continue;
+        }
         assert!(
             all.iter().any(|f| f == "__vdso_clock_gettime"),
             "{}: {all:?}",
