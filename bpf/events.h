@@ -191,6 +191,7 @@ struct offcpu_event {
 	__u64 user_ip;		/* state only: the user registers at the switch-out */
 	__u64 user_sp;
 	__u64 weight_ns;	/* the off-CPU time it stands for (--offcpu-sample; 0: itself) */
+	__u64 runnable_ns;	/* from its wake to its switch-in (0: not known) */
 	__u64 copy_id;
 	__u64 ips[OFFCPU_SLOTS];
 };

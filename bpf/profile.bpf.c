@@ -196,6 +196,7 @@ struct offcpu_block {
 	__u32 waker_pid;
 	__u32 waker_tid;
 	__u32 woken;	 /* sched_waking seen for this block */
+	__u64 woken_ns;	 /* when (boottime) */
 	__u8 decided;	 /* OFFCPU_ADMITTED: offcpu_pend holds this block's waker stacks;
 			  * OFFCPU_REFUSED: the rate limit refused it at the wake */
 	__u8 pending;	 /* offcpu_pend holds a kept block waiting for the syscall exit */
@@ -371,6 +372,11 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 	e->h.time_ns = start;
 	e->duration_ns = d;
 	e->weight_ns = offcpu_weight(b, d);
+	/* The run-queue wait at the block's end: from its wake to its switch-in (unknown for a
+	 * block ended late, at the return to user space, or with no wake seen). */
+	e->runnable_ns = !late && b->woken && b->woken_ns >= start && b->woken_ns <= start + d
+				 ? start + d - b->woken_ns
+				 : 0;
 	e->state = b->state;
 	e->waker_pid = b->waker_pid;
 	e->waker_tid = b->waker_tid;
@@ -477,6 +483,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	if (!b || !b->start || b->woken || b->epoch != offcpu_epoch || offcpu_ending)
 		return 0;
 	b->woken = 1;
+	b->woken_ns = bpf_ktime_get_boot_ns();
 	__u64 pt = bpf_get_current_pid_tgid();
 	if ((__u32)pt == 0)
 		return 0; /* woken from the idle task: an interrupt */

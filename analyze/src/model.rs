@@ -314,6 +314,8 @@ pub const MAX_KERNEL_SYMBOL_SIZE: u64 = 1 << 20;
 /// Called for every event that passes the filter.
 pub trait Sink {
     fn event(&mut self, ev: &Event<'_>);
+    /// The trace's header, before its events (the options they were recorded with).
+    fn header(&mut self, _header: &ebtrace_format::proto::Header) {}
     /// A batch of allocations, in the file's order, every one passing the filter: by
     /// default each to [`Sink::event`]. A sink that keeps events for later takes the batch
     /// as it is instead of copying it.
@@ -532,7 +534,10 @@ impl Loaded {
             return;
         }
         match record.kind {
-            Some(Kind::Header(h)) => self.header = h,
+            Some(Kind::Header(h)) => {
+                sink.header(&h);
+                self.header = h;
+            }
             Some(Kind::Trailer(_)) => *trailer = true,
             Some(Kind::Lost(lost)) => {
                 let reason = LossReason::try_from(lost.reason)

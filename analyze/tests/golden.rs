@@ -994,6 +994,7 @@ fn write_misc(path: &Path) {
             waker_stack: waker,
             state: 1,
             weight_ns: 0,
+            runnable_ns: 0,
         })
         .unwrap();
     }
@@ -1541,4 +1542,72 @@ fn usdt_pairs_and_hits_match_the_golden_files() {
     check("top_usdt.txt", &top.to_text());
     let counts: Vec<u64> = top.rows.iter().map(|r| r.count()).collect();
     assert_eq!(counts, [203, 203, 1]);
+}
+
+/// An off-CPU block runs from its switch-out to its switch-in, so it holds the run-queue
+/// wait after its wake; when that wait passed --runq's threshold the runq family has it too
+/// (a runq event inside the block). `ebsym threads` counts it once, as run queue: a thread
+/// blocked 10 ms (3 ms of it runnable, also a runq event) and 5 ms (0.4 ms runnable, under
+/// the 1 ms threshold: no runq event, left in off CPU) is 12 ms off CPU and 3 ms in the run
+/// queue, 15 ms of a 15 ms span, nothing counted twice.
+#[test]
+fn threads_count_a_blocks_run_queue_wait_once() {
+    use ebtrace_format::events::{OffCpuEvent, RunqEvent};
+    use ebtrace_format::TraceReader;
+    let mut h = header();
+    for (k, v) in [("offcpu", "1000"), ("runq", "1000")] {
+        h.options.push(pb::KeyValue {
+            key: k.into(),
+            value: v.into(),
+        });
+    }
+    let mut w = TraceWriter::new(
+        Vec::new(),
+        h,
+        WriterOptions {
+            chunk_interval: None,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    shop_process(&mut w);
+    let s = w.intern_stack(1, &[SHOP + 0x1010], &[], 0).unwrap();
+    let t0 = 1_100_000_000;
+    for (start, duration, runnable) in [
+        (t0, 10_000_000u64, 3_000_000u64),
+        (t0 + 10_000_000, 5_000_000, 400_000),
+    ] {
+        w.offcpu(&OffCpuEvent {
+            time_ns: start,
+            generation: 1,
+            tid: 42,
+            stack: s,
+            duration_ns: duration,
+            waker_tid: 43,
+            waker_stack: 0,
+            state: 1,
+            weight_ns: 0,
+            runnable_ns: runnable,
+        })
+        .unwrap();
+    }
+    w.runq(&RunqEvent {
+        time_ns: t0 + 7_000_000,
+        generation: 1,
+        tid: 42,
+        stack: s,
+        duration_ns: 3_000_000,
+        preempted: 0,
+        cpu: 0,
+        weight_ns: 0,
+    })
+    .unwrap();
+    let bytes = w.finish(None).unwrap();
+    let threads = reports::threads_from(
+        TraceReader::new(bytes.as_slice()).unwrap(),
+        &Filter::default(),
+    );
+    let g = &threads.groups[0];
+    assert_eq!((g.offcpu_ns, g.runq_ns), (12_000_000, 3_000_000), "{g:?}");
+    assert_eq!((g.wall_ns, g.not_seen_ns), (15_000_000, 0), "{g:?}");
 }

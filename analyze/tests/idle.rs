@@ -147,6 +147,7 @@ impl Builder {
                 waker_stack: 0,
                 state: 1,
                 weight_ns: 0,
+                runnable_ns: 0,
             })
             .unwrap();
     }

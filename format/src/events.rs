@@ -322,6 +322,8 @@ family! {
         state: u32 = plain(state),
         /// The off-CPU time the block stands for (0: its duration; see the proto).
         weight_ns: u64 = optional(weight_ns),
+        /// From its wake to its switch-in, part of `duration_ns` (0: not known).
+        runnable_ns: u64 = optional(runnable_ns),
     }
 }
 

@@ -275,6 +275,8 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             waker_stack: stack,
             state: 2,
             weight_ns: 0,
+            // the optional column, on some events (a block whose wake was seen)
+            runnable_ns: if i % 4 == 1 { 3 } else { 0 },
         };
         w.offcpu(&o).unwrap();
         out.offcpu.push(o);

@@ -206,6 +206,7 @@ fn events(n: u64, chunk_bytes: usize, trailer: bool) -> Vec<u8> {
             waker_stack: 0,
             state: 1,
             weight_ns: 0,
+            runnable_ns: 0,
         })
         .unwrap();
         w.mem_growth(&MemGrowthEvent {

@@ -21,7 +21,7 @@ use super::text::losses_text;
 use super::threads::{cause_of, header_option};
 use crate::histogram::Histogram;
 use crate::histogram::Log2Bin;
-use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
+use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink, Trace};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -99,6 +99,35 @@ pub struct CauseTime {
     pub cause: String,
     pub ns: u64,
     pub stacks: Vec<StackTime>,
+    /// Off CPU: who woke the request's thread (for a lock, the holder releasing it), the
+    /// largest first; empty for the other causes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub woken_by: Vec<WokenBy>,
+}
+
+/// A thread that ended off-CPU time of a request by waking its thread, and what of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WokenBy {
+    /// Off-CPU ns of the request (or the mean, in the tail) that this waker ended.
+    pub ns: u64,
+    /// The waker's thread name ("interrupt" for a wake from no task: a timer, a device).
+    pub thread: String,
+    pub tid: u32,
+    /// Its first frame past the kernel and the runtime, as `place` is for stacks.
+    pub place: String,
+    /// The waker's stack at the wake, leaf first.
+    pub frames: Vec<String>,
+    /// The request the waker was itself inside when it woke this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<WakerRequest>,
+}
+
+/// The waker's own request at the wake.
+#[derive(Debug, Clone, Serialize)]
+pub struct WakerRequest {
+    pub id: Option<u64>,
+    pub at_s: f64,
+    pub duration_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -135,6 +164,17 @@ pub struct CauseDiff {
     pub delta_ns: i64,
     /// The stacks under the cause whose mean grew most in the tail.
     pub stacks: Vec<StackDiff>,
+    /// Off CPU: the wakers (by thread name and place) whose mean grew most in the tail.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub woken_by: Vec<WakerDiff>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WakerDiff {
+    pub delta_ns: i64,
+    pub thread: String,
+    pub place: String,
+    pub frames: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -314,14 +354,30 @@ struct Attribute<'a> {
     details: &'a mut HashMap<usize, Detail>,
 }
 
-/// One detailed request's sums.
+/// One detailed request's events on its thread.
 #[derive(Default)]
 struct Detail {
     /// cpu samples per stack.
     cpu: HashMap<u64, u64>,
-    runq_ns: u64,
-    /// off-CPU ns per stack (the cause is read from the stack's kernel frames later).
-    offcpu: HashMap<u64, u64>,
+    /// Run-queue waits overlapping the request: (start, end).
+    runq: Vec<(u64, u64)>,
+    /// Off-CPU blocks overlapping it (the cause is read from the stack's kernel frames
+    /// later).
+    offcpu: Vec<Block>,
+}
+
+/// An off-CPU block, switch-out to switch-in: it includes the run-queue wait after its
+/// wake (`runnable`, when the recorder saw the wake), which the runq family records too
+/// when it passes --runq's threshold (split() counts that part once, as run queue).
+#[derive(Clone, Copy)]
+struct Block {
+    start: u64,
+    end: u64,
+    runnable: u64,
+    stack: u64,
+    generation: u32,
+    waker_tid: u32,
+    waker_stack: u64,
 }
 
 impl Sink for Attribute<'_> {
@@ -341,15 +397,27 @@ impl Sink for Attribute<'_> {
             if e < lo {
                 break;
             }
-            let overlap = hi.min(e).saturating_sub(lo.max(s));
             let d = self.details.entry(i).or_default();
             match v.kind {
                 EventKind::Cpu if lo >= s && lo <= e => {
                     *d.cpu.entry(v.stack).or_default() += 1;
                 }
-                EventKind::Runq => d.runq_ns += overlap,
-                EventKind::OffCpu => {
-                    *d.offcpu.entry(v.stack).or_default() += overlap;
+                EventKind::Runq if hi > s && lo < e => d.runq.push((lo, hi)),
+                EventKind::OffCpu if hi > s && lo < e => {
+                    let (waker_tid, waker_stack) = v.waker.map_or((0, 0), |w| (w.tid, w.stack));
+                    let runnable = match ev {
+                        Event::OffCpu(o) => o.runnable_ns.min(hi - lo),
+                        _ => 0,
+                    };
+                    d.offcpu.push(Block {
+                        start: lo,
+                        end: hi,
+                        runnable,
+                        stack: v.stack,
+                        generation: v.generation,
+                        waker_tid,
+                        waker_stack,
+                    })
                 }
                 _ => {}
             }
@@ -357,21 +425,64 @@ impl Sink for Attribute<'_> {
     }
 }
 
-/// A request's time by cause: (cause -> (ns, stack -> ns)).
-type Split = BTreeMap<String, (u64, HashMap<Shown, u64>)>;
+/// A request's time by cause (or a set's total).
+type Split = BTreeMap<String, CauseSum>;
+
+/// One cause's time, by stack and (off CPU) by waker.
+#[derive(Default, Clone)]
+struct CauseSum {
+    ns: u64,
+    stacks: HashMap<Shown, u64>,
+    wakers: HashMap<WakerKey, u64>,
+}
 
 /// A stack as shown: (place, frames).
 type Shown = (String, Vec<String>);
 
-fn split(
-    d: &Detail,
-    period: u64,
-    l: &mut Loaded,
-    names: &mut HashMap<u64, (String, Shown)>,
-) -> Split {
-    let mut out: Split = BTreeMap::new();
-    let mut frames_of = |l: &mut Loaded, stack: u64| -> (String, Shown) {
-        names
+/// A waker as shown: its thread, its stack and the request it was in (an index into the
+/// requests).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct WakerKey {
+    thread: String,
+    tid: u32,
+    shown: Shown,
+    request: Option<usize>,
+}
+
+/// Names looked up once: stacks (cause, shown), wakers' stacks and threads.
+#[derive(Default)]
+struct Names {
+    stacks: HashMap<u64, (String, Shown)>,
+    wakers: HashMap<u64, Shown>,
+    threads: HashMap<(u32, u32), String>,
+}
+
+/// A waker's place: the service's function, as for any stack; a stack of kernel frames
+/// only (a kernel thread, an interrupt's completion) by its first frame past the wake-up
+/// machinery (try_to_wake_up, wake_up_q, __wake_up_common, ...).
+fn waker_place(f: &[Frame]) -> String {
+    if f.iter().any(|x| !x.module.starts_with("[kernel")) {
+        return user_place(f);
+    }
+    f.iter()
+        .find(|x| !x.function.contains("wake"))
+        .or(f.first())
+        .map_or_else(|| "(no stack)".to_string(), |x| x.function.clone())
+}
+
+impl Names {
+    fn waker(&mut self, l: &mut Loaded, stack: u64) -> Shown {
+        self.wakers
+            .entry(stack)
+            .or_insert_with(|| {
+                let f = l.frames(stack);
+                (waker_place(&f), f.iter().map(|x| x.display()).collect())
+            })
+            .clone()
+    }
+
+    fn stack(&mut self, l: &mut Loaded, stack: u64) -> (String, Shown) {
+        self.stacks
             .entry(stack)
             .or_insert_with(|| {
                 let f = l.frames(stack);
@@ -380,24 +491,193 @@ fn split(
                 (cause, (place, f.iter().map(|x| x.display()).collect()))
             })
             .clone()
-    };
+    }
+
+    /// The name of waker `tid` seen from a block of `generation`: its name in that process,
+    /// else in any process of the trace, else "tid N" (a thread the trace does not name).
+    fn thread(&mut self, l: &Loaded, generation: u32, tid: u32) -> String {
+        self.threads
+            .entry((generation, tid))
+            .or_insert_with(|| {
+                let named = |g: u32| {
+                    l.tables
+                        .threads
+                        .get(&(g, tid))
+                        .and_then(|v| v.last())
+                        .map(|&(_, id)| l.tables.string(id).into_owned())
+                };
+                named(generation)
+                    .or_else(|| {
+                        let mut gens: Vec<u32> = l
+                            .tables
+                            .threads
+                            .keys()
+                            .filter(|k| k.1 == tid)
+                            .map(|k| k.0)
+                            .collect();
+                        gens.sort();
+                        gens.into_iter().find_map(named)
+                    })
+                    .unwrap_or_else(|| format!("tid {tid}"))
+            })
+            .clone()
+    }
+}
+
+/// Every request by thread id, sorted by start: (start, end, index). A waker is a tid
+/// (the block does not say its process); a tid has one thread at a time.
+type ByTid = HashMap<u32, Vec<(u64, u64, usize)>>;
+
+/// Two ends taken by two programs at the same switch-in, ns apart.
+const SAME_SWITCH_NS: u64 = 50_000;
+
+/// Request `r`'s time by cause, from its thread's events `d`. An off-CPU block runs from
+/// the switch-out to the switch-in, so it holds the run-queue wait after its wake: that
+/// part is run queue, counted once (a runq event inside a block is that same wait).
+fn split(
+    d: &Detail,
+    r: &Req,
+    period: u64,
+    l: &mut Loaded,
+    names: &mut Names,
+    by_tid: &ByTid,
+) -> Split {
+    let (s, e) = (r.start, r.end);
+    let clip = |a: u64, b: u64| b.min(e).saturating_sub(a.max(s));
+    let mut out: Split = BTreeMap::new();
     for (&stack, &n) in &d.cpu {
         let ns = n * period;
-        let (_, shown) = frames_of(l, stack);
-        let e = out.entry(ON_CPU.to_string()).or_default();
-        e.0 += ns;
-        *e.1.entry(shown).or_default() += ns;
+        let (_, shown) = names.stack(l, stack);
+        let c = out.entry(ON_CPU.to_string()).or_default();
+        c.ns += ns;
+        *c.stacks.entry(shown).or_default() += ns;
     }
-    if d.runq_ns > 0 {
-        out.entry(RUNQ.to_string()).or_default().0 += d.runq_ns;
+    // The run-queue waits outside the blocks (a preempted thread's); those inside are the
+    // blocks' own ends, counted with them below.
+    let mut runq: u64 = d
+        .runq
+        .iter()
+        .map(|&(a, z)| {
+            let inside: u64 = d
+                .offcpu
+                .iter()
+                .map(|b| clip(a.max(b.start), z.min(b.end)))
+                .sum();
+            clip(a, z).saturating_sub(inside)
+        })
+        .sum();
+    for b in &d.offcpu {
+        // The wake: from the block's own account, else where a run-queue wait that ends
+        // the block began, else not known (a trace from an older recorder, a wait under
+        // --runq's threshold): the block's end, and the waker's request is not named (it
+        // may have ended in that wait and the waker started the next).
+        let wake = if b.runnable > 0 {
+            Some(b.end - b.runnable)
+        } else {
+            d.runq
+                .iter()
+                .filter(|&&(a, z)| a >= b.start && z.abs_diff(b.end) <= SAME_SWITCH_NS)
+                .map(|&(a, _)| a)
+                .min()
+        };
+        let waker = waker_key(l, names, by_tid, b, wake);
+        let wake = wake.unwrap_or(b.end);
+        runq += clip(wake, b.end);
+        let ns = clip(b.start, wake);
+        if ns == 0 {
+            continue;
+        }
+        let (cause, shown) = names.stack(l, b.stack);
+        let c = out.entry(format!("off CPU: {cause}")).or_default();
+        c.ns += ns;
+        *c.stacks.entry(shown).or_default() += ns;
+        *c.wakers.entry(waker).or_default() += ns;
     }
-    for (&stack, &ns) in &d.offcpu {
-        let (cause, shown) = frames_of(l, stack);
-        let e = out.entry(format!("off CPU: {cause}")).or_default();
-        e.0 += ns;
-        *e.1.entry(shown).or_default() += ns;
+    if runq > 0 {
+        out.entry(RUNQ.to_string()).or_default().ns += runq;
     }
     out
+}
+
+/// Who woke block `b` at `wake`, and the request it was in then (when the wake's time is
+/// known).
+fn waker_key(
+    l: &mut Loaded,
+    names: &mut Names,
+    by_tid: &ByTid,
+    b: &Block,
+    wake: Option<u64>,
+) -> WakerKey {
+    if b.waker_tid == 0 {
+        return WakerKey {
+            thread: "(an interrupt)".into(),
+            tid: 0,
+            shown: (String::new(), Vec::new()),
+            request: None,
+        };
+    }
+    let thread = names.thread(l, b.generation, b.waker_tid);
+    let shown = if b.waker_stack != 0 {
+        names.waker(l, b.waker_stack)
+    } else {
+        ("(no stack)".to_string(), Vec::new())
+    };
+    let request = wake.zip(by_tid.get(&b.waker_tid)).and_then(|(wake, v)| {
+        let k = v.partition_point(|r| r.0 <= wake).checked_sub(1)?;
+        (v[k].1 >= wake).then_some(v[k].2)
+    });
+    WakerKey {
+        thread,
+        tid: b.waker_tid,
+        shown,
+        request,
+    }
+}
+
+fn top_wakers(
+    wakers: &HashMap<WakerKey, u64>,
+    n: usize,
+    reqs: &[Req],
+    start_ns: u64,
+) -> Vec<WokenBy> {
+    // By thread, place and request: the frames of the largest (one unlock site or another
+    // of the same function is one waker to the reader).
+    let mut by: HashMap<(&str, u32, &str, Option<usize>), (u64, u64, &Vec<String>)> =
+        HashMap::new();
+    for (k, &ns) in wakers {
+        let e = by
+            .entry((&k.thread, k.tid, &k.shown.0, k.request))
+            .or_insert((0, 0, &k.shown.1));
+        e.0 += ns;
+        if ns > e.1 || (ns == e.1 && k.shown.1 < *e.2) {
+            (e.1, e.2) = (ns, &k.shown.1);
+        }
+    }
+    let mut v: Vec<WokenBy> = by
+        .into_iter()
+        .map(|((thread, tid, place, request), (ns, _, frames))| WokenBy {
+            ns,
+            thread: thread.to_string(),
+            tid,
+            place: place.to_string(),
+            frames: frames.clone(),
+            request: request.map(|i| {
+                let r = reqs[i];
+                WakerRequest {
+                    id: r.id,
+                    at_s: r.start.saturating_sub(start_ns) as f64 / 1e9,
+                    duration_ns: r.end - r.start,
+                }
+            }),
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        b.ns.cmp(&a.ns)
+            .then_with(|| a.thread.cmp(&b.thread))
+            .then_with(|| a.frames.cmp(&b.frames))
+    });
+    v.truncate(n);
+    v
 }
 
 fn top_stacks(stacks: &HashMap<Shown, u64>, n: usize) -> Vec<StackTime> {
@@ -488,12 +768,20 @@ pub fn requests_from<T: Trace>(
             families.push(k);
         }
     }
-    let mut names: HashMap<u64, (String, Shown)> = HashMap::new();
+    let mut by_tid: ByTid = HashMap::new();
+    for (i, r) in reqs.iter().enumerate() {
+        by_tid.entry(r.tid).or_default().push((r.start, r.end, i));
+    }
+    for v in by_tid.values_mut() {
+        v.sort();
+    }
+    let mut names = Names::default();
     let mut splits: HashMap<usize, Split> = HashMap::new();
     for &i in &wanted {
         let d = details.remove(&i).unwrap_or_default();
-        splits.insert(i, split(&d, period, &mut l, &mut names));
+        splits.insert(i, split(&d, &reqs[i], period, &mut l, &mut names, &by_tid));
     }
+    drop(by_tid);
     let start_ns = l.header.start_time_ns;
     let rows = slowest
         .iter()
@@ -503,10 +791,11 @@ pub fn requests_from<T: Trace>(
             let s = &splits[&i];
             let mut causes: Vec<CauseTime> = s
                 .iter()
-                .map(|(c, (ns, st))| CauseTime {
+                .map(|(c, cs)| CauseTime {
                     cause: c.clone(),
-                    ns: (*ns).min(dur),
-                    stacks: top_stacks(st, opts.stacks),
+                    ns: cs.ns.min(dur),
+                    stacks: top_stacks(&cs.stacks, opts.stacks),
+                    woken_by: top_wakers(&cs.wakers, opts.stacks, &reqs, start_ns),
                 })
                 .collect();
             causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
@@ -564,24 +853,42 @@ fn diff(
     opts: &RequestOptions,
     threshold: u64,
 ) -> TailDiff {
-    // cause -> (total ns, stack -> total ns), over a set; plus "not seen".
-    let sum = |set: &[usize]| {
-        let mut by: BTreeMap<String, (u64, HashMap<Shown, u64>)> = BTreeMap::new();
+    // cause -> its total over a set, wakers by thread name and stack; plus "not seen".
+    let mut frames_of: HashMap<(String, String), (u64, Vec<String>)> = HashMap::new();
+    let mut sum = |set: &[usize]| {
+        let mut by: Split = BTreeMap::new();
         let mut wall = 0;
         for &i in set {
             let dur = reqs[i].end - reqs[i].start;
             wall += dur;
             let mut seen = 0;
-            for (c, (ns, st)) in &splits[&i] {
-                let ns = (*ns).min(dur);
+            for (c, cs) in &splits[&i] {
+                let ns = cs.ns.min(dur);
                 seen += ns;
                 let e = by.entry(c.clone()).or_default();
-                e.0 += ns;
-                for (f, v) in st {
-                    *e.1.entry(f.clone()).or_default() += v;
+                e.ns += ns;
+                for (f, v) in &cs.stacks {
+                    *e.stacks.entry(f.clone()).or_default() += v;
+                }
+                for (w, v) in &cs.wakers {
+                    // By thread name and place: the stacks of the same function differ by
+                    // its lines, and the frames shown are the largest's (below).
+                    let k = WakerKey {
+                        tid: 0,
+                        request: None,
+                        shown: (w.shown.0.clone(), Vec::new()),
+                        thread: w.thread.clone(),
+                    };
+                    *e.wakers.entry(k).or_default() += v;
+                    let f = frames_of
+                        .entry((w.thread.clone(), w.shown.0.clone()))
+                        .or_insert((0, Vec::new()));
+                    if *v > f.0 {
+                        *f = (*v, w.shown.1.clone());
+                    }
                 }
             }
-            by.entry(NOT_SEEN.to_string()).or_default().0 += dur.saturating_sub(seen);
+            by.entry(NOT_SEEN.to_string()).or_default().ns += dur.saturating_sub(seen);
         }
         (by, wall)
     };
@@ -592,18 +899,19 @@ fn diff(
     let mut causes: Vec<CauseDiff> = causes_set
         .into_iter()
         .map(|c| {
-            let empty = (0, HashMap::new());
-            let (ta, ts) = t.get(c).unwrap_or(&empty);
-            let (ma, ms) = m.get(c).unwrap_or(&empty);
-            let tail_ns = (*ta as f64 / tn) as u64;
-            let median_ns = (*ma as f64 / mn) as u64;
-            let keys: HashSet<&Shown> = ts.keys().chain(ms.keys()).collect();
+            let empty = CauseSum::default();
+            let ta = t.get(c).unwrap_or(&empty);
+            let ma = m.get(c).unwrap_or(&empty);
+            let tail_ns = (ta.ns as f64 / tn) as u64;
+            let median_ns = (ma.ns as f64 / mn) as u64;
+            let delta = |t: Option<&u64>, m: Option<&u64>| {
+                (*t.unwrap_or(&0) as f64 / tn - *m.unwrap_or(&0) as f64 / mn) as i64
+            };
+            let keys: HashSet<&Shown> = ta.stacks.keys().chain(ma.stacks.keys()).collect();
             let mut stacks: Vec<StackDiff> = keys
                 .into_iter()
                 .map(|k| StackDiff {
-                    delta_ns: (*ts.get(k).unwrap_or(&0) as f64 / tn
-                        - *ms.get(k).unwrap_or(&0) as f64 / mn)
-                        as i64,
+                    delta_ns: delta(ta.stacks.get(k), ma.stacks.get(k)),
                     place: k.0.clone(),
                     frames: k.1.clone(),
                 })
@@ -615,12 +923,34 @@ fn diff(
                     .then_with(|| a.frames.cmp(&b.frames))
             });
             stacks.truncate(opts.stacks);
+            let keys: HashSet<&WakerKey> = ta.wakers.keys().chain(ma.wakers.keys()).collect();
+            let mut woken_by: Vec<WakerDiff> = keys
+                .into_iter()
+                .map(|k| WakerDiff {
+                    delta_ns: delta(ta.wakers.get(k), ma.wakers.get(k)),
+                    thread: k.thread.clone(),
+                    place: k.shown.0.clone(),
+                    frames: frames_of
+                        .get(&(k.thread.clone(), k.shown.0.clone()))
+                        .map(|f| f.1.clone())
+                        .unwrap_or_default(),
+                })
+                .filter(|w| w.delta_ns > 0)
+                .collect();
+            woken_by.sort_by(|a, b| {
+                b.delta_ns
+                    .cmp(&a.delta_ns)
+                    .then_with(|| a.thread.cmp(&b.thread))
+                    .then_with(|| a.frames.cmp(&b.frames))
+            });
+            woken_by.truncate(opts.stacks);
             CauseDiff {
                 cause: c.clone(),
                 tail_ns,
                 median_ns,
                 delta_ns: tail_ns as i64 - median_ns as i64,
                 stacks,
+                woken_by,
             }
         })
         .collect();
@@ -637,6 +967,26 @@ fn diff(
         tail_mean_ns: (twall as f64 / tn) as u64,
         median_mean_ns: (mwall as f64 / mn) as u64,
         causes,
+    }
+}
+
+/// " through CALL": a waker's first frame in user space (an unlock, a broadcast, a write),
+/// when it is not the place itself.
+fn through(frames: &[String], place: &str) -> String {
+    frames
+        .iter()
+        .find(|f| !f.ends_with("[kernel]"))
+        .map(|f| f.split(" (").next().unwrap_or(f))
+        .filter(|f| !f.starts_with(place))
+        .map_or(String::new(), |f| format!(" through {f}"))
+}
+
+/// " in PLACE", or nothing for a waker with no stack.
+fn in_place(place: &str) -> String {
+    if place.is_empty() {
+        String::new()
+    } else {
+        format!(" in {place}")
     }
 }
 
@@ -695,6 +1045,15 @@ impl RequestsReport {
                         st.place
                     );
                 }
+                for w in &c.woken_by {
+                    let _ = writeln!(
+                        s,
+                        "      +{} woken by {}{}",
+                        ms(w.delta_ns as u64),
+                        w.thread,
+                        in_place(&w.place)
+                    );
+                }
             }
         }
         for (i, r) in self.slowest.iter().enumerate() {
@@ -714,6 +1073,29 @@ impl RequestsReport {
                 for st in c.stacks.iter().take(1) {
                     let leaf = st.frames.first().map(String::as_str).unwrap_or("");
                     let _ = writeln!(s, "               in {}  ({leaf})", st.place);
+                }
+                for w in c.woken_by.iter().take(2) {
+                    let tid = if w.tid != 0 {
+                        format!(" [{}]", w.tid)
+                    } else {
+                        String::new()
+                    };
+                    let req = w.request.as_ref().map_or(String::new(), |q| {
+                        let id = q.id.map(|v| format!(" id {v}")).unwrap_or_default();
+                        format!(
+                            ", inside its request{id} ({} at {:.3} s)",
+                            ms(q.duration_ns),
+                            q.at_s
+                        )
+                    });
+                    let _ = writeln!(
+                        s,
+                        "               woken by {}{tid}{}{}{req}  ({})",
+                        w.thread,
+                        in_place(&w.place),
+                        through(&w.frames, &w.place),
+                        ms(w.ns)
+                    );
                 }
             }
             let _ = writeln!(s, "    {:<10} {NOT_SEEN}", ms(r.not_seen_ns));

@@ -205,9 +205,22 @@ struct PerThread {
 #[derive(Default)]
 pub(crate) struct ThreadsSink {
     threads: HashMap<(u32, u32), PerThread>,
+    /// --runq's threshold, when the trace has the runq family: an off-CPU block's run-queue
+    /// wait after its wake (`runnable_ns`) of at least that is a runq event of its own, and
+    /// is counted there, not also as off CPU.
+    runq_min_ns: Option<u64>,
 }
 
 impl Sink for ThreadsSink {
+    fn header(&mut self, h: &ebtrace_format::proto::Header) {
+        self.runq_min_ns = h
+            .options
+            .iter()
+            .find(|o| o.key == "runq")
+            .and_then(|o| o.value.parse::<u64>().ok())
+            .map(|us| us * 1000);
+    }
+
     fn event(&mut self, ev: &Event<'_>) {
         let Some(v) = ev.view() else { return };
         if v.tid == 0 {
@@ -231,10 +244,23 @@ impl Sink for ThreadsSink {
             (EventKind::OffCpu, Fields::OffCpu { weight, blocks, .. }) => {
                 let e = t.offcpu.entry(v.stack).or_default();
                 e.0 += blocks;
-                e.1 += weight;
+                e.1 += weight - in_runq(ev, weight, self.runq_min_ns);
             }
             _ => {}
         }
+    }
+}
+
+/// The part of an off-CPU block's `weight` that its run-queue wait after the wake stands
+/// for, when a runq event holds that wait too (it passed --runq's threshold `runq_min`).
+fn in_runq(ev: &Event<'_>, weight: u64, runq_min: Option<u64>) -> u64 {
+    match (ev, runq_min) {
+        (Event::OffCpu(o), Some(min))
+            if o.runnable_ns >= min.max(1) && o.runnable_ns <= o.duration_ns =>
+        {
+            (weight as u128 * o.runnable_ns as u128 / o.duration_ns.max(1) as u128) as u64
+        }
+        _ => 0,
     }
 }
 

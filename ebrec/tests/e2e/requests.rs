@@ -31,6 +31,31 @@ fn has_frame(c: &Value, func: &str) -> bool {
     })
 }
 
+/// Whether the largest waker of a lock wait is the one that held the ledger: the "holder"
+/// thread in its loop, or a worker in the lock function's request (by id with usdt's ids;
+/// with func:'s, inside some request) that had it before.
+fn woken_by_holder(spec: &str, cause: Option<&Value>) -> bool {
+    let Some(w) = cause
+        .and_then(|c| c["woken_by"].as_array())
+        .and_then(|w| w.first())
+    else {
+        return false;
+    };
+    let ok = if w["thread"] == "holder" {
+        w["place"] == "rsrv::holder_loop"
+    } else {
+        w["thread"].as_str().unwrap().starts_with("worker-")
+            && match w["request"]["id"].as_u64() {
+                Some(id) => id % 100 == 10,
+                None => w["request"]["duration_ns"].as_u64().is_some(),
+            }
+    };
+    if !ok {
+        eprintln!("{spec}: the lock wait's waker: {w:#}");
+    }
+    ok
+}
+
 fn check(spec: &str) {
     let dir = tempfile::tempdir().unwrap();
     let rec = common::record(
@@ -65,6 +90,7 @@ fn check(spec: &str) {
     let mut right = 0;
     let mut in_stacks = 0;
     let mut seen = std::collections::BTreeMap::new();
+    let (mut lock_rows, mut holder_named) = (0, 0);
     for r in rows {
         let causes = r["causes"].as_array().unwrap();
         // The planted function of the row: by its id (usdt) or by its stacks.
@@ -77,10 +103,25 @@ fn check(spec: &str) {
             },
             None => causes.iter().any(|c| has_frame(c, f)),
         });
+        // Each part of the time counted once: an off-CPU block's run-queue wait after its
+        // wake is run queue, not also off CPU. (Measured intervals, clipped to the request:
+        // their sum fits it; on CPU is an estimate, samples x the period, left out.)
+        let dur = r["duration_ns"].as_u64().unwrap();
+        let sum: u64 = causes
+            .iter()
+            .filter(|c| c["cause"] != "on CPU")
+            .map(|c| c["ns"].as_u64().unwrap())
+            .sum();
+        assert!(sum <= dur, "{spec}: causes sum to {sum} of {dur}: {r:#}");
         let Some((f, cause)) = planted else { continue };
         *seen.entry(*f).or_insert(0) += 1;
-        let dur = r["duration_ns"].as_u64().unwrap();
         let of = |name: &str| causes.iter().find(|c| c["cause"] == name);
+        if *f == "rsrv::wait_for_ledger" {
+            lock_rows += 1;
+            if woken_by_holder(spec, of(cause)) {
+                holder_named += 1;
+            }
+        }
         // The CPU burns of 4 workers on 2 CPUs wait in the run queue too: their dominant
         // cause may be that, with the burn still a good part of them.
         let ok = match *f {
@@ -101,6 +142,12 @@ fn check(spec: &str) {
             in_stacks += 1;
         }
     }
+    // The lock waits name who let them go: the thread named "holder" (its loop), or a
+    // worker that had the ledger before, inside its own lock request.
+    assert!(
+        holder_named * 100 >= lock_rows * 95 && lock_rows >= 7,
+        "{spec}: the holder named in {holder_named} of {lock_rows} lock waits: {j:#}"
+    );
     let found: u32 = seen.values().sum();
     assert!(
         found >= 23,
@@ -125,6 +172,11 @@ fn check(spec: &str) {
         lock["delta_ns"].as_i64().unwrap() > 2_000_000,
         "{spec}: {lock:#}"
     );
+    let holder = lock["woken_by"]
+        .as_array()
+        .and_then(|w| w.iter().find(|w| w["thread"] == "holder"))
+        .unwrap_or_else(|| panic!("{spec}: the holder not among the wakers: {lock:#}"));
+    assert_eq!(holder["place"], "rsrv::holder_loop", "{spec}: {lock:#}");
     let lock_frames = lock.to_string();
     for f in ["rsrv::wait_for_ledger", "rsrv::await_timer"] {
         assert!(
@@ -144,6 +196,34 @@ fn check(spec: &str) {
     assert_eq!(
         causes[0]["cause"], "off CPU: lock",
         "{spec}: largest first: {tail:#}"
+    );
+
+    // Every woken block says how long it waited for a CPU after its wake (the part the
+    // split counts as run queue): at most its length, and known for nearly all (not for
+    // a block ended at the thread's return to user space, its switch-in unseen).
+    let dump = common::run(&common::ebsym_path(), &["dump", t]);
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let num = |l: &str, k: &str| -> u64 {
+        let at = l.find(&format!("{k}: ")).unwrap() + k.len() + 2;
+        l[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (mut woken, mut known) = (0, 0);
+    for l in dump.lines().filter(|l| l.contains("OffCpuEvent {")) {
+        let r = num(l, "runnable_ns");
+        assert!(r <= num(l, "duration_ns"), "{l}");
+        if num(l, "waker_tid") != 0 {
+            woken += 1;
+            known += (r > 0) as u32;
+        }
+    }
+    assert!(
+        woken >= 24 && known * 10 >= woken * 9,
+        "{spec}: {known} of {woken} woken blocks with their run-queue wait"
     );
 
     // The text says the same.

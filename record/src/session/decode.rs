@@ -355,6 +355,7 @@ impl Session<'_> {
             } else {
                 e.weight_ns
             },
+            runnable_ns: e.runnable_ns,
         })?;
         self.kept[EventFamily::Offcpu] += 1;
         Ok(())
