@@ -199,6 +199,15 @@ struct offcpu_event {
 #define MAX_ARGS 6
 
 /* A call of a --func function, sent at its return. */
+/* A request as the kernel accounted it on its thread (--request, with --offcpu), from its
+ * start (probe or function entry) to its done (probe or return); ns 0: none. */
+struct req_out {
+	__u64 ns;		/* start to done */
+	__u64 split[4];		/* on CPU, run queue, off CPU interruptible, uninterruptible */
+	__u32 blocks;		/* times it left the CPU blocked */
+	__u32 pad;
+};
+
 struct func_event {
 	struct event_header h;	/* time_ns: entry */
 	__u64 function;		/* ProbedFunction id (the probe's BPF cookie) */
@@ -209,6 +218,7 @@ struct func_event {
 	__u32 nframes;
 	__u32 flags;
 	__u32 pad;
+	struct req_out req;	/* --request func:: the call as a request */
 	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
 };
@@ -225,6 +235,7 @@ struct usdt_event {
 	__u32 arg_errors;	/* bit i: argument i could not be read (its value is 0) */
 	__u32 nframes;
 	__u32 flags;
+	struct req_out req;	/* --request's done probe: the request it closes */
 	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
 };

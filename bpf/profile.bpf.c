@@ -386,10 +386,139 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 	return e;
 }
 
+/* --- requests (--request with --offcpu) ---
+ * Each request's time, split in the kernel on its thread, from its start probe to its done:
+ * on CPU, waiting in the run queue, off CPU interruptible (locks, condvars, network, sleeps)
+ * and uninterruptible (disk, page faults). The scheduler hooks below move the thread's open
+ * request from one phase to the next; the done probe's usdt event carries the sums, so every
+ * request is counted exactly, whatever the sampled families keep. */
+const volatile bool request_mode = false;
+
+#define RQ_ONCPU 0
+#define RQ_RUNQ 1
+#define RQ_SLEEP 2
+#define RQ_DISK 3
+#define TASK_UNINTERRUPTIBLE_BIT 2
+
+struct req_acct {
+	__u64 start;	/* its start probe's time; 0: no request open */
+	__u64 last;	/* the last change of phase */
+	__u64 ns[4];	/* by phase */
+	__u32 phase;
+	__u32 blocks;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct req_acct);
+} req_acct SEC(".maps");
+
+/* USDT probe id (its cookie) -> REQ_START or REQ_DONE: --request's pair, in each binary
+ * that has it (set by user space as the probes are attached). */
+#define REQ_START 1
+#define REQ_DONE 2
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u64);
+	__type(value, __u32);
+} req_probes SEC(".maps");
+
+/* Task `t`'s open request moves to phase `to` at `now` (boottime). */
+static __always_inline void req_move(struct req_acct *r, __u32 to, __u64 now)
+{
+	__u32 ph = r->phase & 3;
+	if (now > r->last)
+		r->ns[ph] += now - r->last;
+	r->last = now;
+	r->phase = to;
+	if (to >= RQ_SLEEP)
+		r->blocks += 1;
+}
+
+static __always_inline void req_switch(struct task_struct *prev, struct task_struct *next,
+				       unsigned int prev_state)
+{
+	struct req_acct *r = bpf_task_storage_get(&req_acct, prev, 0, 0);
+	__u64 now = 0;
+	if (r && r->start) {
+		now = bpf_ktime_get_boot_ns();
+		__u32 to = prev_state == TASK_RUNNING		  ? RQ_RUNQ
+			   : prev_state & TASK_UNINTERRUPTIBLE_BIT ? RQ_DISK
+								   : RQ_SLEEP;
+		req_move(r, to, now);
+	}
+	r = bpf_task_storage_get(&req_acct, next, 0, 0);
+	if (r && r->start) {
+		if (!now)
+			now = bpf_ktime_get_boot_ns();
+		req_move(r, RQ_ONCPU, now);
+	}
+}
+
+/* sched_waking of `p`: a blocked request is runnable from here. */
+static __always_inline void req_wake(struct task_struct *p)
+{
+	struct req_acct *r = bpf_task_storage_get(&req_acct, p, 0, 0);
+	if (r && r->start && r->phase >= RQ_SLEEP)
+		req_move(r, RQ_RUNQ, bpf_ktime_get_boot_ns());
+}
+
+/* The current thread's request starts at `now` (a start while one is open starts anew:
+ * user space counts the nest from the probes' events). */
+static __always_inline void req_begin(__u64 now)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct req_acct *r =
+		bpf_task_storage_get(&req_acct, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!r)
+		return;
+	r->start = now;
+	r->last = now;
+	r->ns[0] = 0;
+	r->ns[1] = 0;
+	r->ns[2] = 0;
+	r->ns[3] = 0;
+	r->phase = RQ_ONCPU;
+	r->blocks = 0;
+}
+
+/* The current thread's request ends at `now`: its sums into `o` (none open: o->ns 0). */
+static __always_inline void req_end(struct req_out *o, __u64 now)
+{
+	o->ns = 0;
+	o->blocks = 0;
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct req_acct *r = bpf_task_storage_get(&req_acct, t, 0, 0);
+	if (!r || !r->start || now < r->start)
+		return;
+	req_move(r, RQ_ONCPU, now);
+	o->ns = now - r->start;
+	o->split[0] = r->ns[0];
+	o->split[1] = r->ns[1];
+	o->split[2] = r->ns[2];
+	o->split[3] = r->ns[3];
+	o->blocks = r->blocks;
+	r->start = 0;
+}
+
+/* --request func:: the function's id as a key of req_probes (REQ_START: it is the request). */
+#define REQ_FUNC_KEY (1ULL << 63)
+static __always_inline bool req_is_func(__u64 fid)
+{
+	__u64 key = fid | REQ_FUNC_KEY;
+	__u32 *k = bpf_map_lookup_elem(&req_probes, &key);
+	return k && *k == REQ_START;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
+	if (request_mode)
+		req_switch(prev, next, prev_state);
 	/* The clock is read once, and only when a target thread leaves or comes back. */
 	__u64 now = 0;
 	/* A preempted thread (still runnable) is waiting for a CPU, not blocked: not counted.
@@ -477,6 +606,8 @@ int BPF_PROG(offcpu_switch, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_waking")
 int BPF_PROG(offcpu_waking, struct task_struct *p)
 {
+	if (request_mode)
+		req_wake(p);
 	struct offcpu_block *b = bpf_task_storage_get(&offcpu_state, p, 0, 0);
 	/* Once per block: try_to_wake_up fires this under the wakee's pi_lock, after it saw the
 	 * task asleep, and the task is awake after it; a second waker finds it awake. */
@@ -699,6 +830,9 @@ static __always_inline void fill_call(struct pt_regs *ctx, struct func_event *c)
 {
 	fill_header(&c->h, FAM_FUNC);
 	c->function = bpf_get_attach_cookie(ctx);
+	c->req.ns = 0;
+	if (request_mode && req_is_func(c->function))
+		req_begin(c->h.time_ns);
 	c->flags = 0;
 	c->nframes = user_stack(ctx, c->ips, &c->flags, true);
 	c->copy_id = stack_copy();
@@ -773,6 +907,8 @@ static __always_inline int func_done(struct pt_regs *ctx, __u64 sp, bool tail)
 	count(FAM_FUNC, CTR_HITS);
 	__u64 d = now - c->h.time_ns;
 	__u32 fid = c->function;
+	if (request_mode && req_is_func(c->function))
+		req_end(&c->req, now);
 	__u64 *min = bpf_map_lookup_elem(&func_min, &fid);
 	if (min && d < *min) {
 		count(FAM_FUNC, CTR_FILTERED);
@@ -817,15 +953,40 @@ int usdt_hit(struct pt_regs *ctx)
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	if (!is_target(pid))
 		return 0;
+	__u64 cookie = bpf_usdt_cookie(ctx);
+	__u32 req = 0;
+	__u64 now = 0;
+	if (request_mode) {
+		__u32 *k = bpf_map_lookup_elem(&req_probes, &cookie);
+		req = k ? *k : 0;
+		now = bpf_ktime_get_boot_ns();
+		if (req == REQ_START)
+			req_begin(now);
+	}
 	count(FAM_USDT, CTR_HITS);
-	if (!admit(FAM_USDT))
+	if (!admit(FAM_USDT)) {
+		if (req == REQ_DONE) {
+			/* its sums go with the lost event: end it so the next start finds none */
+			struct req_acct *r =
+				bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0, 0);
+			if (r)
+				r->start = 0;
+		}
 		return 0;
+	}
 	__u32 z = 0;
 	struct usdt_event *e = bpf_map_lookup_elem(&usdt_scratch, &z);
 	if (!e)
 		return 0;
 	fill_header(&e->h, FAM_USDT);
-	e->probe = bpf_usdt_cookie(ctx);
+	e->probe = cookie;
+	e->req.ns = 0;
+	if (req) {
+		/* one clock for the start, the done and the split */
+		e->h.time_ns = now;
+		if (req == REQ_DONE)
+			req_end(&e->req, now);
+	}
 	int n = bpf_usdt_arg_cnt(ctx);
 	if (n < 0)
 		n = 0;

@@ -893,6 +893,7 @@ fn write_func(path: &Path) {
                 duration_ns: d,
                 args: Vec::new(),
                 ret: 0,
+                request: None,
             })
             .unwrap();
         }
@@ -1503,6 +1504,7 @@ fn write_usdt(path: &Path) {
             stack,
             probe,
             args: vec![7],
+            request: None,
         })
         .unwrap();
     };

@@ -283,6 +283,17 @@ pub fn requests(a: &ReportArgs, tail: f64, out: &mut dyn Write) -> Result<()> {
     if !(tail > 0.0 && tail < 100.0) {
         bail!("--tail {tail}: a percentile between 0 and 100 (99: the requests at or above p99)");
     }
+    // Said before the symbolizer's notes: a trace without requests is one line.
+    let header = ebtrace_format::TraceReader::open(&a.trace)
+        .with_context(|| format!("cannot read {}", a.trace.display()))?
+        .next()
+        .and_then(|r| match r.kind {
+            Some(ebtrace_format::proto::record::Kind::Header(h)) => Some(h),
+            _ => None,
+        });
+    if header.is_some_and(|h| !h.options.iter().any(|o| o.key == "request")) {
+        bail!("{}", reports::NO_REQUEST);
+    }
     let input = symbolized_input(a, &a.trace)?;
     let opts = reports::RequestOptions {
         slowest: a.n,

@@ -403,6 +403,88 @@ family! {
     }
 }
 
+/// A batch's request columns (UsdtBatch, FuncBatch; see the proto), for `push_request`.
+macro_rules! request_cols {
+    ($b:expr) => {
+        (
+            [
+                &mut $b.request_ns,
+                &mut $b.request_on_cpu_ns,
+                &mut $b.request_runq_ns,
+                &mut $b.request_sleep_ns,
+                &mut $b.request_disk_ns,
+            ],
+            &mut $b.request_blocks,
+        )
+    };
+}
+
+/// The lengths of a batch's request columns, for `check_requests`.
+macro_rules! request_lens {
+    ($b:expr) => {
+        [
+            ("request_ns", $b.request_ns.len()),
+            ("request_on_cpu_ns", $b.request_on_cpu_ns.len()),
+            ("request_runq_ns", $b.request_runq_ns.len()),
+            ("request_sleep_ns", $b.request_sleep_ns.len()),
+            ("request_disk_ns", $b.request_disk_ns.len()),
+            ("request_blocks", $b.request_blocks.len()),
+        ]
+    };
+}
+
+/// Event `i`'s request, from a batch whose request columns `check_requests` passed.
+macro_rules! request_at {
+    ($b:expr, $i:expr) => {
+        ($b.request_ns.get($i).is_some_and(|&ns| ns != 0)).then(|| RequestSplit {
+            ns: $b.request_ns[$i],
+            on_cpu_ns: $b.request_on_cpu_ns[$i],
+            runq_ns: $b.request_runq_ns[$i],
+            sleep_ns: $b.request_sleep_ns[$i],
+            disk_ns: $b.request_disk_ns[$i],
+            blocks: $b.request_blocks[$i],
+        })
+    };
+}
+
+/// Event `i`'s request into the request columns: empty until an event has one, then one
+/// value per event (0 for none).
+fn push_request(
+    (cols, blocks): ([&mut Vec<u64>; 5], &mut Vec<u32>),
+    i: usize,
+    r: Option<RequestSplit>,
+) {
+    match r.filter(|r| r.ns != 0) {
+        Some(r) => {
+            let v = [r.ns, r.on_cpu_ns, r.runq_ns, r.sleep_ns, r.disk_ns];
+            for (col, v) in cols.into_iter().zip(v) {
+                col.resize(i, 0);
+                col.push(v);
+            }
+            blocks.resize(i, 0);
+            blocks.push(r.blocks);
+        }
+        None if !blocks.is_empty() => {
+            for col in cols {
+                col.push(0);
+            }
+            blocks.push(0);
+        }
+        None => {}
+    }
+}
+
+/// The request columns are all empty or all of `n` values.
+fn check_requests(batch: &str, lens: [(&str, usize); 6], n: usize) -> Result<(), Error> {
+    let want = if lens[0].1 == 0 { 0 } else { n };
+    for (name, len) in lens {
+        if len != want {
+            return Err(column_mismatch(batch, name, len, want));
+        }
+    }
+    Ok(())
+}
+
 /// A call of a probed function (`--func`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FuncEvent {
@@ -417,6 +499,8 @@ pub struct FuncEvent {
     /// The first integer arguments, when recorded with `--args`.
     pub args: Vec<u64>,
     pub ret: u64,
+    /// `--request func:`: the call as a request, as the kernel accounted it.
+    pub request: Option<RequestSplit>,
 }
 
 /// Most arguments a reader accepts per call (the x86_64 integer argument registers).
@@ -441,6 +525,8 @@ impl Family for FuncBatch {
         self.arg_count.push(args.len() as u32);
         self.args.extend_from_slice(args);
         self.ret.push(e.ret);
+        let i = self.ret.len() - 1;
+        push_request(request_cols!(self), i, e.request);
     }
 
     fn len(&self) -> usize {
@@ -462,6 +548,7 @@ impl Family for FuncBatch {
                 return Err(column_mismatch("FuncBatch", name, len, n));
             }
         }
+        check_requests("FuncBatch", request_lens!(self), n)?;
         let total: u64 = self.arg_count.iter().map(|&c| u64::from(c)).sum();
         if total != self.args.len() as u64
             || self.arg_count.iter().any(|&c| c as usize > MAX_FUNC_ARGS)
@@ -491,6 +578,7 @@ impl Family for FuncBatch {
                     duration_ns: self.duration_ns[i],
                     args,
                     ret: self.ret[i],
+                    request: request_at!(self, i),
                 }
             })
             .collect())
@@ -516,6 +604,23 @@ pub struct UsdtEvent {
     pub probe: u64,
     /// The probe's numeric arguments (a string argument is its address).
     pub args: Vec<u64>,
+    /// The request this hit of `--request`'s done probe closes, as the kernel accounted it.
+    pub request: Option<RequestSplit>,
+}
+
+/// A request's time as the kernel accounted it on its thread (see the proto's UsdtBatch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestSplit {
+    /// Start to done (the start's hit is at the done's time minus this).
+    pub ns: u64,
+    pub on_cpu_ns: u64,
+    pub runq_ns: u64,
+    /// Off CPU, interruptible: locks, condition variables, network, sleeps.
+    pub sleep_ns: u64,
+    /// Off CPU, uninterruptible: disk, page faults.
+    pub disk_ns: u64,
+    /// Times it left the CPU blocked.
+    pub blocks: u32,
 }
 
 /// Most arguments a USDT note can have (and a reader accepts per hit).
@@ -538,6 +643,8 @@ impl Family for UsdtBatch {
         let args = &e.args[..e.args.len().min(MAX_USDT_ARGS)];
         self.arg_count.push(args.len() as u32);
         self.args.extend_from_slice(args);
+        let i = self.probe.len() - 1;
+        push_request(request_cols!(self), i, e.request);
     }
 
     fn len(&self) -> usize {
@@ -557,6 +664,7 @@ impl Family for UsdtBatch {
                 return Err(column_mismatch("UsdtBatch", name, len, n));
             }
         }
+        check_requests("UsdtBatch", request_lens!(self), n)?;
         let total: u64 = self.arg_count.iter().map(|&c| u64::from(c)).sum();
         if total != self.args.len() as u64
             || self.arg_count.iter().any(|&c| c as usize > MAX_USDT_ARGS)
@@ -577,6 +685,7 @@ impl Family for UsdtBatch {
                 let c = self.arg_count[i] as usize;
                 let args = self.args[arg..arg + c].to_vec();
                 arg += c;
+                let request = request_at!(self, i);
                 UsdtEvent {
                     time_ns: time,
                     generation: self.generation[i],
@@ -584,6 +693,7 @@ impl Family for UsdtBatch {
                     stack: self.stack[i],
                     probe: self.probe[i],
                     args,
+                    request,
                 }
             })
             .collect())
@@ -918,6 +1028,7 @@ mod tests {
                 stack: 3,
                 probe: 1,
                 args: vec![42, u64::MAX],
+                request: None,
             },
             UsdtEvent {
                 time_ns: 900,
@@ -926,6 +1037,14 @@ mod tests {
                 stack: 0,
                 probe: 2,
                 args: vec![],
+                request: Some(RequestSplit {
+                    ns: 100,
+                    on_cpu_ns: 40,
+                    runq_ns: 10,
+                    sleep_ns: 30,
+                    disk_ns: 20,
+                    blocks: 2,
+                }),
             },
         ];
         let mut b = UsdtBatch::default();
@@ -934,6 +1053,11 @@ mod tests {
             b.push(&mut st, e);
         }
         assert_eq!(b.decode().unwrap(), events);
+        // the request columns: one value per event once one has a request
+        assert_eq!(b.request_ns, [0, 100]);
+        b.request_blocks.pop();
+        assert!(b.decode().is_err());
+        b.request_blocks.push(2);
         b.arg_count[1] = 1;
         assert!(b.decode().is_err());
     }

@@ -253,6 +253,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
             duration_ns: rng.random(),
             args: (0..(i % 7) as u64).collect(),
             ret: u64::MAX,
+            request: None,
         };
         w.func(&fe).unwrap();
         out.funcs.push(fe);

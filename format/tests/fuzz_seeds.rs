@@ -186,6 +186,7 @@ fn events(n: u64, chunk_bytes: usize, trailer: bool) -> Vec<u8> {
             duration_ns: 5,
             args: (0..i % 4).collect(),
             ret: 0x7f00_0020,
+            request: None,
         })
         .unwrap();
         w.cpu_sample(&CpuSample {

@@ -212,9 +212,11 @@ pub struct RecordConfig {
     /// cause, the tail against the median): `usdt:[BINARY_OR_LIB:]PROVIDER:START,DONE` (a
     /// USDT start/done pair, paired per thread; the start's first argument, where it has
     /// one, is the request's id) or `func:SPEC` (a function's calls, entry to return, as
-    /// --func SPEC). Record the causes with it: --cpu, --offcpu, --runq. With --request,
-    /// --offcpu-sample, --runq-sample and --syscalls-sample default to 0 (every block and
-    /// wait past the threshold: a request's split is exact, not a sample).
+    /// --func SPEC). Record the causes with it: --cpu, --offcpu, --runq. With --offcpu the
+    /// kernel also splits every request's time on its thread, exactly: on CPU, run queue,
+    /// off CPU (interruptible, uninterruptible), carried by the done's event. With
+    /// --request, --offcpu-sample, --runq-sample and --syscalls-sample default to 0 (every
+    /// block and wait past the threshold: a request's causes are not a sample).
     #[cfg_attr(
         feature = "cli",
         arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")

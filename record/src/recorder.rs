@@ -372,6 +372,7 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
         tcp: a.tcp,
         usdt: !a.usdt.is_empty() || a.exceptions,
         usdt_stack: a.usdt_stack || a.exceptions,
+        request_split: a.request.is_some() && a.offcpu.is_some(),
         bpf_stats: a.bpf_stats || a.max_cpu.is_some(),
         func_args: a.args,
         func,

@@ -250,6 +250,8 @@ pub fn attach(
                 (None, None) => bail!("--func needs a target process"),
             };
             let mut sites = Vec::new();
+            let request_fn = a.request.as_deref().and_then(|r| r.strip_prefix("func:"));
+            let mut request_ids = Vec::new();
             for m in funcs::resolve_all(&bins, func_specs)? {
                 // One id per function, whichever targets share it.
                 let id = match probed
@@ -268,6 +270,9 @@ pub fn attach(
                 if !a.quiet {
                     eprintln!("ebrec: --func {}: {m}", m.spec);
                 }
+                if request_fn == Some(m.spec.as_str()) {
+                    request_ids.push(id);
+                }
                 let exit = func_exit(&m, a.func_exit)?;
                 sites.push(probes::FuncSite {
                     id,
@@ -283,6 +288,7 @@ pub fn attach(
                 });
             }
             probes.attach_funcs(&sites, pid)?;
+            probes.set_request_funcs(&request_ids)?;
         }
         attach_usdt(a, probes, lookup_pid, exe.as_deref())?;
         if pid > 0 {
@@ -326,6 +332,15 @@ fn attach_usdt(
         })?;
     }
     funcs::usdt::pair(&mut all, &a.usdt_pair)?;
+    if let Some((start, done)) = request_pair(a) {
+        let pairs: Vec<(u64, u64)> = all
+            .iter()
+            .filter(|p| p.provider == start.0 && p.name == start.1 && p.done != 0)
+            .filter(|p| all.iter().any(|d| d.id == p.done && d.name == done))
+            .map(|p| (p.id, p.done))
+            .collect();
+        probes.set_request_probes(&pairs)?;
+    }
     if !a.quiet {
         for p in all.iter().skip(probes.usdt.len()) {
             if let Some(why) = &p.unreadable {
@@ -437,5 +452,18 @@ fn func_exit(m: &funcs::FuncMatch, mode: FuncExitMode) -> Result<probes::FuncExi
             .iter()
             .map(|&va| (offset(va), e.tails.contains(&va)))
             .collect(),
+    ))
+}
+
+/// `--request usdt:[BINARY_OR_LIB:]PROVIDER:START,DONE`: ((PROVIDER, START), DONE).
+fn request_pair(a: &RecordConfig) -> Option<((String, String), String)> {
+    let rest = a.request.as_deref()?.strip_prefix("usdt:")?;
+    let (start, done) = rest.rsplit_once(',')?;
+    let (prefix, start_name) = start.rsplit_once(':')?;
+    let provider = prefix.rsplit(':').next().unwrap_or(prefix);
+    let done_name = done.rsplit(':').next().unwrap_or(done);
+    Some((
+        (provider.to_string(), start_name.to_string()),
+        done_name.to_string(),
     ))
 }

@@ -53,6 +53,15 @@ struct Sinks<'a> {
 }
 
 impl Sink for Sinks<'_> {
+    fn header(&mut self, h: &ebtrace_format::proto::Header) {
+        if let Some(s) = &mut self.also {
+            s.header(h);
+        }
+        if let Some(s) = &mut self.threads {
+            s.header(h);
+        }
+    }
+
     fn event(&mut self, ev: &Event<'_>) {
         if let Some(s) = &mut self.also {
             s.event(ev);

@@ -22,6 +22,7 @@ use super::threads::{cause_of, header_option};
 use crate::histogram::Histogram;
 use crate::histogram::Log2Bin;
 use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink, Trace};
+use ebtrace_format::events::RequestSplit;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -69,12 +70,31 @@ pub struct RequestsReport {
     pub open_at_end: u64,
     /// The families the split uses that the trace has (cpu, offcpu, runq).
     pub families: Vec<&'static str>,
+    /// Every request's time as the kernel split it (recorded with --offcpu), summed; absent
+    /// when no request has the kernel's split.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_split: Option<KernelSplit>,
     pub cpu_period_ns: u64,
     pub slowest: Vec<RequestRow>,
     pub tail: Option<TailDiff>,
     pub losses: Losses,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// The kernel's split of the requests, summed over those that have it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KernelSplit {
+    /// Requests with the kernel's split (of `count`).
+    pub requests: u64,
+    pub total_ns: u64,
+    pub on_cpu_ns: u64,
+    pub runq_ns: u64,
+    /// Off CPU, interruptible: locks, condition variables, network, sleeps.
+    pub sleep_ns: u64,
+    /// Off CPU, uninterruptible: disk, page faults.
+    pub disk_ns: u64,
+    pub blocks: u64,
 }
 
 /// One request, its time by cause.
@@ -184,9 +204,14 @@ pub struct StackDiff {
     pub frames: Vec<String>,
 }
 
+/// The error of a trace recorded without `--request`.
+pub const NO_REQUEST: &str = "the trace was recorded without --request: record with ebrec record --request usdt:PROVIDER:START,DONE (or func:NAME), and --cpu --offcpu --runq for the split";
+
 const ON_CPU: &str = "on CPU";
 const RUNQ: &str = "run queue";
 const NOT_SEEN: &str = "not seen";
+/// Off-CPU time of a request the kernel split that no kept block holds.
+const SHORT_BLOCKS: &str = "off CPU: blocks under the threshold";
 
 /// A request found by the first pass.
 #[derive(Debug, Clone, Copy)]
@@ -196,35 +221,55 @@ struct Req {
     start: u64,
     end: u64,
     id: Option<u64>,
+    /// Its time as the kernel split it (recorded with --offcpu), when the done's hit has it
+    /// and it spans this very start.
+    kernel: Option<RequestSplit>,
 }
 
 /// The first pass: the boundary events.
 #[derive(Default)]
 struct Boundaries {
-    /// USDT hits: (probe, generation, tid, time, first argument).
-    usdt: Vec<(u64, u32, u32, u64, Option<u64>)>,
-    /// Function calls: (function, generation, tid, entry, duration, first argument).
-    calls: Vec<(u64, u32, u32, u64, u64, Option<u64>)>,
+    /// USDT hits: (probe, generation, tid, time, first argument, index into `splits`).
+    usdt: Vec<(u64, u32, u32, u64, Option<u64>, Option<u32>)>,
+    /// The kernel's splits of the done hits that have one.
+    splits: Vec<RequestSplit>,
+    /// Function calls: (function, generation, tid, entry, duration, first argument, index
+    /// into `splits`).
+    calls: Vec<(u64, u32, u32, u64, u64, Option<u64>, Option<u32>)>,
 }
 
 impl Sink for Boundaries {
     fn event(&mut self, ev: &Event<'_>) {
         match ev {
-            Event::Usdt(e) => self.usdt.push((
-                e.probe,
-                e.generation,
-                e.tid,
-                e.time_ns,
-                e.args.first().copied(),
-            )),
-            Event::Func(e) => self.calls.push((
-                e.function,
-                e.generation,
-                e.tid,
-                e.time_ns,
-                e.duration_ns,
-                e.args.first().copied(),
-            )),
+            Event::Usdt(e) => {
+                let split = e.request.map(|r| {
+                    self.splits.push(r);
+                    self.splits.len() as u32 - 1
+                });
+                self.usdt.push((
+                    e.probe,
+                    e.generation,
+                    e.tid,
+                    e.time_ns,
+                    e.args.first().copied(),
+                    split,
+                ))
+            }
+            Event::Func(e) => {
+                let split = e.request.map(|r| {
+                    self.splits.push(r);
+                    self.splits.len() as u32 - 1
+                });
+                self.calls.push((
+                    e.function,
+                    e.generation,
+                    e.tid,
+                    e.time_ns,
+                    e.duration_ns,
+                    e.args.first().copied(),
+                    split,
+                ))
+            }
             _ => {}
         }
     }
@@ -297,7 +342,7 @@ fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
     let mut out = Vec::new();
     match *src {
         Source::Func(f) => {
-            for &(function, generation, tid, t, d, id) in &b.calls {
+            for &(function, generation, tid, t, d, id, split) in &b.calls {
                 if function == f {
                     out.push(Req {
                         generation,
@@ -305,6 +350,7 @@ fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
                         start: t,
                         end: t + d,
                         id,
+                        kernel: split.map(|i| b.splits[i as usize]).filter(|k| k.ns == d),
                     });
                 }
             }
@@ -312,7 +358,7 @@ fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
         Source::Usdt { start, done } => {
             // (generation, tid) -> (open since, id, depth)
             let mut open: HashMap<(u32, u32), (u64, Option<u64>, u64)> = HashMap::new();
-            for &(probe, generation, tid, t, arg) in &b.usdt {
+            for &(probe, generation, tid, t, arg, split) in &b.usdt {
                 let key = (generation, tid);
                 if probe == start {
                     let o = open.entry(key).or_insert((t, arg, 0));
@@ -323,12 +369,16 @@ fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
                 } else if probe == done {
                     match open.get_mut(&key) {
                         Some(o) if o.2 == 1 => {
+                            let kernel = split
+                                .map(|i| b.splits[i as usize])
+                                .filter(|k| t.checked_sub(k.ns) == Some(o.0));
                             out.push(Req {
                                 generation,
                                 tid,
                                 start: o.0,
                                 end: t,
                                 id: o.1,
+                                kernel,
                             });
                             o.2 = 0;
                         }
@@ -596,7 +646,30 @@ fn split(
     if runq > 0 {
         out.entry(RUNQ.to_string()).or_default().ns += runq;
     }
+    if let Some(k) = r.kernel {
+        kernel_totals(&mut out, &k);
+    }
     out
+}
+
+/// A request the kernel split (recorded with --offcpu): its on-CPU and run-queue time are
+/// the kernel's, exact (the samples only give the stacks), and the off-CPU time the kept
+/// blocks do not hold (blocks under --offcpu's threshold) is a cause of its own.
+fn kernel_totals(out: &mut Split, k: &RequestSplit) {
+    for (cause, ns) in [(ON_CPU, k.on_cpu_ns), (RUNQ, k.runq_ns)] {
+        if ns > 0 || out.contains_key(cause) {
+            out.entry(cause.to_string()).or_default().ns = ns;
+        }
+    }
+    let kept: u64 = out
+        .iter()
+        .filter(|(c, _)| c.starts_with("off CPU: "))
+        .map(|(_, c)| c.ns)
+        .sum();
+    let off = k.sleep_ns + k.disk_ns;
+    if off > kept {
+        out.entry(SHORT_BLOCKS.to_string()).or_default().ns = off - kept;
+    }
 }
 
 /// Who woke block `b` at `wake`, and the request it was in then (when the wake's time is
@@ -710,7 +783,7 @@ pub fn requests_from<T: Trace>(
         .iter()
         .find(|o| o.key == "request")
         .map(|o| o.value.clone())
-        .ok_or("the trace was recorded without --request: record with ebrec record --request usdt:PROVIDER:START,DONE (or func:NAME), and --cpu --offcpu --runq for the split")?;
+        .ok_or(NO_REQUEST)?;
     let src = source(&l, &spec)?;
     let mut un = Unpaired::default();
     let mut reqs = pair(&mut b, &src, &mut un);
@@ -721,6 +794,16 @@ pub fn requests_from<T: Trace>(
         hist.record(r.end - r.start);
     }
     let n = reqs.len();
+    let mut kernel = KernelSplit::default();
+    for k in reqs.iter().filter_map(|r| r.kernel) {
+        kernel.requests += 1;
+        kernel.total_ns += k.ns;
+        kernel.on_cpu_ns += k.on_cpu_ns;
+        kernel.runq_ns += k.runq_ns;
+        kernel.sleep_ns += k.sleep_ns;
+        kernel.disk_ns += k.disk_ns;
+        kernel.blocks += u64::from(k.blocks);
+    }
     let q = |p: f64| hist.quantile(p);
     let threshold = q(opts.tail / 100.0);
     // Which requests to detail: the slowest, the tail, those around the median.
@@ -836,6 +919,7 @@ pub fn requests_from<T: Trace>(
         unmatched_done: un.unmatched_done,
         open_at_end: un.open_at_end,
         families,
+        kernel_split: (kernel.requests > 0).then_some(kernel),
         cpu_period_ns: period,
         slowest: rows,
         tail: tail_diff,
@@ -954,6 +1038,7 @@ fn diff(
             }
         })
         .collect();
+    causes.retain(|c| c.tail_ns > 0 || c.median_ns > 0);
     causes.sort_by(|a, b| {
         b.delta_ns
             .cmp(&a.delta_ns)
@@ -1008,6 +1093,20 @@ impl RequestsReport {
             ms(self.p999_ns),
             ms(self.max_ns)
         );
+        if let Some(k) = &self.kernel_split {
+            let pct = |ns: u64| 100.0 * ns as f64 / k.total_ns.max(1) as f64;
+            let _ = writeln!(
+                s,
+                "split in the kernel ({} of {} requests): on CPU {:.1}%  run queue {:.1}%  off CPU {:.1}% (disk and other uninterruptible {:.1}%), {:.1} blocks a request",
+                k.requests,
+                self.count,
+                pct(k.on_cpu_ns),
+                pct(k.runq_ns),
+                pct(k.sleep_ns + k.disk_ns),
+                pct(k.disk_ns),
+                k.blocks as f64 / k.requests as f64
+            );
+        }
         if self.nested + self.unmatched_done + self.open_at_end > 0 {
             let _ = writeln!(
                 s,

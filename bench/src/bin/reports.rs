@@ -146,6 +146,7 @@ fn write_func_trace(path: &Path, n: usize) -> anyhow::Result<u64> {
             duration_ns,
             args: Vec::new(),
             ret: 0,
+            request: None,
         })?;
     }
     finish(w, &stacks, &ids)?;

@@ -35,7 +35,7 @@ pub use hub_skel::types::thread_name_event;
 pub use lock_skel::types::lock_event;
 pub use profile_skel::types::{
     cfi_early, cfi_file, cfi_inode, cfi_map, cfi_proc, copy_event, func_event, mem_event,
-    offcpu_event, sample_event, usdt_event,
+    offcpu_event, req_out, sample_event, usdt_event,
 };
 pub use system_skel::types::{
     bio_event, chain_cost, hist_key, hist_val, runq_event, syscall_event, tcp_event,

@@ -156,6 +156,7 @@ fn write_window(path: &Path) {
             duration_ns: 2_000_000,
             args: vec![],
             ret: 0,
+            request: None,
         })
         .unwrap();
     }

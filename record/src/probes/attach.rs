@@ -429,6 +429,41 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// `--request`'s USDT pair, in each binary that has it: (start probe id, done probe id).
+    /// The kernel then splits each request's time on its thread (`request_split`).
+    pub fn set_request_probes(&mut self, pairs: &[(u64, u64)]) -> Result<()> {
+        let Some(pr) = &self.profile else {
+            return Ok(());
+        };
+        for &(start, done) in pairs {
+            for (id, kind) in [(start, 1u32), (done, 2u32)] {
+                pr.maps
+                    .req_probes
+                    .update(&id.to_ne_bytes(), &kind.to_ne_bytes(), MapFlags::ANY)
+                    .context("--request: the probe map")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `--request func:`'s functions (their ids): each call is a request the kernel splits.
+    pub fn set_request_funcs(&mut self, ids: &[u64]) -> Result<()> {
+        let Some(pr) = &self.profile else {
+            return Ok(());
+        };
+        for &id in ids {
+            pr.maps
+                .req_probes
+                .update(
+                    &(id | 1 << 63).to_ne_bytes(),
+                    &1u32.to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .context("--request: the probe map")?;
+        }
+        Ok(())
+    }
+
     /// Attaches the sampler's programs to the probe sites of the preloaded shim at `shim`
     /// (`--alloc-sampler preload`) for `pid` and its descendants; without `frees`, only the
     /// allocation site (--no-free).

@@ -113,6 +113,9 @@ pub struct ProbeConfig {
     pub usdt: bool,
     /// --usdt-stack.
     pub usdt_stack: bool,
+    /// --request with --offcpu: each request's time split in the kernel (its start and
+    /// done probes are set after the attach: `set_request_probes`).
+    pub request_split: bool,
     /// Kernel BPF stats on (--max-cpu, --bpf-stats).
     pub bpf_stats: bool,
 }

@@ -384,6 +384,7 @@ impl Session<'_> {
             duration_ns: e.duration_ns,
             args: e.args[..nargs].to_vec(),
             ret: e.ret,
+            request: request_split(&e.req),
         })?;
         self.kept[EventFamily::Func] += 1;
         Ok(())
@@ -414,6 +415,7 @@ impl Session<'_> {
             stack,
             probe: e.probe,
             args: e.args[..nargs].to_vec(),
+            request: request_split(&e.req),
         })?;
         self.kept[EventFamily::Usdt] += 1;
         Ok(())
@@ -597,4 +599,16 @@ fn split_frames(ips: &[u64], nframes: u32, kframes: u32) -> (&[u64], &[u64]) {
     let n = (nframes as usize).min(ips.len());
     let k = (kframes as usize).min(ips.len() - n);
     (&ips[..n], &ips[n..n + k])
+}
+
+/// A request the kernel accounted (`req_out`), if the event closes one.
+fn request_split(o: &probes::req_out) -> Option<RequestSplit> {
+    (o.ns != 0).then_some(RequestSplit {
+        ns: o.ns,
+        on_cpu_ns: o.split[0],
+        runq_ns: o.split[1],
+        sleep_ns: o.split[2],
+        disk_ns: o.split[3],
+        blocks: o.blocks,
+    })
 }

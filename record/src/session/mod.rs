@@ -22,7 +22,7 @@ use crate::procfs;
 use anyhow::Result;
 use ebtrace_format::events::{
     AllocEvent, BioEvent, CpuSample, FreeEvent, FuncEvent, LockEvent, MemGrowthEvent, OffCpuEvent,
-    RunqEvent, SyscallEvent, TcpEvent, UsdtEvent,
+    RequestSplit, RunqEvent, SyscallEvent, TcpEvent, UsdtEvent,
 };
 use ebtrace_format::family::PerFamily;
 use ebtrace_format::proto::{
