@@ -215,20 +215,22 @@ const SHORT_BLOCKS: &str = "off CPU: blocks under the threshold";
 
 /// A request found by the first pass.
 #[derive(Debug, Clone, Copy)]
-struct Req {
-    generation: u32,
-    tid: u32,
-    start: u64,
-    end: u64,
-    id: Option<u64>,
+pub(crate) struct Req {
+    pub generation: u32,
+    pub tid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub id: Option<u64>,
     /// Its time as the kernel split it (recorded with --offcpu), when the done's hit has it
     /// and it spans this very start.
-    kernel: Option<RequestSplit>,
+    pub kernel: Option<RequestSplit>,
 }
 
-/// The first pass: the boundary events.
+/// The first pass: the boundary events (only those of a trace recorded with --request:
+/// set by its header).
 #[derive(Default)]
-struct Boundaries {
+pub(crate) struct Boundaries {
+    spec: Option<String>,
     /// USDT hits: (probe, generation, tid, time, first argument, index into `splits`).
     usdt: Vec<(u64, u32, u32, u64, Option<u64>, Option<u32>)>,
     /// The kernel's splits of the done hits that have one.
@@ -239,7 +241,18 @@ struct Boundaries {
 }
 
 impl Sink for Boundaries {
+    fn header(&mut self, h: &ebtrace_format::proto::Header) {
+        self.spec = h
+            .options
+            .iter()
+            .find(|o| o.key == "request")
+            .map(|o| o.value.clone());
+    }
+
     fn event(&mut self, ev: &Event<'_>) {
+        if self.spec.is_none() {
+            return;
+        }
         match ev {
             Event::Usdt(e) => {
                 let split = e.request.map(|r| {
@@ -277,10 +290,27 @@ impl Sink for Boundaries {
 
 /// Unpaired boundaries.
 #[derive(Default)]
-struct Unpaired {
+pub(crate) struct Unpaired {
     nested: u64,
     unmatched_done: u64,
     open_at_end: u64,
+}
+
+impl Boundaries {
+    /// The trace's `--request` spec (None: recorded without it).
+    pub(crate) fn spec(&self) -> Option<&str> {
+        self.spec.as_deref()
+    }
+
+    /// The requests of the boundaries `l` was read with, paired per thread (in the order
+    /// of their ends), and the boundaries left unpaired.
+    pub(crate) fn requests(mut self, l: &Loaded) -> Result<(Vec<Req>, Unpaired), String> {
+        let spec = self.spec.clone().ok_or(NO_REQUEST)?;
+        let src = source(l, &spec)?;
+        let mut un = Unpaired::default();
+        let reqs = pair(&mut self, &src, &mut un);
+        Ok((reqs, un))
+    }
 }
 
 /// What the trace's `--request` spec names: a (start, done) USDT probe pair or a function.
@@ -784,10 +814,7 @@ pub fn requests_from<T: Trace>(
         .find(|o| o.key == "request")
         .map(|o| o.value.clone())
         .ok_or(NO_REQUEST)?;
-    let src = source(&l, &spec)?;
-    let mut un = Unpaired::default();
-    let mut reqs = pair(&mut b, &src, &mut un);
-    drop(b);
+    let (mut reqs, un) = b.requests(&l)?;
     reqs.sort_by_key(|r| (r.end - r.start, r.start));
     let mut hist = Histogram::default();
     for r in &reqs {

@@ -84,6 +84,34 @@ const { chromium } = require(require.resolve('playwright-core', { paths: [module
       }
     }
 
+    // Requests (a trace recorded with --request): the latency line, the kernel's split bar,
+    // the tail's and the slowest's tables; the slowest request clicked shows its stacks and
+    // wakers in the panel.
+    out.requests_section = await page.evaluate(() => {
+      if (document.getElementById('requests').hidden) return null;
+      const table = (id) => Array.from(document.querySelectorAll(`table[data-table="${id}"] tbody tr`))
+        .map((tr) => Array.from(tr.children).map((td) => td.textContent));
+      const latency = document.querySelector('[data-key="requests-latency"]');
+      return {
+        latency: latency ? latency.textContent : null,
+        split: Array.from(document.querySelectorAll('[data-key="requests-split"] span'))
+          .map((s) => ({ part: s.dataset.part, ns: Number(s.dataset.ns) })),
+        tail: table('requests-tail'),
+        slowest: table('requests-slowest'),
+      };
+    });
+    if (out.requests_section && out.requests_section.slowest.length) {
+      await shot('requests', '#requests');
+      await page.click('table[data-table="requests-slowest"] tbody tr');
+      out.requests_section.clicked = await page.evaluate(() => ({
+        visible: !document.getElementById('stack-panel').hidden,
+        title: document.getElementById('stack-title').textContent,
+        parts: Array.from(document.querySelectorAll('#stack-body h3')).map((h) => h.textContent),
+      }));
+      await shot('requests-stack', null);
+      await page.click('#stack-close');
+    }
+
     // Flame graphs: each kind's tab, its total and its frames' names.
     out.flame = {};
     const tabs = await page.$$eval('#flame-tabs button', (b) => b.map((x) => x.dataset.kind));

@@ -530,3 +530,80 @@ fn thousands(n: u64) -> String {
     }
     out
 }
+
+/// A trace recorded with --request: the page's Requests section shows what `ebsym requests`
+/// says: every request counted and split by the kernel, the lock wait first in what the
+/// tail spends more on (a mutex a thread named "holder" holds for 20 ms, testdata's
+/// request_server), the slowest one by one; the slowest clicked names its cause and the
+/// holder that woke it.
+#[test]
+fn requests_section_shows_the_slow_requests_causes() {
+    if !root() {
+        return;
+    }
+    let rec = common::record(
+        "request_server",
+        &[
+            "--request",
+            "usdt:rsrv:request__start,request__done",
+            "--cpu=999",
+            "--offcpu=100",
+            "--runq=1000",
+        ],
+        &["--requests", "800"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    report(&rec.trace, &html, &[]);
+    let Some(modules) = common::playwright() else {
+        return;
+    };
+    let v = browse(&modules, &html, "requests", &[]);
+    let r = &v["requests_section"];
+    let latency = r["latency"].as_str().unwrap();
+    assert!(
+        latency.starts_with("800 requests (usdt:rsrv:request__start,request__done): p50 "),
+        "{r:#}"
+    );
+    let parts: Vec<&str> = r["split"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["part"].as_str().unwrap())
+        .collect();
+    assert!(
+        parts.contains(&"on CPU") && parts.contains(&"off CPU: interruptible"),
+        "{r:#}"
+    );
+    let tail = r["tail"].as_array().unwrap();
+    assert_eq!(tail[0][0], "off CPU: lock", "{r:#}");
+    assert!(
+        tail[0][4]
+            .as_str()
+            .unwrap()
+            .starts_with("rsrv::wait_for_ledger"),
+        "{r:#}"
+    );
+    let slowest = r["slowest"].as_array().unwrap();
+    assert_eq!(slowest.len(), 10, "{r:#}");
+    assert!(
+        slowest[0][5].as_str().unwrap().starts_with("off CPU: lock"),
+        "{r:#}"
+    );
+    let clicked = &r["clicked"];
+    assert_eq!(clicked["visible"], true, "{clicked:#}");
+    let parts = strs(&clicked["parts"]);
+    assert!(
+        parts
+            .iter()
+            .any(|p| p.contains("off CPU: lock") && p.contains("rsrv::wait_for_ledger")),
+        "{parts:?}"
+    );
+    assert!(
+        parts
+            .iter()
+            .any(|p| p.contains("woken by holder in rsrv::holder_loop")
+                || p.contains("woken by worker-")),
+        "{parts:?}"
+    );
+}

@@ -56,6 +56,64 @@ fn woken_by_holder(spec: &str, cause: Option<&Value>) -> bool {
     ok
 }
 
+/// `ebsym export --format perfetto`: a slice per request on its thread, named by its id,
+/// its kernel split in the args; a lock request's slice holds its off-CPU block.
+fn perfetto_slices(trace: &str, dir: &std::path::Path) {
+    let out = dir.join("req.json");
+    let o = common::run(
+        &common::ebsym_path(),
+        &[
+            "export",
+            trace,
+            "--format",
+            "perfetto",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let evs = p["traceEvents"].as_array().unwrap();
+    let slices = |cat: &str| -> Vec<&Value> {
+        evs.iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat)
+            .collect()
+    };
+    let reqs = slices("request");
+    assert_eq!(reqs.len(), 800, "{}", p["otherData"]);
+    let blocks = slices("offcpu");
+    let mut lock_with_block = 0;
+    for r in &reqs {
+        let id = r["args"]["id"].as_u64().unwrap();
+        assert_eq!(r["name"], format!("request {id}"));
+        let (ts, dur) = (r["ts"].as_f64().unwrap(), r["dur"].as_f64().unwrap());
+        let a = &r["args"];
+        let split: u64 = [
+            "on_cpu_ns",
+            "runq_ns",
+            "off_cpu_interruptible_ns",
+            "off_cpu_uninterruptible_ns",
+        ]
+        .iter()
+        .map(|k| a[k].as_u64().unwrap())
+        .sum();
+        assert!((split as f64 / 1000.0 - dur).abs() < 0.01, "{r}");
+        if id % 100 == 10
+            && blocks.iter().any(|b| {
+                b["tid"] == r["tid"]
+                    && b["ts"].as_f64().unwrap() >= ts
+                    && b["ts"].as_f64().unwrap() + b["dur"].as_f64().unwrap() <= ts + dur + 0.001
+            })
+        {
+            lock_with_block += 1;
+        }
+    }
+    assert!(
+        lock_with_block >= 7,
+        "{lock_with_block} of 8 lock requests hold their block"
+    );
+}
+
 fn check(spec: &str) {
     let dir = tempfile::tempdir().unwrap();
     let rec = common::record(
@@ -243,6 +301,10 @@ fn check(spec: &str) {
         woken >= 24 && known * 10 >= woken * 9,
         "{spec}: {known} of {woken} woken blocks with their run-queue wait"
     );
+
+    if spec.starts_with("usdt:") {
+        perfetto_slices(t, dir.path());
+    }
 
     // The text says the same.
     let out = common::run(

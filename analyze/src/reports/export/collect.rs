@@ -4,6 +4,7 @@
 //! symbolized trace). What Perfetto's and Firefox's writers share.
 use crate::event::EventView;
 use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink, Trace};
+use crate::reports::requests::{Boundaries, Req};
 use crate::reports::EventKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -148,6 +149,9 @@ pub(crate) struct Collected {
     pub kinds: Vec<(EventKind, Vec<EventView>, u64)>,
     /// Every thread with an event that passed the filter: tid -> its last generation.
     pub threads: HashMap<u32, u32>,
+    /// A trace recorded with --request: its spec and requests (the longest `caps.slices`,
+    /// in time order), and how many were paired.
+    pub requests: Option<(String, Vec<Req>, u64)>,
 }
 
 struct Collector {
@@ -156,10 +160,16 @@ struct Collector {
     kept: BTreeMap<EventKind, Kept>,
     threads: HashMap<u32, u32>,
     rng: u64,
+    requests: Boundaries,
 }
 
 impl Sink for Collector {
+    fn header(&mut self, h: &ebtrace_format::proto::Header) {
+        self.requests.header(h);
+    }
+
     fn event(&mut self, ev: &Event<'_>) {
+        self.requests.event(ev);
         // Frees have no stack and no duration; histograms and aggregates have no
         // per-event time or thread.
         let Some(v) = ev.view() else {
@@ -189,8 +199,29 @@ pub(crate) fn collect(trace: impl Trace, format: Format, filter: &Filter, caps: 
         kept: BTreeMap::new(),
         threads: HashMap::new(),
         rng: 0x9e37_79b9_7f4a_7c15,
+        requests: Boundaries::default(),
     };
     let loaded = Loaded::from_trace(trace, filter, &mut c);
+    let spec = c.requests.spec().map(str::to_string);
+    let requests = match (spec, std::mem::take(&mut c.requests).requests(&loaded)) {
+        (Some(spec), Ok((mut reqs, _))) => {
+            let n = reqs.len() as u64;
+            if reqs.len() > caps.slices {
+                reqs.select_nth_unstable_by(caps.slices.max(1) - 1, |a, b| {
+                    (b.end - b.start).cmp(&(a.end - a.start))
+                });
+                reqs.truncate(caps.slices);
+            }
+            reqs.sort_by_key(|r| (r.start, r.tid));
+            for r in &reqs {
+                c.threads.entry(r.tid).or_insert(r.generation);
+            }
+            Some((spec, reqs, n))
+        }
+        // (no probe of the pair ever hit: no request)
+        (Some(spec), Err(_)) => Some((spec, Vec::new(), 0)),
+        _ => None,
+    };
     let mut kinds = Vec::new();
     for kind in KINDS {
         let Some(mut k) = c.kept.remove(&kind) else {
@@ -207,6 +238,7 @@ pub(crate) fn collect(trace: impl Trace, format: Format, filter: &Filter, caps: 
         loaded,
         kinds,
         threads: c.threads,
+        requests,
     }
 }
 
@@ -276,6 +308,9 @@ impl Collected {
     /// they name.
     pub(crate) fn thread_tree(&self) -> BTreeMap<u32, (String, Vec<u32>)> {
         let mut tids: BTreeMap<u32, u32> = BTreeMap::new();
+        for r in self.requests.iter().flat_map(|r| &r.1) {
+            tids.insert(r.tid, r.generation);
+        }
         for r in self.kinds.iter().flat_map(|k| &k.1) {
             tids.insert(r.tid, r.generation);
             let waker = r.waker.map_or(0, |w| w.tid);

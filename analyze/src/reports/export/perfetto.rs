@@ -136,6 +136,7 @@ pub(super) fn write(
         n: 0,
     };
     let pid_of = names(&mut evs, &c, &tree)?;
+    request_slices(&mut evs, &mut c, &mut stats)?;
     let mut lines = Lines::default();
     let mut flow_id = 0u64;
     let kinds = std::mem::take(&mut c.kinds);
@@ -248,6 +249,46 @@ fn args(
         args.insert(f.key.into(), value);
     }
     args
+}
+
+/// A trace recorded with --request: one slice per request on its thread (cat "request",
+/// named "request" and its id), around the blocks and calls inside it; args the id and, when
+/// the kernel split it, its time by phase.
+fn request_slices(
+    evs: &mut Events<'_>,
+    c: &mut Collected,
+    stats: &mut ExportStats,
+) -> std::io::Result<()> {
+    let Some((spec, reqs, n)) = c.requests.take() else {
+        return Ok(());
+    };
+    stats.kinds.insert("request", (reqs.len() as u64, n));
+    for r in &reqs {
+        let pid = c.process(r.generation).0;
+        let name = match r.id {
+            Some(id) => format!("request {id}"),
+            None => "request".to_string(),
+        };
+        let mut e = Ev::new("X", &name, c.rel(r.start), pid, r.tid);
+        e.cat = Some("request");
+        e.dur = Some(us(r.end - r.start));
+        let mut args = Map::new();
+        args.insert("request".into(), json!(spec));
+        if let Some(id) = r.id {
+            args.insert("id".into(), json!(id));
+        }
+        if let Some(k) = r.kernel {
+            args.insert("on_cpu_ns".into(), json!(k.on_cpu_ns));
+            args.insert("runq_ns".into(), json!(k.runq_ns));
+            args.insert("off_cpu_interruptible_ns".into(), json!(k.sleep_ns));
+            args.insert("off_cpu_uninterruptible_ns".into(), json!(k.disk_ns));
+            args.insert("blocks".into(), json!(k.blocks));
+        }
+        e.args = Some(Value::Object(args));
+        evs.push(&e)?;
+    }
+    c.requests = Some((spec, reqs, n));
+    Ok(())
 }
 
 /// The trace's `otherData`: where it came from, its clock and start, the caps and what

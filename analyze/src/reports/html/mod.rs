@@ -545,6 +545,11 @@ fn data<R: Read + Send, B: Read + Send>(
     };
     let summary = summary_of(&mut p);
     let thread_groups = thread_groups_json(&mut p);
+    // A trace recorded with --request: `ebsym requests`' report (two more passes).
+    let requests = info
+        .as_ref()
+        .filter(|i| i.header.options.contains_key("request"))
+        .map(|_| requests_json(open, filter));
 
     let stack_mode = info
         .as_ref()
@@ -572,6 +577,7 @@ fn data<R: Read + Send, B: Read + Send>(
         "kinds": kinds,
         "threads": threads,
         "thread_groups": thread_groups,
+        "requests": requests,
         "cpu": cpu,
         "heatmaps": heat,
         "latency": latency,
@@ -582,6 +588,18 @@ fn data<R: Read + Send, B: Read + Send>(
         "diff": diff,
         "stats": stats,
     })
+}
+
+/// The Requests section: `ebsym requests`' report, its default options (the 10 slowest, the
+/// tail at p99), or why there is none.
+fn requests_json<R: Read + Send>(
+    open: &mut dyn FnMut() -> Option<TraceReader<R>>,
+    filter: &Filter,
+) -> Value {
+    match crate::reports::requests_from(open, filter, &crate::reports::RequestOptions::default()) {
+        Ok(r) => serde_json::to_value(&r).unwrap_or(Value::Null),
+        Err(e) => json!({ "error": e }),
+    }
 }
 
 /// The Threads section: where each thread group's time goes (`ebsym threads`' rows, the

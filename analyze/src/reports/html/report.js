@@ -247,6 +247,109 @@
     });
   }
 
+  // ---------- requests ----------
+  // `ebsym requests` (mod.rs: requests_json): the latency, the kernel's split of every
+  // request, what the tail spends more on than the median (per cause, with its stacks and
+  // wakers), and the slowest requests one by one.
+  function reqColor(cause) {
+    if (cause === 'on CPU') return COLORS.cpu;
+    if (cause === 'run queue') return COLORS.runq;
+    if (cause === 'not seen') return '#eeeeee';
+    return CAUSE_COLORS[cause.replace('off CPU: ', '')] || '#5b7fb8';
+  }
+  // A cause's stacks and wakers as stack-panel parts.
+  function causeParts(c, sign) {
+    var parts = (c.stacks || []).map(function (s) {
+      return { title: sign + fmtNs(s.ns !== undefined ? s.ns : s.delta_ns) + ' in ' + s.place, names: s.frames };
+    });
+    (c.woken_by || []).forEach(function (w) {
+      var req = w.request ? ', inside its request' + (w.request.id !== null && w.request.id !== undefined ? ' id ' + w.request.id : '') +
+        ' (' + fmtNs(w.request.duration_ns) + ')' : '';
+      parts.push({ title: sign + fmtNs(w.ns !== undefined ? w.ns : w.delta_ns) + ' woken by ' + w.thread +
+        (w.place ? ' in ' + w.place : '') + req, names: w.frames });
+    });
+    return parts.length ? parts : [{ title: 'no stacks for this cause', names: [] }];
+  }
+  function renderRequests() {
+    var R = D.requests;
+    if (!R) return;
+    $('requests').hidden = false;
+    $('requests-link').hidden = false;
+    var b = $('requests-body');
+    b.textContent = '';
+    if (R.error) { b.appendChild(el('div', { class: 'notes', 'data-key': 'requests-error' }, R.error)); return; }
+    b.appendChild(el('div', { class: 'notes', 'data-key': 'requests-latency' }, thousands(R.count) + ' requests (' + R.request +
+      '): p50 ' + fmtNs(R.p50_ns) + ' · p90 ' + fmtNs(R.p90_ns) + ' · p99 ' + fmtNs(R.p99_ns) + ' · p99.9 ' +
+      fmtNs(R.p999_ns) + ' · max ' + fmtNs(R.max_ns)));
+    if (R.nested + R.unmatched_done + R.open_at_end > 0) {
+      b.appendChild(el('div', { class: 'notes' }, 'unpaired: ' + R.nested + ' nested, ' + R.unmatched_done +
+        ' done without a start, ' + R.open_at_end + ' open at the end'));
+    }
+    var K = R.kernel_split;
+    if (K) {
+      var parts = [['on CPU', K.on_cpu_ns], ['run queue', K.runq_ns], ['off CPU: interruptible', K.sleep_ns],
+        ['off CPU: uninterruptible', K.disk_ns]];
+      b.appendChild(el('h3', null, 'Split in the kernel: ' + thousands(K.requests) + ' of ' + thousands(R.count) + ' requests, ' +
+        fmtNs(K.total_ns) + ' in all'));
+      var bar = el('div', { class: 'tbar', 'data-key': 'requests-split' });
+      parts.forEach(function (p) {
+        if (!p[1]) return;
+        var share = K.total_ns ? p[1] / K.total_ns : 0;
+        var s = el('span', { 'data-part': p[0], 'data-ns': p[1] });
+        s.style.width = (share * 100).toFixed(3) + '%';
+        s.style.background = p[0] === 'off CPU: interruptible' ? CAUSE_COLORS.lock : p[0] === 'off CPU: uninterruptible' ? CAUSE_COLORS.disk : reqColor(p[0]);
+        s.title = p[0] + ': ' + fmtNs(p[1]) + ' (' + (share * 100).toFixed(1) + '%)';
+        bar.appendChild(s);
+      });
+      b.appendChild(bar);
+      b.appendChild(el('div', { class: 'notes', 'data-key': 'requests-split-text' }, parts.map(function (p) {
+        return p[0] + ' ' + (K.total_ns ? 100 * p[1] / K.total_ns : 0).toFixed(1) + '%';
+      }).join(' · ') + ' · ' + (K.blocks / K.requests).toFixed(1) + ' blocks a request'));
+    }
+    var T = R.tail;
+    if (T) {
+      b.appendChild(el('h3', null, 'The tail (≥ p' + T.percentile + ' = ' + fmtNs(T.threshold_ns) + ', ' + thousands(T.tail_requests) +
+        ' requests, mean ' + fmtNs(T.tail_mean_ns) + ') against the median (' + thousands(T.median_requests) + ' requests, mean ' +
+        fmtNs(T.median_mean_ns) + '), per request'));
+      var rows = T.causes.map(function (c) {
+        var top = (c.stacks[0] && c.stacks[0].place) || '';
+        var w = c.woken_by && c.woken_by[0];
+        return { cause: c.cause, delta_ns: c.delta_ns, tail_ns: c.tail_ns, median_ns: c.median_ns,
+          top: top, waker: w ? w.thread + (w.place ? ' in ' + w.place : '') : '', c: c };
+      });
+      b.appendChild(table('requests-tail', [
+        { k: 'cause' },
+        { k: 'delta_ns', label: 'more in the tail', num: true, f: function (v) { return (v >= 0 ? '+' : '−') + fmtNs(Math.abs(v)); } },
+        nsCol('tail_ns', 'tail'), nsCol('median_ns', 'median'),
+        { k: 'top', label: 'top place', fn: true }, { k: 'waker', label: 'top waker' }
+      ], rows, function (r) { showStacks('the tail: ' + r.cause, causeParts(r.c, '+')); }));
+    }
+    if (R.slowest.length) {
+      b.appendChild(el('h3', null, 'The ' + R.slowest.length + ' slowest requests'));
+      var srows = R.slowest.map(function (r, i) {
+        var c = r.causes[0];
+        return { rank: i + 1, duration_ns: r.duration_ns, id: r.id === null || r.id === undefined ? '' : r.id,
+          thread: r.thread + ' [' + r.tid + ']', at_s: r.at_s,
+          cause: c ? c.cause + ' ' + fmtNs(c.ns) : 'not seen', r: r };
+      });
+      b.appendChild(table('requests-slowest', [
+        numCol('rank', '#'), nsCol('duration_ns', 'duration'), { k: 'id' }, { k: 'thread' },
+        { k: 'at_s', label: 'at', num: true, f: function (v) { return v.toFixed(3) + ' s'; } },
+        { k: 'cause', label: 'largest cause' }
+      ], srows, function (row) {
+        var r = row.r, parts = [];
+        r.causes.forEach(function (c) {
+          causeParts(c, '').forEach(function (p, i) {
+            parts.push({ title: (i ? '' : fmtNs(c.ns) + ' ' + c.cause + ': ') + p.title, names: p.names });
+          });
+        });
+        showStacks('request' + (r.id !== null && r.id !== undefined ? ' ' + r.id : '') + ', ' + fmtNs(r.duration_ns) +
+          ' (not seen ' + fmtNs(r.not_seen_ns) + ')', parts);
+      }));
+    }
+    if (R.note) b.appendChild(el('div', { class: 'notes', 'data-key': 'requests-note' }, R.note));
+  }
+
   // ---------- sortable tables ----------
   // cols: [{k, label, num, f(value,row)}]; onRow(row) on click.
   function table(id, cols, rows, onRow) {
@@ -967,6 +1070,7 @@
   function start() {
     renderSummary();
     renderThreads();
+    renderRequests();
     setupTimeline();
     drawTimeline();
     setupFlameControls();
