@@ -11,6 +11,10 @@
 //!   lock waits ("lock wait in F"; `mutex` address, `kind`, `hold_ns`, `waker_tid`, the
 //!   releasing thread's `waker_stack`), `--func` calls (the probed function), slow system
 //!   calls ("syscall read"), block I/O ("bio write sda"), run-queue waits.
+//! - A trace recorded with `--request`: a slice per request on its thread (`cat` "request",
+//!   named "request ID"; args `request` the spec, `id`, and the kernel's split: `on_cpu_ns`,
+//!   `runq_ns`, `off_cpu_interruptible_ns`, `off_cpu_uninterruptible_ns`, `blocks`), drawn
+//!   before the thread's other slices so that it holds them.
 //! - Instants (`"ph": "i"`, thread scope): allocations ("alloc", args `size`, `stack`),
 //!   CPU samples (named after the leaf function; args `cpu`, `stack`), memory growth.
 //! - Flows (`"ph": "s"` on the waker, `"f"` with `"bp": "e"` on the wakee, one `id`) from
