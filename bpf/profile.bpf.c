@@ -393,6 +393,9 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
  * request from one phase to the next; the done probe's usdt event carries the sums, so every
  * request is counted exactly, whatever the sampled families keep. */
 const volatile bool request_mode = false;
+/* Bumped by user space at each pause and resume of the off-CPU programs (odd: paused): a
+ * request that began in another epoch, or while paused, was not followed: no split. */
+__u32 req_epoch = 0;
 
 #define RQ_ONCPU 0
 #define RQ_RUNQ 1
@@ -406,6 +409,8 @@ struct req_acct {
 	__u64 ns[4];	/* by phase */
 	__u32 phase;
 	__u32 blocks;
+	__u32 epoch;	/* req_epoch at the start */
+	__u32 pad;
 };
 
 struct {
@@ -475,7 +480,10 @@ static __always_inline void req_begin(__u64 now)
 		bpf_task_storage_get(&req_acct, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!r)
 		return;
-	r->start = now;
+	__u32 epoch = req_epoch;
+	/* the off-CPU hooks paused: this request's phases would not be followed */
+	r->start = epoch & 1 ? 0 : now;
+	r->epoch = epoch;
 	r->last = now;
 	r->ns[0] = 0;
 	r->ns[1] = 0;
@@ -494,6 +502,10 @@ static __always_inline void req_end(struct req_out *o, __u64 now)
 	struct req_acct *r = bpf_task_storage_get(&req_acct, t, 0, 0);
 	if (!r || !r->start || now < r->start)
 		return;
+	if (r->epoch != req_epoch) {
+		r->start = 0; /* a pause in between: not followed throughout */
+		return;
+	}
 	req_move(r, RQ_ONCPU, now);
 	o->ns = now - r->start;
 	o->split[0] = r->ns[0];

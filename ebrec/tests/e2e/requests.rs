@@ -372,3 +372,56 @@ fn requests_need_a_request_spec() {
         assert!(err.contains(&format!("--request '{bad}'")), "{bad}: {err}");
     }
 }
+
+/// Under a budget that pauses the off-CPU programs, the kernel cannot follow a request
+/// open across a pause: those requests have no kernel split (counted apart, never a split
+/// with the paused time put in the wrong phase); the others still add up exactly.
+#[test]
+fn requests_open_across_a_pause_have_no_kernel_split() {
+    if !common::root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rec = common::record(
+        "request_server",
+        &[
+            "--request",
+            "usdt:rsrv:request__start,request__done",
+            "--cpu=999",
+            "--offcpu=10",
+            "--runq=10",
+            "--max-cpu=0.2",
+        ],
+        &["--requests", "20000", "--dir", dir.path().to_str().unwrap()],
+    );
+    let err = String::from_utf8_lossy(&rec.out.stderr);
+    if !err.contains("offcpu paused") && !err.contains("Paused(Offcpu)") {
+        eprintln!("the budget did not pause off-CPU on this machine: nothing to check\n{err}");
+        return;
+    }
+    let t = rec.trace.to_str().unwrap();
+    let j = ebsym_json(&["requests", t, "-n", "40"]);
+    assert_eq!(j["count"].as_u64(), Some(20000), "{j:#}");
+    let split = j["kernel_split"]["requests"].as_u64().unwrap_or(0);
+    assert!(
+        split < 20000,
+        "{split} split of 20000 with off-CPU paused: {err}"
+    );
+    let k = &j["kernel_split"];
+    let parts: u64 = ["on_cpu_ns", "runq_ns", "sleep_ns", "disk_ns"]
+        .iter()
+        .map(|f| k[f].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(parts, k["total_ns"].as_u64().unwrap_or(0), "{k:#}");
+    for r in j["slowest"].as_array().unwrap() {
+        let dur = r["duration_ns"].as_u64().unwrap();
+        let sum: u64 = r["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["cause"] != "on CPU")
+            .map(|c| c["ns"].as_u64().unwrap())
+            .sum();
+        assert!(sum <= dur, "causes sum to {sum} of {dur}: {r:#}");
+    }
+}

@@ -164,6 +164,9 @@ impl<'obj> Probes<'obj> {
         if family == ebtrace_proto::v1::EventFamily::Alloc && self.alloc_sessions() {
             self.pause_sessions();
         }
+        if family == ebtrace_proto::v1::EventFamily::Offcpu {
+            self.bump_req_epoch();
+        }
         // Each close waits for the kernel to retire the probe (~100 ms): all at once.
         let mut gone: Vec<(Option<Link>, Option<OwnedFd>)> = Vec::new();
         for p in self.pausable.borrow_mut().iter_mut() {
@@ -244,6 +247,7 @@ impl<'obj> Probes<'obj> {
                     }
                 }
                 ebtrace_proto::v1::EventFamily::Offcpu => {
+                    self.bump_req_epoch();
                     // Task storage cannot be listed: a new epoch makes the old state stale.
                     if let Some(e) = self.offcpu_epoch_ptr {
                         // SAFETY: as in set_offcpu_min_ns (the mmapped .bss of the profile
@@ -361,6 +365,16 @@ impl<'obj> Probes<'obj> {
 
     /// --max-cpu: detaches the allocator's session links (their traps go with them) until
     /// `resume_sessions`; new children are not attached meanwhile.
+    /// `req_epoch` + 1: odd from the pause of off-CPU's hooks, even again from their resume.
+    /// A request open across either has no kernel split (its phases were not followed).
+    fn bump_req_epoch(&self) {
+        if let Some(e) = self.req_epoch_ptr {
+            // SAFETY: as offcpu_epoch (the profile object's mmapped .bss, alive as long as
+            // self; an aligned u32 store).
+            unsafe { std::ptr::write_volatile(e, std::ptr::read_volatile(e).wrapping_add(1)) };
+        }
+    }
+
     pub fn pause_sessions(&self) {
         self.sessions_paused.set(true);
         let links = std::mem::take(&mut *self.session_links.borrow_mut());

@@ -319,6 +319,7 @@ impl<'obj> Probes<'obj> {
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
             offcpu_epoch_ptr: None,
+            req_epoch_ptr: None,
             unit_ptrs: Vec::new(),
             rseq_fallbacks: Vec::new(),
             hub_links: Default::default(),
@@ -374,6 +375,11 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_epoch as *mut u32);
+        p.req_epoch_ptr = p
+            .profile
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.req_epoch as *mut u32);
         p.sys_epoch_ptr = p
             .system
             .as_mut()

@@ -196,6 +196,9 @@ pub struct Probes<'obj> {
     offcpu_min_ptr: Option<*mut u64>,
     /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
     offcpu_epoch_ptr: Option<*mut u32>,
+    /// `req_epoch` in the profile object's .bss: odd while off-CPU's hooks are paused (a
+    /// request that saw a pause has no kernel split).
+    req_epoch_ptr: Option<*mut u32>,
     /// The time-weighted samples' units in the objects' mmapped .bss (`offcpu_unit_ns`,
     /// `syscall_unit_ns`, `runq_unit_ns`; see `set_sample_unit_ns`).
     unit_ptrs: Vec<(ebtrace_proto::v1::EventFamily, *mut u64)>,
