@@ -252,6 +252,12 @@ pub struct DiagnoseArgs {
     /// C/C++ runtime's frames and the --wrapper patterns are folded.
     #[arg(long)]
     pub no_wrapper_rules: bool,
+    /// The service's request boundaries (as `ebrec record --request`:
+    /// `usdt:[BINARY_OR_LIB:]PROVIDER:START,DONE` or `func:SPEC`): the recording marks
+    /// them, the kernel splits each request's time, and `ebsym requests` (why the slow
+    /// requests were slow) comes first in the folder and the output.
+    #[arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")]
+    pub request: Option<String>,
     /// The command to start and diagnose.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,

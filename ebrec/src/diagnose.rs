@@ -110,6 +110,10 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
     args.push(trace.clone().into_os_string());
     args.extend(FAMILIES.iter().map(OsString::from));
     args.push(format!("--max-cpu={}", a.max_cpu).into());
+    if let Some(r) = &a.request {
+        args.push("--request".into());
+        args.push(r.into());
+    }
     args.push(format!("--duration={}", a.duration).into());
     for p in &a.pid {
         args.push("-p".into());
@@ -147,6 +151,27 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
         eprintln!("ebrec: diagnose: {}", readme.lines().next().unwrap_or(""));
         return Ok(());
     };
+    let (made, requests) = reports(&a, &exe, &trace, &sym);
+    if requests {
+        if let Ok(r) = std::fs::read_to_string(dir.join("requests.txt")) {
+            println!("{r}");
+        }
+    }
+    if let Ok(summary) = std::fs::read_to_string(dir.join("summary.txt")) {
+        print!("{summary}");
+    }
+    eprintln!(
+        "ebrec: diagnose: wrote {} in {}",
+        made.join(", "),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The report set, by ebsym `exe`, of `trace` (symbolized into `sym` first) into the
+/// folder: what was made, and whether `ebsym requests` was.
+fn reports(a: &DiagnoseArgs, exe: &Path, trace: &Path, sym: &Path) -> (Vec<String>, bool) {
+    let dir = &a.output;
     let mut made = vec!["trace.pb.zst".to_string()];
     let mut find: Vec<OsString> = Vec::new();
     for d in &a.debug_dir {
@@ -154,8 +179,8 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
         find.push(d.clone().into_os_string());
     }
     let os = |v: &[&str]| -> Vec<OsString> { v.iter().map(OsString::from).collect() };
-    let t = trace.clone().into_os_string();
-    let s = sym.clone().into_os_string();
+    let t = trace.as_os_str().to_os_string();
+    let s = sym.as_os_str().to_os_string();
     let mut sym_args = vec![t.clone(), "-o".into(), s.clone()];
     sym_args.extend(find.iter().cloned());
     let input = if ebsym(&exe, &sym_args, None, &mut made) {
@@ -189,6 +214,22 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
         }
         v
     };
+    // With --request, why the slow requests were slow comes first.
+    let requests = a.request.is_some()
+        && ebsym(
+            &exe,
+            &with(os(&["requests"])),
+            Some(&dir.join("requests.txt")),
+            &mut made,
+        );
+    if a.request.is_some() {
+        ebsym(
+            &exe,
+            &with(os(&["requests", "--json"])),
+            Some(&dir.join("requests.json")),
+            &mut made,
+        );
+    }
     ebsym(
         &exe,
         &with(os(&["summary"])),
@@ -256,13 +297,5 @@ pub fn run(a: DiagnoseArgs) -> Result<()> {
         Some(&dir.join("tcp.txt")),
         &mut made,
     );
-    if let Ok(summary) = std::fs::read_to_string(dir.join("summary.txt")) {
-        print!("{summary}");
-    }
-    eprintln!(
-        "ebrec: diagnose: wrote {} in {}",
-        made.join(", "),
-        dir.display()
-    );
-    Ok(())
+    (made, requests)
 }

@@ -15,6 +15,7 @@
 //! has most of its time "not seen". Two passes over the trace: the first finds the
 //! requests, the second attributes events only to the requests it details (the slowest,
 //! the tail, those around the median), so memory follows those, never every event.
+use super::idle::lock_place;
 use super::kind::EventKind;
 use super::places::user_place;
 use super::text::losses_text;
@@ -566,8 +567,17 @@ impl Names {
             .entry(stack)
             .or_insert_with(|| {
                 let f = l.frames(stack);
-                let cause = cause_of(&f).to_string();
-                let place = user_place(&f);
+                let mut cause = cause_of(&f).to_string();
+                let mut place = user_place(&f);
+                // A wait inside a lock acquisition is a lock wait, named after the lock,
+                // whatever the kernel waits in (PostgreSQL's row lock sleeps in epoll_wait
+                // under ProcSleep, XactLockTableWait), as the summary reads it.
+                if let Some(lock) =
+                    lock_place(&f).filter(|_| cause == "idle wait" || cause == "lock")
+                {
+                    cause = "lock".into();
+                    place = lock;
+                }
                 (cause, (place, f.iter().map(|x| x.display()).collect()))
             })
             .clone()
@@ -797,6 +807,49 @@ fn top_stacks(stacks: &HashMap<Shown, u64>, n: usize) -> Vec<StackTime> {
     v
 }
 
+/// The kernel's splits of the requests that have one, summed (None: no request has one).
+fn kernel_split(reqs: &[Req]) -> Option<KernelSplit> {
+    let mut kernel = KernelSplit::default();
+    for k in reqs.iter().filter_map(|r| r.kernel) {
+        kernel.requests += 1;
+        kernel.total_ns += k.ns;
+        kernel.on_cpu_ns += k.on_cpu_ns;
+        kernel.runq_ns += k.runq_ns;
+        kernel.sleep_ns += k.sleep_ns;
+        kernel.disk_ns += k.disk_ns;
+        kernel.blocks += u64::from(k.blocks);
+    }
+    (kernel.requests > 0).then_some(kernel)
+}
+
+/// Request `i`'s row: its causes, largest first, with `stacks` stacks and wakers each.
+fn row(l: &Loaded, reqs: &[Req], i: usize, s: &Split, stacks: usize) -> RequestRow {
+    let start_ns = l.header.start_time_ns;
+    let r = reqs[i];
+    let dur = r.end - r.start;
+    let mut causes: Vec<CauseTime> = s
+        .iter()
+        .map(|(c, cs)| CauseTime {
+            cause: c.clone(),
+            ns: cs.ns.min(dur),
+            stacks: top_stacks(&cs.stacks, stacks),
+            woken_by: top_wakers(&cs.wakers, stacks, reqs, start_ns),
+        })
+        .collect();
+    causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
+    let seen: u64 = causes.iter().map(|c| c.ns).sum();
+    RequestRow {
+        id: r.id,
+        pid: l.pid(r.generation),
+        tid: r.tid,
+        thread: l.thread_name(r.generation, r.tid),
+        at_s: r.start.saturating_sub(start_ns) as f64 / 1e9,
+        duration_ns: dur,
+        causes,
+        not_seen_ns: dur.saturating_sub(seen),
+    }
+}
+
 /// `ebsym requests`: `open` gives the trace for each of the two passes.
 pub fn requests_from<T: Trace>(
     mut open: impl FnMut() -> Option<T>,
@@ -821,16 +874,6 @@ pub fn requests_from<T: Trace>(
         hist.record(r.end - r.start);
     }
     let n = reqs.len();
-    let mut kernel = KernelSplit::default();
-    for k in reqs.iter().filter_map(|r| r.kernel) {
-        kernel.requests += 1;
-        kernel.total_ns += k.ns;
-        kernel.on_cpu_ns += k.on_cpu_ns;
-        kernel.runq_ns += k.runq_ns;
-        kernel.sleep_ns += k.sleep_ns;
-        kernel.disk_ns += k.disk_ns;
-        kernel.blocks += u64::from(k.blocks);
-    }
     let q = |p: f64| hist.quantile(p);
     let threshold = q(opts.tail / 100.0);
     // Which requests to detail: the slowest, the tail, those around the median.
@@ -892,35 +935,9 @@ pub fn requests_from<T: Trace>(
         splits.insert(i, split(&d, &reqs[i], period, &mut l, &mut names, &by_tid));
     }
     drop(by_tid);
-    let start_ns = l.header.start_time_ns;
     let rows = slowest
         .iter()
-        .map(|&i| {
-            let r = reqs[i];
-            let dur = r.end - r.start;
-            let s = &splits[&i];
-            let mut causes: Vec<CauseTime> = s
-                .iter()
-                .map(|(c, cs)| CauseTime {
-                    cause: c.clone(),
-                    ns: cs.ns.min(dur),
-                    stacks: top_stacks(&cs.stacks, opts.stacks),
-                    woken_by: top_wakers(&cs.wakers, opts.stacks, &reqs, start_ns),
-                })
-                .collect();
-            causes.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.cause.cmp(&b.cause)));
-            let seen: u64 = causes.iter().map(|c| c.ns).sum();
-            RequestRow {
-                id: r.id,
-                pid: l.pid(r.generation),
-                tid: r.tid,
-                thread: l.thread_name(r.generation, r.tid),
-                at_s: r.start.saturating_sub(start_ns) as f64 / 1e9,
-                duration_ns: dur,
-                causes,
-                not_seen_ns: dur.saturating_sub(seen),
-            }
-        })
+        .map(|&i| row(&l, &reqs, i, &splits[&i], opts.stacks))
         .collect();
     let tail_diff = (!tail.is_empty() && !median.is_empty())
         .then(|| diff(&reqs, &splits, &tail, &median, opts, threshold));
@@ -946,7 +963,7 @@ pub fn requests_from<T: Trace>(
         unmatched_done: un.unmatched_done,
         open_at_end: un.open_at_end,
         families,
-        kernel_split: (kernel.requests > 0).then_some(kernel),
+        kernel_split: kernel_split(&reqs),
         cpu_period_ns: period,
         slowest: rows,
         tail: tail_diff,

@@ -294,8 +294,29 @@ fn postgres_known_causes_are_the_findings() {
     pg.sql("CREATE TABLE hot (id int PRIMARY KEY, v bigint); INSERT INTO hot VALUES (1, 0);");
     pg.sql("CREATE TABLE log (id bigserial PRIMARY KEY, at timestamptz DEFAULT now());");
 
-    // Hot row: the wait for the row lock, not idle.
-    let (summary, top) = pg.diagnose("hot", "UPDATE hot SET v = v + 1 WHERE id = 1;\n", 8, &[]);
+    // Hot row: the wait for the row lock, not idle. With the statements as requests
+    // (diagnose --request): requests.txt first, its tail naming the row lock.
+    let (summary, top) = pg.diagnose(
+        "hot",
+        "UPDATE hot SET v = v + 1 WHERE id = 1;\n",
+        8,
+        &["--request", "usdt:postgresql:query__start,query__done"],
+    );
+    let req: Value = serde_json::from_str(
+        &std::fs::read_to_string(pg.dir.path().join("hot/requests.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(req["count"].as_u64().unwrap() > 100, "{req:#}");
+    assert_eq!(
+        req["tail"]["causes"][0]["cause"], "off CPU: lock",
+        "{:#}",
+        req["tail"]
+    );
+    assert!(
+        req["tail"].to_string().contains("XactLockTableWait"),
+        "{:#}",
+        req["tail"]
+    );
     // The busiest wait that is not idle is the row lock (with the old idle rules it was
     // idle, and the finding named another wait). The postmaster's select loop, idle, is a
     // share of the total that depends on how long the clients ran: not asserted.
@@ -447,5 +468,36 @@ fn postgres_requests_are_the_statements_pgbench_sent() {
         tail.contains("XactLockTableWait"),
         "the tail does not name the row lock: {:#}",
         j["tail"]
+    );
+    // Recorded with --offcpu: the kernel split every statement.
+    assert_eq!(
+        j["kernel_split"]["requests"].as_u64(),
+        Some(clients * transactions * 3),
+        "{:#}",
+        j["kernel_split"]
+    );
+    // The row lock's wait, named after the lock, and who let it go: another backend
+    // releasing the row lock (its transaction's commit), inside its own statement.
+    let lock = &j["tail"]["causes"][0];
+    assert_eq!(lock["cause"], "off CPU: lock", "{:#}", j["tail"]);
+    assert!(
+        lock["stacks"][0]["place"]
+            .as_str()
+            .unwrap()
+            .starts_with("XactLockTableWait"),
+        "{lock:#}"
+    );
+    assert_eq!(lock["woken_by"][0]["thread"], "postgres", "{lock:#}");
+    let slowest = &j["slowest"][0];
+    let waker = slowest["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["cause"] == "off CPU: lock")
+        .map(|c| &c["woken_by"][0])
+        .unwrap_or_else(|| panic!("the slowest is not a lock wait: {slowest:#}"));
+    assert!(
+        waker["thread"] == "postgres" && waker["request"]["duration_ns"].as_u64().is_some(),
+        "the slowest's holder is not a backend inside a statement: {waker:#}"
     );
 }
