@@ -176,6 +176,13 @@ pub struct RecordConfig {
     /// data of the target (pointers, sizes, ids) into the trace.
     #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=6)))]
     pub args: u32,
+    /// Take --alloc-fn's argument indices, and --args' arguments, as they are also where a
+    /// name is a GCC clone (`.isra`, `.constprop`): the compiler may have removed or
+    /// reordered its parameters (an unused `this`), so the source's argument N is not
+    /// always the clone's, and ebrec reads no debug info to map them. Without it such a
+    /// name is refused when an argument is asked of it.
+    #[cfg_attr(feature = "cli", arg(long))]
+    pub clone_args: bool,
     /// With --func: how the end of a call is caught. auto: a uprobe on each `ret` and tail
     /// jump of the function (a C++ exception through the call just leaves it unfinished), or
     /// a uretprobe for a function that calls nothing; a function whose exits cannot all be

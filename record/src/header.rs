@@ -117,6 +117,9 @@ pub fn header(a: &RecordConfig) -> Header {
     if a.args > 0 {
         opt("args", a.args.to_string());
     }
+    if a.clone_args {
+        opt("clone-args", "true".into());
+    }
     for l in &a.alloc_lib {
         opt("alloc-lib", l.display().to_string());
     }

@@ -273,6 +273,9 @@ pub fn attach(
                 if request_fn == Some(m.spec.as_str()) {
                     request_ids.push(id);
                 }
+                if a.args > 0 {
+                    check_clone_args(a, &m, &format!("--func {} with --args", m.spec), 0)?;
+                }
                 let exit = func_exit(&m, a.func_exit)?;
                 sites.push(probes::FuncSite {
                     id,
@@ -366,6 +369,7 @@ fn custom_alloc_sites(a: &RecordConfig, bins: &funcs::Binaries) -> Result<Vec<pr
                 .resolve(f)
                 .with_context(|| format!("--alloc-fn '{text}'"))?;
             for m in found {
+                check_clone_args(a, &m, &format!("--alloc-fn '{text}'"), arg)?;
                 if !a.quiet {
                     eprintln!(
                         "ebrec: --alloc-fn {text}: {} {m}",
@@ -388,6 +392,31 @@ fn custom_alloc_sites(a: &RecordConfig, bins: &funcs::Binaries) -> Result<Vec<pr
         }
     }
     Ok(out)
+}
+
+/// GCC's clones that change a function's parameters: IPA-SRA (`.isra`) drops or splits
+/// them (an unused `this`), constant propagation (`.constprop`) drops those it fixed.
+fn is_param_clone(symbol: &str) -> bool {
+    symbol.contains(".isra.") || symbol.contains(".constprop.")
+}
+
+/// An argument (index `arg`, 0 for the first register) asked of a clone whose parameters the
+/// compiler may have changed is refused, unless --clone-args confirms it.
+fn check_clone_args(a: &RecordConfig, m: &funcs::FuncMatch, what: &str, arg: u32) -> Result<()> {
+    if a.clone_args || !is_param_clone(&m.symbol) {
+        return Ok(());
+    }
+    bail!(
+        "{what}: {} is a GCC clone here ({}): IPA-SRA and constant propagation remove or \
+         reorder parameters (an unused `this`), so the source's argument {arg} may not be the \
+         clone's (ebrec reads no debug info to map them); read the clone's code \
+         (objdump -d --disassemble='{}' {}) and give --clone-args to take the index as it \
+         is, or name a function that is not cloned",
+        m.demangled,
+        m.symbol,
+        m.symbol,
+        m.binary
+    )
 }
 
 /// How the end of `m`'s calls is caught (see `--func-exit` and `placement::exits`).

@@ -159,6 +159,7 @@ const PROGRAMS: &[&str] = &[
     "alloc_wrapper",
     "usdt_server",
     "request_server",
+    "isra_pool",
 ];
 
 /// The names of all programs in `testdata/cpp/`, as accepted by [`build`].
@@ -990,6 +991,15 @@ mod tests {
                     "rsrv::handle_request(long)",
                     "rsrv::worker_loop(int, long)",
                     "rsrv::holder_loop()",
+                ],
+            ),
+            (
+                // drop's only copy is GCC's clone (its `this` dropped): what the
+                // --alloc-fn clone test is about
+                "isra_pool",
+                &[
+                    "store::(anonymous namespace)::Pool::grab(unsigned long)",
+                    "store::(anonymous namespace)::Pool::drop(void*) [clone .constprop.0]",
                 ],
             ),
         ];

@@ -602,3 +602,64 @@ fn heap_of_ninja_agrees_with_heaptrack() {
     near("peak bytes", ours("peak_bytes"), ht_peak, 0.02);
     near("leaked bytes", ours("leaked_bytes"), ht_leaked, 0.02);
 }
+
+/// `--alloc-fn` on a GCC clone: testdata's isra_pool frees through
+/// `store::(anonymous namespace)::Pool::drop(void*)`, whose only copy is a
+/// `.constprop` clone without `this` (the pointer comes in the first register, not the
+/// second). The source's index 1 is refused before anything runs, in one line that names
+/// the clone and --clone-args; with --clone-args and the clone's own index 0 every block
+/// grabbed is freed: none leaked, the calls and bytes exact.
+#[test]
+fn alloc_fn_on_a_clone_needs_clone_args() {
+    if !root() {
+        return;
+    }
+    let prog =
+        ebtrace_testdata::build("isra_pool", ebtrace_testdata::Variant::FramePointer).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.pb.zst");
+    const POOL: &str = "store::(anonymous namespace)::Pool";
+    let spec = |free_arg: u32| format!("{POOL}::grab:1:{POOL}::drop:{free_arg}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ebrec"))
+        .args(["record", "-q", "-o"])
+        .arg(&trace)
+        .args(["--alloc", "--alloc-fn", &spec(1), "--"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("[clone .constprop.0] is a GCC clone") && e.contains("--clone-args"),
+        "{e}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("EXPECT"),
+        "the program ran"
+    );
+
+    let rec = common::record(
+        "isra_pool",
+        &["--alloc", "--clone-args", "--alloc-fn", &spec(0)],
+        &[],
+    );
+    let x = expect_line(&rec.out, "isra_pool");
+    let t = rec.trace.to_str().unwrap();
+    let leaks = common::ebsym_json(&["leaks", t]);
+    assert_eq!(leaks["totals"]["count"].as_u64(), Some(0), "{leaks:#}");
+    let top = common::ebsym_json(&["top", t, "--kind", "alloc", "-n", "50"]);
+    // the pool's own row: its allocation function is the leaf
+    let grab = top["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["frames"][0]["function"]
+                .as_str()
+                .is_some_and(|f| f.starts_with(&format!("{POOL}::grab(")))
+        })
+        .unwrap_or_else(|| panic!("no grab row: {top:#}"));
+    assert_eq!(grab["count"], x["grabs"], "{grab:#}");
+    assert_eq!(grab["bytes"], x["bytes"], "{grab:#}");
+}
