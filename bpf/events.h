@@ -236,6 +236,10 @@ struct usdt_event {
 	__u32 nframes;
 	__u32 flags;
 	struct req_out req;	/* --request's done probe: the request it closes */
+	/* --usdt-string: the bytes (with their NUL) of the string argument str_arg - 1 are
+	 * after the nframes frames in `ips`; str_len 0: none */
+	__u32 str_len;
+	__u32 str_arg;
 	__u64 copy_id;
 	__u64 ips[MAX_FRAMES];
 };

@@ -62,6 +62,11 @@ __u32 offcpu_epoch = 0;
 const volatile __u32 func_args = 0;
 /* --usdt-stack: a USDT hit takes the user stack. */
 const volatile bool usdt_stack = false;
+/* --usdt-string-bytes (0: no --usdt-string): the most bytes of a string argument kept. */
+const volatile __u32 usdt_string_bytes = 0;
+/* The words of `ips` a string takes at most (USDT_STR_MAX bytes). */
+#define USDT_STR_MAX 256
+#define USDT_STR_WORDS (USDT_STR_MAX / 8)
 const volatile __u64 page_size = 4096;
 /* --memgrowth-sample: the byte-weighted sample's unit (0, or at most a page: every first-touch
  * fault is kept). A fault of one page is kept, with its stack, with probability
@@ -959,6 +964,15 @@ int func_exit(struct pt_regs *ctx)
 
 /* --- usdt --- */
 
+/* --usdt-string: probe id -> the index of its string argument (set by user space as the
+ * probes are attached). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u64);
+	__type(value, __u32);
+} usdt_string_args SEC(".maps");
+
 SEC("usdt")
 int usdt_hit(struct pt_regs *ctx)
 {
@@ -1026,7 +1040,36 @@ int usdt_hit(struct pt_regs *ctx)
 	__u32 nf = e->nframes;
 	if (nf > MAX_FRAMES)
 		nf = MAX_FRAMES;
-	__u64 size = __builtin_offsetof(struct usdt_event, ips) + nf * sizeof(__u64);
+	e->str_len = 0;
+	e->str_arg = 0;
+	if (usdt_string_bytes) {
+		__u32 *a = bpf_map_lookup_elem(&usdt_string_args, &cookie);
+		if (a && *a < USDT_MAX_ARGS && *a < (__u32)n) {
+			/* the string goes after the frames: room for it first */
+			if (nf > MAX_FRAMES - USDT_STR_WORDS) {
+				nf = MAX_FRAMES - USDT_STR_WORDS;
+				e->nframes = nf;
+				e->flags |= SF_USER_TRUNCATED;
+			}
+			__u32 max = usdt_string_bytes > USDT_STR_MAX ? USDT_STR_MAX : usdt_string_bytes;
+			__u32 i = *a;
+			if (i >= USDT_MAX_ARGS)
+				i = 0;
+			if (nf > MAX_FRAMES - USDT_STR_WORDS)
+				nf = MAX_FRAMES - USDT_STR_WORDS; /* (for the verifier) */
+			long r = bpf_probe_read_user_str(&e->ips[nf], max, (void *)e->args[i]);
+			if (r > 0 && r <= USDT_STR_MAX) {
+				e->str_len = r;
+				e->str_arg = i + 1;
+			}
+		}
+	}
+	__u64 size = __builtin_offsetof(struct usdt_event, ips) + nf * sizeof(__u64) +
+		     (e->str_len & (USDT_STR_MAX * 2 - 1));
+	/* (a string comes with at most MAX_FRAMES - USDT_STR_WORDS frames: within the event;
+	 * said again for older verifiers, which do not follow that) */
+	if (size > sizeof(struct usdt_event))
+		size = sizeof(struct usdt_event);
 	if (bpf_ringbuf_output(&events, e, size, BPF_RB_NO_WAKEUP))
 		count(FAM_USDT, CTR_LOST_RINGBUF);
 	return 0;

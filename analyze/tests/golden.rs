@@ -1505,6 +1505,7 @@ fn write_usdt(path: &Path) {
             probe,
             args: vec![7],
             request: None,
+            text: Vec::new(),
         })
         .unwrap();
     };

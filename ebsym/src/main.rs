@@ -649,8 +649,18 @@ fn strip(trace: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()
     } else {
         String::new()
     };
+    let strings = if r.removed.strings > 0 {
+        format!(
+            " and {} USDT string argument{} ({})",
+            ebtrace_analyze::info::thousands(r.removed.strings),
+            if r.removed.strings == 1 { "" } else { "s" },
+            ebtrace_analyze::info::size_text(r.removed.string_bytes)
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "ebsym: wrote {}: removed {}{lost}",
+        "ebsym: wrote {}: removed {}{strings}{lost}",
         output.display(),
         copies_text(r.removed)
     );

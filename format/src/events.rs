@@ -606,6 +606,8 @@ pub struct UsdtEvent {
     pub args: Vec<u64>,
     /// The request this hit of `--request`'s done probe closes, as the kernel accounted it.
     pub request: Option<RequestSplit>,
+    /// `--usdt-string`: the bytes of the string argument (target memory; empty: none).
+    pub text: Vec<u8>,
 }
 
 /// A request's time as the kernel accounted it on its thread (see the proto's UsdtBatch).
@@ -645,6 +647,10 @@ impl Family for UsdtBatch {
         self.args.extend_from_slice(args);
         let i = self.probe.len() - 1;
         push_request(request_cols!(self), i, e.request);
+        if !e.text.is_empty() || !self.text.is_empty() {
+            self.text.resize(i, Vec::new());
+            self.text.push(e.text.clone());
+        }
     }
 
     fn len(&self) -> usize {
@@ -665,6 +671,9 @@ impl Family for UsdtBatch {
             }
         }
         check_requests("UsdtBatch", request_lens!(self), n)?;
+        if !self.text.is_empty() && self.text.len() != n {
+            return Err(column_mismatch("UsdtBatch", "text", self.text.len(), n));
+        }
         let total: u64 = self.arg_count.iter().map(|&c| u64::from(c)).sum();
         if total != self.args.len() as u64
             || self.arg_count.iter().any(|&c| c as usize > MAX_USDT_ARGS)
@@ -694,6 +703,7 @@ impl Family for UsdtBatch {
                     probe: self.probe[i],
                     args,
                     request,
+                    text: self.text.get(i).cloned().unwrap_or_default(),
                 }
             })
             .collect())
@@ -1029,6 +1039,7 @@ mod tests {
                 probe: 1,
                 args: vec![42, u64::MAX],
                 request: None,
+                text: Vec::new(),
             },
             UsdtEvent {
                 time_ns: 900,
@@ -1045,6 +1056,7 @@ mod tests {
                     disk_ns: 20,
                     blocks: 2,
                 }),
+                text: b"SELECT 1;".to_vec(),
             },
         ];
         let mut b = UsdtBatch::default();
@@ -1055,6 +1067,7 @@ mod tests {
         assert_eq!(b.decode().unwrap(), events);
         // the request columns: one value per event once one has a request
         assert_eq!(b.request_ns, [0, 100]);
+        assert_eq!(b.text, [b"".to_vec(), b"SELECT 1;".to_vec()]);
         b.request_blocks.pop();
         assert!(b.decode().is_err());
         b.request_blocks.push(2);

@@ -202,6 +202,16 @@ pub struct RecordConfig {
     /// With --usdt: also take the user stack at each hit.
     #[cfg_attr(feature = "cli", arg(long))]
     pub usdt_stack: bool,
+    /// With --usdt: also keep the text of one string argument of a probe
+    /// (PROVIDER:NAME:ARG, ARG its 0-based index, as `ebrec probes` lists the arguments;
+    /// repeatable), such as PostgreSQL's query text (`postgresql:query__start:0`): `ebsym
+    /// requests` shows it for the slowest requests. This copies the target's memory into
+    /// the trace (queries carry data): the header says so, and `ebsym strip` removes it.
+    #[cfg_attr(feature = "cli", arg(long, value_name = "PROVIDER:NAME:ARG"))]
+    pub usdt_string: Vec<String>,
+    /// With --usdt-string: the most bytes kept of each string (1-256; longer is cut).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=256)))]
+    pub usdt_string_bytes: u32,
     /// With --usdt: START and DONE probes (names, or PROVIDER:NAME) that begin and end one
     /// operation on a thread, for `ebsym latency --kind usdt` (repeatable). Without it,
     /// X__start pairs with X__done (or X__end), X_start with X_end (or X_done).

@@ -104,6 +104,13 @@ pub fn header(a: &RecordConfig) -> Header {
     if a.usdt_stack {
         opt("usdt-stack", "true".into());
     }
+    // the target's memory in the trace: said where every reader of the header sees it
+    for u in &a.usdt_string {
+        opt("usdt-string", u.clone());
+    }
+    if !a.usdt_string.is_empty() {
+        opt("usdt-string-bytes", a.usdt_string_bytes.to_string());
+    }
     opt("sched", crate::sched::name(a.sched).into());
     if a.exceptions {
         opt("exceptions", "true".into());

@@ -193,8 +193,8 @@ fn check_usdt(a: &RecordConfig) -> Result<()> {
     for s in &a.usdt {
         s.parse::<funcs::usdt::UsdtSpec>()?;
     }
-    if a.usdt.is_empty() && (a.usdt_stack || !a.usdt_pair.is_empty()) {
-        bail!("--usdt-stack and --usdt-pair apply to USDT probes: add --usdt SPEC");
+    if a.usdt.is_empty() && (a.usdt_stack || !a.usdt_pair.is_empty() || !a.usdt_string.is_empty()) {
+        bail!("--usdt-stack, --usdt-pair and --usdt-string apply to USDT probes: add --usdt SPEC");
     }
     if !a.usdt.is_empty() && a.all {
         bail!("--usdt needs targets to find its probes in: use -p PID or -- CMD, not --all");
@@ -372,6 +372,11 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
         tcp: a.tcp,
         usdt: !a.usdt.is_empty() || a.exceptions,
         usdt_stack: a.usdt_stack || a.exceptions,
+        usdt_string_bytes: if a.usdt_string.is_empty() {
+            0
+        } else {
+            a.usdt_string_bytes
+        },
         request_split: a.request.is_some() && a.offcpu.is_some(),
         bpf_stats: a.bpf_stats || a.max_cpu.is_some(),
         func_args: a.args,

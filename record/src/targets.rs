@@ -335,6 +335,7 @@ fn attach_usdt(
         })?;
     }
     funcs::usdt::pair(&mut all, &a.usdt_pair)?;
+    probes.set_usdt_strings(&usdt_strings(a, &all)?)?;
     if let Some((start, done)) = request_pair(a) {
         let pairs: Vec<(u64, u64)> = all
             .iter()
@@ -482,6 +483,41 @@ fn func_exit(m: &funcs::FuncMatch, mode: FuncExitMode) -> Result<probes::FuncExi
             .map(|&va| (offset(va), e.tails.contains(&va)))
             .collect(),
     ))
+}
+
+/// `--usdt-string PROVIDER:NAME:ARG`: (probe id, ARG) of each attached probe it names; a
+/// spec that names none, or an argument the probe does not have, is the error.
+fn usdt_strings(a: &RecordConfig, all: &[funcs::usdt::UsdtProbe]) -> Result<Vec<(u64, u32)>> {
+    let mut out = Vec::new();
+    for spec in &a.usdt_string {
+        let bad = || {
+            anyhow::anyhow!(
+                "--usdt-string '{spec}': give PROVIDER:NAME:ARG (ARG the 0-based argument index)"
+            )
+        };
+        let (probe, arg) = spec.rsplit_once(':').ok_or_else(bad)?;
+        let (provider, name) = probe.split_once(':').ok_or_else(bad)?;
+        let arg: u32 = arg.parse().map_err(|_| bad())?;
+        let named: Vec<&funcs::usdt::UsdtProbe> = all
+            .iter()
+            .filter(|p| p.provider == provider && p.name == name)
+            .collect();
+        if named.is_empty() {
+            bail!("--usdt-string '{spec}': no attached --usdt probe {provider}:{name} (add it with --usdt)");
+        }
+        for p in named {
+            if arg >= p.arg_count {
+                bail!(
+                    "--usdt-string '{spec}': {provider}:{name} has {} argument{} ('{}')",
+                    p.arg_count,
+                    if p.arg_count == 1 { "" } else { "s" },
+                    p.args_spec
+                );
+            }
+            out.push((p.id, arg));
+        }
+    }
+    Ok(out)
 }
 
 /// `--request usdt:[BINARY_OR_LIB:]PROVIDER:START,DONE`: ((PROVIDER, START), DONE).

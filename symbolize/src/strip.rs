@@ -1,7 +1,8 @@
 //! Removing the target's stack memory from a trace (`ebsym strip`): every record is copied
 //! through in order, each `Stack` without its raw copy (`UserStackCopy`, written by
 //! `ebrec --stack-mode dwarf`) and with its id, generation, ips and flags unchanged.
-//! `UnwindTables` stay: they are the binaries' `.eh_frame`, not target memory.
+//! `UnwindTables` stay: they are the binaries' `.eh_frame`, not target memory. The USDT
+//! string arguments `ebrec --usdt-string` kept (target memory too) are removed as well.
 //!
 //! On a symbolized trace nothing a report shows changes (the unwound frames are
 //! `UnwoundStack` records). A raw trace stripped before it is symbolized can no longer be
@@ -100,6 +101,7 @@ pub fn strip_stack_copies(input: &Path, output: &Path) -> Result<StripReport, Er
             _ => {}
         }
         report.removed.strip(&mut rec);
+        report.removed.strip_strings(&mut rec);
         w.write_record(&rec).map_err(out_err)?;
     }
     report.input_damage = reader.damage().iter().map(|d| d.to_string()).collect();
@@ -190,6 +192,25 @@ mod tests {
     }
 
     #[test]
+    fn usdt_strings_go_with_their_count() {
+        let mut rec = Record {
+            kind: Some(Kind::Usdts(ebtrace_format::proto::UsdtBatch {
+                probe: vec![1, 1, 2],
+                text: vec![b"UPDATE t SET v = 1;".to_vec(), Vec::new(), b"abc".to_vec()],
+                ..Default::default()
+            })),
+        };
+        let mut s = Stripped::default();
+        s.strip_strings(&mut rec);
+        assert_eq!((s.strings, s.string_bytes), (2, 22));
+        let Some(Kind::Usdts(b)) = &rec.kind else {
+            unreachable!()
+        };
+        assert!(b.text.is_empty());
+        assert_eq!(b.probe, [1, 1, 2]);
+    }
+
+    #[test]
     fn copies_go_everything_else_stays_in_order() {
         let dir = tempfile::tempdir().unwrap();
         for (with_unwound, trailer) in [(true, true), (false, false)] {
@@ -200,7 +221,9 @@ mod tests {
                 r.removed,
                 Stripped {
                     copies: 3,
-                    bytes: 600
+                    bytes: 600,
+                    strings: 0,
+                    string_bytes: 0,
                 }
             );
             assert_eq!(r.not_unwound, if with_unwound { 1 } else { 3 });

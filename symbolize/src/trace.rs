@@ -193,6 +193,9 @@ pub struct Report {
 pub struct Stripped {
     pub copies: u64,
     pub bytes: u64,
+    /// USDT string arguments (`--usdt-string`) removed by `ebsym strip`, and their bytes.
+    pub strings: u64,
+    pub string_bytes: u64,
 }
 
 impl Stripped {
@@ -202,6 +205,19 @@ impl Stripped {
             if let Some(c) = s.copy.take() {
                 self.copies += 1;
                 self.bytes += c.data.len() as u64;
+            }
+        }
+    }
+
+    /// Takes the string arguments (`--usdt-string`: target memory) out of `record` if it is
+    /// a batch of USDT hits with some, counting them.
+    pub fn strip_strings(&mut self, record: &mut Record) {
+        if let Some(Kind::Usdts(b)) = &mut record.kind {
+            for t in std::mem::take(&mut b.text) {
+                if !t.is_empty() {
+                    self.strings += 1;
+                    self.string_bytes += t.len() as u64;
+                }
             }
         }
     }

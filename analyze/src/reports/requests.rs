@@ -109,6 +109,9 @@ pub struct RequestRow {
     /// Seconds from the recording's start.
     pub at_s: f64,
     pub duration_ns: u64,
+    /// The start hit's string argument (recorded with --usdt-string: a query's text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
     /// Largest first; "not seen" last.
     pub causes: Vec<CauseTime>,
     pub not_seen_ns: u64,
@@ -445,6 +448,8 @@ struct Detail {
     /// Off-CPU blocks overlapping it (the cause is read from the stack's kernel frames
     /// later).
     offcpu: Vec<Block>,
+    /// The start hit's string argument (--usdt-string).
+    text: Option<String>,
 }
 
 /// An off-CPU block, switch-out to switch-in: it includes the run-queue wait after its
@@ -463,6 +468,20 @@ struct Block {
 
 impl Sink for Attribute<'_> {
     fn event(&mut self, ev: &Event<'_>) {
+        // A detailed request's start hit, with the string argument --usdt-string kept.
+        if let Event::Usdt(u) = ev {
+            if u.text.is_empty() {
+                return;
+            }
+            let Some(reqs) = self.by_thread.get(&(u.generation, u.tid)) else {
+                return;
+            };
+            if let Ok(k) = reqs.binary_search_by_key(&u.time_ns, |r| r.0) {
+                self.details.entry(reqs[k].2).or_default().text =
+                    Some(String::from_utf8_lossy(&u.text).into_owned());
+            }
+            return;
+        }
         let Some(v) = ev.view() else { return };
         if !matches!(v.kind, EventKind::Cpu | EventKind::Runq | EventKind::OffCpu) {
             return;
@@ -845,6 +864,7 @@ fn row(l: &Loaded, reqs: &[Req], i: usize, s: &Split, stacks: usize) -> RequestR
         thread: l.thread_name(r.generation, r.tid),
         at_s: r.start.saturating_sub(start_ns) as f64 / 1e9,
         duration_ns: dur,
+        text: None,
         causes,
         not_seen_ns: dur.saturating_sub(seen),
     }
@@ -930,14 +950,21 @@ pub fn requests_from<T: Trace>(
     }
     let mut names = Names::default();
     let mut splits: HashMap<usize, Split> = HashMap::new();
+    let mut texts: HashMap<usize, String> = HashMap::new();
     for &i in &wanted {
-        let d = details.remove(&i).unwrap_or_default();
+        let mut d = details.remove(&i).unwrap_or_default();
+        if let Some(t) = d.text.take() {
+            texts.insert(i, t);
+        }
         splits.insert(i, split(&d, &reqs[i], period, &mut l, &mut names, &by_tid));
     }
     drop(by_tid);
     let rows = slowest
         .iter()
-        .map(|&i| row(&l, &reqs, i, &splits[&i], opts.stacks))
+        .map(|&i| RequestRow {
+            text: texts.remove(&i),
+            ..row(&l, &reqs, i, &splits[&i], opts.stacks)
+        })
         .collect();
     let tail_diff = (!tail.is_empty() && !median.is_empty())
         .then(|| diff(&reqs, &splits, &tail, &median, opts, threshold));
@@ -1211,6 +1238,9 @@ impl RequestsReport {
                 r.tid,
                 r.at_s
             );
+            if let Some(t) = &r.text {
+                let _ = writeln!(s, "    {t:?}");
+            }
             for c in &r.causes {
                 let _ = writeln!(s, "    {:<10} {}", ms(c.ns), c.cause);
                 for st in c.stacks.iter().take(1) {

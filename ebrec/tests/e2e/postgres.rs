@@ -19,7 +19,7 @@
 //! the findings come from (the budget has tests of its own, budget.rs).
 use crate::common;
 
-use common::{ebsym_json, ebsym_path, root};
+use common::{ebsym_json, ebsym_path, root, run};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -413,6 +413,7 @@ fn postgres_requests_are_the_statements_pgbench_sent() {
             "--request",
             "usdt:postgresql:query__start,query__done",
         ])
+        .args(["--usdt-string", "postgresql:query__start:0"])
         .args(["--offcpu", "--cpu", "-p", &pg.pid().to_string(), "-o"])
         .arg(&trace)
         .stdout(Stdio::null())
@@ -500,4 +501,38 @@ fn postgres_requests_are_the_statements_pgbench_sent() {
         waker["thread"] == "postgres" && waker["request"]["duration_ns"].as_u64().is_some(),
         "the slowest's holder is not a backend inside a statement: {waker:#}"
     );
+    // --usdt-string: the slowest statements' text (the query__start probe's argument 0),
+    // the hot row's UPDATE; gone after `ebsym strip`.
+    for r in j["slowest"].as_array().unwrap() {
+        assert_eq!(r["text"], "UPDATE hot SET v = v + 1 WHERE id = 1;", "{r:#}");
+    }
+    let stripped = dir.path().join("stripped.pb.zst");
+    let o = run(
+        &ebsym_path(),
+        &["strip", t, "-o", stripped.to_str().unwrap()],
+    );
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && said.contains(" USDT string arguments ("),
+        "{said}"
+    );
+    let j = ebsym_json(&[
+        "requests",
+        stripped.to_str().unwrap(),
+        "-n",
+        "5",
+        "--tail",
+        "90",
+    ]);
+    assert!(
+        j["slowest"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["text"].is_null()),
+        "{:#}",
+        j["slowest"]
+    );
+    let dump = run(&ebsym_path(), &["dump", stripped.to_str().unwrap()]);
+    assert!(!String::from_utf8_lossy(&dump.stdout).contains("UPDATE hot"));
 }

@@ -446,6 +446,20 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
+    /// `--usdt-string`: (probe id, the index of its string argument).
+    pub fn set_usdt_strings(&mut self, args: &[(u64, u32)]) -> Result<()> {
+        let Some(pr) = &self.profile else {
+            return Ok(());
+        };
+        for &(id, arg) in args {
+            pr.maps
+                .usdt_string_args
+                .update(&id.to_ne_bytes(), &arg.to_ne_bytes(), MapFlags::ANY)
+                .context("--usdt-string: the probe map")?;
+        }
+        Ok(())
+    }
+
     /// `--request func:`'s functions (their ids): each call is a request the kernel splits.
     pub fn set_request_funcs(&mut self, ids: &[u64]) -> Result<()> {
         let Some(pr) = &self.profile else {

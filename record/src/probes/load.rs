@@ -572,6 +572,7 @@ fn load_profile<'obj>(
     ro.all_processes = cfg.all;
     ro.func_args = cfg.func_args.min(6);
     ro.usdt_stack = cfg.usdt_stack;
+    ro.usdt_string_bytes = cfg.usdt_string_bytes;
     ro.request_mode = cfg.request_split;
     ro.page_size = procfs::page_size() as u64;
     ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);

@@ -113,6 +113,8 @@ pub struct ProbeConfig {
     pub usdt: bool,
     /// --usdt-stack.
     pub usdt_stack: bool,
+    /// --usdt-string-bytes with --usdt-string (0: none kept).
+    pub usdt_string_bytes: u32,
     /// --request with --offcpu: each request's time split in the kernel (its start and
     /// done probes are set after the attach: `set_request_probes`).
     pub request_split: bool,

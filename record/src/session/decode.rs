@@ -416,6 +416,7 @@ impl Session<'_> {
             probe: e.probe,
             args: e.args[..nargs].to_vec(),
             request: request_split(&e.req),
+            text: usdt_text(&e),
         })?;
         self.kept[EventFamily::Usdt] += 1;
         Ok(())
@@ -599,6 +600,21 @@ fn split_frames(ips: &[u64], nframes: u32, kframes: u32) -> (&[u64], &[u64]) {
     let n = (nframes as usize).min(ips.len());
     let k = (kframes as usize).min(ips.len() - n);
     (&ips[..n], &ips[n..n + k])
+}
+
+/// `--usdt-string`'s bytes: after the hit's frames in `ips`, without their NUL.
+fn usdt_text(e: &probes::usdt_event) -> Vec<u8> {
+    if e.str_len == 0 {
+        return Vec::new();
+    }
+    let at = (e.nframes as usize).min(e.ips.len()) * 8;
+    let bytes: Vec<u8> = e.ips.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    let end = (at + e.str_len as usize).min(bytes.len());
+    let mut s = bytes[at..end].to_vec();
+    if s.last() == Some(&0) {
+        s.pop();
+    }
+    s
 }
 
 /// A request the kernel accounted (`req_out`), if the event closes one.
