@@ -41,6 +41,14 @@
 #   NAME-sched-POLICY  ebrec-cpu, ebrec-offcpu, ebrec-diagset or ebrec-agent with --sched POLICY
 #                      (normal, idle, batch: ebrec's own threads; batch is the default) (not in
 #                      the default set)
+#   ebrec-request      SERVER=postgres: ebrec record --request
+#                      usdt:postgresql:query__start,query__done (the statements as requests: two
+#                      USDT hits each, nothing else) (not in the default set)
+#   ebrec-request-split  the same with --offcpu: the kernel splits each statement's time (on
+#                      CPU, run queue, off CPU), and off-CPU blocks are events (not in the default
+#                      set)
+#   bt-request         bpftrace pairing the same probes: @s[tid] = nsecs at query__start, at
+#                      query__done the delta into hist() (not in the default set)
 #   bt-offcpu          bpftrace on sched_switch: at the switch-out of a server thread that blocks,
 #                      @start[tid] = nsecs; at its switch-in the delta into hist() (no stacks)
 #   bt-syscalls        bpftrace on raw_syscalls: at the entry of a server thread's call @start[tid]
@@ -164,7 +172,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS ebrec-request ebrec-request-split bt-request bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 # ebrec record and agent rows with --sched POLICY (ebrec's own threads; default batch)
 for p in normal idle batch; do
@@ -494,6 +502,12 @@ bt_offcpu_prog() {
 }
 END { clear(@start); }"
 }
+# What --request keeps of every statement (its latency), as bpftrace pairs the same probes.
+bt_request_prog() {
+  echo "usdt:$1:postgresql:query__start { @s[tid] = nsecs; }
+usdt:$1:postgresql:query__done /@s[tid]/ { @query_ns = hist(nsecs - @s[tid]); delete(@s[tid]); }
+END { clear(@s); }"
+}
 # What --syscalls keeps of every call (its latency in a histogram per system call), as bpftrace
 # says it: the entry's time per thread, at the exit the delta into hist() per syscall number.
 bt_syscalls_prog() {
@@ -560,6 +574,10 @@ tool_argv() {
           TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --offcpu "${pids[@]}")
           return 0 ;;
         ebrec-diagset) fam=(--cpu --offcpu --lock --memgrowth --syscalls --bio --runq --tcp) ;;
+        ebrec-request | ebrec-request-split)
+          [ "$SERVER" = postgres ] || { WHY[$1]="PostgreSQL's query probes: SERVER=postgres only"; return 1; }
+          fam=(--request usdt:postgresql:query__start,query__done)
+          [ "$c" = ebrec-request ] || fam+=(--offcpu) ;;
         ebrec-sysfloor)
           # --syscalls of a sleeping process: every call of the server pays the system call
           # hub's dispatch and target test, and nothing else.
@@ -600,6 +618,11 @@ tool_argv() {
           [ -n "$libc" ] || { WHY[$1]="no libc in the maps of pid $(server_main)"; return 1; }
           TOOL_ARGV=("${BT[@]}" "$(bt_malloc_leak_prog "$libc")") EVFN=ev_bt_kept ;;
         bt-profile) TOOL_ARGV=("${BT[@]}" "$(bt_profile_prog)") EVFN=ev_bt_map ;;
+        bt-request)
+          [ "$SERVER" = postgres ] || { WHY[$1]="PostgreSQL's query probes: SERVER=postgres only"; return 1; }
+          local exe
+          exe=$(readlink -f "/proc/$(server_main)/exe")
+          TOOL_ARGV=("${BT[@]}" "$(bt_request_prog "$exe")") EVFN=ev_bt_hist ;;
       esac ;;
     bcc-*)
       [ "$BCC_OK" = 1 ] || { WHY[$1]="bcc: $BCC_WHY"; return 1; }
