@@ -101,6 +101,8 @@ pub enum Fields {
         weight: u64,
         /// The blocks it stands for (1, or 1/p).
         blocks: u64,
+        /// From its wake to its switch-in, part of its duration (0: not known).
+        runnable_ns: u64,
     },
     MemGrowth {
         kind: MemGrowthKind,
@@ -223,6 +225,7 @@ impl Event<'_> {
             Event::Cpu(e) => Fields::Cpu { cpu: e.cpu },
             Event::Usdt(e) => Fields::Usdt { probe: e.probe },
             Event::OffCpu(e) => Fields::OffCpu {
+                runnable_ns: e.runnable_ns,
                 state: e.state,
                 weight: e.weight(),
                 blocks: e.blocks(),

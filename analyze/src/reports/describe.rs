@@ -141,9 +141,19 @@ pub(crate) fn describe(
     let waker = v.waker.unwrap_or(Waker { tid: 0, stack: 0 });
     let mut waker_thread = None;
     let (title, fields) = match v.fields {
-        Fields::OffCpu { state, .. } => {
-            let (title, fields, woken_by) = offcpu(frames, waker_frames, waker, state);
+        Fields::OffCpu {
+            state, runnable_ns, ..
+        } => {
+            let (title, mut fields, woken_by) = offcpu(frames, waker_frames, waker, state);
             waker_thread = woken_by;
+            if runnable_ns > 0 {
+                // the end of the block after its wake: waiting for a CPU
+                fields.push(Field::both(
+                    "runnable_ns",
+                    "Runnable after the wake",
+                    Ns(runnable_ns),
+                ));
+            }
             (title, fields)
         }
         Fields::Lock { .. } => lock(&v.fields, frames, waker),

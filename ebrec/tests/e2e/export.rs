@@ -298,6 +298,28 @@ fn offcpu_blocks_export_to_perfetto_and_firefox() {
         }
     }
     assert_eq!(flows_into_reads, rounds);
+    // Each read's wakeup slice ends at the wake the recorder measured: the block's end less
+    // its wait for a CPU after the wake (`runnable_ns`), and the writer was running then,
+    // never inside one of its own blocks.
+    let writer_blocks = slices(&p, writer, "offcpu");
+    for e in &reads {
+        let runnable = e["args"]["runnable_ns"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no runnable_ns: {e}"));
+        let wake = e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap() - runnable as f64 / MS;
+        let w = wakeups
+            .iter()
+            .find(|w| (w["ts"].as_f64().unwrap() + w["dur"].as_f64().unwrap() - wake).abs() < 0.01)
+            .unwrap_or_else(|| panic!("no wakeup slice ends at the wake of {e}: {wakeups:#?}"));
+        let inside = writer_blocks.iter().find(|b| {
+            let t0 = b["ts"].as_f64().unwrap();
+            wake > t0 + 1.0 && wake < t0 + b["dur"].as_f64().unwrap() - 1.0
+        });
+        assert!(
+            inside.is_none(),
+            "the wake {w} is inside the writer's block {inside:?}"
+        );
+    }
     // CPU samples are instants (the ping-pong phase runs on the CPU).
     let cpu: Vec<&Value> = events(&p)
         .iter()

@@ -348,6 +348,7 @@ mod tests {
             duration_ns: Some(dur),
             waker: None,
             fields: crate::event::Fields::OffCpu {
+                runnable_ns: 0,
                 state: 0,
                 weight: dur,
                 blocks: 1,

@@ -19,8 +19,9 @@
 //!   CPU samples (named after the leaf function; args `cpu`, `stack`), memory growth.
 //! - Flows (`"ph": "s"` on the waker, `"f"` with `"bp": "e"` on the wakee, one `id`) from
 //!   the thread that woke an off-CPU block (not an interrupt) to the block: the `s` binds to a short
-//!   "wakeup" slice drawn on the waker's thread just before the block ends (the wake
-//!   itself has no timestamp in the trace: it happened before the wakee ran again).
+//!   "wakeup" slice drawn on the waker's thread ending at the wake (the block's end less its
+//!   `runnable_ns`, the wait for a CPU after the wake; at the block's end in traces
+//!   without it).
 //! - Every `stack` is a list of "function (file:line)" strings, leaf first
 //!   ([`Frame::display`]); unnamed frames as other reports show them (`lib.so+0x1a2b`).
 //! - `otherData`: the trace's clock, start (boottime and wall clock), the caps and per
@@ -176,9 +177,15 @@ pub(super) fn write(
                 continue;
             };
             flow_id += 1;
-            let end = ts + dur;
-            // A 500 ns "wakeup" slice on the waker, ending as the block does, that the flow
-            // starts in; the flow ends inside the block, just before its end.
+            // The wake: measured (the block's wait for a CPU after it, runnable_ns), else
+            // the block's end.
+            let runnable = match v.fields {
+                crate::event::Fields::OffCpu { runnable_ns, .. } => runnable_ns.min(dur),
+                _ => 0,
+            };
+            let end = ts + dur - runnable;
+            // A 500 ns "wakeup" slice on the waker, ending at the wake, that the flow starts
+            // in; the flow ends inside the block, just before the wake.
             let w = 500.min(end);
             let mut e = Ev::new("X", "wakeup", end - w, wpid, waker_tid);
             e.cat = Some("wakeup");
@@ -189,7 +196,7 @@ pub(super) fn write(
             s.cat = Some("wakeup");
             s.id = Some(flow_id);
             evs.push(&s)?;
-            let inset = (dur / 2).min(100);
+            let inset = ((dur - runnable) / 2).min(100);
             let mut f = Ev::new("f", "wakeup", end - inset, pid, v.tid);
             f.cat = Some("wakeup");
             f.id = Some(flow_id);
