@@ -95,38 +95,8 @@ pub fn header(a: &RecordConfig) -> Header {
     if let Some(n) = a.rotate {
         opt("rotate", n.to_string());
     }
-    for f in &a.func {
-        opt("func", f.clone());
-    }
-    for u in &a.usdt {
-        opt("usdt", u.clone());
-    }
-    if a.usdt_stack {
-        opt("usdt-stack", "true".into());
-    }
-    // the target's memory in the trace: said where every reader of the header sees it
-    for u in &a.usdt_string {
-        opt("usdt-string", u.clone());
-    }
-    if !a.usdt_string.is_empty() {
-        opt("usdt-string-bytes", a.usdt_string_bytes.to_string());
-    }
+    probe_options(a, &mut opt);
     opt("sched", crate::sched::name(a.sched).into());
-    if a.exceptions {
-        opt("exceptions", "true".into());
-    }
-    if let Some(r) = &a.request {
-        opt("request", r.clone());
-    }
-    for u in &a.usdt_pair {
-        opt("usdt-pair", u.clone());
-    }
-    if a.args > 0 {
-        opt("args", a.args.to_string());
-    }
-    if a.clone_args {
-        opt("clone-args", "true".into());
-    }
     for l in &a.alloc_lib {
         opt("alloc-lib", l.display().to_string());
     }
@@ -157,5 +127,41 @@ pub fn header(a: &RecordConfig) -> Header {
         start_time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
         start_realtime_ns: procfs::clock_ns(libc::CLOCK_REALTIME),
         clock_ticks_per_sec: procfs::clock_ticks() as u32,
+    }
+}
+
+/// The header options of the probes the user named: --func, --usdt and their companions,
+/// --exceptions, --request, --args, --clone-args.
+fn probe_options(a: &RecordConfig, opt: &mut impl FnMut(&str, String)) {
+    for f in &a.func {
+        opt("func", f.clone());
+    }
+    for u in &a.usdt {
+        opt("usdt", u.clone());
+    }
+    if a.usdt_stack {
+        opt("usdt-stack", "true".into());
+    }
+    // the target's memory in the trace: said where every reader of the header sees it
+    for u in &a.usdt_string {
+        opt("usdt-string", u.clone());
+    }
+    if !a.usdt_string.is_empty() {
+        opt("usdt-string-bytes", a.usdt_string_bytes.to_string());
+    }
+    if a.exceptions {
+        opt("exceptions", "true".into());
+    }
+    if let Some(r) = &a.request {
+        opt("request", r.clone());
+    }
+    for u in &a.usdt_pair {
+        opt("usdt-pair", u.clone());
+    }
+    if a.args > 0 {
+        opt("args", a.args.to_string());
+    }
+    if a.clone_args {
+        opt("clone-args", "true".into());
     }
 }
