@@ -985,7 +985,8 @@ int usdt_hit(struct pt_regs *ctx)
 	if (request_mode) {
 		__u32 *k = bpf_map_lookup_elem(&req_probes, &cookie);
 		req = k ? *k : 0;
-		now = bpf_ktime_get_boot_ns();
+		if (req)
+			now = bpf_ktime_get_boot_ns();
 		if (req == REQ_START)
 			req_begin(now);
 	}

@@ -19,7 +19,7 @@ use super::idle::lock_place;
 use super::kind::EventKind;
 use super::places::user_place;
 use super::text::losses_text;
-use super::threads::{cause_of, header_option};
+use super::threads::{cause_of, header_option, thread_name};
 use crate::histogram::Histogram;
 use crate::histogram::Log2Bin;
 use crate::model::{Event, Filter, Frame, Loaded, Losses, Sink, Trace};
@@ -608,13 +608,7 @@ impl Names {
         self.threads
             .entry((generation, tid))
             .or_insert_with(|| {
-                let named = |g: u32| {
-                    l.tables
-                        .threads
-                        .get(&(g, tid))
-                        .and_then(|v| v.last())
-                        .map(|&(_, id)| l.tables.string(id).into_owned())
-                };
+                let named = |g: u32| thread_name(l, g, tid);
                 named(generation)
                     .or_else(|| {
                         let mut gens: Vec<u32> = l

@@ -338,7 +338,7 @@ fn option(l: &Loaded, key: &str) -> Option<u64> {
 }
 
 /// The name of thread (generation, tid): the last one the trace gives it.
-fn thread_name(l: &Loaded, generation: u32, tid: u32) -> Option<String> {
+pub(crate) fn thread_name(l: &Loaded, generation: u32, tid: u32) -> Option<String> {
     l.tables
         .threads
         .get(&(generation, tid))

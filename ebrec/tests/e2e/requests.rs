@@ -394,11 +394,12 @@ fn requests_open_across_a_pause_have_no_kernel_split() {
         ],
         &["--requests", "20000", "--dir", dir.path().to_str().unwrap()],
     );
+    // (--offcpu=10 and --runq=10 on four busy workers cost far more than 0.2%.)
     let err = String::from_utf8_lossy(&rec.out.stderr);
-    if !err.contains("offcpu paused") && !err.contains("Paused(Offcpu)") {
-        eprintln!("the budget did not pause off-CPU on this machine: nothing to check\n{err}");
-        return;
-    }
+    assert!(
+        err.contains("offcpu paused") || err.contains("Paused(Offcpu)"),
+        "the budget did not pause off-CPU: {err}"
+    );
     let t = rec.trace.to_str().unwrap();
     let j = ebsym_json(&["requests", t, "-n", "40"]);
     assert_eq!(j["count"].as_u64(), Some(20000), "{j:#}");

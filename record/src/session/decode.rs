@@ -607,10 +607,12 @@ fn usdt_text(e: &probes::usdt_event) -> Vec<u8> {
     if e.str_len == 0 {
         return Vec::new();
     }
-    let at = (e.nframes as usize).min(e.ips.len()) * 8;
-    let bytes: Vec<u8> = e.ips.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let end = (at + e.str_len as usize).min(bytes.len());
-    let mut s = bytes[at..end].to_vec();
+    let at = (e.nframes as usize).min(e.ips.len());
+    let mut s: Vec<u8> = e.ips[at..]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .take(e.str_len as usize)
+        .collect();
     if s.last() == Some(&0) {
         s.pop();
     }
