@@ -311,6 +311,62 @@ static __always_inline void offcpu_begin(struct offcpu_event *e)
 	e->copy_id = 0;
 }
 
+/* --- requests (--request with --offcpu) ---
+ * Each request's time, split in the kernel on its thread, from its start probe to its done:
+ * on CPU, waiting in the run queue, off CPU interruptible (locks, condvars, network, sleeps)
+ * and uninterruptible (disk, page faults). The scheduler hooks below move the thread's open
+ * request from one phase to the next; the done probe's usdt event carries the sums, so every
+ * request is counted exactly, whatever the sampled families keep. */
+const volatile bool request_mode = false;
+/* Bumped by user space at each pause and resume of the off-CPU programs (odd: paused): a
+ * request that began in another epoch, or while paused, was not followed: no split. */
+__u32 req_epoch = 0;
+
+#define RQ_ONCPU 0
+#define RQ_RUNQ 1
+#define RQ_SLEEP 2
+#define RQ_DISK 3
+#define TASK_UNINTERRUPTIBLE_BIT 2
+
+struct req_acct {
+	__u64 start;	/* its start probe's time; 0: no request open */
+	__u64 last;	/* the last change of phase */
+	__u64 ns[4];	/* by phase */
+	__u32 phase;
+	__u32 blocks;
+	__u32 epoch;	/* req_epoch at the start */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct req_acct);
+} req_acct SEC(".maps");
+
+/* Inside a request (--request with --offcpu), a block shorter than the threshold is kept with
+ * probability d/threshold and stands for the threshold's ns (the time-weighted sample of
+ * --offcpu-sample, its unit the threshold): the request's own split counts every block, and
+ * these name what the short ones waited on, at about one kept block per threshold of
+ * in-request off-CPU time. */
+static __always_inline bool req_short_sample(struct offcpu_block *b, struct task_struct *task,
+					     __u64 d)
+{
+	__u64 unit = offcpu_min_ns;
+	if (!request_mode || unit > (1ULL << 31))
+		return false;
+	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
+	if (!r || !r->start)
+		return false;
+	__u64 x = bpf_get_prandom_u32();
+	if (x * unit >= (d << 32))
+		return false;
+	b->chosen_d = d ? d : 1;
+	b->chosen_unit = unit;
+	return true;
+}
+
 /* The end of a block of `task` that started at `start` and lasted `d` ns: a hit, and past
  * the threshold, the sample and the rate limit, filled into the thread's offcpu_pend (after
  * the waker's stacks, if taken at the wake) without stacks of its own. NULL: not kept
@@ -319,19 +375,24 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 							 struct task_struct *task, __u64 start,
 							 __u64 d, bool late)
 {
+	bool short_kept = false;
 	if (d < offcpu_min_ns) {
-		count(FAM_OFFCPU, CTR_HITS);
-		count(FAM_OFFCPU, CTR_FILTERED);
-		return NULL;
+		if (!req_short_sample(b, task, d)) {
+			count(FAM_OFFCPU, CTR_HITS);
+			count(FAM_OFFCPU, CTR_FILTERED);
+			return NULL;
+		}
+		short_kept = true;
 	}
 	__u32 z = 0;
-	struct offcpu_seen *seen = bpf_map_lookup_elem(&offcpu_seen, &z);
+	struct offcpu_seen *seen = short_kept ? NULL : bpf_map_lookup_elem(&offcpu_seen, &z);
 	if (seen) {
 		seen->blocks += 1;
 		seen->ns += d;
 	}
 	__u8 decided = b->decided;
-	if (decided == OFFCPU_SAMPLED_OUT || (decided == 0 && !offcpu_sample(b, d))) {
+	if (!short_kept &&
+	    (decided == OFFCPU_SAMPLED_OUT || (decided == 0 && !offcpu_sample(b, d)))) {
 		count(FAM_OFFCPU, CTR_HITS);
 		count(FAM_OFFCPU, CTR_FILTERED);
 		return NULL;
@@ -391,39 +452,6 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 	return e;
 }
 
-/* --- requests (--request with --offcpu) ---
- * Each request's time, split in the kernel on its thread, from its start probe to its done:
- * on CPU, waiting in the run queue, off CPU interruptible (locks, condvars, network, sleeps)
- * and uninterruptible (disk, page faults). The scheduler hooks below move the thread's open
- * request from one phase to the next; the done probe's usdt event carries the sums, so every
- * request is counted exactly, whatever the sampled families keep. */
-const volatile bool request_mode = false;
-/* Bumped by user space at each pause and resume of the off-CPU programs (odd: paused): a
- * request that began in another epoch, or while paused, was not followed: no split. */
-__u32 req_epoch = 0;
-
-#define RQ_ONCPU 0
-#define RQ_RUNQ 1
-#define RQ_SLEEP 2
-#define RQ_DISK 3
-#define TASK_UNINTERRUPTIBLE_BIT 2
-
-struct req_acct {
-	__u64 start;	/* its start probe's time; 0: no request open */
-	__u64 last;	/* the last change of phase */
-	__u64 ns[4];	/* by phase */
-	__u32 phase;
-	__u32 blocks;
-	__u32 epoch;	/* req_epoch at the start */
-	__u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct req_acct);
-} req_acct SEC(".maps");
 
 /* USDT probe id (its cookie) -> REQ_START or REQ_DONE: --request's pair, in each binary
  * that has it (set by user space as the probes are attached). */

@@ -154,6 +154,10 @@ fn probe_options(a: &RecordConfig, opt: &mut impl FnMut(&str, String)) {
     }
     if let Some(r) = &a.request {
         opt("request", r.clone());
+        if a.offcpu.is_some() {
+            // inside a request, blocks under the threshold are a time-weighted sample
+            opt("offcpu-request-sample", "threshold".into());
+        }
     }
     for u in &a.usdt_pair {
         opt("usdt-pair", u.clone());

@@ -464,6 +464,10 @@ struct Block {
     generation: u32,
     waker_tid: u32,
     waker_stack: u64,
+    /// The off-CPU time it stands for per ns of its own (a time-weighted sample: inside a
+    /// request, a block under the threshold; with --offcpu-sample, one under the unit); 1:
+    /// itself.
+    scale: f64,
 }
 
 impl Sink for Attribute<'_> {
@@ -505,9 +509,16 @@ impl Sink for Attribute<'_> {
                 EventKind::Runq if hi > s && lo < e => d.runq.push((lo, hi)),
                 EventKind::OffCpu if hi > s && lo < e => {
                     let (waker_tid, waker_stack) = v.waker.map_or((0, 0), |w| (w.tid, w.stack));
-                    let runnable = match ev {
-                        Event::OffCpu(o) => o.runnable_ns.min(hi - lo),
-                        _ => 0,
+                    let (runnable, scale) = match ev {
+                        Event::OffCpu(o) => (
+                            o.runnable_ns.min(hi - lo),
+                            if o.weight_ns > o.duration_ns && o.duration_ns > 0 {
+                                o.weight_ns as f64 / o.duration_ns as f64
+                            } else {
+                                1.0
+                            },
+                        ),
+                        _ => (0, 1.0),
                     };
                     d.offcpu.push(Block {
                         start: lo,
@@ -517,6 +528,7 @@ impl Sink for Attribute<'_> {
                         generation: v.generation,
                         waker_tid,
                         waker_stack,
+                        scale,
                     })
                 }
                 _ => {}
@@ -634,6 +646,34 @@ type ByTid = HashMap<u32, Vec<(u64, u64, usize)>>;
 /// Two ends taken by two programs at the same switch-in, ns apart.
 const SAME_SWITCH_NS: u64 = 50_000;
 
+/// A request's time by cause, in parts: `exact` (measured, or with no kernel split the
+/// estimates too), and with the kernel's split the off-CPU time its kept blocks do not
+/// hold (`rest`, exact) and the time-weighted sample of those short blocks (`sampled`,
+/// estimates) that names it. A set of requests is named from its parts' sums (`compose`):
+/// the sample's estimate is unbiased over many requests, not in each.
+#[derive(Default, Clone)]
+struct Parts {
+    exact: Split,
+    sampled: Split,
+    rest: u64,
+}
+
+impl Parts {
+    /// The causes: `rest` named by the sample's shares, up to what the sample holds; what
+    /// is left is a cause of its own.
+    fn compose(mut self) -> Split {
+        let est: u64 = self.sampled.values().map(|c| c.ns).sum();
+        if est > 0 {
+            let f = (self.rest as f64 / est as f64).min(1.0);
+            merge(&mut self.exact, self.sampled, f);
+        }
+        if self.rest > est {
+            self.exact.entry(SHORT_BLOCKS.to_string()).or_default().ns += self.rest - est;
+        }
+        self.exact
+    }
+}
+
 /// Request `r`'s time by cause, from its thread's events `d`. An off-CPU block runs from
 /// the switch-out to the switch-in, so it holds the run-queue wait after its wake: that
 /// part is run queue, counted once (a runq event inside a block is that same wait).
@@ -644,10 +684,12 @@ fn split(
     l: &mut Loaded,
     names: &mut Names,
     by_tid: &ByTid,
-) -> Split {
+) -> Parts {
     let (s, e) = (r.start, r.end);
     let clip = |a: u64, b: u64| b.min(e).saturating_sub(a.max(s));
     let mut out: Split = BTreeMap::new();
+    // The sampled blocks' estimates, apart: with the kernel's split they name its remainder.
+    let mut sampled: Split = BTreeMap::new();
     for (&stack, &n) in &d.cpu {
         let ns = n * period;
         let (_, shown) = names.stack(l, stack);
@@ -691,7 +733,12 @@ fn split(
             continue;
         }
         let (cause, shown) = names.stack(l, b.stack);
-        let c = out.entry(format!("off CPU: {cause}")).or_default();
+        let (into, ns) = if b.scale > 1.0 {
+            (&mut sampled, (ns as f64 * b.scale) as u64)
+        } else {
+            (&mut out, ns)
+        };
+        let c = into.entry(format!("off CPU: {cause}")).or_default();
         c.ns += ns;
         *c.stacks.entry(shown).or_default() += ns;
         *c.wakers.entry(waker).or_default() += ns;
@@ -699,16 +746,40 @@ fn split(
     if runq > 0 {
         out.entry(RUNQ.to_string()).or_default().ns += runq;
     }
-    if let Some(k) = r.kernel {
-        kernel_totals(&mut out, &k);
+    match r.kernel {
+        Some(k) => kernel_totals(out, sampled, &k),
+        None => {
+            merge(&mut out, sampled, 1.0);
+            Parts {
+                exact: out,
+                ..Parts::default()
+            }
+        }
     }
-    out
+}
+
+/// `from`'s causes into `out`, each scaled by `f`.
+fn merge(out: &mut Split, from: Split, f: f64) {
+    let m = |ns: u64| (ns as f64 * f) as u64;
+    for (cause, c) in from {
+        let o = out.entry(cause).or_default();
+        o.ns += m(c.ns);
+        for (k, ns) in c.stacks {
+            *o.stacks.entry(k).or_default() += m(ns);
+        }
+        for (k, ns) in c.wakers {
+            *o.wakers.entry(k).or_default() += m(ns);
+        }
+    }
 }
 
 /// A request the kernel split (recorded with --offcpu): its on-CPU and run-queue time are
-/// the kernel's, exact (the samples only give the stacks), and the off-CPU time the kept
-/// blocks do not hold (blocks under --offcpu's threshold) is a cause of its own.
-fn kernel_totals(out: &mut Split, k: &RequestSplit) {
+/// the kernel's, exact (the samples only give the stacks). The off-CPU time the kept blocks
+/// do not hold (blocks under --offcpu's threshold) is the rest, named by the time-weighted
+/// sample of those (`sampled`). Kept blocks that hold more than the kernel counted off CPU
+/// (a block ended at the return to user space holds its run-queue wait) are scaled to the
+/// kernel's count.
+fn kernel_totals(mut out: Split, sampled: Split, k: &RequestSplit) -> Parts {
     for (cause, ns) in [(ON_CPU, k.on_cpu_ns), (RUNQ, k.runq_ns)] {
         if ns > 0 || out.contains_key(cause) {
             out.entry(cause.to_string()).or_default().ns = ns;
@@ -720,8 +791,20 @@ fn kernel_totals(out: &mut Split, k: &RequestSplit) {
         .map(|(_, c)| c.ns)
         .sum();
     let off = k.sleep_ns + k.disk_ns;
-    if off > kept {
-        out.entry(SHORT_BLOCKS.to_string()).or_default().ns = off - kept;
+    if kept > off {
+        let offcpu: Split = out
+            .extract_if(.., |c, _| c.starts_with("off CPU: "))
+            .collect();
+        merge(&mut out, offcpu, off as f64 / kept as f64);
+        return Parts {
+            exact: out,
+            ..Parts::default()
+        };
+    }
+    Parts {
+        exact: out,
+        sampled,
+        rest: off - kept,
     }
 }
 
@@ -943,7 +1026,7 @@ pub fn requests_from<T: Trace>(
         v.sort();
     }
     let mut names = Names::default();
-    let mut splits: HashMap<usize, Split> = HashMap::new();
+    let mut splits: HashMap<usize, Parts> = HashMap::new();
     let mut texts: HashMap<usize, String> = HashMap::new();
     for &i in &wanted {
         let mut d = details.remove(&i).unwrap_or_default();
@@ -957,7 +1040,7 @@ pub fn requests_from<T: Trace>(
         .iter()
         .map(|&i| RequestRow {
             text: texts.remove(&i),
-            ..row(&l, &reqs, i, &splits[&i], opts.stacks)
+            ..row(&l, &reqs, i, &splits[&i].clone().compose(), opts.stacks)
         })
         .collect();
     let tail_diff = (!tail.is_empty() && !median.is_empty())
@@ -996,7 +1079,7 @@ pub fn requests_from<T: Trace>(
 /// The tail against the median: mean ns per request of each cause and stack.
 fn diff(
     reqs: &[Req],
-    splits: &HashMap<usize, Split>,
+    splits: &HashMap<usize, Parts>,
     tail: &[usize],
     median: &[usize],
     opts: &RequestOptions,
@@ -1004,41 +1087,53 @@ fn diff(
 ) -> TailDiff {
     // cause -> its total over a set, wakers by thread name and stack; plus "not seen".
     let mut frames_of: HashMap<(String, String), (u64, Vec<String>)> = HashMap::new();
+    let mut add = |by: &mut Split, c: &String, cs: &CauseSum, ns: u64| {
+        let e = by.entry(c.clone()).or_default();
+        e.ns += ns;
+        for (f, v) in &cs.stacks {
+            *e.stacks.entry(f.clone()).or_default() += v;
+        }
+        for (w, v) in &cs.wakers {
+            // By thread name and place: the stacks of the same function differ by
+            // its lines, and the frames shown are the largest's (below).
+            let k = WakerKey {
+                tid: 0,
+                request: None,
+                shown: (w.shown.0.clone(), Vec::new()),
+                thread: w.thread.clone(),
+            };
+            *e.wakers.entry(k).or_default() += v;
+            let f = frames_of
+                .entry((w.thread.clone(), w.shown.0.clone()))
+                .or_insert((0, Vec::new()));
+            if *v > f.0 {
+                *f = (*v, w.shown.1.clone());
+            }
+        }
+    };
+    // The set's parts summed, then composed: the short blocks' sample names their sum.
     let mut sum = |set: &[usize]| {
-        let mut by: Split = BTreeMap::new();
+        let mut set_parts = Parts::default();
         let mut wall = 0;
+        let mut not_seen = 0;
         for &i in set {
             let dur = reqs[i].end - reqs[i].start;
             wall += dur;
-            let mut seen = 0;
-            for (c, cs) in &splits[&i] {
+            let p = &splits[&i];
+            let mut seen = p.rest;
+            for (c, cs) in &p.exact {
                 let ns = cs.ns.min(dur);
                 seen += ns;
-                let e = by.entry(c.clone()).or_default();
-                e.ns += ns;
-                for (f, v) in &cs.stacks {
-                    *e.stacks.entry(f.clone()).or_default() += v;
-                }
-                for (w, v) in &cs.wakers {
-                    // By thread name and place: the stacks of the same function differ by
-                    // its lines, and the frames shown are the largest's (below).
-                    let k = WakerKey {
-                        tid: 0,
-                        request: None,
-                        shown: (w.shown.0.clone(), Vec::new()),
-                        thread: w.thread.clone(),
-                    };
-                    *e.wakers.entry(k).or_default() += v;
-                    let f = frames_of
-                        .entry((w.thread.clone(), w.shown.0.clone()))
-                        .or_insert((0, Vec::new()));
-                    if *v > f.0 {
-                        *f = (*v, w.shown.1.clone());
-                    }
-                }
+                add(&mut set_parts.exact, c, cs, ns);
             }
-            by.entry(NOT_SEEN.to_string()).or_default().ns += dur.saturating_sub(seen);
+            for (c, cs) in &p.sampled {
+                add(&mut set_parts.sampled, c, cs, cs.ns);
+            }
+            set_parts.rest += p.rest;
+            not_seen += dur.saturating_sub(seen);
         }
+        let mut by = set_parts.compose();
+        by.entry(NOT_SEEN.to_string()).or_default().ns += not_seen;
         (by, wall)
     };
     let (t, twall) = sum(tail);
@@ -1272,5 +1367,94 @@ impl RequestsReport {
         }
         s.push_str(&losses_text(&self.losses));
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cause(ns: u64) -> CauseSum {
+        CauseSum {
+            ns,
+            ..CauseSum::default()
+        }
+    }
+
+    fn split(on: u64, sleep: u64) -> RequestSplit {
+        RequestSplit {
+            ns: on + sleep,
+            on_cpu_ns: on,
+            sleep_ns: sleep,
+            ..RequestSplit::default()
+        }
+    }
+
+    fn ns(s: &Split, c: &str) -> u64 {
+        s.get(c).map_or(0, |c| c.ns)
+    }
+
+    #[test]
+    fn the_short_blocks_sample_names_the_rest_up_to_what_it_holds() {
+        // 3 ms off CPU by the kernel, 1 ms of it in a kept block: 2 ms in short blocks.
+        let exact = Split::from([("off CPU: lock".to_string(), cause(1_000_000))]);
+        // The sample stands for 5 ms of lock waits: it names all 2 ms, scaled down.
+        let sampled = Split::from([("off CPU: lock".to_string(), cause(5_000_000))]);
+        let c = kernel_totals(exact.clone(), sampled, &split(500_000, 3_000_000)).compose();
+        assert_eq!(ns(&c, "off CPU: lock"), 3_000_000);
+        assert_eq!(ns(&c, ON_CPU), 500_000);
+        assert_eq!(ns(&c, SHORT_BLOCKS), 0);
+        // It stands for 0.5 ms: that much is named, the rest is said as not named.
+        let sampled = Split::from([("off CPU: io".to_string(), cause(500_000))]);
+        let c = kernel_totals(exact.clone(), sampled, &split(500_000, 3_000_000)).compose();
+        assert_eq!(ns(&c, "off CPU: lock"), 1_000_000);
+        assert_eq!(ns(&c, "off CPU: io"), 500_000);
+        assert_eq!(ns(&c, SHORT_BLOCKS), 1_500_000);
+        let all: u64 = c.values().map(|c| c.ns).sum();
+        assert_eq!(all, 3_500_000);
+    }
+
+    #[test]
+    fn kept_blocks_past_the_kernels_count_are_scaled_to_it() {
+        // A block ended at the return to user space holds its run-queue wait: 4 ms kept,
+        // the kernel counted 3 ms off CPU (and the rest as run queue).
+        let exact = Split::from([
+            ("off CPU: lock".to_string(), cause(3_000_000)),
+            ("off CPU: io".to_string(), cause(1_000_000)),
+        ]);
+        let k = RequestSplit {
+            runq_ns: 1_000_000,
+            ..split(500_000, 3_000_000)
+        };
+        let c = kernel_totals(exact, Split::new(), &k).compose();
+        assert_eq!(ns(&c, "off CPU: lock"), 2_250_000);
+        assert_eq!(ns(&c, "off CPU: io"), 750_000);
+        assert_eq!(ns(&c, RUNQ), 1_000_000);
+        assert_eq!(ns(&c, SHORT_BLOCKS), 0);
+    }
+
+    #[test]
+    fn a_set_is_named_from_its_summed_parts() {
+        // Two requests with 1 ms of short blocks each; only one had a sampled block,
+        // standing for 2 ms: over the set, both milliseconds are the lock's.
+        let one = Parts {
+            sampled: Split::from([("off CPU: lock".to_string(), cause(2_000_000))]),
+            rest: 1_000_000,
+            ..Parts::default()
+        };
+        let two = Parts {
+            rest: 1_000_000,
+            ..Parts::default()
+        };
+        assert_eq!(ns(&one.clone().compose(), "off CPU: lock"), 1_000_000);
+        assert_eq!(ns(&two.clone().compose(), SHORT_BLOCKS), 1_000_000);
+        let mut set = Parts::default();
+        for p in [one, two] {
+            merge(&mut set.sampled, p.sampled, 1.0);
+            set.rest += p.rest;
+        }
+        let c = set.compose();
+        assert_eq!(ns(&c, "off CPU: lock"), 2_000_000);
+        assert_eq!(ns(&c, SHORT_BLOCKS), 0);
     }
 }

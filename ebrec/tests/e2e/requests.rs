@@ -335,6 +335,65 @@ fn requests_by_function_name_the_planted_causes() {
     check("func:rsrv::handle_request");
 }
 
+/// With --offcpu's threshold above the planted waits (25 ms: the ledger's 20 ms, the
+/// timer's 10 ms), no block of theirs is kept whole; inside a request the kernel keeps a
+/// shorter block with probability length/threshold, standing for the threshold's ns, and
+/// the tail's off-CPU time (exact, from the kernel's split) is named by that sample: the
+/// lock wait in rsrv::wait_for_ledger, not "blocks under the threshold".
+#[test]
+fn requests_short_blocks_are_named_by_a_sample() {
+    if !common::root() {
+        return;
+    }
+    let threshold_ns: u64 = 25_000_000;
+    let rec = common::record(
+        "request_server",
+        &[
+            "--request",
+            "usdt:rsrv:request__start,request__done",
+            "--cpu=999",
+            "--offcpu=25000",
+        ],
+        &["--requests", "800"],
+    );
+    let t = rec.trace.to_str().unwrap();
+    let j = ebsym_json(&["requests", t, "--tail", "95", "-n", "40"]);
+    assert_eq!(j["kernel_split"]["requests"].as_u64(), Some(800), "{j:#}");
+    let causes = j["tail"]["causes"].as_array().unwrap();
+    let delta = |name: &str| {
+        causes
+            .iter()
+            .find(|c| c["cause"] == name)
+            .map_or(0, |c| c["delta_ns"].as_i64().unwrap())
+    };
+    assert_eq!(causes[0]["cause"], "off CPU: lock", "{:#}", j["tail"]);
+    assert!(
+        causes[0].to_string().contains("rsrv::wait_for_ledger"),
+        "{:#}",
+        causes[0]
+    );
+    assert!(
+        delta("off CPU: blocks under the threshold") * 4 < delta("off CPU: lock"),
+        "{:#}",
+        j["tail"]
+    );
+    // The sampled blocks: shorter than the threshold, each standing for it.
+    let dump = common::run(&common::ebsym_path(), &["dump", t]);
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let sampled = dump
+        .lines()
+        .filter(|l| l.contains("OffCpuEvent {"))
+        .filter(|l| l.contains(&format!("weight_ns: {threshold_ns},")))
+        .count();
+    assert!(sampled >= 8, "{sampled} sampled short blocks");
+    let header = String::from_utf8_lossy(&common::run(&common::ebsym_path(), &["info", t]).stdout)
+        .into_owned();
+    assert!(
+        header.contains("offcpu-request-sample"),
+        "the header does not say it: {header}"
+    );
+}
+
 /// A trace without --request, or a spec that names nothing, is one line.
 #[test]
 fn requests_need_a_request_spec() {
