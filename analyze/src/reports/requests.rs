@@ -69,6 +69,11 @@ pub struct RequestsReport {
     pub nested: u64,
     pub unmatched_done: u64,
     pub open_at_end: u64,
+    /// The start's first argument repeats across requests (fewer distinct values than half
+    /// the requests, e.g. PostgreSQL's query__start, whose argument is the query text's
+    /// address): not a request id, so every `id` is null; how many distinct of how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ids_repeat: Option<IdsRepeat>,
     /// The families the split uses that the trace has (cpu, offcpu, runq).
     pub families: Vec<&'static str>,
     /// Every request's time as the kernel split it (recorded with --offcpu), summed; absent
@@ -217,6 +222,13 @@ const NOT_SEEN: &str = "not seen";
 /// Off-CPU time of a request the kernel split that no kept block holds.
 const SHORT_BLOCKS: &str = "off CPU: blocks under the threshold";
 
+/// See `RequestsReport::ids_repeat`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct IdsRepeat {
+    pub distinct: u64,
+    pub requests: u64,
+}
+
 /// A request found by the first pass.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Req {
@@ -298,6 +310,7 @@ pub(crate) struct Unpaired {
     nested: u64,
     unmatched_done: u64,
     open_at_end: u64,
+    ids_repeat: Option<IdsRepeat>,
 }
 
 impl Boundaries {
@@ -312,9 +325,30 @@ impl Boundaries {
         let spec = self.spec.clone().ok_or(NO_REQUEST)?;
         let src = source(l, &spec)?;
         let mut un = Unpaired::default();
-        let reqs = pair(&mut self, &src, &mut un);
+        let mut reqs = pair(&mut self, &src, &mut un);
+        un.ids_repeat = drop_repeated_ids(&mut reqs);
         Ok((reqs, un))
     }
+}
+
+/// A first argument that repeats across many requests is not their id (a pointer to a
+/// reused buffer, a kind): all ids dropped, and how many distinct of how many said.
+fn drop_repeated_ids(reqs: &mut [Req]) -> Option<IdsRepeat> {
+    let ids: Vec<u64> = reqs.iter().filter_map(|r| r.id).collect();
+    if ids.len() < 20 {
+        return None;
+    }
+    let distinct = ids.iter().collect::<HashSet<_>>().len();
+    if distinct * 2 >= ids.len() {
+        return None;
+    }
+    for r in reqs.iter_mut() {
+        r.id = None;
+    }
+    Some(IdsRepeat {
+        distinct: distinct as u64,
+        requests: ids.len() as u64,
+    })
 }
 
 /// What the trace's `--request` spec names: a (start, done) USDT probe pair or a function.
@@ -1066,6 +1100,7 @@ pub fn requests_from<T: Trace>(
         nested: un.nested,
         unmatched_done: un.unmatched_done,
         open_at_end: un.open_at_end,
+        ids_repeat: un.ids_repeat,
         families,
         kernel_split: kernel_split(&reqs),
         cpu_period_ns: period,
@@ -1272,6 +1307,15 @@ impl RequestsReport {
                 s,
                 "unpaired: {} nested, {} done without a start, {} open at the end",
                 self.nested, self.unmatched_done, self.open_at_end
+            );
+        }
+        if let Some(r) = &self.ids_repeat {
+            let _ = writeln!(
+                s,
+                "ids: the start's first argument takes {} distinct value{} in {} requests: not a request id (an address or a kind), not shown",
+                r.distinct,
+                if r.distinct == 1 { "" } else { "s" },
+                r.requests
             );
         }
         if let Some(t) = &self.tail {
