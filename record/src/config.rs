@@ -231,9 +231,9 @@ pub struct RecordConfig {
     /// one, is the request's id) or `func:SPEC` (a function's calls, entry to return, as
     /// --func SPEC). Record the causes with it: --cpu, --offcpu, --runq. With --offcpu the
     /// kernel also splits every request's time on its thread, exactly: on CPU, run queue,
-    /// off CPU (interruptible, uninterruptible), carried by the done's event. With
-    /// --request, --offcpu-sample, --runq-sample and --syscalls-sample default to 0 (every
-    /// block and wait past the threshold: a request's causes are not a sample).
+    /// off CPU (interruptible, uninterruptible), carried by the done's event; the
+    /// time-weighted sample of the blocks (--offcpu-sample, and inside a request the blocks
+    /// under the threshold too) names that time's causes.
     #[cfg_attr(
         feature = "cli",
         arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")

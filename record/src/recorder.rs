@@ -141,9 +141,6 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
     }
 }
 
-/// The default unit of --offcpu-sample, --runq-sample and --syscalls-sample, us.
-const DEFAULT_SAMPLE_US: u64 = 10_000;
-
 /// `--request` as the `--usdt` pair (with `--usdt-pair`) or the `--func` it stands for.
 fn with_request(mut a: RecordConfig) -> Result<RecordConfig> {
     let Some(spec) = a.request.clone() else {
@@ -174,17 +171,9 @@ fn with_request(mut a: RecordConfig) -> Result<RecordConfig> {
     } else {
         return Err(bad());
     }
-    // A request's split needs every block and wait inside it, not a time-weighted sample
-    // of the short ones: with --request the samples' default is exact (0).
-    for unit in [
-        &mut a.offcpu_sample,
-        &mut a.runq_sample,
-        &mut a.syscalls_sample,
-    ] {
-        if *unit == DEFAULT_SAMPLE_US {
-            *unit = 0;
-        }
-    }
+    // The samples keep their defaults: the kernel splits each request's time exactly
+    // (with --offcpu), and the time-weighted sample of its blocks names that time's causes
+    // (requests.rs composes a set's estimates), at a fraction of the exact sample's cost.
     Ok(a)
 }
 

@@ -220,7 +220,7 @@ const ON_CPU: &str = "on CPU";
 const RUNQ: &str = "run queue";
 const NOT_SEEN: &str = "not seen";
 /// Off-CPU time of a request the kernel split that no kept block holds.
-const SHORT_BLOCKS: &str = "off CPU: blocks under the threshold";
+const SHORT_BLOCKS: &str = "off CPU: blocks the sample left out";
 
 /// See `RequestsReport::ids_repeat`.
 #[derive(Debug, Clone, Copy, Serialize)]

@@ -339,7 +339,7 @@ fn requests_by_function_name_the_planted_causes() {
 /// timer's 10 ms), no block of theirs is kept whole; inside a request the kernel keeps a
 /// shorter block with probability length/threshold, standing for the threshold's ns, and
 /// the tail's off-CPU time (exact, from the kernel's split) is named by that sample: the
-/// lock wait in rsrv::wait_for_ledger, not "blocks under the threshold".
+/// lock wait in rsrv::wait_for_ledger, not "blocks the sample left out".
 #[test]
 fn requests_short_blocks_are_named_by_a_sample() {
     if !common::root() {
@@ -373,7 +373,7 @@ fn requests_short_blocks_are_named_by_a_sample() {
         causes[0]
     );
     assert!(
-        delta("off CPU: blocks under the threshold") * 4 < delta("off CPU: lock"),
+        delta("off CPU: blocks the sample left out") * 4 < delta("off CPU: lock"),
         "{:#}",
         j["tail"]
     );
