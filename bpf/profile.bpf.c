@@ -346,14 +346,17 @@ struct {
 } req_acct SEC(".maps");
 
 /* Inside a request (--request with --offcpu), a block shorter than the threshold is kept with
- * probability d/threshold and stands for the threshold's ns (the time-weighted sample of
- * --offcpu-sample, its unit the threshold): the request's own split counts every block, and
- * these name what the short ones waited on, at about one kept block per threshold of
- * in-request off-CPU time. */
+ * probability d/U and stands for U ns, U the larger of the threshold and --offcpu-sample's
+ * unit (the time-weighted sample the longer blocks get): the request's own split counts
+ * every block, and these name what the short ones waited on, at about one kept block per U
+ * of in-request off-CPU time. */
 static __always_inline bool req_short_sample(struct offcpu_block *b, struct task_struct *task,
 					     __u64 d)
 {
 	__u64 unit = offcpu_min_ns;
+	__u64 u = READ_ONCE_U64(offcpu_unit_ns);
+	if (u > unit)
+		unit = u;
 	if (!request_mode || unit > (1ULL << 31))
 		return false;
 	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);

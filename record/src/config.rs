@@ -232,8 +232,8 @@ pub struct RecordConfig {
     /// --func SPEC). Record the causes with it: --cpu, --offcpu, --runq. With --offcpu the
     /// kernel also splits every request's time on its thread, exactly: on CPU, run queue,
     /// off CPU (interruptible, uninterruptible), carried by the done's event; the
-    /// time-weighted sample of the blocks (--offcpu-sample, and inside a request the blocks
-    /// under the threshold too) names that time's causes.
+    /// time-weighted sample of the blocks (--offcpu-sample, 1 ms by default with --request,
+    /// and inside a request the blocks under the threshold too) names that time's causes.
     #[cfg_attr(
         feature = "cli",
         arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")

@@ -155,8 +155,9 @@ fn probe_options(a: &RecordConfig, opt: &mut impl FnMut(&str, String)) {
     if let Some(r) = &a.request {
         opt("request", r.clone());
         if a.offcpu.is_some() {
-            // inside a request, blocks under the threshold are a time-weighted sample
-            opt("offcpu-request-sample", "threshold".into());
+            // inside a request, blocks under the threshold are a time-weighted sample, its
+            // unit the larger of the threshold and --offcpu-sample's
+            opt("offcpu-request-sample", "max(offcpu,offcpu-sample)".into());
         }
     }
     for u in &a.usdt_pair {

@@ -141,6 +141,10 @@ pub fn run(a: RecordConfig, hooks: Option<&mut dyn Hooks>) -> Result<()> {
     }
 }
 
+/// --offcpu-sample's default unit, us, and its default with --request.
+const DEFAULT_OFFCPU_SAMPLE_US: u64 = 10_000;
+const REQUEST_OFFCPU_SAMPLE_US: u64 = 1_000;
+
 /// `--request` as the `--usdt` pair (with `--usdt-pair`) or the `--func` it stands for.
 fn with_request(mut a: RecordConfig) -> Result<RecordConfig> {
     let Some(spec) = a.request.clone() else {
@@ -171,9 +175,14 @@ fn with_request(mut a: RecordConfig) -> Result<RecordConfig> {
     } else {
         return Err(bad());
     }
-    // The samples keep their defaults: the kernel splits each request's time exactly
-    // (with --offcpu), and the time-weighted sample of its blocks names that time's causes
-    // (requests.rs composes a set's estimates), at a fraction of the exact sample's cost.
+    // The kernel splits each request's time exactly (with --offcpu), and the time-weighted
+    // sample of its blocks names that time's causes (requests.rs composes a set's
+    // estimates), at a fraction of the exact sample's cost. Its unit is 1 ms, not 10: a
+    // block of a millisecond or more (what makes a request slow) is always kept, so that
+    // each slow request's own causes are named too.
+    if a.offcpu_sample == DEFAULT_OFFCPU_SAMPLE_US {
+        a.offcpu_sample = REQUEST_OFFCPU_SAMPLE_US;
+    }
     Ok(a)
 }
 
