@@ -276,7 +276,9 @@ fn check(spec: &str) {
 
     // Every woken block says how long it waited for a CPU after its wake (the part the
     // split counts as run queue): at most its length, and known for nearly all (not for
-    // a block ended at the thread's return to user space, its switch-in unseen).
+    // a block ended at the thread's return to user space, its switch-in unseen). Kept
+    // whole (1 ms and more: --request's sample unit): the 8 lock waits and the holder's 8
+    // waits for the next lock request, each woken by a thread; shorter blocks are a sample.
     let dump = common::run(&common::ebsym_path(), &["dump", t]);
     let dump = String::from_utf8_lossy(&dump.stdout);
     let num = |l: &str, k: &str| -> u64 {
@@ -298,7 +300,7 @@ fn check(spec: &str) {
         }
     }
     assert!(
-        woken >= 24 && known * 10 >= woken * 9,
+        woken >= 12 && known * 10 >= woken * 9,
         "{spec}: {known} of {woken} woken blocks with their run-queue wait"
     );
 
