@@ -55,6 +55,53 @@ pub struct IFrame {
     pub address: u64,
 }
 
+/// What the rules over frames read of one (the leak rules, the allocator wrappers): a
+/// [`Frame`] with its own strings, or an [`IFrame`] with its [`Names`] ([`Named`]), so
+/// that a report decides on every stack without making a `Frame` of each.
+pub trait FrameView {
+    fn function(&self) -> &str;
+    fn file(&self) -> Option<&str>;
+    fn line(&self) -> Option<u32>;
+    fn module(&self) -> &str;
+}
+
+impl FrameView for Frame {
+    fn function(&self) -> &str {
+        &self.function
+    }
+    fn file(&self) -> Option<&str> {
+        self.file.as_deref()
+    }
+    fn line(&self) -> Option<u32> {
+        self.line
+    }
+    fn module(&self) -> &str {
+        &self.module
+    }
+}
+
+/// An interned frame read with its names.
+#[derive(Debug, Clone, Copy)]
+pub struct Named<'a> {
+    pub names: &'a Names,
+    pub frame: IFrame,
+}
+
+impl FrameView for Named<'_> {
+    fn function(&self) -> &str {
+        self.names.get(self.frame.function)
+    }
+    fn file(&self) -> Option<&str> {
+        (self.frame.file != NO_FILE).then(|| self.names.get(self.frame.file))
+    }
+    fn line(&self) -> Option<u32> {
+        self.frame.line
+    }
+    fn module(&self) -> &str {
+        self.names.get(self.frame.module)
+    }
+}
+
 /// The file id of a frame without one (no name has it).
 pub const NO_FILE: u32 = 0;
 
@@ -121,6 +168,13 @@ impl Names {
             module: self.get(f.module).to_string(),
             address: format!("{:#x}", f.address),
         }
+    }
+
+    /// Each frame read with these names ([`FrameView`]).
+    pub fn view(&self, fs: &[IFrame]) -> Vec<Named<'_>> {
+        fs.iter()
+            .map(|&frame| Named { names: self, frame })
+            .collect()
     }
 
     /// [`Names::frame`] of each.

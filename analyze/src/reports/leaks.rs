@@ -2,14 +2,14 @@
 //! `live.rs` while the trace streams by).
 use super::kind::Measure;
 use super::live::Outstanding;
-use super::stacks::{frame_key, FrameKey};
 use super::suppress::Suppressions;
 use super::text::empty_note;
 use super::threads::{fold_digits, label_of};
 use super::top::{Group, LeakRow, Report, Row};
 use super::wrappers::{Site, WrapperRules};
 use crate::hash::FastMap;
-use crate::model::{Estimator, Event, Filter, Frame, Loaded, Sink, Trace};
+use crate::interned::{FrameIds, FrameView, IFrame, Named, Names};
+use crate::model::{Estimator, Event, Filter, Loaded, Sink, Trace};
 use ebtrace_format::TraceReader;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -104,11 +104,12 @@ pub fn leaks_grouped(trace: impl Trace, opts: &LeakOptions) -> Report {
 type Sums = FastMap<(u64, u32, u32), (u64, u64, u64)>;
 
 /// A row's key before sites are merged: (frames, alive, thread group, allocator).
-type RowKey = (FrameKey, bool, String, u32);
+type RowKey = (FrameIds, bool, String, u32);
 
-/// A row so far: its frames, count, bytes, oldest time, blocks per thread.
+/// A row so far: its frames (interned: a `Frame` is made only for a row shown), count,
+/// bytes, oldest time, blocks per thread.
 struct Acc {
-    frames: Vec<Frame>,
+    frames: Vec<IFrame>,
     count: u64,
     bytes: u64,
     oldest: u64,
@@ -125,7 +126,7 @@ struct Acc {
 type Shown = (
     Option<String>,
     bool,
-    Vec<Frame>,
+    Vec<IFrame>,
     u64,
     u64,
     u64,
@@ -166,14 +167,28 @@ impl LeakSink {
 
     /// [`LeakSink::report`] with rows grouped as [`leaks_grouped`] says.
     pub(crate) fn report_grouped(self, l: &mut Loaded, opts: &LeakOptions) -> Report {
+        self.report_seeing(l, opts, &mut |_, _, _| {})
+    }
+
+    /// [`LeakSink::report_grouped`], `every` called with each row before the first
+    /// `opts.n` are kept: its frames, bytes and what holds it (`ebsym heap` takes the
+    /// leaked bytes of every stack without a report of every row).
+    pub(crate) fn report_seeing(
+        self,
+        l: &mut Loaded,
+        opts: &LeakOptions,
+        every: &mut dyn FnMut(&[IFrame], u64, Option<&String>),
+    ) -> Report {
         let (by, uncertain) = self.sums(l);
         let merged = self.merged(l, by, opts);
         let mut learnt = None;
         let merged: Vec<(bool, Acc)> = if opts.group == Group::Site {
             let mut w = opts.wrappers.clone();
-            w.learn(merged.values().map(|a| a.frames.as_slice()));
+            let views: Vec<_> = merged.values().map(|a| l.names.view(&a.frames)).collect();
+            w.learn(views.iter().map(Vec::as_slice));
+            drop(views);
             learnt = Some(w.learnt().map(String::from).collect::<Vec<_>>());
-            by_site(merged, &w)
+            by_site(merged, &w, &l.names)
         } else {
             merged
                 .into_iter()
@@ -181,6 +196,9 @@ impl LeakSink {
                 .collect()
         };
         let (rows, totals) = shown(l, merged);
+        for r in &rows {
+            every(&r.2, r.4, r.0.as_ref());
+        }
         let rows = self.leak_rows(l, rows, opts.n);
         damage(l, uncertain);
         // --no-free: no free was seen, so every block would look leaked.
@@ -255,7 +273,7 @@ impl LeakSink {
     fn merged(&self, l: &mut Loaded, by: Sums, opts: &LeakOptions) -> BTreeMap<RowKey, Acc> {
         let mut merged: BTreeMap<RowKey, Acc> = BTreeMap::new();
         // Each (stack, generation)'s frames, resolved once (as the losses count them).
-        let mut frames_of: HashMap<(u64, u32), Vec<Frame>> = HashMap::new();
+        let mut frames_of: HashMap<(u64, u32), Vec<IFrame>> = HashMap::new();
         let mut by: Vec<_> = by.into_iter().collect();
         by.sort_unstable_by_key(|&(key, _)| key);
         for ((stack, generation, tid), (count, bytes, oldest)) in by {
@@ -267,7 +285,7 @@ impl LeakSink {
             let frames = match frames_of.get(&(stack, generation)) {
                 Some(f) => f.clone(),
                 None => {
-                    let f = l.frames(stack);
+                    let f = l.interned_frames(stack);
                     frames_of.insert((stack, generation), f.clone());
                     f
                 }
@@ -279,14 +297,14 @@ impl LeakSink {
             };
             let e = merged
                 .entry((
-                    frame_key(&frames),
+                    Names::ids(&frames),
                     alive,
                     thread,
                     self.live.allocator_of(stack),
                 ))
                 .or_insert_with(|| Acc {
                     allocator: self.live.allocator_of(stack),
-                    held: opts.rules.held_by(&frames),
+                    held: opts.rules.held_by(&l.names.view(&frames)),
                     frames,
                     count: 0,
                     bytes: 0,
@@ -316,7 +334,7 @@ impl LeakSink {
                         alive,
                         bytes,
                         count,
-                        frames,
+                        frames: l.names.frames(&frames),
                         held_by,
                         oldest_ns: self.last_ns.saturating_sub(oldest),
                         site,
@@ -362,25 +380,25 @@ impl LeakSink {
 /// Rows merged by allocation site (the first frame that is no wrapper of `w`) and whether
 /// the process was alive: each site's row has the sum of its stacks and the heaviest
 /// stack's frames from the site out.
-fn by_site(merged: BTreeMap<RowKey, Acc>, w: &WrapperRules) -> Vec<(bool, Acc)> {
-    type SiteKey = (FrameKey, bool, Option<String>, u32);
+fn by_site(merged: BTreeMap<RowKey, Acc>, w: &WrapperRules, names: &Names) -> Vec<(bool, Acc)> {
+    type SiteKey = (FrameIds, bool, Option<String>, u32);
     let mut sites: BTreeMap<SiteKey, (Acc, u64)> = BTreeMap::new();
     for ((_, alive, _, _), mut a) in merged {
-        let (i, ws) = w.site(&a.frames).unwrap_or((0, Vec::new()));
+        let (i, ws) = w.site(&names.view(&a.frames)).unwrap_or((0, Vec::new()));
         a.frames.drain(..i.min(a.frames.len()));
         let key = (
-            frame_key(&a.frames[..a.frames.len().min(1)]),
+            Names::ids(&a.frames[..a.frames.len().min(1)]),
             alive,
             a.held.clone(),
             a.allocator,
         );
         let Some((s, best)) = sites.get_mut(&key) else {
-            let f = a.frames.first();
+            let f = a.frames.first().map(|&frame| Named { names, frame });
             a.site = Some(Site {
-                file: f.and_then(|f| f.file.clone()),
-                function: f.map_or_else(|| "(no stack)".into(), |f| f.function.clone()),
-                line: f.and_then(|f| f.line),
-                module: f.map(|f| f.module.clone()).unwrap_or_default(),
+                file: f.and_then(|f| f.file().map(String::from)),
+                function: f.map_or_else(|| "(no stack)".into(), |f| f.function().to_string()),
+                line: f.and_then(|f| f.line()),
+                module: f.map(|f| f.module().to_string()).unwrap_or_default(),
                 stacks: 1,
                 wrappers: ws,
             });
@@ -401,7 +419,8 @@ fn by_site(merged: BTreeMap<RowKey, Acc>, w: &WrapperRules) -> Vec<(bool, Acc)> 
         for (t, c) in a.threads {
             *s.threads.entry(t).or_default() += c;
         }
-        if a.bytes > *best {
+        // Ties to the stack first in text order (as the rows are sorted).
+        if a.bytes > *best || (a.bytes == *best && names.cmp(&a.frames, &s.frames).is_lt()) {
             *best = a.bytes;
             s.frames = a.frames;
         }
@@ -451,7 +470,7 @@ fn shown(l: &Loaded, merged: Vec<(bool, Acc)>) -> (Vec<Shown>, BTreeMap<String, 
         a.0.is_some()
             .cmp(&b.0.is_some())
             .then_with(|| b.4.cmp(&a.4))
-            .then_with(|| a.2.cmp(&b.2))
+            .then_with(|| l.names.cmp(&a.2, &b.2))
             .then_with(|| a.1.cmp(&b.1))
             .then_with(|| a.0.cmp(&b.0))
             .then_with(|| a.7.cmp(&b.7))

@@ -236,18 +236,6 @@ impl Sink for StackSink {
     }
 }
 
-/// A stack's frames as (function, file, line, inlined): see [`frame_key`].
-pub(crate) type FrameKey = Vec<(String, Option<String>, Option<u32>, bool)>;
-
-/// Frames without their addresses: the key under which stacks of several generations (or
-/// stack ids that symbolize alike) merge.
-pub(crate) fn frame_key(frames: &[Frame]) -> FrameKey {
-    frames
-        .iter()
-        .map(|f| (f.function.clone(), f.file.clone(), f.line, f.inlined))
-        .collect()
-}
-
 /// One stack after merging (stack ids that symbolize alike, across processes), with what
 /// was aggregated under it.
 #[derive(Clone)]

@@ -13,6 +13,8 @@
 //! `Cache::Insert`; `leak:libfoo.so*` everything allocated inside libfoo.
 use super::places::runtime;
 use crate::error::{Error, ErrorKind};
+use crate::interned::FrameView;
+#[cfg(test)]
 use crate::model::Frame;
 use std::path::Path;
 
@@ -188,15 +190,17 @@ impl Suppressions {
     }
 
     /// What holds a block allocated under `frames` (leaf first), if a rule matches.
-    pub fn held_by(&self, frames: &[Frame]) -> Option<String> {
+    pub fn held_by<F: FrameView>(&self, frames: &[F]) -> Option<String> {
         // The user's rules first: their words are the more specific.
         if self.rules.len() <= 64 {
             let mut cache = self.matched.lock().unwrap();
             let mut mask = 0u64;
             for f in frames {
-                let seen = cache.get(&f.function).and_then(|v| {
+                let seen = cache.get(f.function()).and_then(|v| {
                     v.iter()
-                        .find(|(file, module, _)| *file == f.file && *module == f.module)
+                        .find(|(file, module, _)| {
+                            file.as_deref() == f.file() && module == f.module()
+                        })
                         .map(|e| e.2)
                 });
                 mask |= seen.unwrap_or_else(|| {
@@ -206,9 +210,9 @@ impl Suppressions {
                         .enumerate()
                         .filter(|(_, r)| r.matches(f))
                         .fold(0u64, |m, (i, _)| m | 1 << i);
-                    cache.entry(f.function.clone()).or_default().push((
-                        f.file.clone(),
-                        f.module.clone(),
+                    cache.entry(f.function().to_string()).or_default().push((
+                        f.file().map(String::from),
+                        f.module().to_string(),
                         m,
                     ));
                     m
@@ -235,32 +239,29 @@ impl Suppressions {
 impl Rule {
     /// Whether the rule matches the frame: its function, or (a rule without a file glob)
     /// its file or module by path or by last component.
-    fn matches(&self, f: &Frame) -> bool {
+    fn matches<F: FrameView>(&self, f: &F) -> bool {
         let file_ok = self
             .file
-            .is_none_or(|g| f.file.as_deref().is_some_and(|file| glob(g, file)));
+            .is_none_or(|g| f.file().is_some_and(|file| glob(g, file)));
         file_ok
-            && (glob(&self.pattern, &f.function)
+            && (glob(&self.pattern, f.function())
                 || (self.file.is_none()
-                    && (f
-                        .file
-                        .as_deref()
-                        .is_some_and(|file| glob_path(&self.pattern, file))
-                        || glob_path(&self.pattern, &f.module))))
+                    && (f.file().is_some_and(|file| glob_path(&self.pattern, file))
+                        || glob_path(&self.pattern, f.module()))))
     }
 }
 
 /// Whether every frame from the allocation up to the dynamic loader's `_dl_init` (or
 /// `call_init`) is in a runtime library: a block a runtime library allocated for itself while
 /// it was loaded (libstdc++'s exception pool, when libstdc++ has no symbols to name it).
-fn by_runtime_initializer(frames: &[Frame]) -> bool {
+fn by_runtime_initializer<F: FrameView>(frames: &[F]) -> bool {
     let Some(init) = frames
         .iter()
-        .position(|f| f.function == "_dl_init" || f.function == "call_init")
+        .position(|f| f.function() == "_dl_init" || f.function() == "call_init")
     else {
         return false;
     };
-    init > 0 && frames[..init].iter().all(|f| runtime(&f.module))
+    init > 0 && frames[..init].iter().all(|f| runtime(f.module()))
 }
 
 /// [`glob`] of a path or of its last component.

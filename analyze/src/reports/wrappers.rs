@@ -25,8 +25,10 @@
 //! are skipped. The rules decide from the stacks of the report they fold (every stack,
 //! not only the rows shown).
 use super::idle::name_matches;
-use super::places::{is_kernel, runtime};
+use super::places::runtime;
 use crate::error::{Error, ErrorKind};
+use crate::interned::FrameView;
+#[cfg(test)]
 use crate::model::Frame;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -175,10 +177,13 @@ enum Skip {
     Wrapper,
 }
 
-fn system_header(f: &Frame) -> bool {
-    f.file
-        .as_deref()
-        .is_some_and(|p| p.starts_with("/usr/include/"))
+fn system_header<F: FrameView>(f: &F) -> bool {
+    f.file().is_some_and(|p| p.starts_with("/usr/include/"))
+}
+
+/// Whether the frame is the kernel's.
+fn kernel<F: FrameView>(f: &F) -> bool {
+    f.module().starts_with("[kernel")
 }
 
 impl WrapperRules {
@@ -219,10 +224,10 @@ impl WrapperRules {
             || (self.defaults && DEFAULT_WRAPPERS.iter().any(|p| name_matches(p, name)))
     }
 
-    fn skip(&self, f: &Frame, learnt: bool) -> Skip {
-        if runtime(&f.module) || system_header(f) {
+    fn skip<F: FrameView>(&self, f: &F, learnt: bool) -> Skip {
+        if runtime(f.module()) || system_header(f) {
             Skip::Runtime
-        } else if self.named(&f.function) || (learnt && self.learnt.contains(&f.function)) {
+        } else if self.named(f.function()) || (learnt && self.learnt.contains(f.function())) {
             Skip::Wrapper
         } else {
             Skip::No
@@ -233,17 +238,17 @@ impl WrapperRules {
     /// so far: the first user frame that is neither the runtime's nor a wrapper; else
     /// (every frame is) the first user frame that is no wrapper by name or shape (say the
     /// loader's own allocation at start-up); else the first user frame; else the first.
-    pub fn site_index(&self, frames: &[Frame]) -> Option<usize> {
+    pub fn site_index<F: FrameView>(&self, frames: &[F]) -> Option<usize> {
         self.site_with(frames, true)
     }
 
-    fn site_with(&self, frames: &[Frame], learnt: bool) -> Option<usize> {
-        let user = || frames.iter().enumerate().filter(|(_, f)| !is_kernel(f));
+    fn site_with<F: FrameView>(&self, frames: &[F], learnt: bool) -> Option<usize> {
+        let user = || frames.iter().enumerate().filter(|(_, f)| !kernel(*f));
         user()
-            .find(|(_, f)| self.skip(f, learnt) == Skip::No)
+            .find(|(_, f)| self.skip(*f, learnt) == Skip::No)
             .or_else(|| {
                 user().find(|(_, f)| {
-                    !(self.named(&f.function) || (learnt && self.learnt.contains(&f.function)))
+                    !(self.named(f.function()) || (learnt && self.learnt.contains(f.function())))
                 })
             })
             .or_else(|| user().next())
@@ -257,7 +262,7 @@ impl WrapperRules {
     /// allocator itself), always from the same line, and its callers there are at least
     /// two distinct functions.
     /// Nothing is learnt without the default rules.
-    pub fn learn<'a>(&mut self, stacks: impl IntoIterator<Item = &'a [Frame]>) {
+    pub fn learn<'a, F: FrameView + 'a>(&mut self, stacks: impl IntoIterator<Item = &'a [F]>) {
         if !self.defaults {
             return;
         }
@@ -278,18 +283,18 @@ impl WrapperRules {
                 frames[..i]
                     .iter()
                     .rev()
-                    .find(|f| !is_kernel(f))
-                    .is_some_and(|f| self.named(&f.function))
+                    .find(|f| !kernel(*f))
+                    .is_some_and(|f| self.named(f.function()))
             });
             for (i, f) in frames.iter().enumerate() {
-                if is_kernel(f) || self.skip(f, false) != Skip::No {
+                if kernel(f) || self.skip(f, false) != Skip::No {
                     continue;
                 }
-                let s = seen.entry(f.function.clone()).or_default();
+                let s = seen.entry(f.function().to_string()).or_default();
                 if Some(i) == direct {
-                    s.calls.insert((f.file.clone(), f.line));
-                    if let Some(c) = frames[i + 1..].iter().find(|c| !is_kernel(c)) {
-                        s.callers.insert(c.function.clone());
+                    s.calls.insert((f.file().map(String::from), f.line()));
+                    if let Some(c) = frames[i + 1..].iter().find(|c| !kernel(*c)) {
+                        s.callers.insert(c.function().to_string());
                     }
                 } else {
                     s.elsewhere = true;
@@ -305,12 +310,12 @@ impl WrapperRules {
 
     /// The site of `frames` ([`WrapperRules::site_index`]) and the wrappers folded into
     /// it (each function once, leaf first; the kernel's frames left out).
-    pub fn site(&self, frames: &[Frame]) -> Option<(usize, Vec<String>)> {
+    pub fn site<F: FrameView>(&self, frames: &[F]) -> Option<(usize, Vec<String>)> {
         let i = self.site_index(frames)?;
         let mut wrappers: Vec<String> = Vec::new();
-        for f in frames[..i].iter().filter(|f| !is_kernel(f)) {
-            if !wrappers.contains(&f.function) {
-                wrappers.push(f.function.clone());
+        for f in frames[..i].iter().filter(|f| !kernel(*f)) {
+            if !wrappers.iter().any(|w| w == f.function()) {
+                wrappers.push(f.function().to_string());
             }
         }
         Some((i, wrappers))
@@ -319,9 +324,9 @@ impl WrapperRules {
 
 /// The site's function without its parameters, for a summary's sentence ("(no stack)"
 /// without frames).
-pub(crate) fn site_place(rules: &WrapperRules, frames: &[Frame]) -> String {
+pub(crate) fn site_place<F: FrameView>(rules: &WrapperRules, frames: &[F]) -> String {
     match rules.site_index(frames) {
-        Some(i) => super::places::short(&frames[i].function).to_string(),
+        Some(i) => super::places::short(frames[i].function()).to_string(),
         None => "(no stack)".into(),
     }
 }

@@ -6,8 +6,9 @@ use super::sink::HeapSink;
 use crate::hash::{FastMap, IdMap};
 use crate::interned::{FrameIds, Names};
 use crate::model::Loaded;
-use crate::reports::leaks::LeakSink;
-use crate::reports::top::{Report, Row};
+use crate::reports::leaks::{LeakOptions, LeakSink};
+use crate::reports::top::{Group, Report};
+use crate::reports::wrappers::WrapperRules;
 
 /// A stack's blocks never freed: bytes to act on, bytes held by design, and what holds
 /// them.
@@ -15,7 +16,7 @@ pub(super) type LeakedBytes = (u64, u64, Option<String>);
 
 /// The leak report of the blocks never freed, and what the heap report takes from it.
 pub(super) struct Leaked {
-    /// The leak report (every row).
+    /// The leak report (its first rows, as many as the heap report's).
     pub(super) report: Report,
     /// Its rows' bytes by their frames' ids.
     pub(super) by_frames: FastMap<FrameIds, LeakedBytes>,
@@ -40,12 +41,29 @@ impl HeapSink {
             *never_freed.entry_or_default(b.stack) += 1;
         }
         let saved = l.losses.clone();
+        let opts = LeakOptions {
+            filter: q.filter,
+            n: q.n,
+            rules: q.rules,
+            group: Group::Stack,
+            wrappers: &WrapperRules::default(),
+        };
+        let mut by_frames: FastMap<FrameIds, LeakedBytes> = FastMap::default();
         let leak = LeakSink::from_parts(
             std::mem::take(&mut self.live),
             self.last_ns,
             self.alloc_events,
         )
-        .report(l, q.filter, usize::MAX, q.rules);
+        .report_seeing(l, &opts, &mut |frames, bytes, held_by| {
+            let e = by_frames
+                .entry(Names::ids(frames))
+                .or_insert((0, 0, held_by.cloned()));
+            if held_by.is_some() {
+                e.1 += bytes;
+            } else {
+                e.0 += bytes;
+            }
+        });
         let leak_damage: Vec<String> = leak
             .losses
             .damage
@@ -56,27 +74,9 @@ impl HeapSink {
         l.losses = saved;
         l.losses.damage.extend(leak_damage);
         Leaked {
-            by_frames: by_frames(&leak, &mut l.names),
+            by_frames,
             report: leak,
             never_freed,
         }
     }
-}
-
-/// The leak report's rows' bytes by their frames: to act on, held, and what holds them.
-fn by_frames(leak: &Report, names: &mut Names) -> FastMap<FrameIds, LeakedBytes> {
-    let mut leaked: FastMap<FrameIds, LeakedBytes> = FastMap::default();
-    for row in &leak.rows {
-        if let Row::Leak(r) = row {
-            let e = leaked
-                .entry(names.ids_of(&r.frames))
-                .or_insert((0, 0, r.held_by.clone()));
-            if r.held_by.is_some() {
-                e.1 += r.bytes;
-            } else {
-                e.0 += r.bytes;
-            }
-        }
-    }
-    leaked
 }
