@@ -65,6 +65,21 @@ pub trait FrameView {
     fn module(&self) -> &str;
 }
 
+impl<T: FrameView + ?Sized> FrameView for &T {
+    fn function(&self) -> &str {
+        (**self).function()
+    }
+    fn file(&self) -> Option<&str> {
+        (**self).file()
+    }
+    fn line(&self) -> Option<u32> {
+        (**self).line()
+    }
+    fn module(&self) -> &str {
+        (**self).module()
+    }
+}
+
 impl FrameView for Frame {
     fn function(&self) -> &str {
         &self.function

@@ -8,6 +8,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 pub use crate::event::Event;
 pub use crate::interned::Frame;
@@ -187,6 +188,9 @@ pub struct Loaded {
     pub tcp_connections: HashMap<u64, ebtrace_format::proto::TcpConnection>,
     /// The names of the frames resolved so far, each once ([`Loaded::interned_frames`]).
     pub names: Names,
+    /// Each mapping's [`MappingInfo`] made once, by (start, end, file offset, path id,
+    /// build-id id): a stack's frames share it.
+    mapping_infos: HashMap<(u64, u64, u64, u64, u64), Arc<MappingInfo>>,
 }
 
 /// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
@@ -726,6 +730,7 @@ impl Loaded {
     pub fn frames_and_mappings(&mut self, id: u64) -> (Vec<Frame>, Vec<Option<MappingInfo>>) {
         let mut maps = Vec::new();
         let f = self.resolve(id, Some(&mut maps));
+        let maps = maps.into_iter().map(|m| m.as_deref().cloned()).collect();
         (self.names.frames(&f), maps)
     }
 
@@ -739,14 +744,18 @@ impl Loaded {
     pub fn interned_frames_and_mappings(
         &mut self,
         id: u64,
-    ) -> (Vec<IFrame>, Vec<Option<MappingInfo>>) {
+    ) -> (Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>) {
         let mut maps = Vec::new();
         let f = self.resolve(id, Some(&mut maps));
         (f, maps)
     }
 
     /// The interned frames of stack `id`, and with `maps` each frame's mapping.
-    fn resolve(&mut self, id: u64, mut maps: Option<&mut Vec<Option<MappingInfo>>>) -> Vec<IFrame> {
+    fn resolve(
+        &mut self,
+        id: u64,
+        mut maps: Option<&mut Vec<Option<Arc<MappingInfo>>>>,
+    ) -> Vec<IFrame> {
         let Some(StackIps {
             generation,
             n_kernel,
@@ -782,18 +791,24 @@ impl Loaded {
             let first = out.len();
             self.mapped_frames(m, lookup, ip, &mut out);
             if let Some(maps) = maps.as_deref_mut() {
-                let (path, _, build_id) = module_names(&mut self.modules, &self.tables, &m);
+                let key = (m.start, m.end, m.file_offset, m.path, m.build_id);
+                let info = match self.mapping_infos.get(&key) {
+                    Some(i) => i.clone(),
+                    None => {
+                        let (path, _, build_id) = module_names(&mut self.modules, &self.tables, &m);
+                        let i = Arc::new(MappingInfo {
+                            start: m.start,
+                            end: m.end,
+                            file_offset: m.file_offset,
+                            path,
+                            build_id,
+                        });
+                        self.mapping_infos.insert(key, i.clone());
+                        i
+                    }
+                };
                 maps.resize(first, None);
-                maps.resize(
-                    out.len(),
-                    Some(MappingInfo {
-                        start: m.start,
-                        end: m.end,
-                        file_offset: m.file_offset,
-                        path,
-                        build_id,
-                    }),
-                );
+                maps.resize(out.len(), Some(info));
             }
         }
         if let Some(m) = maps {

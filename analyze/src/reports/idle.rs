@@ -21,6 +21,7 @@
 use super::places::{is_kernel, runtime, short};
 use super::suppress::glob;
 use crate::error::{Error, ErrorKind};
+use crate::interned::FrameView;
 use crate::model::Frame;
 
 /// What a default shape asks of a stack.
@@ -283,40 +284,37 @@ fn read_helper(name: &str) -> bool {
 
 impl Match {
     /// Whether `frames` (leaf first) have this shape.
-    pub fn matches(&self, frames: &[Frame]) -> bool {
+    pub fn matches<F: FrameView>(&self, frames: &[F]) -> bool {
         match *self {
-            Match::Any(names) => frames.iter().any(|f| any_of(names, &f.function)),
+            Match::Any(names) => frames.iter().any(|f| any_of(names, f.function())),
             Match::NotInLock(wait) => {
-                let Some(i) = frames.iter().position(|f| any_of(wait, &f.function)) else {
+                let Some(i) = frames.iter().position(|f| any_of(wait, f.function())) else {
                     return false;
                 };
                 !frames[i + 1..]
                     .iter()
-                    .any(|f| !is_kernel(f) && any_of(LOCK_WAITS, &f.function))
+                    .any(|f| !is_kernel(f) && any_of(LOCK_WAITS, f.function()))
             }
             Match::Under { wait, under } => {
-                let Some(i) = frames.iter().position(|f| any_of(wait, &f.function)) else {
+                let Some(i) = frames.iter().position(|f| any_of(wait, f.function())) else {
                     return false;
                 };
-                !frames[..i].iter().any(|f| mutex_lock(&f.function))
+                !frames[..i].iter().any(|f| mutex_lock(f.function()))
                     && frames[i + 1..]
                         .iter()
-                        .any(|f| !is_kernel(f) && any_of(under, &f.function))
+                        .any(|f| !is_kernel(f) && any_of(under, f.function()))
             }
             Match::LoopRead { read, loop_ } => {
-                frames.iter().any(|f| any_of(read, &f.function))
+                frames.iter().any(|f| any_of(read, f.function()))
                     && frames
                         .iter()
                         .filter(|f| !is_kernel(f))
                         .find(|f| {
-                            !runtime(&f.module)
-                                && !f
-                                    .file
-                                    .as_deref()
-                                    .is_some_and(|p| p.starts_with("/usr/include/"))
-                                && !read_helper(&f.function)
+                            !runtime(f.module())
+                                && !f.file().is_some_and(|p| p.starts_with("/usr/include/"))
+                                && !read_helper(f.function())
                         })
-                        .is_some_and(|f| any_of(loop_, short(&f.function)))
+                        .is_some_and(|f| any_of(loop_, short(f.function())))
             }
         }
     }
@@ -351,12 +349,12 @@ impl IdleRules {
 
     /// Why a wait under `frames` (leaf first) is idle, if a rule says it is; `contended`:
     /// a lock wait for a mutex another thread holds (never idle).
-    pub fn classify(&self, frames: &[Frame], contended: bool) -> Option<String> {
+    pub fn classify<F: FrameView>(&self, frames: &[F], contended: bool) -> Option<String> {
         if contended {
             return None;
         }
         for p in &self.patterns {
-            if frames.iter().any(|f| name_matches(p, &f.function)) {
+            if frames.iter().any(|f| name_matches(p, f.function())) {
                 return Some(format!("--idle {p}"));
             }
         }

@@ -103,6 +103,10 @@ pub fn leaks_grouped(trace: impl Trace, opts: &LeakOptions) -> Report {
 /// The blocks never freed per (stack, generation, tid or 0): (count, bytes, oldest time).
 type Sums = FastMap<(u64, u32, u32), (u64, u64, u64)>;
 
+/// What [`LeakSink::report_seeing`] calls with each row: its frames, bytes and what holds
+/// it.
+pub(crate) type RowSeen<'a> = dyn FnMut(&[IFrame], u64, Option<&String>) + 'a;
+
 /// A row's key before sites are merged: (frames, alive, thread group, allocator).
 type RowKey = (FrameIds, bool, String, u32);
 
@@ -177,7 +181,7 @@ impl LeakSink {
         self,
         l: &mut Loaded,
         opts: &LeakOptions,
-        every: &mut dyn FnMut(&[IFrame], u64, Option<&String>),
+        every: &mut RowSeen,
     ) -> Report {
         let (by, uncertain) = self.sums(l);
         let merged = self.merged(l, by, opts);

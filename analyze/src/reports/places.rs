@@ -2,6 +2,7 @@
 //! blocks in, whether a wake came from an interrupt, what kind of lock it waits for. What
 //! the summary, the exports and the lock rows call a stack. A leaf: it uses no other
 //! report module.
+use crate::interned::FrameView;
 use crate::model::Frame;
 
 /// Whether a frame's module is the system's C and C++ runtime (libc, the loader,
@@ -31,8 +32,8 @@ pub(crate) fn short(name: &str) -> &str {
 }
 
 /// Whether a frame is the kernel's or a kernel module's.
-pub(crate) fn is_kernel(f: &Frame) -> bool {
-    f.module.starts_with("[kernel")
+pub(crate) fn is_kernel<F: FrameView>(f: &F) -> bool {
+    f.module().starts_with("[kernel")
 }
 
 /// The user function a stack is "in": its first user frame outside the C and C++ runtime
@@ -118,8 +119,8 @@ pub(crate) fn stack_lines(frames: &[Frame]) -> Vec<String> {
 
 /// What a contended lock is, from its waiter's stack and futex op: "mutex", "condvar" or
 /// "other".
-pub(crate) fn lock_kind(frames: &[Frame], futex_op: u32) -> &'static str {
-    let has = |s: &str| frames.iter().any(|f| f.function.contains(s));
+pub(crate) fn lock_kind<F: FrameView>(frames: &[F], futex_op: u32) -> &'static str {
+    let has = |s: &str| frames.iter().any(|f| f.function().contains(s));
     if has("pthread_cond_") || has("condition_variable") {
         "condvar"
     } else if has("lll_lock") || has("pthread_mutex_") || has("mutex::lock") {
@@ -154,8 +155,8 @@ pub(crate) fn condvar_op(futex_op: u32) -> bool {
 /// decide); `uprobe`: recorded by the pthread_mutex_lock probes (a mutex, whatever the
 /// stack); `after_condvar`: the same thread's previous wait was a condvar's, ended just
 /// before this one began (see `StackSink`).
-pub(crate) fn wait_kind(
-    frames: &[Frame],
+pub(crate) fn wait_kind<F: FrameView>(
+    frames: &[F],
     futex_op: Option<u32>,
     uprobe: bool,
     after_condvar: bool,
@@ -163,7 +164,7 @@ pub(crate) fn wait_kind(
     if uprobe {
         return "mutex";
     }
-    let has = |s: &str| frames.iter().any(|f| f.function.contains(s));
+    let has = |s: &str| frames.iter().any(|f| f.function().contains(s));
     // pthread_join waits with FUTEX_WAIT_BITSET too: not a lock.
     if has("pthread_join") || has("pthread_clockjoin") || has("pthread_timedjoin") {
         return "other";

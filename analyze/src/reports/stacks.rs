@@ -14,6 +14,7 @@ use ebtrace_format::events::AggregateRow;
 use ebtrace_format::TraceReader;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// What was aggregated under one stack (and sub-key: mutex, probed function).
 #[derive(Debug, Default, Clone)]
@@ -246,8 +247,9 @@ pub(crate) struct Merged {
     pub(crate) thread: Option<String>,
     /// `--by site`: the allocation site the stacks were merged under.
     pub(crate) site: Option<super::wrappers::Site>,
-    pub(crate) frames: Vec<Frame>,
-    pub(crate) mappings: Vec<Option<MappingInfo>>,
+    /// Interned: a [`Frame`] is made only for a row shown or a stack exported.
+    pub(crate) frames: Vec<IFrame>,
+    pub(crate) mappings: Vec<Option<Arc<MappingInfo>>>,
     pub(crate) agg: Agg,
 }
 
@@ -336,7 +338,7 @@ impl StackSink {
         // Each stack key's merged index, for the links of lock waits.
         let mut merged_at: HashMap<StackKey, usize> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
-        let mut resolved: Option<(u64, Vec<IFrame>, Vec<Option<MappingInfo>>)> = None;
+        let mut resolved: Option<(u64, Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>)> = None;
         for key in keys {
             let agg = self.by_stack.remove(&key).unwrap();
             if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
@@ -353,7 +355,7 @@ impl StackSink {
                         sub: key.1,
                         thread: None,
                         site: None,
-                        frames: l.names.frames(frames),
+                        frames: frames.clone(),
                         mappings: mappings.clone(),
                         agg: Agg::default(),
                     },
@@ -374,7 +376,7 @@ impl StackSink {
                 .1
                 .frames
                 .iter()
-                .any(|f| in_condvar_wait(&f.function))
+                .any(|f| in_condvar_wait(l.names.get(f.function)))
             {
                 continue;
             }
@@ -574,8 +576,12 @@ pub(crate) fn stacks_of(
         stacks: merged
             .into_iter()
             .map(|m| StackValues {
-                frames: m.frames,
-                mappings: m.mappings,
+                frames: l.names.frames(&m.frames),
+                mappings: m
+                    .mappings
+                    .into_iter()
+                    .map(|m| m.as_deref().cloned())
+                    .collect(),
                 sub: m.sub,
                 thread: m.thread,
                 count: m.agg.count,

@@ -8,6 +8,7 @@ use super::stacks::{merge, merge_split, Agg, Merged, ThreadSplit};
 use super::text::{empty_note, log2_text, losses_text};
 use super::wrappers::{Site, WrapperRules};
 use crate::histogram::Log2Bin;
+use crate::interned::{FrameView, Named, Names};
 use crate::model::{Filter, Frame, Loaded, Losses, Trace};
 use ebtrace_format::TraceReader;
 use serde::{Serialize, Serializer};
@@ -654,7 +655,9 @@ pub fn top_grouped(
     let mut learnt = None;
     let merged = if group == Group::Site {
         let mut w = wrappers.clone();
-        w.learn(merged.iter().map(|m| m.frames.as_slice()));
+        let views: Vec<_> = merged.iter().map(|m| l.names.view(&m.frames)).collect();
+        w.learn(views.iter().map(Vec::as_slice));
+        drop(views);
         learnt = Some(w.learnt().map(String::from).collect());
         by_site(&l, merged, &w)
     } else {
@@ -681,12 +684,19 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
     type Key = (String, Option<String>, Option<u32>);
     let mut sites: BTreeMap<Key, Acc> = BTreeMap::new();
     for mut m in merged {
-        let (i, wrappers) = rules.site(&m.frames).unwrap_or((0, Vec::new()));
-        let key: Key = m
-            .frames
+        let view = l.names.view(&m.frames);
+        let (i, wrappers) = rules.site(&view).unwrap_or((0, Vec::new()));
+        let key: Key = view
             .get(i)
-            .map(|f| (f.function.clone(), f.file.clone(), f.line))
+            .map(|f| {
+                (
+                    f.function().to_string(),
+                    f.file().map(String::from),
+                    f.line(),
+                )
+            })
             .unwrap_or_default();
+        drop(view);
         // From the site outwards.
         m.frames.drain(..i.min(m.frames.len()));
         m.mappings.drain(..i.min(m.mappings.len()));
@@ -728,12 +738,13 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
         .into_values()
         .map(|acc| {
             let mut m = acc.m;
-            let f = m.frames.first();
+            let names = &l.names;
+            let f = m.frames.first().map(|&frame| Named { names, frame });
             m.site = Some(Site {
-                file: f.and_then(|f| f.file.clone()),
-                function: f.map_or_else(|| "(no stack)".into(), |f| f.function.clone()),
-                line: f.and_then(|f| f.line),
-                module: f.map(|f| f.module.clone()).unwrap_or_default(),
+                file: f.and_then(|f| f.file().map(String::from)),
+                function: f.map_or_else(|| "(no stack)".into(), |f| f.function().to_string()),
+                line: f.and_then(|f| f.line()),
+                module: f.map(|f| f.module().to_string()).unwrap_or_default(),
                 stacks: acc.stacks,
                 wrappers: acc.wrappers,
             });
@@ -747,21 +758,22 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
 /// contention, idle reason).
 type Decision = (&'static str, bool, Option<String>);
 
-fn decide(kind: EventKind, m: &Merged, idle: &IdleRules) -> Decision {
+fn decide(kind: EventKind, m: &Merged, idle: &IdleRules, names: &Names) -> Decision {
+    let frames = names.view(&m.frames);
     match kind {
         EventKind::Lock => {
             let a = &m.agg;
             let wk = wait_kind(
-                &m.frames,
+                &frames,
                 a.op_known.then_some(a.futex_op),
                 a.uprobe,
                 a.after_condvar > 0 && a.after_condvar * 2 >= a.count,
             );
             let contended = matches!(wk, "mutex" | "condvar_mutex");
             let contention = contended || (wk == "condvar" && a.contended_reacquires > 0);
-            (wk, contention, idle.classify(&m.frames, contended))
+            (wk, contention, idle.classify(&frames, contended))
         }
-        EventKind::OffCpu => ("", false, idle.classify(&m.frames, false)),
+        EventKind::OffCpu => ("", false, idle.classify(&frames, false)),
         _ => ("", false, None),
     }
 }
@@ -788,14 +800,17 @@ pub(crate) fn top_of(l: &mut Loaded, merged: &[Merged], opts: &TopOptions) -> Re
         totals.insert("contention_wait_ns".into(), 0);
     }
     for m in merged {
-        let d = decide(kind, m, idle);
+        let d = decide(kind, m, idle, &l.names);
         add_totals(&mut totals, kind, &m.agg, &d);
         let key = rank(kind, by, &m.agg, &d);
         scored.push((key, m, d));
     }
     // Largest first within each group; ties in a fixed order (the frames) so output is
     // deterministic. Only the rows shown are rendered.
-    scored.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.frames.cmp(&b.1.frames)));
+    scored.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| l.names.cmp(&a.1.frames, &b.1.frames))
+    });
     let mut rows: Vec<Row> = Vec::with_capacity(n.min(scored.len()));
     let mut histograms = Vec::new();
     for (_, m, d) in scored.into_iter().take(n) {
@@ -879,6 +894,7 @@ fn row(
         site,
         ..
     } = m;
+    let frames = l.names.frames(&frames);
     match kind {
         EventKind::Alloc | EventKind::MemGrowth => Row::Bytes(BytesRow {
             bytes: agg.a,
