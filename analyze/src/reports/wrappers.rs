@@ -27,11 +27,13 @@
 use super::idle::name_matches;
 use super::places::runtime;
 use crate::error::{Error, ErrorKind};
+use crate::hash::FastMap;
 use crate::interned::FrameView;
 #[cfg(test)]
 use crate::model::Frame;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 /// Allocator entry points and wrappers, by demangled name (globs, as `--wrapper`).
 pub const DEFAULT_WRAPPERS: &[&str] = &[
@@ -139,7 +141,13 @@ pub struct WrapperRules {
     defaults: bool,
     /// Functions recognised as wrappers by their shape in the stacks learnt from.
     learnt: BTreeSet<String>,
+    /// [`WrapperRules::named`]'s answer per function name, each name matched once against
+    /// the patterns (on a compiler's trace the same names come in every stack); a fresh
+    /// one when a pattern is added.
+    named: NamedCache,
 }
+
+type NamedCache = Arc<Mutex<FastMap<Box<str>, bool>>>;
 
 impl Default for WrapperRules {
     fn default() -> Self {
@@ -147,6 +155,7 @@ impl Default for WrapperRules {
             patterns: Vec::new(),
             defaults: true,
             learnt: BTreeSet::new(),
+            named: NamedCache::default(),
         }
     }
 }
@@ -210,6 +219,7 @@ impl WrapperRules {
             ));
         }
         self.patterns.push(pattern.to_string());
+        self.named = NamedCache::default();
         Ok(())
     }
 
@@ -220,6 +230,16 @@ impl WrapperRules {
 
     /// Whether `name` is a wrapper by name: a user's pattern, or a default one.
     fn named(&self, name: &str) -> bool {
+        let mut cache = self.named.lock().unwrap();
+        if let Some(&n) = cache.get(name) {
+            return n;
+        }
+        let n = self.named_uncached(name);
+        cache.insert(name.into(), n);
+        n
+    }
+
+    fn named_uncached(&self, name: &str) -> bool {
         self.patterns.iter().any(|p| name_matches(p, name))
             || (self.defaults && DEFAULT_WRAPPERS.iter().any(|p| name_matches(p, name)))
     }
