@@ -283,12 +283,15 @@ impl Passed {
         sink.report(self.fresh(), &filter, n, rules)
     }
 
-    /// `heap_with` of the trace (once, every row), and the heap over time; the leak report
-    /// it classified the blocks with is kept for [`Passed::leaks`] (with the same `rules`).
+    /// `heap_with` of the trace (once, its first `n` rows), and the heap over time; the
+    /// leak report it classified the blocks with (its first `leak_n` rows) is kept for
+    /// [`Passed::leaks`] (with the same `rules`).
     pub(crate) fn heap(
         &mut self,
         by: HeapMeasure,
         rules: &Suppressions,
+        n: usize,
+        leak_n: usize,
     ) -> (HeapReport, Option<HeapTimeline>) {
         let mut sink = self.heap.take().expect("the pass kept the heap (once)");
         sink.finish();
@@ -297,7 +300,8 @@ impl Passed {
         let query = HeapOptions {
             filter: &filter,
             by,
-            n: usize::MAX,
+            n,
+            leak_n,
             rules,
         };
         let (report, leaks) = sink.report_and_leaks(self.fresh(), &query);

@@ -16,7 +16,7 @@ pub(super) type LeakedBytes = (u64, u64, Option<String>);
 
 /// The leak report of the blocks never freed, and what the heap report takes from it.
 pub(super) struct Leaked {
-    /// The leak report (its first rows, as many as the heap report's).
+    /// The leak report (its first `leak_n` rows).
     pub(super) report: Report,
     /// Its rows' bytes by their frames' ids.
     pub(super) by_frames: FastMap<FrameIds, LeakedBytes>,
@@ -43,7 +43,7 @@ impl HeapSink {
         let saved = l.losses.clone();
         let opts = LeakOptions {
             filter: q.filter,
-            n: q.n,
+            n: q.leak_n,
             rules: q.rules,
             group: Group::Stack,
             wrappers: &WrapperRules::default(),

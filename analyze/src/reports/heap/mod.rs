@@ -77,6 +77,7 @@ pub fn heap_with(
         filter,
         by,
         n,
+        leak_n: 0,
         rules,
     };
     sink.report_and_leaks(&mut l, &opts).0

@@ -4,13 +4,14 @@ use crate::model::Filter;
 use crate::reports::suppress::Suppressions;
 
 /// What a heap report is asked for: the filter the trace was read with, the measure its
-/// rows are sorted by and how many it keeps, and the rules for which blocks never freed
-/// are held by design.
+/// rows are sorted by and how many it keeps, the rows kept of the leak report it
+/// classifies the blocks never freed with, and the rules for which are held by design.
 #[derive(Clone, Copy)]
 pub(crate) struct HeapOptions<'a> {
     pub(crate) filter: &'a Filter,
     pub(crate) by: HeapMeasure,
     pub(crate) n: usize,
+    pub(crate) leak_n: usize,
     pub(crate) rules: &'a Suppressions,
 }
 

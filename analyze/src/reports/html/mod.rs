@@ -537,7 +537,7 @@ fn data<R: Read + Send, B: Read + Send>(
     let heat = heatmaps_json(&mut p, &present, t0, end_rel);
     let latency = latency_json(&mut p, &present, &mut int);
     let locks = locks_json(&mut p, &present, n, &mut int);
-    let heap = heap_json(&mut p, &present, &mut int);
+    let heap = heap_json(&mut p, &present, n, &mut int);
     let (leaks, leaks_note) = leaks_json(&mut p, &present, n, &mut int);
     let diff = match base {
         Some(base) => diff_json(base, opts, &mut p, &present, &mut int),
@@ -941,11 +941,18 @@ pub const HEAP_HOLDERS: usize = 10;
 /// `peak_bytes`). A stack's most is at least what it held at the peak, so the peak's
 /// holders are drawn even when they held it only between two buckets' ends. Null without
 /// allocations.
-fn heap_json(p: &mut Passed, present: &[EventKind], int: &mut Interner) -> Value {
+fn heap_json(p: &mut Passed, present: &[EventKind], n: usize, int: &mut Interner) -> Value {
     if !present.contains(&EventKind::Alloc) {
         return Value::Null;
     }
-    let (rep, timeline) = p.heap(super::heap::HeapMeasure::Peak, &Suppressions::runtime());
+    // The rows by peak bytes: the series and the peak's holders take the first few (a row
+    // past them held less at the peak than each of them); the leak report its `n`.
+    let (rep, timeline) = p.heap(
+        super::heap::HeapMeasure::Peak,
+        &Suppressions::runtime(),
+        HEAP_SERIES.max(HEAP_HOLDERS),
+        n,
+    );
     let Some(tl) = timeline else {
         return Value::Null;
     };
