@@ -12,7 +12,7 @@ use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::threads::{report_of, ThreadsReport, ThreadsSink};
-use super::top::{top_of, Report, TopOptions};
+use super::top::{top_of, top_rows, Report, Row, TopOptions};
 use super::wrappers::WrapperRules;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
@@ -217,6 +217,40 @@ impl Passed {
             idle: &self.idle,
         };
         top_of(&mut self.loaded, merged, &opts)
+    }
+
+    /// [`Passed::top`] with each row handed to `each` instead of kept ([`top_rows`]).
+    pub(crate) fn top_each(
+        &mut self,
+        kind: EventKind,
+        by: Measure,
+        n: usize,
+        each: &mut dyn FnMut(Row),
+    ) -> Report {
+        self.merge_once(kind);
+        let (merged, losses) = &self.merged[&kind];
+        self.loaded.losses = losses.clone();
+        let opts = TopOptions {
+            kind,
+            by,
+            filter: &self.filter,
+            n,
+            idle: &self.idle,
+        };
+        top_rows(&mut self.loaded, merged, &opts, each)
+    }
+
+    /// `w` learns the program's own allocator wrappers from every merged stack of `kind`
+    /// ([`WrapperRules::learn`]).
+    pub(crate) fn learn_wrappers(&mut self, kind: EventKind, w: &mut WrapperRules) {
+        self.merge_once(kind);
+        let names = &self.loaded.names;
+        let views: Vec<_> = self.merged[&kind]
+            .0
+            .iter()
+            .map(|m| names.view(&m.frames))
+            .collect();
+        w.learn(views.iter().map(Vec::as_slice));
     }
 
     /// `stacks_from` of the trace: the merged stacks of `kind` with their values.

@@ -87,7 +87,7 @@ fn waiting<'a>(mut frames: impl Iterator<Item = &'a Frame>) -> Option<String> {
 /// The kernel function a blocked stack waits in: the first kernel frame (of the kernel or
 /// of a module) that is not the scheduler itself.
 pub(crate) fn kernel_place(frames: &[Frame]) -> Option<String> {
-    waiting(frames.iter().filter(|f| is_kernel(f)))
+    waiting(frames.iter().filter(is_kernel))
 }
 
 /// [`kernel_place`] among the core kernel's frames only, not a module's: what the summary
@@ -100,7 +100,7 @@ pub(crate) fn core_kernel_place(frames: &[Frame]) -> Option<String> {
 /// interrupt's exit): the recorder's waker tid is then whichever thread the interrupt
 /// happened to run on, not a thread that woke the block.
 pub(crate) fn interrupt_wake(waker_frames: &[Frame]) -> bool {
-    waker_frames.iter().filter(|f| is_kernel(f)).any(|f| {
+    waker_frames.iter().filter(is_kernel).any(|f| {
         let n = f.function.as_str();
         n.contains("interrupt")
             || n.contains("softirq")

@@ -10,7 +10,7 @@ use super::pass::{Passed, Wants};
 use super::places::{core_kernel_place, leaf_in_place, user_place};
 use super::text::{human_bytes, human_ns, pct};
 use super::threads::GroupRow;
-use super::top::{Report, Row};
+use super::top::Row;
 use super::wrappers::{site_place, WrapperRules};
 use crate::model::{Filter, Trace};
 use serde::Serialize;
@@ -56,22 +56,40 @@ pub struct Finding {
 }
 
 /// Rows of `kind` grouped by `place`, with the measure summed: the largest group.
-fn largest<'a>(
-    rows: impl IntoIterator<Item = &'a Row>,
-    by: impl Fn(&Row) -> u64,
-    place: impl Fn(&Row) -> String,
-) -> Option<(String, u64, u64)> {
-    let mut groups: BTreeMap<String, u64> = BTreeMap::new();
+fn largest<'a>(rows: impl IntoIterator<Item = &'a Brief>) -> Option<(String, u64, u64)> {
+    let mut groups: BTreeMap<&str, u64> = BTreeMap::new();
     let mut total = 0;
     for r in rows {
-        let v = by(r);
-        total += v;
-        *groups.entry(place(r)).or_default() += v;
+        total += r.value;
+        *groups.entry(&r.place).or_default() += r.value;
     }
     let (k, v) = groups
         .into_iter()
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))?;
-    (v > 0).then_some((k, v, total))
+    (v > 0).then_some((k.to_string(), v, total))
+}
+
+/// What a finding takes of one row of the top stacks: its place, value, idle reason and
+/// whether it is a wait for a mutex another thread held, or contention. Rows go by one at
+/// a time ([`Passed::top_each`]): the summary holds these, not every stack's frames.
+struct Brief {
+    place: String,
+    value: u64,
+    idle: Option<String>,
+    mutex: bool,
+    contention: bool,
+}
+
+impl Brief {
+    fn of(r: &Row, place: &Place) -> Brief {
+        Brief {
+            place: place(r),
+            value: row_value(r),
+            idle: r.idle_reason().map(String::from),
+            mutex: matches!(r, Row::Lock(l) if matches!(l.wait_kind, "mutex" | "condvar_mutex")),
+            contention: matches!(r, Row::Lock(l) if l.contention),
+        }
+    }
 }
 
 /// The kinds the summary takes its stack findings from, in its order.
@@ -137,12 +155,18 @@ pub fn summary_rules<T: Trace>(
 pub(crate) fn summary_of(p: &mut Passed) -> Summary {
     let mut findings = Vec::new();
     for kind in STACK_KINDS {
-        let rep = p.top(kind, kind.default_measure(), usize::MAX);
         let mut wrappers = p.wrappers.clone();
         if kind == EventKind::Alloc {
-            wrappers.learn(rep.rows.iter().map(|r| r.frames()));
+            p.learn_wrappers(kind, &mut wrappers);
         }
-        findings.extend(stack_finding(kind, &rep, &wrappers));
+        let Some((place, unit, what)) = naming(kind, &wrappers) else {
+            continue;
+        };
+        let mut rows = Vec::new();
+        p.top_each(kind, kind.default_measure(), usize::MAX, &mut |r| {
+            rows.push(Brief::of(&r, &place))
+        });
+        findings.extend(stack_finding(kind, &rows, unit, what));
     }
     for kind in LATENCY_KINDS {
         let rep = p.latency(kind);
@@ -235,30 +259,30 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
 /// idle waits' share said apart, by reason. Its share is of the whole total.
 /// The alloc finding's place is the allocation site: the first frame of the stack that is
 /// no allocator wrapper of `wrappers` ([`super::wrappers`]).
-fn stack_finding(kind: EventKind, rep: &Report, wrappers: &WrapperRules) -> Option<Finding> {
-    let (place, unit, what) = naming(kind, wrappers)?;
-    let total: u64 = rep.rows.iter().map(row_value).sum();
-    let idle_rows = || rep.rows.iter().filter(|r| r.idle_reason().is_some());
-    let busy = || rep.rows.iter().filter(|r| r.idle_reason().is_none());
-    let mutexes = || {
-        busy().filter(
-            |r| matches!(r, Row::Lock(l) if matches!(l.wait_kind, "mutex" | "condvar_mutex")),
-        )
-    };
-    let contended = || busy().filter(|r| matches!(r, Row::Lock(l) if l.contention));
-    let (subject, v, _) = largest(mutexes(), row_value, &place)
-        .or_else(|| largest(contended(), row_value, &place))
-        .or_else(|| largest(busy(), row_value, &place))
-        .or_else(|| largest(idle_rows(), row_value, &place))?;
+fn stack_finding(
+    kind: EventKind,
+    rows: &[Brief],
+    unit: &'static str,
+    what: &str,
+) -> Option<Finding> {
+    let total: u64 = rows.iter().map(|r| r.value).sum();
+    let idle_rows = || rows.iter().filter(|r| r.idle.is_some());
+    let busy = || rows.iter().filter(|r| r.idle.is_none());
+    let mutexes = || busy().filter(|r| r.mutex);
+    let contended = || busy().filter(|r| r.contention);
+    let (subject, v, _) = largest(mutexes())
+        .or_else(|| largest(contended()))
+        .or_else(|| largest(busy()))
+        .or_else(|| largest(idle_rows()))?;
     let share = v as f64 / total.max(1) as f64;
     let amount = |x: u64| match unit {
         "ns" => human_ns(x),
         "bytes" => human_bytes(x),
         _ => format!("{x} samples"),
     };
-    let idle = idle_by_reason(rep);
+    let idle = idle_by_reason(rows);
     let idle_total: u64 = idle.values().sum();
-    let mut finding = if busy().any(|r| row_value(r) > 0) {
+    let mut finding = if busy().any(|r| r.value > 0) {
         format!("{what}: {subject}, {} of {}", pct(share), amount(total))
     } else {
         format!(
@@ -356,12 +380,12 @@ fn naming(kind: EventKind, wrappers: &WrapperRules) -> Option<(Place, &'static s
 }
 
 /// The idle waits' values by reason.
-fn idle_by_reason(rep: &Report) -> BTreeMap<String, u64> {
+fn idle_by_reason(rows: &[Brief]) -> BTreeMap<String, u64> {
     let mut idle: BTreeMap<String, u64> = BTreeMap::new();
-    for r in rep.rows.iter().filter(|r| r.idle_reason().is_some()) {
-        *idle
-            .entry(r.idle_reason().unwrap().to_string())
-            .or_default() += row_value(r);
+    for r in rows {
+        if let Some(reason) = &r.idle {
+            *idle.entry(reason.clone()).or_default() += r.value;
+        }
     }
     idle
 }

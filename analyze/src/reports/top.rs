@@ -781,6 +781,20 @@ fn decide(kind: EventKind, m: &Merged, idle: &IdleRules, names: &Names) -> Decis
 /// The `opts.n` stacks of `opts.kind` with the most `opts.by`, of `merged`, the stacks
 /// merged from the trace `l` was read into (only the rows shown are copied out of it).
 pub(crate) fn top_of(l: &mut Loaded, merged: &[Merged], opts: &TopOptions) -> Report {
+    let mut rows: Vec<Row> = Vec::with_capacity(opts.n.min(merged.len()));
+    let mut r = top_rows(l, merged, opts, &mut |row| rows.push(row));
+    r.rows = rows;
+    r
+}
+
+/// [`top_of`] with each row handed to `each` in the report's order instead of kept: a
+/// caller that takes a little of every row (the summary) holds one row at a time.
+pub(crate) fn top_rows(
+    l: &mut Loaded,
+    merged: &[Merged],
+    opts: &TopOptions,
+    each: &mut dyn FnMut(Row),
+) -> Report {
     let TopOptions {
         kind,
         by,
@@ -811,10 +825,9 @@ pub(crate) fn top_of(l: &mut Loaded, merged: &[Merged], opts: &TopOptions) -> Re
         a.0.cmp(&b.0)
             .then_with(|| l.names.cmp(&a.1.frames, &b.1.frames))
     });
-    let mut rows: Vec<Row> = Vec::with_capacity(n.min(scored.len()));
     let mut histograms = Vec::new();
     for (_, m, d) in scored.into_iter().take(n) {
-        rows.push(row(l, kind, m.clone(), d, &mut histograms));
+        each(row(l, kind, m.clone(), d, &mut histograms));
     }
     Report {
         kind: kind.name().into(),
@@ -823,7 +836,7 @@ pub(crate) fn top_of(l: &mut Loaded, merged: &[Merged], opts: &TopOptions) -> Re
         wrappers_learnt: None,
         totals,
         losses: l.losses.clone(),
-        rows,
+        rows: Vec::new(),
         histograms,
         note,
     }
