@@ -191,6 +191,21 @@ pub struct Loaded {
     /// Each mapping's [`MappingInfo`] made once, by (start, end, file offset, path id,
     /// build-id id): a stack's frames share it.
     mapping_infos: HashMap<(u64, u64, u64, u64, u64), Arc<MappingInfo>>,
+    /// Each user address resolved once, by (generation, ip, address looked up): its frames
+    /// in `resolved_frames`. Stacks share most of their addresses (a compiler's tens of
+    /// thousands of stacks, their outer frames); emptied when a record comes after.
+    resolved: crate::hash::FastMap<(u32, u64, u64), Resolved>,
+    resolved_frames: Vec<IFrame>,
+}
+
+/// A user address resolved ([`Loaded::user_frames`]).
+#[derive(Debug)]
+struct Resolved {
+    start: u32,
+    end: u32,
+    map: Option<Arc<MappingInfo>>,
+    /// The unresolved frames' reason, counted at each use.
+    unresolved: Option<Box<str>>,
 }
 
 /// An open trace that a report reads once, front to back: a [`TraceReader`] (of a file,
@@ -519,6 +534,11 @@ impl Loaded {
             Item::Events(Ok(evs)) => return self.events(evs, filter, sink),
             Item::Events(Err(e)) => return self.losses.damage.push(e.to_string()),
         };
+        // A record may add symbols or mappings: what was resolved before is resolved again.
+        if !self.resolved.is_empty() {
+            self.resolved.clear();
+            self.resolved_frames.clear();
+        }
         if let Some(Kind::Process(p)) = &record.kind {
             match p.event() {
                 ProcessEvent::Exit => sink.generation_end(p.generation, p.time_ns),
@@ -783,32 +803,11 @@ impl Loaded {
                 out.push(self.kernel_frame(lookup));
                 continue;
             }
-            let Some(m) = self.tables.mapping_at(generation, ip, u64::MAX).cloned() else {
-                let f = self.unmapped_frame(lookup);
-                out.push(f);
-                continue;
-            };
             let first = out.len();
-            self.mapped_frames(m, lookup, ip, &mut out);
+            let map = self.user_frames(generation, ip, lookup, &mut out);
             if let Some(maps) = maps.as_deref_mut() {
-                let key = (m.start, m.end, m.file_offset, m.path, m.build_id);
-                let info = match self.mapping_infos.get(&key) {
-                    Some(i) => i.clone(),
-                    None => {
-                        let (path, _, build_id) = module_names(&mut self.modules, &self.tables, &m);
-                        let i = Arc::new(MappingInfo {
-                            start: m.start,
-                            end: m.end,
-                            file_offset: m.file_offset,
-                            path,
-                            build_id,
-                        });
-                        self.mapping_infos.insert(key, i.clone());
-                        i
-                    }
-                };
                 maps.resize(first, None);
-                maps.resize(out.len(), Some(info));
+                maps.resize(out.len(), map);
             }
         }
         if let Some(m) = maps {
@@ -817,15 +816,82 @@ impl Loaded {
         out
     }
 
+    /// The frames of user address `ip` of `generation` (looked up at `lookup`) pushed on
+    /// `out`, and the mapping they are in. Each address is resolved once
+    /// ([`Loaded::resolved`]); a frame left unresolved is counted each time.
+    fn user_frames(
+        &mut self,
+        generation: u32,
+        ip: u64,
+        lookup: u64,
+        out: &mut Vec<IFrame>,
+    ) -> Option<Arc<MappingInfo>> {
+        let key = (generation, ip, lookup);
+        if let Some(r) = self.resolved.get(&key) {
+            out.extend_from_slice(&self.resolved_frames[r.start as usize..r.end as usize]);
+            if let Some(reason) = &r.unresolved {
+                match self.losses.unresolved_frames.get_mut(reason.as_ref()) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.losses.unresolved_frames.insert(reason.to_string(), 1);
+                    }
+                }
+            }
+            return r.map.clone();
+        }
+        let first = out.len();
+        let (map, unresolved) = match self.tables.mapping_at(generation, ip, u64::MAX).cloned() {
+            None => {
+                out.push(self.unmapped_frame(lookup));
+                (None, Some("outside any mapping".into()))
+            }
+            Some(m) => {
+                let map = self.mapping_info(&m);
+                (Some(map), self.mapped_frames(m, lookup, ip, out))
+            }
+        };
+        let start = self.resolved_frames.len() as u32;
+        self.resolved_frames.extend_from_slice(&out[first..]);
+        self.resolved.insert(
+            key,
+            Resolved {
+                start,
+                end: self.resolved_frames.len() as u32,
+                map: map.clone(),
+                unresolved,
+            },
+        );
+        map
+    }
+
+    /// Mapping `m` as a report's [`MappingInfo`], made once.
+    fn mapping_info(&mut self, m: &ebtrace_format::proto::Mapping) -> Arc<MappingInfo> {
+        let key = (m.start, m.end, m.file_offset, m.path, m.build_id);
+        if let Some(i) = self.mapping_infos.get(&key) {
+            return i.clone();
+        }
+        let (path, _, build_id) = module_names(&mut self.modules, &self.tables, m);
+        let i = Arc::new(MappingInfo {
+            start: m.start,
+            end: m.end,
+            file_offset: m.file_offset,
+            path,
+            build_id,
+        });
+        self.mapping_infos.insert(key, i.clone());
+        i
+    }
+
     /// The frames of address `lookup` (`ip` as recorded) in mapping `m`: the uprobes page's
-    /// name, the symbolizer's frames, or the module and offset counted unresolved.
+    /// name, the symbolizer's frames, or the module and offset counted unresolved (the
+    /// reason counted returned).
     fn mapped_frames(
         &mut self,
         m: ebtrace_format::proto::Mapping,
         lookup: u64,
         ip: u64,
         out: &mut Vec<IFrame>,
-    ) {
+    ) -> Option<Box<str>> {
         let module = self.names.of_table(&self.tables, m.path);
         let frame = |function, module| IFrame {
             function,
@@ -840,7 +906,7 @@ impl Loaded {
         if self.names.get(module).as_bytes() == ebtrace_format::tables::UPROBES_PATH {
             if let Some(u) = self.tables.uprobes_frame(&m, ip) {
                 out.push(frame(self.names.intern(u.name()), module));
-                return;
+                return None;
             }
         }
         let offset = lookup.wrapping_sub(m.start).wrapping_add(m.file_offset);
@@ -871,17 +937,20 @@ impl Loaded {
                     None => "not in the symbolization".into(),
                 };
                 let (_, short, _) = module_names(&mut self.modules, &self.tables, &m);
+                let key = format!("{short}: {reason}");
                 *self
                     .losses
                     .unresolved_frames
-                    .entry(format!("{short}: {reason}"))
+                    .entry(key.clone())
                     .or_default() += 1;
                 out.push(frame(
                     self.names.intern(&format!("{short}+{offset:#x}")),
                     module,
                 ));
+                return Some(key.into());
             }
         }
+        None
     }
 
     /// Stack `id`'s addresses, the user ips of its offline unwinding when it has them;
