@@ -310,11 +310,23 @@ impl WrapperRules {
                 if kernel(f) || self.skip(f, false) != Skip::No {
                     continue;
                 }
-                let s = seen.entry(f.function().to_string()).or_default();
+                // Looked up by the name first: a String is made once per function.
+                let s = match seen.get_mut(f.function()) {
+                    Some(s) => s,
+                    None => seen.entry(f.function().to_string()).or_default(),
+                };
                 if Some(i) == direct {
-                    s.calls.insert((f.file().map(String::from), f.line()));
+                    if !s
+                        .calls
+                        .iter()
+                        .any(|(file, line)| file.as_deref() == f.file() && *line == f.line())
+                    {
+                        s.calls.insert((f.file().map(String::from), f.line()));
+                    }
                     if let Some(c) = frames[i + 1..].iter().find(|c| !kernel(*c)) {
-                        s.callers.insert(c.function().to_string());
+                        if !s.callers.contains(c.function()) {
+                            s.callers.insert(c.function().to_string());
+                        }
                     }
                 } else {
                     s.elsewhere = true;
