@@ -760,6 +760,17 @@ impl Loaded {
         self.resolve(id, None)
     }
 
+    /// [`Loaded::interned_frames`] of a stack resolved before: what stays unresolved is
+    /// not counted again. A report that keeps a stack's id rather than its frames.
+    pub fn interned_frames_again(&mut self, id: u64) -> Vec<IFrame> {
+        let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
+        let cut = std::mem::take(&mut self.losses.stacks_cut);
+        let f = self.resolve(id, None);
+        self.losses.unresolved_frames = unresolved;
+        self.losses.stacks_cut = cut;
+        f
+    }
+
     /// [`Loaded::interned_frames`], with the mapping of each frame.
     pub fn interned_frames_and_mappings(
         &mut self,

@@ -16,8 +16,9 @@ use crate::reports::live::{allocator_name, allocator_names};
 #[derive(Default)]
 struct Acc {
     allocator: u32,
-    /// The first stack id's frames.
-    frames: Vec<IFrame>,
+    /// The first stack id: its frames are the row's, resolved again for the rows kept
+    /// (each row holding its frames was a third of the report's memory on a compiler).
+    first: u64,
     allocations: u64,
     bytes: u64,
     temporary: u64,
@@ -46,10 +47,10 @@ impl HeapSink {
                 ..Default::default()
             })
             .collect();
-        // Frames are made for the rows kept only: each row's stay interned until then.
-        let mut rows: Vec<(HeapRow, Vec<IFrame>)> = merged
+        // Frames are made for the rows kept only.
+        let rows: Vec<(HeapRow, u64)> = merged
             .into_iter()
-            .map(|(key, mut a)| {
+            .map(|(key, a)| {
                 let (leaked_bytes, held_bytes, held_by) =
                     leaked.by_frames.remove(&key).unwrap_or((0, 0, None));
                 share(&mut allocators, &names, &a, leaked_bytes, known.temporary);
@@ -68,11 +69,10 @@ impl HeapSink {
                     temporary: known.temporary.then_some(a.temporary),
                     frames: Vec::new(),
                 };
-                (row, std::mem::take(&mut a.frames))
+                (row, a.first)
             })
             .collect();
-        sort_rows(&mut rows, q.by, q.n, &l.names);
-        let rows = rows
+        let rows = sort_rows(rows, q.by, q.n, l)
             .into_iter()
             .map(|(mut r, f)| {
                 r.frames = l.names.frames(&f);
@@ -90,7 +90,7 @@ impl HeapSink {
         for (id, s) in ids {
             let frames = l.interned_frames(id);
             let a = merged.entry(Names::ids(&frames)).or_insert_with(|| Acc {
-                frames,
+                first: id,
                 ..Default::default()
             });
             a.allocator = a
@@ -184,13 +184,36 @@ fn lifetime_bins(lifetimes: &[u64]) -> Vec<Log2Bin> {
         .collect()
 }
 
-/// Sorts rows by `by` (then calls, then frames) and keeps the first `n`.
-fn sort_rows(rows: &mut Vec<(HeapRow, Vec<IFrame>)>, by: HeapMeasure, n: usize, names: &Names) {
-    rows.sort_by(|(a, fa), (b, fb)| {
-        by.pick(b)
-            .cmp(&by.pick(a))
-            .then_with(|| b.allocations.cmp(&a.allocations))
-            .then_with(|| names.cmp(fa, fb))
-    });
+/// The first `n` rows by `by` (then calls, then frames), with their frames: the rows
+/// sorted by their numbers, and only those that can be among the first `n` (ties at the
+/// last place included) resolved and ordered by their frames.
+fn sort_rows(
+    mut rows: Vec<(HeapRow, u64)>,
+    by: HeapMeasure,
+    n: usize,
+    l: &mut Loaded,
+) -> Vec<(HeapRow, Vec<IFrame>)> {
+    let key = |r: &HeapRow| {
+        (
+            std::cmp::Reverse(by.pick(r)),
+            std::cmp::Reverse(r.allocations),
+        )
+    };
+    rows.sort_by_key(|(r, _)| key(r));
+    if n == 0 {
+        return Vec::new();
+    }
+    if n < rows.len() {
+        let last = key(&rows[n - 1].0);
+        let keep = rows.partition_point(|(r, _)| key(r) <= last);
+        rows.truncate(keep);
+    }
+    let mut rows: Vec<(HeapRow, Vec<IFrame>)> = rows
+        .into_iter()
+        .map(|(r, id)| (r, l.interned_frames_again(id)))
+        .collect();
+    let names = &l.names;
+    rows.sort_by(|(a, fa), (b, fb)| key(a).cmp(&key(b)).then_with(|| names.cmp(fa, fb)));
     rows.truncate(n);
+    rows
 }
