@@ -388,7 +388,10 @@ impl StackSink {
         let rank = l.names.ranks();
         let ranked = |ids: &FrameIds| -> Vec<(u32, u32, Option<u32>, bool)> {
             ids.iter()
-                .map(|&(f, file, line, inl)| (rank[f as usize], rank[file as usize], line, inl))
+                .map(|k| {
+                    let (f, file) = (k.function() as usize, k.file() as usize);
+                    (rank[f], rank[file], k.line(), k.inlined())
+                })
                 .collect()
         };
         let mut merged: Vec<_> = merged
