@@ -763,12 +763,26 @@ impl Loaded {
     /// [`Loaded::interned_frames`] of a stack resolved before: what stays unresolved is
     /// not counted again. A report that keeps a stack's id rather than its frames.
     pub fn interned_frames_again(&mut self, id: u64) -> Vec<IFrame> {
+        self.again(|l| l.resolve(id, None))
+    }
+
+    /// [`Loaded::interned_frames_and_mappings`] of a stack resolved before (nothing counted
+    /// again).
+    pub fn interned_frames_and_mappings_again(
+        &mut self,
+        id: u64,
+    ) -> (Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>) {
+        self.again(|l| l.interned_frames_and_mappings(id))
+    }
+
+    /// `f` with what resolving counts (unresolved frames, stacks cut) left as it was.
+    fn again<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
         let cut = std::mem::take(&mut self.losses.stacks_cut);
-        let f = self.resolve(id, None);
+        let r = f(self);
         self.losses.unresolved_frames = unresolved;
         self.losses.stacks_cut = cut;
-        f
+        r
     }
 
     /// [`Loaded::interned_frames`], with the mapping of each frame.

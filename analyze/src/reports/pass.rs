@@ -13,7 +13,7 @@ use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::threads::{report_of, ThreadsReport, ThreadsSink};
 use super::top::{top_of, top_rows, Report, Row, TopOptions};
-use super::wrappers::WrapperRules;
+use super::wrappers::{Learner, WrapperRules};
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
 
@@ -219,7 +219,8 @@ impl Passed {
         top_of(&mut self.loaded, merged, &opts)
     }
 
-    /// [`Passed::top`] with each row handed to `each` instead of kept ([`top_rows`]).
+    /// [`Passed::top`] of every row, each handed to `each` instead of kept, in no
+    /// particular order ([`top_rows`]): for a caller that sums them.
     pub(crate) fn top_each(
         &mut self,
         kind: EventKind,
@@ -237,27 +238,26 @@ impl Passed {
             n,
             idle: &self.idle,
         };
-        top_rows(&mut self.loaded, merged, &opts, each)
+        top_rows(&mut self.loaded, merged, &opts, false, each)
     }
 
     /// `w` learns the program's own allocator wrappers from every merged stack of `kind`
     /// ([`WrapperRules::learn`]).
     pub(crate) fn learn_wrappers(&mut self, kind: EventKind, w: &mut WrapperRules) {
         self.merge_once(kind);
-        let names = &self.loaded.names;
-        let views: Vec<_> = self.merged[&kind]
-            .0
-            .iter()
-            .map(|m| names.view(&m.frames))
-            .collect();
-        w.learn(views.iter().map(Vec::as_slice));
+        let mut seen = Learner::default();
+        for m in &self.merged[&kind].0 {
+            let frames = m.frames(&mut self.loaded);
+            w.learn_one(&mut seen, &self.loaded.names.view(&frames));
+        }
+        w.learn_from(seen);
     }
 
     /// `stacks_from` of the trace: the merged stacks of `kind` with their values.
     pub(crate) fn stacks(&mut self, kind: EventKind) -> Stacks {
         let (merged, losses) = self.merged(kind);
         self.loaded.losses = losses;
-        stacks_of(&self.loaded, kind, &self.filter, merged)
+        stacks_of(&mut self.loaded, kind, &self.filter, merged)
     }
 
     /// `system_latency_from` of the trace, every row: `ebsym latency --kind

@@ -247,10 +247,32 @@ pub(crate) struct Merged {
     pub(crate) thread: Option<String>,
     /// `--by site`: the allocation site the stacks were merged under.
     pub(crate) site: Option<super::wrappers::Site>,
-    /// Interned: a [`Frame`] is made only for a row shown or a stack exported.
-    pub(crate) frames: Vec<IFrame>,
-    pub(crate) mappings: Vec<Option<Arc<MappingInfo>>>,
+    /// The first stack id merged: its frames (past the first `skip`, `--by site`) are the
+    /// stack's, resolved again where needed ([`Merged::frames`]); holding every merged
+    /// stack's frames was most of `top`'s memory on a compiler's trace.
+    pub(crate) stack: u64,
+    pub(crate) skip: usize,
     pub(crate) agg: Agg,
+}
+
+impl Merged {
+    /// Its frames, resolved again from its stack id (nothing counted twice).
+    pub(crate) fn frames(&self, l: &mut Loaded) -> Vec<IFrame> {
+        let mut f = l.interned_frames_again(self.stack);
+        f.drain(..self.skip.min(f.len()));
+        f
+    }
+
+    /// [`Merged::frames`] with the mapping of each.
+    pub(crate) fn frames_and_mappings(
+        &self,
+        l: &mut Loaded,
+    ) -> (Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>) {
+        let (mut f, mut m) = l.interned_frames_and_mappings_again(self.stack);
+        f.drain(..self.skip.min(f.len()));
+        m.drain(..self.skip.min(m.len()));
+        (f, m)
+    }
 }
 
 /// Reads the trace and folds events of `kind` into merged stacks, in a fixed order; with
@@ -338,16 +360,16 @@ impl StackSink {
         // Each stack key's merged index, for the links of lock waits.
         let mut merged_at: HashMap<StackKey, usize> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
-        let mut resolved: Option<(u64, Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>)> = None;
+        let mut resolved: Option<(u64, FrameIds)> = None;
         for key in keys {
             let agg = self.by_stack.remove(&key).unwrap();
             if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
-                let (f, m) = l.interned_frames_and_mappings(key.0);
-                resolved = Some((key.0, f, m));
+                let f = l.interned_frames(key.0);
+                resolved = Some((key.0, Names::ids(&f)));
             }
-            let (_, frames, mappings) = resolved.as_ref().unwrap();
+            let (_, ids) = resolved.as_ref().unwrap();
             let thread = self.thread_of(l, key);
-            let mk = (key.1, thread, Names::ids(frames));
+            let mk = (key.1, thread, ids.clone());
             let i = *index.entry(mk).or_insert_with_key(|mk| {
                 merged.push((
                     mk.clone(),
@@ -355,8 +377,8 @@ impl StackSink {
                         sub: key.1,
                         thread: None,
                         site: None,
-                        frames: frames.clone(),
-                        mappings: mappings.clone(),
+                        stack: key.0,
+                        skip: 0,
                         agg: Agg::default(),
                     },
                 ));
@@ -372,9 +394,8 @@ impl StackSink {
             let (Some(&mi), Some(&ci)) = (merged_at.get(&m), merged_at.get(&c)) else {
                 continue;
             };
-            if !merged[mi]
-                .1
-                .frames
+            let frames = merged[mi].1.frames(l);
+            if !frames
                 .iter()
                 .any(|f| in_condvar_wait(l.names.get(f.function)))
             {
@@ -546,19 +567,19 @@ pub fn stacks_with_inuse_from(trace: impl Trace, kind: EventKind, filter: &Filte
 /// [`stacks_with_inuse_from`] split by thread name: one [`StackValues`] per stack and
 /// thread name, its `thread` that name (what pprof labels its samples with).
 pub fn stacks_by_thread_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stacks {
-    let (l, merged) = merge_split(trace, kind, filter, true, ThreadSplit::Name);
-    stacks_of(&l, kind, filter, merged)
+    let (mut l, merged) = merge_split(trace, kind, filter, true, ThreadSplit::Name);
+    stacks_of(&mut l, kind, filter, merged)
 }
 
 fn stacks_with(trace: impl Trace, kind: EventKind, filter: &Filter, inuse: bool) -> Stacks {
-    let (l, merged) = merge(trace, kind, filter, inuse);
-    stacks_of(&l, kind, filter, merged)
+    let (mut l, merged) = merge(trace, kind, filter, inuse);
+    stacks_of(&mut l, kind, filter, merged)
 }
 
 /// The [`Stacks`] of `merged`, the stacks of `kind` merged from the trace `l` was read
 /// into.
 pub(crate) fn stacks_of(
-    l: &Loaded,
+    l: &mut Loaded,
     kind: EventKind,
     filter: &Filter,
     merged: Vec<Merged>,
@@ -578,10 +599,13 @@ pub(crate) fn stacks_of(
         executables,
         stacks: merged
             .into_iter()
-            .map(|m| StackValues {
-                frames: l.names.frames(&m.frames),
-                mappings: m
-                    .mappings
+            .map(|m| {
+                let (frames, mappings) = m.frames_and_mappings(l);
+                (m, l.names.frames(&frames), mappings)
+            })
+            .map(|(m, frames, mappings)| StackValues {
+                frames,
+                mappings: mappings
                     .into_iter()
                     .map(|m| m.as_deref().cloned())
                     .collect(),

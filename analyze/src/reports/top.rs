@@ -8,8 +8,9 @@ use super::stacks::{merge, merge_split, Agg, Merged, ThreadSplit};
 use super::text::{empty_note, log2_text, losses_text};
 use super::wrappers::{Site, WrapperRules};
 use crate::histogram::Log2Bin;
-use crate::interned::{FrameView, Named, Names};
+use crate::interned::{FrameView, IFrame, Named};
 use crate::model::{Filter, Frame, Loaded, Losses, Trace};
+use crate::reports::wrappers::Learner;
 use ebtrace_format::TraceReader;
 use serde::{Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -655,11 +656,14 @@ pub fn top_grouped(
     let mut learnt = None;
     let merged = if group == Group::Site {
         let mut w = wrappers.clone();
-        let views: Vec<_> = merged.iter().map(|m| l.names.view(&m.frames)).collect();
-        w.learn(views.iter().map(Vec::as_slice));
-        drop(views);
+        let mut seen = Learner::default();
+        for m in &merged {
+            let frames = m.frames(&mut l);
+            w.learn_one(&mut seen, &l.names.view(&frames));
+        }
+        w.learn_from(seen);
         learnt = Some(w.learnt().map(String::from).collect());
-        by_site(&l, merged, &w)
+        by_site(&mut l, merged, &w)
     } else {
         merged
     };
@@ -672,7 +676,7 @@ pub fn top_grouped(
 /// The stacks of `merged` merged by allocation site ([`WrapperRules::site`]): each
 /// site's row has the sum of its stacks, the frames of the heaviest from the site
 /// outwards, and the threads of all.
-pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> Vec<Merged> {
+pub(crate) fn by_site(l: &mut Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> Vec<Merged> {
     /// A site's row so far: its merged stack, the weight of its heaviest stack, the
     /// wrappers folded, the stacks merged.
     struct Acc {
@@ -684,7 +688,8 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
     type Key = (String, Option<String>, Option<u32>);
     let mut sites: BTreeMap<Key, Acc> = BTreeMap::new();
     for mut m in merged {
-        let view = l.names.view(&m.frames);
+        let frames = m.frames(l);
+        let view = l.names.view(&frames);
         let (i, wrappers) = rules.site(&view).unwrap_or((0, Vec::new()));
         let key: Key = view
             .get(i)
@@ -698,8 +703,7 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
             .unwrap_or_default();
         drop(view);
         // From the site outwards.
-        m.frames.drain(..i.min(m.frames.len()));
-        m.mappings.drain(..i.min(m.mappings.len()));
+        m.skip += i.min(frames.len());
         let weight = m.agg.a.max(m.agg.count);
         let Some(acc) = sites.get_mut(&key) else {
             sites.insert(
@@ -730,16 +734,17 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
         }
         if weight > acc.best {
             acc.best = weight;
-            acc.m.frames = m.frames;
-            acc.m.mappings = m.mappings;
+            acc.m.stack = m.stack;
+            acc.m.skip = m.skip;
         }
     }
     sites
         .into_values()
         .map(|acc| {
             let mut m = acc.m;
+            let frames = m.frames(l);
             let names = &l.names;
-            let f = m.frames.first().map(|&frame| Named { names, frame });
+            let f = frames.first().map(|&frame| Named { names, frame });
             m.site = Some(Site {
                 file: f.and_then(|f| f.file().map(String::from)),
                 function: f.map_or_else(|| "(no stack)".into(), |f| f.function().to_string()),
@@ -758,8 +763,12 @@ pub(crate) fn by_site(l: &Loaded, merged: Vec<Merged>, rules: &WrapperRules) -> 
 /// contention, idle reason).
 type Decision = (&'static str, bool, Option<String>);
 
-fn decide(kind: EventKind, m: &Merged, idle: &IdleRules, names: &Names) -> Decision {
-    let frames = names.view(&m.frames);
+fn decide(kind: EventKind, m: &Merged, idle: &IdleRules, l: &mut Loaded) -> Decision {
+    if !matches!(kind, EventKind::Lock | EventKind::OffCpu) {
+        return ("", false, None);
+    }
+    let frames = m.frames(l);
+    let frames = l.names.view(&frames);
     match kind {
         EventKind::Lock => {
             let a = &m.agg;
@@ -782,17 +791,19 @@ fn decide(kind: EventKind, m: &Merged, idle: &IdleRules, names: &Names) -> Decis
 /// merged from the trace `l` was read into (only the rows shown are copied out of it).
 pub(crate) fn top_of(l: &mut Loaded, merged: &[Merged], opts: &TopOptions) -> Report {
     let mut rows: Vec<Row> = Vec::with_capacity(opts.n.min(merged.len()));
-    let mut r = top_rows(l, merged, opts, &mut |row| rows.push(row));
+    let mut r = top_rows(l, merged, opts, true, &mut |row| rows.push(row));
     r.rows = rows;
     r
 }
 
-/// [`top_of`] with each row handed to `each` in the report's order instead of kept: a
-/// caller that takes a little of every row (the summary) holds one row at a time.
+/// [`top_of`] with each row handed to `each` instead of kept: a caller that takes a
+/// little of every row (the summary) holds one row at a time. In the report's order when
+/// `ordered`; else in the merged stacks' (the same rows, none sorted by its frames).
 pub(crate) fn top_rows(
     l: &mut Loaded,
     merged: &[Merged],
     opts: &TopOptions,
+    ordered: bool,
     each: &mut dyn FnMut(Row),
 ) -> Report {
     let TopOptions {
@@ -814,17 +825,14 @@ pub(crate) fn top_rows(
         totals.insert("contention_wait_ns".into(), 0);
     }
     for m in merged {
-        let d = decide(kind, m, idle, &l.names);
+        let d = decide(kind, m, idle, l);
         add_totals(&mut totals, kind, &m.agg, &d);
         let key = rank(kind, by, &m.agg, &d);
         scored.push((key, m, d));
     }
-    // Largest first within each group; ties in a fixed order (the frames) so output is
-    // deterministic. Only the rows shown are rendered.
-    scored.sort_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then_with(|| l.names.cmp(&a.1.frames, &b.1.frames))
-    });
+    if ordered {
+        scored = first_rows(l, scored, n);
+    }
     let mut histograms = Vec::new();
     for (_, m, d) in scored.into_iter().take(n) {
         each(row(l, kind, m.clone(), d, &mut histograms));
@@ -840,6 +848,31 @@ pub(crate) fn top_rows(
         histograms,
         note,
     }
+}
+
+/// A merged stack as [`top_rows`] sorts it: (its rank, it, the decision on its waits).
+type Scored<'a> = ((bool, u8, u64), &'a Merged, Decision);
+
+/// The first `n` of `scored` in the report's order: largest first within each group,
+/// ties in a fixed order (the frames) so output is deterministic. Sorted by rank, then
+/// only those that can be among the first `n` (the ties at the last place included) are
+/// resolved again and ordered by their frames.
+fn first_rows<'a>(l: &mut Loaded, mut scored: Vec<Scored<'a>>, n: usize) -> Vec<Scored<'a>> {
+    scored.sort_by_key(|s| s.0);
+    if n == 0 {
+        return Vec::new();
+    }
+    if n < scored.len() {
+        let last = scored[n - 1].0;
+        let keep = scored.partition_point(|s| s.0 <= last);
+        scored.truncate(keep);
+    }
+    let mut framed: Vec<(Vec<IFrame>, Scored<'a>)> =
+        scored.into_iter().map(|s| (s.1.frames(l), s)).collect();
+    let names = &l.names;
+    framed.sort_by(|a, b| a.1 .0.cmp(&b.1 .0).then_with(|| names.cmp(&a.0, &b.0)));
+    framed.truncate(n);
+    framed.into_iter().map(|(_, s)| s).collect()
 }
 
 /// Adds a merged stack's `agg` to the report's totals, and its waits to `idle_ns` or
@@ -899,15 +932,15 @@ fn row(
     d: Decision,
     histograms: &mut Vec<Vec<Log2Bin>>,
 ) -> Row {
+    let frames = m.frames(l);
+    let frames = l.names.frames(&frames);
     let Merged {
         sub,
-        frames,
         agg,
         thread,
         site,
         ..
     } = m;
-    let frames = l.names.frames(&frames);
     match kind {
         EventKind::Alloc | EventKind::MemGrowth => Row::Bytes(BytesRow {
             bytes: agg.a,

@@ -190,6 +190,18 @@ fn system_header<F: FrameView>(f: &F) -> bool {
     f.file().is_some_and(|p| p.starts_with("/usr/include/"))
 }
 
+/// What [`WrapperRules::learn`] has seen of each function so far.
+#[derive(Default)]
+pub(crate) struct Learner(BTreeMap<String, Seen>);
+
+#[derive(Default)]
+struct Seen {
+    callers: BTreeSet<String>,
+    /// The places (file, line) it calls the allocator from.
+    calls: BTreeSet<(Option<String>, Option<u32>)>,
+    elsewhere: bool,
+}
+
 /// Whether the frame is the kernel's.
 fn kernel<F: FrameView>(f: &F) -> bool {
     f.module().starts_with("[kernel")
@@ -283,57 +295,66 @@ impl WrapperRules {
     /// two distinct functions.
     /// Nothing is learnt without the default rules.
     pub fn learn<'a, F: FrameView + 'a>(&mut self, stacks: impl IntoIterator<Item = &'a [F]>) {
+        let mut seen = Learner::default();
+        for frames in stacks {
+            self.learn_one(&mut seen, frames);
+        }
+        self.learn_from(seen);
+    }
+
+    /// What [`WrapperRules::learn`] takes of one stack, into `seen`: stacks given one at a
+    /// time (a report that holds stack ids, not frames).
+    pub(crate) fn learn_one<F: FrameView>(&self, seen: &mut Learner, frames: &[F]) {
         if !self.defaults {
             return;
         }
-        #[derive(Default)]
-        struct Seen {
-            callers: BTreeSet<String>,
-            /// The places (file, line) it calls the allocator from.
-            calls: BTreeSet<(Option<String>, Option<u32>)>,
-            elsewhere: bool,
-        }
-        let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
-        for frames in stacks {
-            let site = self
-                .site_with(frames, false)
-                .filter(|&i| self.skip(&frames[i], false) == Skip::No);
-            // Directly above an allocator by name: the user frame below the site.
-            let direct = site.filter(|&i| {
-                frames[..i]
+        let seen = &mut seen.0;
+        let site = self
+            .site_with(frames, false)
+            .filter(|&i| self.skip(&frames[i], false) == Skip::No);
+        // Directly above an allocator by name: the user frame below the site.
+        let direct = site.filter(|&i| {
+            frames[..i]
+                .iter()
+                .rev()
+                .find(|f| !kernel(*f))
+                .is_some_and(|f| self.named(f.function()))
+        });
+        for (i, f) in frames.iter().enumerate() {
+            if kernel(f) || self.skip(f, false) != Skip::No {
+                continue;
+            }
+            // Looked up by the name first: a String is made once per function.
+            let s = match seen.get_mut(f.function()) {
+                Some(s) => s,
+                None => seen.entry(f.function().to_string()).or_default(),
+            };
+            if Some(i) == direct {
+                if !s
+                    .calls
                     .iter()
-                    .rev()
-                    .find(|f| !kernel(*f))
-                    .is_some_and(|f| self.named(f.function()))
-            });
-            for (i, f) in frames.iter().enumerate() {
-                if kernel(f) || self.skip(f, false) != Skip::No {
-                    continue;
+                    .any(|(file, line)| file.as_deref() == f.file() && *line == f.line())
+                {
+                    s.calls.insert((f.file().map(String::from), f.line()));
                 }
-                // Looked up by the name first: a String is made once per function.
-                let s = match seen.get_mut(f.function()) {
-                    Some(s) => s,
-                    None => seen.entry(f.function().to_string()).or_default(),
-                };
-                if Some(i) == direct {
-                    if !s
-                        .calls
-                        .iter()
-                        .any(|(file, line)| file.as_deref() == f.file() && *line == f.line())
-                    {
-                        s.calls.insert((f.file().map(String::from), f.line()));
+                if let Some(c) = frames[i + 1..].iter().find(|c| !kernel(*c)) {
+                    if !s.callers.contains(c.function()) {
+                        s.callers.insert(c.function().to_string());
                     }
-                    if let Some(c) = frames[i + 1..].iter().find(|c| !kernel(*c)) {
-                        if !s.callers.contains(c.function()) {
-                            s.callers.insert(c.function().to_string());
-                        }
-                    }
-                } else {
-                    s.elsewhere = true;
                 }
+            } else {
+                s.elsewhere = true;
             }
         }
+    }
+
+    /// The wrappers learnt from what `seen` took of every stack.
+    pub(crate) fn learn_from(&mut self, seen: Learner) {
+        if !self.defaults {
+            return;
+        }
         self.learnt = seen
+            .0
             .into_iter()
             .filter(|(_, s)| !s.elsewhere && s.calls.len() == 1 && s.callers.len() >= 2)
             .map(|(f, _)| f)
