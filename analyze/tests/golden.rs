@@ -1614,3 +1614,50 @@ fn threads_count_a_blocks_run_queue_wait_once() {
     assert_eq!((g.offcpu_ns, g.runq_ns), (12_000_000, 3_000_000), "{g:?}");
     assert_eq!((g.wall_ns, g.not_seen_ns), (15_000_000, 0), "{g:?}");
 }
+
+/// `tops_from` (what `ebsym` prints after symbolizing) reads the trace once for every
+/// kind: each kind's report is the one `top_from` of that kind alone gives.
+#[test]
+fn tops_of_one_read_are_each_kinds_top() {
+    use ebtrace_format::TraceReader;
+    let dir = tempfile::tempdir().unwrap();
+    let (shop, cpu, misc) = (
+        dir.path().join("shop.pb.zst"),
+        dir.path().join("cpu.pb.zst"),
+        dir.path().join("misc.pb.zst"),
+    );
+    write_shop(&shop, 3);
+    write_cpu(&cpu);
+    write_misc(&misc);
+    let mut with_rows = Vec::new();
+    for t in [&shop, &cpu, &misc] {
+        let tops = reports::tops_from(TraceReader::open(t).unwrap(), &EventKind::ALL, 5);
+        assert_eq!(tops.len(), EventKind::ALL.len());
+        for (kind, got) in tops {
+            let want = reports::top_from(
+                TraceReader::open(t).unwrap(),
+                kind,
+                kind.default_measure(),
+                &Filter::default(),
+                5,
+            );
+            assert_eq!(
+                cli_json(&got),
+                cli_json(&want),
+                "{kind:?} of {}",
+                t.display()
+            );
+            if !got.rows.is_empty() {
+                with_rows.push(kind);
+            }
+        }
+    }
+    for k in [
+        EventKind::Alloc,
+        EventKind::Lock,
+        EventKind::Cpu,
+        EventKind::OffCpu,
+    ] {
+        assert!(with_rows.contains(&k), "no {k:?} rows in {with_rows:?}");
+    }
+}

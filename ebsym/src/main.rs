@@ -544,12 +544,11 @@ fn symbolize(a: SymbolizeArgs) -> anyhow::Result<()> {
     }
     eprintln!("ebsym: wrote {}", output.display());
     // What a user looks at next: the top stacks of each kind the trace holds.
-    use ebtrace_analyze::reports::top_from;
+    // The trace read once for all kinds (it was once per kind).
     let mut out = std::io::stdout().lock();
-    for kind in EventKind::ALL {
-        let trace = ebtrace_format::TraceReader::open(&output)
-            .with_context(|| format!("cannot read {}", output.display()))?;
-        let r = top_from(trace, kind, kind.default_measure(), &Default::default(), 5);
+    let trace = ebtrace_format::TraceReader::open(&output)
+        .with_context(|| format!("cannot read {}", output.display()))?;
+    for (kind, r) in ebtrace_analyze::reports::tops_from(trace, &EventKind::ALL, 5) {
         if !r.rows.is_empty() {
             writeln!(
                 out,

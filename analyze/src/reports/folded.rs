@@ -1,6 +1,7 @@
 //! Folded stacks (`root;…;leaf value`), for flamegraph.pl, inferno and `ebsym diff`.
 use super::kind::{EventKind, Measure};
-use super::stacks::{stacks_from, Stacks};
+use super::stacks::{merge, Stacks};
+use super::text::empty_note;
 use crate::model::{Filter, Frame, Losses, Trace};
 use ebtrace_format::TraceReader;
 use std::collections::BTreeMap;
@@ -21,15 +22,24 @@ pub struct Folded {
 
 /// The folded key of `frames` (leaf first): function names root to leaf, `;`-separated.
 pub fn folded_key(frames: &[Frame]) -> String {
-    if frames.is_empty() {
+    folded_key_of(frames.iter().map(|f| f.function.as_str()))
+}
+
+/// [`folded_key`] of the frames' function names (leaf first).
+fn folded_key_of<'a>(functions: impl DoubleEndedIterator<Item = &'a str>) -> String {
+    let mut key = String::new();
+    let mut any = false;
+    for f in functions.rev() {
+        if any {
+            key.push(';');
+        }
+        any = true;
+        key.push_str(&f.replace(';', ":"));
+    }
+    if !any {
         return "[no stack]".to_string();
     }
-    let names: Vec<String> = frames
-        .iter()
-        .rev()
-        .map(|f| f.function.replace(';', ":"))
-        .collect();
-    names.join(";")
+    key
 }
 
 /// [`folded_from`] of the trace at `path`, `by` a measure's name (the kind's default if
@@ -49,15 +59,30 @@ pub fn folded(
     ))
 }
 
-/// The folded stacks of `kind` in an open trace, valued by `by`.
+/// The folded stacks of `kind` in an open trace, valued by `by`: the merged stacks folded
+/// one at a time from their interned frames (no stack's frames held as strings: the same
+/// lines as [`Stacks::folded`] of [`super::stacks::stacks_from`]).
 pub fn folded_from(trace: impl Trace, kind: EventKind, by: Measure, filter: &Filter) -> Folded {
-    let st = stacks_from(trace, kind, filter);
+    let (mut l, merged) = merge(trace, kind, filter, false);
+    let note = merged
+        .is_empty()
+        .then(|| empty_note(kind.name(), filter, &l.losses));
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for m in &merged {
+        let v = by.pick(kind, m.agg.count, m.agg.a, m.agg.b);
+        if v == 0 {
+            continue;
+        }
+        let frames = m.frames(&mut l);
+        let key = folded_key_of(frames.iter().map(|f| l.names.get(f.function)));
+        *lines.entry(key).or_default() += v;
+    }
     Folded {
         kind,
         by,
-        lines: st.folded_lines(by),
-        losses: st.losses,
-        note: st.note,
+        lines: lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect(),
+        losses: l.losses,
+        note,
     }
 }
 

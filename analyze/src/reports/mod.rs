@@ -66,6 +66,7 @@ pub use folded::{folded, folded_from, folded_key, Folded};
 pub use heap::{heap_from, heap_with, HeapAllocator, HeapMeasure, HeapReport, HeapRow, HeapTotals};
 pub use kind::{EventKind, Measure};
 pub use leaks::{leaks, leaks_from, leaks_grouped, leaks_with, LeakOptions};
+pub use pass::tops_from;
 pub use requests::{requests_from, RequestOptions, RequestsReport, NO_REQUEST};
 pub use stacks::{
     stacks, stacks_by_thread_from, stacks_from, stacks_with_inuse_from, StackValues, Stacks,

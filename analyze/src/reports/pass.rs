@@ -12,10 +12,24 @@ use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::threads::{report_of, ThreadsReport, ThreadsSink};
-use super::top::{top_of, top_rows, Report, Row, TopOptions};
+use super::top::{top_rows, Report, Row, TopOptions};
 use super::wrappers::{Learner, WrapperRules};
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
+
+/// [`super::top_from`] of each of `kinds` by its default measure, the trace read once (each
+/// report as `top_from` of that kind alone gives it).
+pub fn tops_from(trace: impl Trace, kinds: &[EventKind], n: usize) -> Vec<(EventKind, Report)> {
+    let wants = Wants {
+        stacks: kinds.to_vec(),
+        ..Default::default()
+    };
+    let mut p = Passed::read(trace, &Filter::default(), &wants, None);
+    kinds
+        .iter()
+        .map(|&k| (k, p.top(k, k.default_measure(), n)))
+        .collect()
+}
 
 /// What a pass keeps, for which reports.
 #[derive(Debug, Clone, Default)]
@@ -206,26 +220,25 @@ impl Passed {
     /// `top_from` of the trace: the `n` stacks of `kind` with the most `by` (the merged
     /// stacks read in place, not copied).
     pub(crate) fn top(&mut self, kind: EventKind, by: Measure, n: usize) -> Report {
-        self.merge_once(kind);
-        let (merged, losses) = &self.merged[&kind];
-        self.loaded.losses = losses.clone();
-        let opts = TopOptions {
-            kind,
-            by,
-            filter: &self.filter,
-            n,
-            idle: &self.idle,
-        };
-        top_of(&mut self.loaded, merged, &opts)
+        let mut rows = Vec::new();
+        let mut r = self.top_rows(kind, by, n, true, &mut |row| rows.push(row));
+        r.rows = rows;
+        r
     }
 
     /// [`Passed::top`] of every row, each handed to `each` instead of kept, in no
-    /// particular order ([`top_rows`]): for a caller that sums them.
-    pub(crate) fn top_each(
+    /// particular order: for a caller that sums them.
+    pub(crate) fn top_each(&mut self, kind: EventKind, by: Measure, each: &mut dyn FnMut(Row)) {
+        self.top_rows(kind, by, usize::MAX, false, each);
+    }
+
+    /// [`top_rows`] of the merged stacks of `kind`.
+    fn top_rows(
         &mut self,
         kind: EventKind,
         by: Measure,
         n: usize,
+        ordered: bool,
         each: &mut dyn FnMut(Row),
     ) -> Report {
         self.merge_once(kind);
@@ -238,7 +251,7 @@ impl Passed {
             n,
             idle: &self.idle,
         };
-        top_rows(&mut self.loaded, merged, &opts, false, each)
+        top_rows(&mut self.loaded, merged, &opts, ordered, each)
     }
 
     /// `w` learns the program's own allocator wrappers from every merged stack of `kind`

@@ -163,7 +163,7 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
             continue;
         };
         let mut rows = Vec::new();
-        p.top_each(kind, kind.default_measure(), usize::MAX, &mut |r| {
+        p.top_each(kind, kind.default_measure(), &mut |r| {
             rows.push(Brief::of(&r, &place))
         });
         findings.extend(stack_finding(kind, &rows, unit, what));
