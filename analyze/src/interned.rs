@@ -63,6 +63,11 @@ pub trait FrameView {
     fn file(&self) -> Option<&str>;
     fn line(&self) -> Option<u32>;
     fn module(&self) -> &str;
+    /// (function, file, module) ids when the frame is interned: what a rule decides of a
+    /// frame from these names can be kept by them.
+    fn ids(&self) -> Option<(u32, u32, u32)> {
+        None
+    }
 }
 
 impl<T: FrameView + ?Sized> FrameView for &T {
@@ -77,6 +82,9 @@ impl<T: FrameView + ?Sized> FrameView for &T {
     }
     fn module(&self) -> &str {
         (**self).module()
+    }
+    fn ids(&self) -> Option<(u32, u32, u32)> {
+        (**self).ids()
     }
 }
 
@@ -114,6 +122,9 @@ impl FrameView for Named<'_> {
     }
     fn module(&self) -> &str {
         self.names.get(self.frame.module)
+    }
+    fn ids(&self) -> Option<(u32, u32, u32)> {
+        Some((self.frame.function, self.frame.file, self.frame.module))
     }
 }
 

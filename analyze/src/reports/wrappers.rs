@@ -32,7 +32,7 @@ use crate::interned::FrameView;
 #[cfg(test)]
 use crate::model::Frame;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 /// Allocator entry points and wrappers, by demangled name (globs, as `--wrapper`).
@@ -192,7 +192,11 @@ fn system_header<F: FrameView>(f: &F) -> bool {
 
 /// What [`WrapperRules::learn`] has seen of each function so far.
 #[derive(Default)]
-pub(crate) struct Learner(BTreeMap<String, Seen>);
+pub(crate) struct Learner {
+    seen: FastMap<Box<str>, Seen>,
+    /// Each interned frame's skip ([`FrameView::ids`]): the names' rules matched once.
+    skips: FastMap<(u32, u32, u32), Skip>,
+}
 
 #[derive(Default)]
 struct Seen {
@@ -308,10 +312,17 @@ impl WrapperRules {
         if !self.defaults {
             return;
         }
-        let seen = &mut seen.0;
-        let site = self
-            .site_with(frames, false)
-            .filter(|&i| self.skip(&frames[i], false) == Skip::No);
+        // Each frame's skip, decided once per distinct interned frame.
+        let skips: Vec<Skip> = frames
+            .iter()
+            .map(|f| match f.ids() {
+                Some(id) => *seen.skips.entry(id).or_insert_with(|| self.skip(f, false)),
+                None => self.skip(f, false),
+            })
+            .collect();
+        let user = |i: usize| !kernel(&frames[i]);
+        // The site the other rules give ([`WrapperRules::site_with`] without the learnt).
+        let site = (0..frames.len()).find(|&i| user(i) && skips[i] == Skip::No);
         // Directly above an allocator by name: the user frame below the site.
         let direct = site.filter(|&i| {
             frames[..i]
@@ -320,14 +331,15 @@ impl WrapperRules {
                 .find(|f| !kernel(*f))
                 .is_some_and(|f| self.named(f.function()))
         });
+        let seen = &mut seen.seen;
         for (i, f) in frames.iter().enumerate() {
-            if kernel(f) || self.skip(f, false) != Skip::No {
+            if !user(i) || skips[i] != Skip::No {
                 continue;
             }
             // Looked up by the name first: a String is made once per function.
             let s = match seen.get_mut(f.function()) {
                 Some(s) => s,
-                None => seen.entry(f.function().to_string()).or_default(),
+                None => seen.entry(f.function().into()).or_default(),
             };
             if Some(i) == direct {
                 if !s
@@ -354,10 +366,10 @@ impl WrapperRules {
             return;
         }
         self.learnt = seen
-            .0
+            .seen
             .into_iter()
             .filter(|(_, s)| !s.elsewhere && s.calls.len() == 1 && s.callers.len() >= 2)
-            .map(|(f, _)| f)
+            .map(|(f, _)| f.into())
             .collect();
     }
 
