@@ -216,6 +216,18 @@ struct offcpu_block {
 #define OFFCPU_REFUSED 2
 #define OFFCPU_SAMPLED_OUT 3
 
+/* The time-weighted draw of a block of `d` ns under `unit` (d < unit <= 2^31): kept with
+ * probability d/unit (r/2^32 < d/unit), the probability noted in `b` for its weight. */
+static __always_inline bool weighted_draw(struct offcpu_block *b, __u64 d, __u64 unit)
+{
+	__u64 r = bpf_get_prandom_u32();
+	if (r * unit >= (d << 32))
+		return false;
+	b->chosen_d = d ? d : 1;
+	b->chosen_unit = unit;
+	return true;
+}
+
 /* --offcpu-sample's choice for a block off the CPU for `d` ns so far: whether it is kept,
  * the probability noted in `b` for its weight. */
 static __always_inline bool offcpu_sample(struct offcpu_block *b, __u64 d)
@@ -226,13 +238,7 @@ static __always_inline bool offcpu_sample(struct offcpu_block *b, __u64 d)
 		return true;
 	if (unit > 1000000000ULL)
 		unit = 1000000000ULL;
-	/* p = d/unit: r/2^32 < d/unit */
-	__u64 r = bpf_get_prandom_u32();
-	if (r * unit >= (d << 32))
-		return false;
-	b->chosen_d = d ? d : 1;
-	b->chosen_unit = unit;
-	return true;
+	return weighted_draw(b, d, unit);
 }
 
 /* The off-CPU time a kept block of `d` ns stands for. */
@@ -362,12 +368,7 @@ static __always_inline bool req_short_sample(struct offcpu_block *b, struct task
 	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
 	if (!r || !r->start)
 		return false;
-	__u64 x = bpf_get_prandom_u32();
-	if (x * unit >= (d << 32))
-		return false;
-	b->chosen_d = d ? d : 1;
-	b->chosen_unit = unit;
-	return true;
+	return weighted_draw(b, d, unit);
 }
 
 /* The end of a block of `task` that started at `start` and lasted `d` ns: a hit, and past
