@@ -745,15 +745,6 @@ impl Loaded {
         self.names.frames(&f)
     }
 
-    /// [`Loaded::frames`], with the mapping of each frame (None for kernel frames and
-    /// frames outside any mapping).
-    pub fn frames_and_mappings(&mut self, id: u64) -> (Vec<Frame>, Vec<Option<MappingInfo>>) {
-        let mut maps = Vec::new();
-        let f = self.resolve(id, Some(&mut maps));
-        let maps = maps.into_iter().map(|m| m.as_deref().cloned()).collect();
-        (self.names.frames(&f), maps)
-    }
-
     /// [`Loaded::frames`] with their names interned in [`Loaded::names`]: what reports
     /// group and compare stacks by, making [`Frame`]s only for the rows they print.
     pub fn interned_frames(&mut self, id: u64) -> Vec<IFrame> {

@@ -67,20 +67,20 @@ pub fn folded_from(trace: impl Trace, kind: EventKind, by: Measure, filter: &Fil
     let note = merged
         .is_empty()
         .then(|| empty_note(kind.name(), filter, &l.losses));
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for m in &merged {
+    let lines = fold(merged.iter().filter_map(|m| {
         let v = by.pick(kind, m.agg.count, m.agg.a, m.agg.b);
-        if v == 0 {
-            continue;
-        }
-        let frames = m.frames(&mut l);
-        let key = folded_key_of(frames.iter().map(|f| l.names.get(f.function)));
-        *lines.entry(key).or_default() += v;
-    }
+        (v > 0).then(|| {
+            let frames = m.frames(&mut l);
+            (
+                folded_key_of(frames.iter().map(|f| l.names.get(f.function))),
+                v,
+            )
+        })
+    }));
     Folded {
         kind,
         by,
-        lines: lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect(),
+        lines,
         losses: l.losses,
         note,
     }
@@ -101,14 +101,18 @@ impl Stacks {
     /// `root;…;leaf value` of every stack with a value, sorted; stacks that fold alike
     /// summed.
     fn folded_lines(&self, by: Measure) -> Vec<String> {
-        let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-        for s in &self.stacks {
+        fold(self.stacks.iter().filter_map(|s| {
             let v = s.value(self.kind, by);
-            if v == 0 {
-                continue;
-            }
-            *lines.entry(folded_key(&s.frames)).or_default() += v;
-        }
-        lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect()
+            (v > 0).then(|| (folded_key(&s.frames), v))
+        }))
     }
+}
+
+/// `key value` lines of (folded key, value) pairs, keys that fold alike summed, sorted.
+fn fold(stacks: impl Iterator<Item = (String, u64)>) -> Vec<String> {
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+    for (key, v) in stacks {
+        *lines.entry(key).or_default() += v;
+    }
+    lines.into_iter().map(|(s, v)| format!("{s} {v}")).collect()
 }

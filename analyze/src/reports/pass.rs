@@ -12,8 +12,8 @@ use super::stacks::{stacks_of, Merged, StackSink, Stacks};
 use super::suppress::Suppressions;
 use super::system::{HistSink, PointSink, SystemLatencyReport, TcpReport, TcpSink};
 use super::threads::{report_of, ThreadsReport, ThreadsSink};
-use super::top::{top_rows, Report, Row, TopOptions};
-use super::wrappers::{Learner, WrapperRules};
+use super::top::{learn_merged, top_rows, Report, Row, TopOptions};
+use super::wrappers::WrapperRules;
 use crate::model::{Event, Filter, Loaded, Losses, Sink, Trace};
 use std::collections::BTreeMap;
 
@@ -258,12 +258,7 @@ impl Passed {
     /// ([`WrapperRules::learn`]).
     pub(crate) fn learn_wrappers(&mut self, kind: EventKind, w: &mut WrapperRules) {
         self.merge_once(kind);
-        let mut seen = Learner::default();
-        for m in &self.merged[&kind].0 {
-            let frames = m.frames(&mut self.loaded);
-            w.learn_one(&mut seen, &self.loaded.names.view(&frames));
-        }
-        w.learn_from(seen);
+        learn_merged(&mut self.loaded, &self.merged[&kind].0, w);
     }
 
     /// `stacks_from` of the trace: the merged stacks of `kind` with their values.

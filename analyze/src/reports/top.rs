@@ -656,12 +656,7 @@ pub fn top_grouped(
     let mut learnt = None;
     let merged = if group == Group::Site {
         let mut w = wrappers.clone();
-        let mut seen = Learner::default();
-        for m in &merged {
-            let frames = m.frames(&mut l);
-            w.learn_one(&mut seen, &l.names.view(&frames));
-        }
-        w.learn_from(seen);
+        learn_merged(&mut l, &merged, &mut w);
         learnt = Some(w.learnt().map(String::from).collect());
         by_site(&mut l, merged, &w)
     } else {
@@ -671,6 +666,17 @@ pub fn top_grouped(
     r.group = group.name();
     r.wrappers_learnt = learnt;
     r
+}
+
+/// `w` learns the program's own allocator wrappers ([`WrapperRules::learn`]) from the
+/// merged stacks, each resolved again in turn (none held as frames).
+pub(crate) fn learn_merged(l: &mut Loaded, merged: &[Merged], w: &mut WrapperRules) {
+    let mut seen = Learner::default();
+    for m in merged {
+        let frames = m.frames(l);
+        w.learn_one(&mut seen, &l.names.view(&frames));
+    }
+    w.learn_from(seen);
 }
 
 /// The stacks of `merged` merged by allocation site ([`WrapperRules::site`]): each
