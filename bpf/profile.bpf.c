@@ -351,13 +351,36 @@ struct {
 	__type(value, struct req_acct);
 } req_acct SEC(".maps");
 
+/* --request-slow: a request that has run this long (ns; 0: off) is slow, and every block of
+ * it that ends from then on is kept whole, whatever its length, the threshold and the sample
+ * (it stands for itself): the slow requests' detail, at the cost of the tail's blocks only.
+ * Writable: user space keeps it at the adaptive tail (a quantile of the requests done so far,
+ * record/src/reqslow.rs) or at the fixed duration asked for. */
+__u64 req_slow_ns = 0;
+
+/* Whether `task` is inside a request that is slow by `end` (boottime ns): its blocks are
+ * kept whole (the probability noted in `b` is 1). */
+static __always_inline bool req_past_slow(struct offcpu_block *b, struct task_struct *task,
+					  __u64 end)
+{
+	__u64 slow = READ_ONCE_U64(req_slow_ns);
+	if (!request_mode || !slow)
+		return false;
+	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
+	if (!r || !r->start || end < r->start || end - r->start < slow)
+		return false;
+	b->chosen_d = 0;
+	return true;
+}
+
 /* Inside a request (--request with --offcpu), a block shorter than the threshold is kept with
  * probability d/U and stands for U ns, U the larger of the threshold and --offcpu-sample's
  * unit (the time-weighted sample the longer blocks get): the request's own split counts
  * every block, and these name what the short ones waited on, at about one kept block per U
- * of in-request off-CPU time. */
+ * of in-request off-CPU time. A block that ends once its request is slow (--request-slow) is
+ * kept whole. */
 static __always_inline bool req_short_sample(struct offcpu_block *b, struct task_struct *task,
-					     __u64 d)
+					     __u64 d, __u64 end)
 {
 	__u64 unit = offcpu_min_ns;
 	__u64 u = READ_ONCE_U64(offcpu_unit_ns);
@@ -368,6 +391,11 @@ static __always_inline bool req_short_sample(struct offcpu_block *b, struct task
 	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
 	if (!r || !r->start)
 		return false;
+	__u64 slow = READ_ONCE_U64(req_slow_ns);
+	if (slow && end >= r->start && end - r->start >= slow) {
+		b->chosen_d = 0;
+		return true;
+	}
 	return weighted_draw(b, d, unit);
 }
 
@@ -381,7 +409,7 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 {
 	bool short_kept = false;
 	if (d < offcpu_min_ns) {
-		if (!req_short_sample(b, task, d)) {
+		if (!req_short_sample(b, task, d, start + d)) {
 			count(FAM_OFFCPU, CTR_HITS);
 			count(FAM_OFFCPU, CTR_FILTERED);
 			return NULL;
@@ -396,7 +424,8 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 	}
 	__u8 decided = b->decided;
 	if (!short_kept &&
-	    (decided == OFFCPU_SAMPLED_OUT || (decided == 0 && !offcpu_sample(b, d)))) {
+	    (decided == OFFCPU_SAMPLED_OUT || (decided == 0 && !offcpu_sample(b, d))) &&
+	    !req_past_slow(b, task, start + d)) {
 		count(FAM_OFFCPU, CTR_HITS);
 		count(FAM_OFFCPU, CTR_FILTERED);
 		return NULL;
@@ -679,7 +708,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 		return 0; /* counted under the blocked thread's stacks only */
 	/* Decided here, with the time off the CPU so far: the waker's stacks are taken only for
 	 * a block the sample keeps. */
-	if (!offcpu_sample(b, dw)) {
+	if (!offcpu_sample(b, dw) && !req_past_slow(b, p, b->woken_ns)) {
 		b->decided = OFFCPU_SAMPLED_OUT;
 		return 0;
 	}

@@ -47,6 +47,9 @@
 #   ebrec-request-split  the same with --offcpu: the kernel splits each statement's time (on
 #                      CPU, run queue, off CPU), and off-CPU blocks are events (not in the default
 #                      set)
+#   ebrec-request-split-off  ebrec-request-split with --request-slow off: the sample alone, no
+#                      slow request's blocks kept whole (the default is auto, p99) (not in the
+#                      default set)
 #   bt-request         bpftrace pairing the same probes: @s[tid] = nsecs at query__start, at
 #                      query__done the delta into hist() (not in the default set)
 #   bt-offcpu          bpftrace on sched_switch: at the switch-out of a server thread that blocks,
@@ -172,7 +175,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS ebrec-request ebrec-request-split bt-request bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS ebrec-request ebrec-request-split ebrec-request-split-off bt-request bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 # ebrec record and agent rows with --sched POLICY (ebrec's own threads; default batch)
 for p in normal idle batch; do
@@ -574,10 +577,11 @@ tool_argv() {
           TOOL_ARGV=(env --default-signal=INT EBTRACE_OFFCPU_SYS_EXIT=1 "$ebrec" record -q "${STATS_FLAG[@]}" -o "$TRACE" --offcpu "${pids[@]}")
           return 0 ;;
         ebrec-diagset) fam=(--cpu --offcpu --lock --memgrowth --syscalls --bio --runq --tcp) ;;
-        ebrec-request | ebrec-request-split)
+        ebrec-request | ebrec-request-split | ebrec-request-split-off)
           [ "$SERVER" = postgres ] || { WHY[$1]="PostgreSQL's query probes: SERVER=postgres only"; return 1; }
           fam=(--request usdt:postgresql:query__start,query__done)
-          [ "$c" = ebrec-request ] || fam+=(--offcpu) ;;
+          [ "$c" = ebrec-request ] || fam+=(--offcpu)
+          [ "$c" != ebrec-request-split-off ] || fam+=(--request-slow off) ;;
         ebrec-sysfloor)
           # --syscalls of a sleeping process: every call of the server pays the system call
           # hub's dispatch and target test, and nothing else.

@@ -1,6 +1,7 @@
 //! What `ebrec record` (and each window of `ebrec agent`) records: every option of a
 //! recording. With the `cli` feature (ebrec's) the same structs are clap's arguments, so
 //! each flag and its help are written once; the library itself links no clap.
+pub use crate::reqslow::RequestSlow;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -239,6 +240,18 @@ pub struct RecordConfig {
         arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")
     )]
     pub request: Option<String>,
+    /// With --request and --offcpu: when a request is slow, so that every block of it that
+    /// ends from then on is kept whole with its stacks and waker, whatever its length and the
+    /// sample (tail-based detail: only the slow requests pay, and only past the threshold).
+    /// auto (the default): p99 of the latest 4,096 requests done, updated each second (the
+    /// first once ten requests lie past it: 1,000 done for p99); pNN[.N]: another quantile
+    /// (p95, p99.9); a duration (500us, 5ms, 1s): fixed; off: the sample alone names every
+    /// request's blocks.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_name = "auto|pNN|DURATION|off", default_value = "auto")
+    )]
+    pub request_slow: RequestSlow,
     /// How user stacks are taken. auto (the default): unwound in the kernel with each
     /// binary's unwind rows (from .eh_frame, loaded once per file), and with the frame
     /// pointer in code that has no rows loaded: whole stacks with or without frame pointers,

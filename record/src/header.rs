@@ -158,6 +158,9 @@ fn probe_options(a: &RecordConfig, opt: &mut impl FnMut(&str, String)) {
             // inside a request, blocks under the threshold are a time-weighted sample, its
             // unit the larger of the threshold and --offcpu-sample's
             opt("offcpu-request-sample", "max(offcpu,offcpu-sample)".into());
+            // the slow requests' blocks kept whole (the adaptive threshold's values are
+            // ProbeChange records, setting request-slow-ns)
+            opt("request-slow", a.request_slow.to_string());
         }
     }
     for u in &a.usdt_pair {

@@ -28,6 +28,7 @@ pub(crate) mod probes;
 pub(crate) mod procfs;
 pub(crate) mod recorder;
 pub(crate) mod recording;
+pub(crate) mod reqslow;
 pub(crate) mod rotate;
 pub(crate) mod sched;
 pub(crate) mod session;

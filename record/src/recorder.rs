@@ -376,6 +376,10 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
             a.usdt_string_bytes
         },
         request_split: a.request.is_some() && a.offcpu.is_some(),
+        request_slow_ns: match a.request_slow {
+            crate::config::RequestSlow::Fixed(ns) => ns,
+            _ => 0,
+        },
         bpf_stats: a.bpf_stats || a.max_cpu.is_some(),
         func_args: a.args,
         func,

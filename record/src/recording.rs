@@ -200,6 +200,10 @@ impl<'p> Recording<'p> {
             }
         }
         s.unwind_info = st.cfg.copy_bytes > 0 && !a.no_unwind_info;
+        if let (true, crate::config::RequestSlow::Tail(q)) = (st.cfg.request_split, a.request_slow)
+        {
+            s.slow_tail = Some(crate::reqslow::SlowTail::new(q));
+        }
         s.clock_sync()?;
         for (i, (m, bid)) in st.probed.iter().enumerate() {
             s.probed_function(i as u64 + 1, m, bid)?;
@@ -428,6 +432,7 @@ impl<'p> Recording<'p> {
         }
         self.keep_budget()?;
         self.pace_units()?;
+        self.pace_request_slow()?;
         if self.last_stats.elapsed() >= Duration::from_secs(1) {
             self.last_stats = Instant::now();
             self.each_second()?;
@@ -448,6 +453,24 @@ impl<'p> Recording<'p> {
             apply_budget(&mut self.s, self.probes, &change, why, self.a.quiet)?;
         }
         Ok(())
+    }
+
+    /// --request-slow's adaptive threshold, once a second: written to the kernel and to the
+    /// trace (a ProbeChange, setting `request-slow-ns`) when it moves.
+    fn pace_request_slow(&mut self) -> Result<()> {
+        let Some((ns, why)) = self.s.slow_tail.as_mut().and_then(|t| t.tick()) else {
+            return Ok(());
+        };
+        self.probes.set_request_slow_ns(ns);
+        self.s.probe_change(ProbeChange {
+            time_ns: procfs::clock_ns(libc::CLOCK_BOOTTIME),
+            family: EventFamily::Offcpu as i32,
+            kind: ProbeChangeKind::Rate as i32,
+            setting: "request-slow-ns".into(),
+            value: ns,
+            reason: why,
+            ..Default::default()
+        })
     }
 
     fn pace_units(&mut self) -> Result<()> {
@@ -629,7 +652,12 @@ impl<'p> Recording<'p> {
             budget_line: self.budget_line(elapsed),
             stacks: s.stack_quality.lines(),
             cfi: self.cfi_line(),
-            paced: self.pacers.iter().filter_map(|p| p.summary()).collect(),
+            paced: self
+                .pacers
+                .iter()
+                .filter_map(|p| p.summary())
+                .chain(self.s.slow_tail.as_ref().map(|t| t.summary()))
+                .collect(),
         }
     }
 

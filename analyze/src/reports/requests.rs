@@ -80,12 +80,79 @@ pub struct RequestsReport {
     /// when no request has the kernel's split.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel_split: Option<KernelSplit>,
+    /// --request-slow (recorded with --offcpu): from what length on a request's blocks were
+    /// kept whole, whatever the sample; absent when off or recorded without it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow_detail: Option<SlowDetail>,
     pub cpu_period_ns: u64,
     pub slowest: Vec<RequestRow>,
     pub tail: Option<TailDiff>,
     pub losses: Losses,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// Tail-based detail (`ebrec record --request-slow`): every block that ended once its
+/// request had run `threshold_ns` was kept whole, with its stacks and waker.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowDetail {
+    /// As recorded: `p99` (adaptive: a quantile of the requests done so far) or a fixed
+    /// duration (`5000us`).
+    pub setting: String,
+    /// The threshold last in force (None: adaptive, and too few requests were done to set
+    /// one: no block was kept for its request's length).
+    pub threshold_ns: Option<u64>,
+    /// Adaptive: how many times the threshold moved (`ebsym info` lists each value).
+    pub changes: u64,
+}
+
+impl SlowDetail {
+    /// The text report's `detail:` line.
+    fn line(&self) -> String {
+        match (self.threshold_ns, self.setting.starts_with('p')) {
+            (Some(t), true) => format!(
+                "detail: every block of a request past {} kept whole (--request-slow {}: the last of {} adaptive value{})",
+                ms(t),
+                self.setting,
+                self.changes,
+                if self.changes == 1 { "" } else { "s" }
+            ),
+            (Some(t), false) => format!(
+                "detail: every block of a request past {} kept whole (--request-slow)",
+                ms(t)
+            ),
+            (None, _) => format!(
+                "detail: --request-slow {} set no threshold (too few requests done): the sample alone names the blocks",
+                self.setting
+            ),
+        }
+    }
+}
+
+/// The recording's --request-slow, from the header and the ProbeChange records.
+fn slow_detail(l: &Loaded) -> Option<SlowDetail> {
+    let setting = l
+        .header
+        .options
+        .iter()
+        .find(|o| o.key == "request-slow")
+        .map(|o| o.value.clone())
+        .filter(|v| v != "off")?;
+    let changes: Vec<u64> = l
+        .probe_changes
+        .iter()
+        .filter(|c| c.setting == "request-slow-ns")
+        .map(|c| c.value)
+        .collect();
+    let fixed = setting
+        .strip_suffix("us")
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|us| us * 1000);
+    Some(SlowDetail {
+        threshold_ns: fixed.or(changes.last().copied()),
+        changes: changes.len() as u64,
+        setting,
+    })
 }
 
 /// The kernel's split of the requests, summed over those that have it.
@@ -1103,6 +1170,7 @@ pub fn requests_from<T: Trace>(
         ids_repeat: un.ids_repeat,
         families,
         kernel_split: kernel_split(&reqs),
+        slow_detail: slow_detail(&l),
         cpu_period_ns: period,
         slowest: rows,
         tail: tail_diff,
@@ -1301,6 +1369,9 @@ impl RequestsReport {
                 pct(k.disk_ns),
                 k.blocks as f64 / k.requests as f64
             );
+        }
+        if let Some(d) = &self.slow_detail {
+            let _ = writeln!(s, "{}", d.line());
         }
         if self.nested + self.unmatched_done + self.open_at_end > 0 {
             let _ = writeln!(

@@ -357,6 +357,7 @@ fn requests_short_blocks_are_named_by_a_sample() {
             "usdt:rsrv:request__start,request__done",
             "--cpu=999",
             "--offcpu=25000",
+            "--request-slow=off",
         ],
         &["--requests", "2400"],
     );
@@ -395,6 +396,150 @@ fn requests_short_blocks_are_named_by_a_sample() {
     assert!(
         header.contains("offcpu-request-sample"),
         "the header does not say it: {header}"
+    );
+}
+
+/// Off-CPU events of an `ebsym dump` that stand for themselves (kept whole, not by the
+/// sample: weight 0 or their duration) and last `lo` to `hi` ns.
+fn kept_whole(dump: &str, lo: u64, hi: u64) -> usize {
+    let num = |l: &str, k: &str| {
+        l.split(k)
+            .nth(1)
+            .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    dump.lines()
+        .filter(|l| l.contains("OffCpuEvent {"))
+        .filter(|l| {
+            matches!((num(l, "duration_ns: "), num(l, "weight_ns: ")),
+                (Some(d), Some(w)) if (w == 0 || w == d) && (lo..hi).contains(&d))
+        })
+        .count()
+}
+
+/// Tail-based detail: with --offcpu's threshold (25 ms) above the planted waits (the
+/// ledger's 20 ms, the timer's 10 ms), each would be kept only by the sample (p = length /
+/// 25 ms, standing for 25 ms). With --request-slow 5ms every block that ends once its
+/// request has run 5 ms is kept whole: each lock and timer request's own wait, with its
+/// stacks, standing for itself; the slowest requests are named without "blocks the sample
+/// left out", and `ebsym requests` says from what length on.
+#[test]
+fn requests_past_request_slow_keep_every_block() {
+    if !common::root() {
+        return;
+    }
+    let rec = common::record(
+        "request_server",
+        &[
+            "--request",
+            "usdt:rsrv:request__start,request__done",
+            "--cpu=999",
+            "--offcpu=25000",
+            "--request-slow=5ms",
+        ],
+        &["--requests", "800"],
+    );
+    let t = rec.trace.to_str().unwrap();
+    let j = ebsym_json(&["requests", t, "-n", "40"]);
+    assert_eq!(j["kernel_split"]["requests"].as_u64(), Some(800), "{j:#}");
+    let d = &j["slow_detail"];
+    assert_eq!(d["setting"], "5000us", "{d}");
+    assert_eq!(d["threshold_ns"].as_u64(), Some(5_000_000), "{d}");
+    let text =
+        String::from_utf8_lossy(&common::run(&common::ebsym_path(), &["requests", t]).stdout)
+            .into_owned();
+    assert!(
+        text.contains("detail: every block of a request past 5.00 ms kept whole"),
+        "{text}"
+    );
+    let (mut planted, mut whole) = (0, 0);
+    for r in j["slowest"].as_array().unwrap() {
+        let f = match r["id"].as_u64().map(|id| id % 100) {
+            Some(10) => "rsrv::wait_for_ledger",
+            Some(40) => "rsrv::await_timer",
+            _ => continue,
+        };
+        planted += 1;
+        let causes = r["causes"].as_array().unwrap();
+        let dur = r["duration_ns"].as_u64().unwrap();
+        let left_out = causes
+            .iter()
+            .find(|c| c["cause"] == "off CPU: blocks the sample left out")
+            .map_or(0, |c| c["ns"].as_u64().unwrap());
+        let lock = causes.iter().find(|c| c["cause"] == "off CPU: lock");
+        if lock.is_some_and(|c| has_frame(c, f) && c["ns"].as_u64().unwrap() * 2 >= dur)
+            && left_out * 5 <= dur
+        {
+            whole += 1;
+        } else {
+            eprintln!("{f}: not kept whole: {r:#}");
+        }
+    }
+    assert_eq!(
+        planted, 16,
+        "the 8 lock and 8 timer requests among the 40 slowest: {j:#}"
+    );
+    assert!(whole >= 15, "{whole} of 16 slow requests kept whole: {j:#}");
+    // In the trace: the 8 timer waits (10 ms, under the 25 ms threshold: the sample would
+    // keep each with p = 0.4, standing for 25 ms) stand for themselves. (The lock waits
+    // queue behind each other, some past 25 ms.)
+    let dump = common::run(&common::ebsym_path(), &["dump", t]);
+    let dump = String::from_utf8_lossy(&dump.stdout);
+    let n = kept_whole(&dump, 9_500_000, 25_000_000);
+    assert!(n >= 8, "{n} blocks of 9.5 to 25 ms kept whole");
+}
+
+/// --request-slow's default, auto: the p99 of the requests done so far, set once 1,000 are
+/// done and again each second when it moves; each value is a ProbeChange record, the header says "p99", and the
+/// slow requests' own blocks are kept whole from there on.
+#[test]
+fn requests_slow_threshold_adapts_to_the_tail() {
+    if !common::root() {
+        return;
+    }
+    let rec = common::record_loud(
+        "request_server",
+        &[
+            "--request",
+            "usdt:rsrv:request__start,request__done",
+            "--cpu=999",
+            "--offcpu=25000",
+        ],
+        &["--requests", "12000"],
+    );
+    let t = rec.trace.to_str().unwrap();
+    let err = String::from_utf8_lossy(&rec.out.stderr);
+    assert!(
+        err.contains("--request-slow p99: blocks of requests past"),
+        "{err}"
+    );
+    let info = ebsym_json(&["info", t]);
+    let values: Vec<u64> = info["probe_changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["setting"] == "request-slow-ns")
+        .map(|c| c["value"].as_u64().unwrap())
+        .collect();
+    // 4% of the requests are slow (10 to 20 ms and more, the fsync's a few ms), the rest
+    // ~20 us: the p99 falls among the slow ones.
+    let last = *values
+        .last()
+        .unwrap_or_else(|| panic!("no threshold set: {info:#}"));
+    assert!(
+        (1_000_000..=60_000_000).contains(&last),
+        "p99 at {last} ns: {values:?}"
+    );
+    let j = ebsym_json(&["requests", t]);
+    assert_eq!(j["slow_detail"]["setting"], "p99", "{j:#}");
+    assert_eq!(
+        j["slow_detail"]["threshold_ns"].as_u64(),
+        Some(last),
+        "{j:#}"
+    );
+    assert_eq!(
+        j["slow_detail"]["changes"].as_u64(),
+        Some(values.len() as u64)
     );
 }
 

@@ -63,6 +63,15 @@ impl<'obj> Probes<'obj> {
         }
     }
 
+    /// Sets --request-slow's threshold (ns; 0: off) while recording: a block that ends once
+    /// its request has run this long is kept whole.
+    pub fn set_request_slow_ns(&self, ns: u64) {
+        if let Some(p) = self.req_slow_ptr {
+            // SAFETY: as in `set_sample_bytes`, in the profile object's mmapped .bss.
+            unsafe { std::ptr::write_volatile(p, ns) };
+        }
+    }
+
     /// Sets the unit of a family's time-weighted sample (off-CPU, syscalls, run queue), ns,
     /// at most 1 s, while recording; each block, call or wait is judged by the value it
     /// reads once when it is decided (record/src/pacer.rs).

@@ -318,6 +318,7 @@ impl<'obj> Probes<'obj> {
             alloc_sessions_cfg: cfg.alloc_sessions,
             sample_bytes_ptr: None,
             offcpu_min_ptr: None,
+            req_slow_ptr: None,
             offcpu_epoch_ptr: None,
             req_epoch_ptr: None,
             unit_ptrs: Vec::new(),
@@ -375,6 +376,11 @@ impl<'obj> Probes<'obj> {
             .as_mut()
             .and_then(|a| a.maps.bss_data.as_deref_mut())
             .map(|b| &mut b.offcpu_epoch as *mut u32);
+        p.req_slow_ptr = p
+            .profile
+            .as_mut()
+            .and_then(|a| a.maps.bss_data.as_deref_mut())
+            .map(|b| &mut b.req_slow_ns as *mut u64);
         p.req_epoch_ptr = p
             .profile
             .as_mut()
@@ -582,6 +588,11 @@ fn load_profile<'obj>(
     if let Some(d) = open.maps.bss_data.as_deref_mut() {
         d.offcpu_min_ns = cfg.offcpu_min_ns.unwrap_or(0);
         d.offcpu_unit_ns = cfg.offcpu_unit_ns.min(1_000_000_000);
+        d.req_slow_ns = if cfg.request_split {
+            cfg.request_slow_ns
+        } else {
+            0
+        };
     }
     for mut p in open.open_object_mut().progs_mut() {
         let name = p.name().to_string_lossy().into_owned();

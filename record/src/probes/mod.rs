@@ -118,6 +118,9 @@ pub struct ProbeConfig {
     /// --request with --offcpu: each request's time split in the kernel (its start and
     /// done probes are set after the attach: `set_request_probes`).
     pub request_split: bool,
+    /// --request-slow's fixed threshold, ns (0: off, or adaptive: set while recording with
+    /// `set_request_slow_ns`).
+    pub request_slow_ns: u64,
     /// Kernel BPF stats on (--max-cpu, --bpf-stats).
     pub bpf_stats: bool,
 }
@@ -196,6 +199,8 @@ pub struct Probes<'obj> {
     sample_bytes_ptr: Option<*mut u64>,
     /// `offcpu_min_ns` in the profile object's mmapped .bss (see `set_offcpu_min_ns`).
     offcpu_min_ptr: Option<*mut u64>,
+    /// `req_slow_ns` in the profile object's mmapped .bss (see `set_request_slow_ns`).
+    req_slow_ptr: Option<*mut u64>,
     /// `offcpu_epoch` in the profile object's .bss (bumped when off-CPU resumes).
     offcpu_epoch_ptr: Option<*mut u32>,
     /// `req_epoch` in the profile object's .bss: odd while off-CPU's hooks are paused (a

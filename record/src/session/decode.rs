@@ -375,6 +375,7 @@ impl Session<'_> {
             },
         )?;
         let nargs = (e.nargs as usize).min(e.args.len());
+        let request = self.request_done(&e.req);
         self.w.func(&FuncEvent {
             time_ns: h.time_ns,
             generation: g,
@@ -384,7 +385,7 @@ impl Session<'_> {
             duration_ns: e.duration_ns,
             args: e.args[..nargs].to_vec(),
             ret: e.ret,
-            request: request_split(&e.req),
+            request,
         })?;
         self.kept[EventFamily::Func] += 1;
         Ok(())
@@ -408,6 +409,7 @@ impl Session<'_> {
             )?
         };
         let nargs = (e.nargs as usize).min(e.args.len());
+        let request = self.request_done(&e.req);
         self.w.usdt(&UsdtEvent {
             time_ns: h.time_ns,
             generation: g,
@@ -415,7 +417,7 @@ impl Session<'_> {
             stack,
             probe: e.probe,
             args: e.args[..nargs].to_vec(),
-            request: request_split(&e.req),
+            request,
             text: usdt_text(&e),
         })?;
         self.kept[EventFamily::Usdt] += 1;
@@ -617,6 +619,18 @@ fn usdt_text(e: &probes::usdt_event) -> Vec<u8> {
         s.pop();
     }
     s
+}
+
+impl Session<'_> {
+    /// The request the kernel accounted (`req_out`), if the event closes one, counted for
+    /// --request-slow's adaptive threshold.
+    fn request_done(&mut self, o: &probes::req_out) -> Option<RequestSplit> {
+        let r = request_split(o)?;
+        if let Some(t) = self.slow_tail.as_mut() {
+            t.done(r.ns);
+        }
+        Some(r)
+    }
 }
 
 /// A request the kernel accounted (`req_out`), if the event closes one.

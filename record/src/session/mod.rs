@@ -149,6 +149,8 @@ pub struct Session<'a> {
     tcp_written: HashSet<u64>,
     /// The families' stats of the last `stats` call (for the agent's metrics).
     pub last_families: Vec<FamilyStats>,
+    /// --request-slow's adaptive threshold: fed each request the kernel split.
+    pub slow_tail: Option<crate::reqslow::SlowTail>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -198,6 +200,7 @@ impl<'a> Session<'a> {
             follow,
             frames: Vec::with_capacity(probes::MAX_FRAMES),
             launched: None,
+            slow_tail: None,
             agg: Default::default(),
             aggregating: false,
             hist: Default::default(),
