@@ -166,10 +166,12 @@ int cpu_sample(struct bpf_perf_event_data *ctx)
  * sequences registered (glibc 2.35 and later registers every thread) is switched out with
  * the kernel's notify-resume work set, and its return to user space after the switch fires
  * rseq_update, so nothing runs at anyone's system calls. A kept block of a thread without
- * rseq, or one whose rseq_update never came before its next kept block, is counted
- * (`offcpu_norseq`, `offcpu_rseq_missed`), and user space then adds `offcpu_sys_exit`:
- * the thread's next syscall exit, the only way before (it puts every system call of the
- * machine on the tracepoint's slow path). A block that did not end there with those
+ * rseq, or one whose rseq_update never came before its next kept block though the thread had
+ * been back in user space (other user registers), is counted (`offcpu_norseq`,
+ * `offcpu_rseq_missed`), and user space then adds `offcpu_sys_exit`: the thread's next
+ * syscall exit, the only way before (it puts every system call of the machine on the
+ * tracepoint's slow path). Two kept blocks in one system call (an fsync's writeback waits)
+ * are no such miss: no hook could take the first one's user stack before the second. A block that did not end there with those
  * registers (a page fault, a second long block in the same syscall) is sent with its
  * kernel stack only and SF_USER_NOT_AT_EXIT, never with a user stack from elsewhere.
  *
@@ -300,11 +302,16 @@ static __always_inline void offcpu_flush(struct offcpu_event *e)
 	offcpu_send(e);
 }
 
-/* The start of a kept block's event; its waker stacks go first in `ips`. */
-static __always_inline void offcpu_begin(struct offcpu_event *e)
+/* The start of a kept block's event (`b`: the block); its waker stacks go first in `ips`.
+ * A kept block still pending there never got to its thread's return to user space: with the
+ * user registers it blocked with still those of this block, the thread has not been back in
+ * user space since (a second block in the same system call: an fsync's several writeback
+ * waits, a lock and then a page), which no return-to-user hook could have caught; with
+ * others, rseq_update did not come (counted: user space then adds the syscall exit). */
+static __always_inline void offcpu_begin(struct offcpu_event *e, struct offcpu_block *b)
 {
 	if (e->pending) {
-		if (offcpu_rseq_mode)
+		if (offcpu_rseq_mode && (e->user_ip != b->ip || e->user_sp != b->sp))
 			__sync_fetch_and_add(&offcpu_rseq_missed, 1);
 		offcpu_flush(e);
 	}
@@ -461,7 +468,7 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 			e->flags = 0;
 			e->copy_id = 0;
 		} else {
-			offcpu_begin(e);
+			offcpu_begin(e, b);
 		}
 	}
 	e->h.type = FAM_OFFCPU;
@@ -720,7 +727,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 						      BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!e)
 		return 0; /* counted at the switch-in */
-	offcpu_begin(e);
+	offcpu_begin(e, b);
 	b->decided = OFFCPU_ADMITTED;
 	/* The user stack only of a target's thread: a wake from an interrupt names whoever was
 	 * running, and another process's user addresses mean nothing in the trace (user space

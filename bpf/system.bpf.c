@@ -342,10 +342,13 @@ static __always_inline void runq_flush(struct runq_event *e)
 }
 
 /* runq_flush of the thread's buffer taken for a new wait: a kept wait still in it never
- * got to its thread's return to user space. */
-static __always_inline void runq_reuse(struct runq_event *e)
+ * got to its thread's return to user space. rseq_update did not come for it (counted: user
+ * space then adds the syscall exit) unless the thread has not been back in user space since
+ * (`same`: its user registers still the ones the kept wait had, a second wait in the same
+ * system call; or a thread without rseq, which no rseq_update would have caught). */
+static __always_inline void runq_reuse(struct runq_event *e, bool same)
 {
-	if (runq_rseq_mode && e->pending)
+	if (runq_rseq_mode && e->pending && !same)
 		__sync_fetch_and_add(&runq_rseq_missed, 1);
 	runq_flush(e);
 }
@@ -412,7 +415,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 				struct runq_event *e = bpf_task_storage_get(
 					&runq_pend, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 				if (e) {
-					runq_reuse(e);
+					runq_reuse(e, true);
 					e->flags = 0;
 					__u32 k = kernel_stack(ctx, e->ips, &e->flags);
 					k &= KFRAMES - 1;
@@ -461,10 +464,15 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		count(FAM_RUNQ, CTR_LOST_MAP_FULL);
 		return 0;
 	}
+	/* Its user registers, saved on its kernel stack while it was off the CPU: where it
+	 * was preempted, or the syscall it blocked in. */
+	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
+	__u64 uip = u ? u->ip : 0;
+	__u64 usp = u ? u->sp : 0;
 	/* An older kept wait still in the buffer goes first, as it was (a preempted thread's
 	 * walked stack is this wait's: its buffer was flushed at the preemption). */
 	if (!st->preempted || !st->walked)
-		runq_reuse(e);
+		runq_reuse(e, e->user_ip == uip && e->user_sp == usp);
 	e->weight_ns = weight;
 	e->h.type = FAM_RUNQ;
 	e->h.pid = next->tgid;
@@ -473,10 +481,6 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 	e->h.time_ns = start;
 	e->duration_ns = d;
 	e->preempted = st->preempted;
-	/* Its user registers, saved on its kernel stack while it was off the CPU: where it
-	 * was preempted, or the syscall it blocked in. */
-	struct pt_regs *u = (struct pt_regs *)bpf_task_pt_regs(next);
-	__u64 uip = u ? u->ip : 0;
 	if (st->preempted && (st->walked || !(runq_rseq_mode && BPF_CORE_READ(next, rseq)))) {
 		if (!st->walked) {
 			/* Preempted after a short run, without rseq: the preempted instruction
@@ -502,7 +506,7 @@ int BPF_PROG(runq_switch, bool preempt, struct task_struct *prev, struct task_st
 		e->flags |= SF_KERNEL_TRUNCATED;
 	e->kframes = k & (KFRAMES - 1);
 	e->user_ip = uip;
-	e->user_sp = u ? u->sp : 0;
+	e->user_sp = usp;
 	/* A thread on its way out (past sched_process_exit, which flushes what it holds) never
 	 * returns to user space: sent now, with its kernel stack. */
 	if (BPF_CORE_READ(next, flags) & PF_EXITING) {
