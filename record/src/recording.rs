@@ -648,6 +648,7 @@ impl<'p> Recording<'p> {
             sideband_lost: s.sideband_lost(),
             copies_missing: s.copies_missing,
             waker_frames_dropped: s.waker_frames_dropped,
+            same_call_filled: s.same_call_filled,
             late_attachments: (s.late_attachments, s.never_attached),
             budget_line: self.budget_line(elapsed),
             stacks: s.stack_quality.lines(),

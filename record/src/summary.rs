@@ -38,6 +38,8 @@ pub struct Summary<'a> {
     pub sideband_lost: u64,
     pub copies_missing: u64,
     pub waker_frames_dropped: u64,
+    /// Off-CPU blocks given the user stack of a later block of the same system call.
+    pub same_call_filled: u64,
     /// --alloc-probes session: child processes probed after their fork, and of those the
     /// ones never probed.
     pub late_attachments: (u64, u64),
@@ -118,6 +120,12 @@ impl Summary<'_> {
             n.push(format!(
                 "alloc: {} child processes probed after their fork ({} of them never: gone first); their allocations in between were not seen (the trace marks them; --alloc-probes classic follows children from their first instruction)",
                 self.late_attachments.0, self.late_attachments.1
+            ));
+        }
+        if self.same_call_filled > 0 {
+            n.push(format!(
+                "{} off-CPU blocks followed by another in the same system call (an fsync's waits) got the call's user stack from the last",
+                self.same_call_filled
             ));
         }
         let waker_frames_dropped = self.waker_frames_dropped;

@@ -289,19 +289,73 @@ impl Session<'_> {
     /// Decodes and writes an off-CPU block (and its waker), of generation `g`.
     fn decode_offcpu(&mut self, h: &probes::event_header, g: u32, data: &[u8]) -> Result<()> {
         let e: probes::offcpu_event = probes::read_event(data);
-        // `ips`, in the order the kernel side took them: the waker's user and
-        // kernel frames, the blocked thread's kernel frames, then its user frames.
-        let (wuser, rest) = take_frames(&e.ips, e.waker_nframes);
-        let (wkernel, rest) = take_frames(rest, e.waker_kframes);
-        let (kernel, rest) = take_frames(rest, e.kframes);
-        let (user, _) = take_frames(rest, e.nframes);
+        let not_at_exit = e.flags & StackFlag::UserNotAtExit as u32 != 0;
+        // A block sent without its user stack because the thread blocked again before it
+        // went back to user space (a second block in the same system call) waits for the
+        // thread's next block: if that one has the same user registers, the thread has not
+        // been in user space in between and its user stack is this one's too.
+        if not_at_exit && e.nframes == 0 && e.user_ip != 0 && e.copy_id == 0 {
+            let held = self.same_call.entry(h.tid).or_default();
+            if held.len() < SAME_CALL_HELD {
+                held.push((*h, g, data.to_vec()));
+                return Ok(());
+            }
+        }
+        if let Some(held) = self.same_call.remove(&h.tid) {
+            let (_, _, _, user) = offcpu_frames(&e);
+            let later = (!not_at_exit && !user.is_empty() && e.copy_id == 0)
+                .then_some((user, e.flags & !KERNEL_FLAGS));
+            for (hh, hg, d) in held {
+                let he: probes::offcpu_event = probes::read_event(&d);
+                let fill = later.filter(|_| {
+                    hg == g && hh.pid == h.pid && he.user_ip == e.user_ip && he.user_sp == e.user_sp
+                });
+                if fill.is_some() {
+                    self.same_call_filled += 1;
+                }
+                self.write_offcpu(&hh, hg, &he, fill)?;
+            }
+        }
+        self.write_offcpu(h, g, &e, None)
+    }
+
+    /// Writes the blocks held for their system call's user stack, as they are (the end
+    /// of each drain: the next block of the thread comes microseconds later, in the same
+    /// drain but rarely).
+    pub(super) fn flush_same_call(&mut self) -> Result<()> {
+        if self.same_call.is_empty() {
+            return Ok(());
+        }
+        for (_, held) in std::mem::take(&mut self.same_call) {
+            for (h, g, d) in held {
+                let e: probes::offcpu_event = probes::read_event(&d);
+                self.write_offcpu(&h, g, &e, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes an off-CPU block, of generation `g`; `user`: the user frames and their flags
+    /// of a later block of the same system call, for one that has none.
+    fn write_offcpu(
+        &mut self,
+        h: &probes::event_header,
+        g: u32,
+        e: &probes::offcpu_event,
+        user: Option<(&[u64], u32)>,
+    ) -> Result<()> {
+        let (wuser, wkernel, kernel, own_user) = offcpu_frames(e);
+        let (user, flags) = match user {
+            Some((u, f)) => (u, (e.flags & KERNEL_FLAGS) | f),
+            None => (own_user, e.flags),
+        };
         let stack = self.stack(
             g,
             RawStack {
                 user,
                 n: user.len() as u32,
                 kernel,
-                flags: e.flags,
+                flags,
                 copy_id: e.copy_id,
             },
         )?;
@@ -631,6 +685,23 @@ impl Session<'_> {
         }
         Some(r)
     }
+}
+
+/// Off-CPU blocks held at most per thread for their system call's user stack.
+const SAME_CALL_HELD: usize = 64;
+
+/// The stack flags about the kernel stack (kept when a block gets a later block's user
+/// stack).
+const KERNEL_FLAGS: u32 = StackFlag::KernelTruncated as u32 | StackFlag::KernelSwitchUnseen as u32;
+
+/// An off-CPU event's frames, in the order the kernel side took them in `ips`: the waker's
+/// user and kernel frames, the blocked thread's kernel frames, then its user frames.
+fn offcpu_frames(e: &probes::offcpu_event) -> (&[u64], &[u64], &[u64], &[u64]) {
+    let (wuser, rest) = take_frames(&e.ips, e.waker_nframes);
+    let (wkernel, rest) = take_frames(rest, e.waker_kframes);
+    let (kernel, rest) = take_frames(rest, e.kframes);
+    let (user, _) = take_frames(rest, e.nframes);
+    (wuser, wkernel, kernel, user)
 }
 
 /// A request the kernel accounted (`req_out`), if the event closes one.

@@ -151,6 +151,11 @@ pub struct Session<'a> {
     pub last_families: Vec<FamilyStats>,
     /// --request-slow's adaptive threshold: fed each request the kernel split.
     pub slow_tail: Option<crate::reqslow::SlowTail>,
+    /// Off-CPU blocks of a system call that blocked again before it returned, by thread,
+    /// waiting for the call's user stack (decode.rs `decode_offcpu`).
+    same_call: ebtrace_format::hash::FastMap<u32, Vec<(probes::event_header, u32, Vec<u8>)>>,
+    /// ... how many got it. Shown in the exit summary.
+    pub same_call_filled: u64,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -201,6 +206,8 @@ impl<'a> Session<'a> {
             frames: Vec::with_capacity(probes::MAX_FRAMES),
             launched: None,
             slow_tail: None,
+            same_call: Default::default(),
+            same_call_filled: 0,
             agg: Default::default(),
             aggregating: false,
             hist: Default::default(),
@@ -349,6 +356,7 @@ pub fn drain_once(
         off += n;
         s.event(data)?;
     }
+    s.flush_same_call()?;
     let mut buf = buf;
     buf.clear();
     let mut p = pending.borrow_mut();
