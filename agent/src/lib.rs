@@ -817,6 +817,9 @@ pub fn run(a: AgentArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let push_config = a.profile.config(&a.push);
     let mut record = a.record;
+    // Always on: the wake hook costs a program run at every wakeup of the machine, for
+    // wakers the pushed profiles do not carry (--offcpu-wakers on brings them back).
+    record.offcpu_wakers.get_or_insert(false);
     // --max-size bounds the windows kept, not one file.
     let max_size = record.max_size.take();
     if let Some(dir) = record.output.parent() {

@@ -102,6 +102,13 @@ pub struct RecordConfig {
     /// blocks are all kept. At most 1 s.
     #[cfg_attr(feature = "cli", arg(long, value_name = "US", default_value_t = 10000, value_parser = clap::value_parser!(u64).range(0..=1_000_000)))]
     pub offcpu_sample: u64,
+    /// With --offcpu: the wake hook (sched_waking), which names who woke each kept block (its
+    /// thread and stacks) and how long the block then waited for a CPU. off: one program
+    /// fewer at every wakeup of the machine (about a third of --offcpu's BPF time on a busy
+    /// server), no waker in the trace. Default: on, but off for `ebrec agent` (the profiles
+    /// it pushes have no wakers). --request keeps it on (each request's split needs it).
+    #[cfg_attr(feature = "cli", arg(long, value_name = "on|off", value_parser = parse_on_off))]
+    pub offcpu_wakers: Option<bool>,
     /// Off-CPU blocks kept a second that --offcpu-sample's sample aims at (0: the unit stays as
     /// given). Checked every second: past 1.5 times N the unit is multiplied by the power of
     /// two that brings them back under N (up to 1 s), under a quarter of N halved (not below
@@ -346,6 +353,15 @@ pub fn ringbuf_bytes(a: &RecordConfig) -> u32 {
         StackMode::Fp | StackMode::Cfi | StackMode::Auto => 8 << 20,
         StackMode::Dwarf(_) => 64 << 20,
     })
+}
+
+/// `on` or `off`.
+pub fn parse_on_off(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
 }
 
 pub fn parse_size(s: &str) -> std::result::Result<u64, String> {

@@ -152,6 +152,10 @@ fn probe_options(a: &RecordConfig, opt: &mut impl FnMut(&str, String)) {
     if a.exceptions {
         opt("exceptions", "true".into());
     }
+    if a.offcpu.is_some() && a.offcpu_wakers == Some(false) && a.request.is_none() {
+        // no wake hook: no waker in any off-CPU event (not "woken by an interrupt")
+        opt("offcpu-wakers", "off".into());
+    }
     if let Some(r) = &a.request {
         opt("request", r.clone());
         if a.offcpu.is_some() {

@@ -376,6 +376,8 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
             a.usdt_string_bytes
         },
         request_split: a.request.is_some() && a.offcpu.is_some(),
+        offcpu_wakers: a.offcpu_wakers.unwrap_or(true)
+            || (a.request.is_some() && a.offcpu.is_some()),
         request_slow_ns: match a.request_slow {
             crate::config::RequestSlow::Fixed(ns) => ns,
             _ => 0,

@@ -177,6 +177,12 @@ fn comm_follows_a_later_process_and_every_block_is_in_one_window() {
             0,
             "{f:?}: {info}"
         );
+        // Always on: no wake hook by default (one program fewer at every wakeup).
+        let text = String::from_utf8_lossy(
+            &common::run(&common::ebsym_path(), &["info", f.to_str().unwrap()]).stdout,
+        )
+        .into_owned();
+        assert!(text.contains("offcpu-wakers=off"), "{text}");
         let procs = info["processes"].as_array().unwrap();
         if let Some(p) = procs
             .iter()

@@ -419,6 +419,69 @@ fn blocks_in_one_system_call_are_no_rseq_miss() {
     );
 }
 
+/// --offcpu-wakers off: no wake hook (its attach line says so), no waker in any block, the
+/// header says so; the blocks themselves all there. The default has the writer as the
+/// reader's waker.
+#[test]
+fn offcpu_wakers_off_leaves_out_the_wake_hook() {
+    if !root() {
+        return;
+    }
+    let args = [
+        "--ms",
+        "21",
+        "--writer-ms",
+        "25",
+        "--naps",
+        "10",
+        "--rounds",
+        "10",
+    ];
+    for wakers in ["on", "off"] {
+        let rec = common::record_loud(
+            "offcpu_blocks",
+            &["--offcpu=5000", "--offcpu-wakers", wakers],
+            &args,
+        );
+        let err = String::from_utf8_lossy(&rec.out.stderr);
+        let expect = expect_line(&rec.out, "offcpu_blocks");
+        let writer = expect["writer"]["tid"].as_u64().unwrap() as u32;
+        let reader = expect["reader"]["tid"].as_u64().unwrap() as u32;
+        let oc = offcpu_events(&rec.trace);
+        let reads = oc.events.iter().filter(|e| e.tid == reader).count();
+        assert!(reads >= 10, "{wakers}: {reads} reader blocks");
+        let by_writer = oc
+            .events
+            .iter()
+            .filter(|e| e.tid == reader && e.waker_tid == writer)
+            .count();
+        let any_waker = oc.events.iter().filter(|e| e.waker_tid != 0).count();
+        let info = String::from_utf8_lossy(
+            &common::run(
+                &common::ebsym_path(),
+                &["info", rec.trace.to_str().unwrap()],
+            )
+            .stdout,
+        )
+        .into_owned();
+        if wakers == "on" {
+            assert!(err.contains("sched_switch, sched_waking, "), "{err}");
+            assert!(
+                by_writer >= 9,
+                "{by_writer} of {reads} reads woken by the writer"
+            );
+            assert!(!info.contains("offcpu-wakers=off"), "{info}");
+        } else {
+            assert!(
+                err.contains("attached tp_btf/sched_switch, rseq_update (off-CPU)"),
+                "{err}"
+            );
+            assert_eq!(any_waker, 0, "wakers without the wake hook");
+            assert!(info.contains("offcpu-wakers=off"), "{info}");
+        }
+    }
+}
+
 #[test]
 fn offcpu_blocks_fp() {
     if !root() {

@@ -129,21 +129,32 @@ impl<'obj> Probes<'obj> {
                 } else {
                     (&g.offcpu_sys_exit, "offcpu_sys_exit")
                 };
+                let waking = (&g.offcpu_waking, "offcpu_waking");
+                let switch = (&g.offcpu_switch, "offcpu_switch");
+                let progs = if cfg.offcpu_wakers {
+                    vec![first, waking, switch]
+                } else {
+                    vec![first, switch]
+                };
                 attach_tps(
                     self.tp_pausable.get_mut(),
                     self.chain.get_mut(),
                     ebtrace_proto::v1::EventFamily::Offcpu,
-                    &[
-                        first,
-                        (&g.offcpu_waking, "offcpu_waking"),
-                        (&g.offcpu_switch, "offcpu_switch"),
-                    ],
+                    &progs,
                 )?;
-                self.attached.push(if cfg.offcpu_rseq {
-                    "tp_btf/sched_switch, sched_waking, rseq_update (off-CPU)".into()
-                } else {
-                    "tp_btf/sched_switch, sched_waking, sys_exit (off-CPU)".into()
-                });
+                self.attached.push(format!(
+                    "tp_btf/sched_switch, {}{} (off-CPU)",
+                    if cfg.offcpu_wakers {
+                        "sched_waking, "
+                    } else {
+                        ""
+                    },
+                    if cfg.offcpu_rseq {
+                        "rseq_update"
+                    } else {
+                        "sys_exit"
+                    }
+                ));
             }
             if cfg.memgrowth {
                 attach_tps(

@@ -598,6 +598,8 @@ fn load_profile<'obj>(
         let name = p.name().to_string_lossy().into_owned();
         let on = if name.starts_with("cpu_") {
             cfg.cpu_hz.is_some()
+        } else if name == "offcpu_waking" {
+            cfg.offcpu_min_ns.is_some() && cfg.offcpu_wakers
         } else if name == "offcpu_rseq" {
             cfg.offcpu_min_ns.is_some() && cfg.offcpu_rseq
         } else if name.starts_with("offcpu_") {

@@ -121,6 +121,8 @@ pub struct ProbeConfig {
     /// --request-slow's fixed threshold, ns (0: off, or adaptive: set while recording with
     /// `set_request_slow_ns`).
     pub request_slow_ns: u64,
+    /// --offcpu-wakers: the wake hook loaded (on unless turned off; --request keeps it).
+    pub offcpu_wakers: bool,
     /// Kernel BPF stats on (--max-cpu, --bpf-stats).
     pub bpf_stats: bool,
 }
