@@ -417,6 +417,9 @@ fn kept_whole(dump: &str, lo: u64, hi: u64) -> usize {
         .count()
 }
 
+/// request_server's own request probes, as `--request` takes them.
+const RSRV: &str = "usdt:rsrv:request__start,request__done";
+
 /// Tail-based detail: with --offcpu's threshold (25 ms) above the planted waits (the
 /// ledger's 20 ms, the timer's 10 ms), each would be kept only by the sample (p = length /
 /// 25 ms, standing for 25 ms). With --request-slow 5ms every block that ends once its
@@ -432,7 +435,7 @@ fn requests_past_request_slow_keep_every_block() {
         "request_server",
         &[
             "--request",
-            "usdt:rsrv:request__start,request__done",
+            RSRV,
             "--cpu=999",
             "--offcpu=25000",
             "--request-slow=5ms",
@@ -490,8 +493,8 @@ fn requests_past_request_slow_keep_every_block() {
 }
 
 /// --request-slow's default, auto: the p99 of the requests done so far, set once 1,000 are
-/// done and again each second when it moves; each value is a ProbeChange record, the header says "p99", and the
-/// slow requests' own blocks are kept whole from there on.
+/// done and again each second when it moves; each value is a ProbeChange record, the header
+/// says "p99", and the slow requests' own blocks are kept whole from there on.
 #[test]
 fn requests_slow_threshold_adapts_to_the_tail() {
     if !common::root() {
@@ -499,12 +502,7 @@ fn requests_slow_threshold_adapts_to_the_tail() {
     }
     let rec = common::record_loud(
         "request_server",
-        &[
-            "--request",
-            "usdt:rsrv:request__start,request__done",
-            "--cpu=999",
-            "--offcpu=25000",
-        ],
+        &["--request", RSRV, "--cpu=999", "--offcpu=25000"],
         &["--requests", "12000"],
     );
     let t = rec.trace.to_str().unwrap();
