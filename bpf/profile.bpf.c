@@ -699,7 +699,8 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	if (!b || !b->start || b->woken || b->epoch != offcpu_epoch || offcpu_ending)
 		return 0;
 	b->woken = 1;
-	b->woken_ns = bpf_ktime_get_boot_ns();
+	__u64 now = bpf_ktime_get_boot_ns();
+	b->woken_ns = now;
 	__u64 pt = bpf_get_current_pid_tgid();
 	if ((__u32)pt == 0)
 		return 0; /* woken from the idle task: an interrupt */
@@ -708,7 +709,7 @@ int BPF_PROG(offcpu_waking, struct task_struct *p)
 	/* Shorter than the threshold so far: the block may still cross it in the run queue
 	 * (then it is kept with the waker's tid and no waker stack), but mostly it will be
 	 * dropped, so no stack now. */
-	__u64 dw = bpf_ktime_get_boot_ns() - b->start;
+	__u64 dw = now - b->start; /* the wake's one clock read */
 	if (dw < offcpu_min_ns)
 		return 0;
 	if (aggregate)
