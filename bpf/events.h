@@ -43,7 +43,9 @@ enum counter {
 	CTR_LOST_MAP_FULL = 3,	/* events lost, or blocks untracked: a kernel map was full */
 	CTR_LOST_RATE = 4,	/* events dropped by --max-events-per-sec */
 	CTR_LOST_UNMATCHED = 5,	/* an end never seen (e.g. a switch-in the kernel did not report) */
-	CTR_STRIDE = 6,
+	CTR_HELD = 6,		/* --request: start hits held for their done (usdt) */
+	CTR_RELEASED = 7,	/* --request: held starts sent with their done, or lost with it */
+	CTR_STRIDE = 8,
 };
 
 struct event_header {
@@ -236,6 +238,14 @@ struct usdt_event {
 	__u32 nframes;
 	__u32 flags;
 	struct req_out req;	/* --request's done probe: the request it closes */
+	/* --request: the start hit the kernel held for this done (held_probe 0: none), its
+	 * time, probe and arguments; the recorder writes it as the start's own hit, before
+	 * this one */
+	__u64 held_time;
+	__u64 held_probe;
+	__u64 held_args[USDT_MAX_ARGS];
+	__u32 held_nargs;
+	__u32 held_arg_errors;
 	/* --usdt-string: the bytes (with their NUL) of the string argument str_arg - 1 are
 	 * after the nframes frames in `ips`; str_len 0: none */
 	__u32 str_len;

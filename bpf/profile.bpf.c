@@ -348,6 +348,12 @@ struct req_acct {
 	__u32 phase;
 	__u32 blocks;
 	__u32 epoch;	/* req_epoch at the start */
+	__u32 held;	/* a start hit is held (req_hold): the fields below */
+	__u32 held_nargs;
+	__u64 held_time;
+	__u64 held_probe;
+	__u64 held_args[USDT_MAX_ARGS];
+	__u32 held_arg_errors;
 	__u32 pad;
 };
 
@@ -1042,6 +1048,69 @@ struct {
 	__type(value, __u32);
 } usdt_string_args SEC(".maps");
 
+/* --request usdt without --usdt-stack or --usdt-string: a start hit sends no event; the
+ * kernel holds its time, probe and first argument in the thread's req_acct and the done's
+ * event carries them (one event a request; the recorder writes both hits). A start while
+ * one is held (a nest, rare) is sent as usual, as is a done with none held. Held starts
+ * are counted (CTR_HELD, CTR_RELEASED): those without their done are the requests open. */
+const volatile bool req_hold = false;
+
+/* Holds the current thread's start hit `probe` at `now`; false: not held (send it). */
+static __always_inline bool req_hold_start(struct pt_regs *ctx, __u64 probe, __u64 now)
+{
+	struct req_acct *r = bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0,
+						  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!r || r->held)
+		return false;
+	int n = bpf_usdt_arg_cnt(ctx);
+	if (n < 0)
+		n = 0;
+	if (n > USDT_MAX_ARGS)
+		n = USDT_MAX_ARGS;
+	r->held_arg_errors = 0;
+	for (int i = 0; i < USDT_MAX_ARGS; i++) {
+		if (i >= n)
+			break;
+		long v = 0;
+		if (bpf_usdt_arg(ctx, i, &v)) {
+			r->held_arg_errors |= 1u << i;
+			v = 0;
+		}
+		r->held_args[i] = v;
+	}
+	r->held = 1;
+	r->held_time = now;
+	r->held_probe = probe;
+	r->held_nargs = n;
+	count(FAM_USDT, CTR_HELD);
+	return true;
+}
+
+/* The held start the current thread's done closes, into `e` (none: held_probe 0), or
+ * dropped with a lost done (`e` NULL). */
+static __always_inline void req_release(struct usdt_event *e)
+{
+	if (e)
+		e->held_probe = 0;
+	struct req_acct *r = bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0, 0);
+	if (!r || !r->held)
+		return;
+	r->held = 0;
+	count(FAM_USDT, CTR_RELEASED);
+	if (!e)
+		return;
+	e->held_time = r->held_time;
+	e->held_probe = r->held_probe;
+	__u32 n = r->held_nargs;
+	for (int i = 0; i < USDT_MAX_ARGS; i++) {
+		if (i >= n)
+			break;
+		e->held_args[i] = r->held_args[i];
+	}
+	e->held_nargs = n;
+	e->held_arg_errors = r->held_arg_errors;
+}
+
 SEC("usdt")
 int usdt_hit(struct pt_regs *ctx)
 {
@@ -1051,13 +1120,17 @@ int usdt_hit(struct pt_regs *ctx)
 	__u64 cookie = bpf_usdt_cookie(ctx);
 	__u32 req = 0;
 	__u64 now = 0;
-	if (request_mode) {
+	if (request_mode || req_hold) {
 		__u32 *k = bpf_map_lookup_elem(&req_probes, &cookie);
 		req = k ? *k : 0;
 		if (req)
 			now = bpf_ktime_get_boot_ns();
-		if (req == REQ_START)
+		if (req == REQ_START && request_mode)
 			req_begin(now);
+		if (req == REQ_START && req_hold && req_hold_start(ctx, cookie, now)) {
+			count(FAM_USDT, CTR_HITS);
+			return 0;
+		}
 	}
 	count(FAM_USDT, CTR_HITS);
 	if (!admit(FAM_USDT)) {
@@ -1067,6 +1140,8 @@ int usdt_hit(struct pt_regs *ctx)
 				bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0, 0);
 			if (r)
 				r->start = 0;
+			if (req_hold)
+				req_release(NULL);
 		}
 		return 0;
 	}
@@ -1083,6 +1158,9 @@ int usdt_hit(struct pt_regs *ctx)
 		if (req == REQ_DONE)
 			req_end(&e->req, now);
 	}
+	e->held_probe = 0;
+	if (req == REQ_DONE && req_hold)
+		req_release(e);
 	int n = bpf_usdt_arg_cnt(ctx);
 	if (n < 0)
 		n = 0;

@@ -173,6 +173,9 @@ pub struct Loaded {
     pub probed: HashMap<u64, u64>,
     /// --usdt probes by id (`ProbedUsdt` records).
     pub usdt_probes: HashMap<u64, ebtrace_format::proto::ProbedUsdt>,
+    /// --request usdt: start hits the kernel still held at the last `Stats` (requests open
+    /// at the end: their hits are in no event).
+    pub requests_held: u64,
     /// Data addresses the symbolizer named (`DataSymbol`: a C++ exception's type_info), by
     /// (generation, address): (name, module) string ids.
     pub data_symbols: HashMap<(u32, u64), (u64, u64)>,
@@ -575,6 +578,7 @@ impl Loaded {
             }
             Some(Kind::Stats(st)) => {
                 // Cumulative counts: the last Stats record says them all.
+                self.requests_held = st.requests_held;
                 for p in st.programs.iter().filter(|p| p.recursion_misses > 0) {
                     self.losses.recorded.insert(
                         format!("bpf program {}/skipped runs", p.name),

@@ -376,6 +376,9 @@ fn probe_config(a: &RecordConfig, func: bool) -> ProbeConfig {
             a.usdt_string_bytes
         },
         request_split: a.request.is_some() && a.offcpu.is_some(),
+        request_hold: a.request.as_deref().is_some_and(|r| r.starts_with("usdt:"))
+            && !(a.usdt_stack || a.exceptions)
+            && a.usdt_string.is_empty(),
         offcpu_wakers: a.offcpu_wakers.unwrap_or(true)
             || (a.request.is_some() && a.offcpu.is_some()),
         request_slow_ns: match a.request_slow {

@@ -4,8 +4,11 @@
 // libstdc++'s own probes (libstdcxx:throw, rethrow, catch) fire too. For listing the
 // probes (ebrec probes, beside bpftrace -l) and, later, attaching to them.
 //
-// usage: usdt_server [--requests N] [--throw-every K] [--wait]
+// usage: usdt_server [--requests N] [--throw-every K] [--unpaired] [--wait]
 //   --requests N     requests served (default 100)
+//   --unpaired       then, on the main thread: a nest (request__start 1001, then a whole
+//                    request 1002 inside it, and no done of 1001), a done without a start
+//                    (2001), and a start never done (3001), before the process exits
 //   --throw-every K  every Kth request (ids 0, K, 2K, ...) throws a std::runtime_error
 //                    in shop::handle, which shop::serve catches and rethrows once to
 //                    shop::serve_one, where it is caught for good (default 10; 0: none)
@@ -76,8 +79,13 @@ EBT_NOINLINE void handle(long id, int kind, long throw_every) {
   ebt::no_tail_call();
 }
 
-EBT_NOINLINE void serve(long id, int kind, long throw_every) {
-  DTRACE_PROBE2(shop, request__start, id, kind);
+// serve's boundaries (--unpaired): both, or a start with a whole request inside and no done
+// of its own (a nest), a done without a start, a start without a done. The same probe sites.
+enum Bounds { BOTH, NEST, DONE_ONLY, START_ONLY };
+
+EBT_NOINLINE void serve(long id, int kind, long throw_every, Bounds b = BOTH) {
+  if (b != DONE_ONLY) DTRACE_PROBE2(shop, request__start, id, kind);
+  if (b == NEST) serve(id + 1, kind, throw_every);
   try {
     handle(id, kind, throw_every);
   } catch (...) {
@@ -86,7 +94,7 @@ EBT_NOINLINE void serve(long id, int kind, long throw_every) {
     g_rethrows++;
     throw;
   }
-  DTRACE_PROBE2(shop, request__done, id, kind);
+  if (b == BOTH || b == DONE_ONLY) DTRACE_PROBE2(shop, request__done, id, kind);
 }
 
 EBT_NOINLINE void serve_one(long id, long throw_every) {
@@ -107,9 +115,9 @@ EBT_NOINLINE void serve_all(long requests, long throw_every) {
 }  // namespace shop
 
 int main(int argc, char** argv) {
-  const char* usage = "usdt_server [--requests N] [--throw-every K] [--wait]";
+  const char* usage = "usdt_server [--requests N] [--throw-every K] [--unpaired] [--wait]";
   long requests = 100, throw_every = 10;
-  bool wait = false;
+  bool wait = false, unpaired = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--requests")) {
       requests = long(ebt::arg_u64(argc, argv, &i, usage));
@@ -117,12 +125,21 @@ int main(int argc, char** argv) {
       throw_every = long(ebt::arg_u64(argc, argv, &i, usage));
     } else if (!strcmp(argv[i], "--wait")) {
       wait = true;
+    } else if (!strcmp(argv[i], "--unpaired")) {
+      unpaired = true;
     } else {
       ebt::usage_error(usage, "unknown argument", argv[i]);
     }
   }
   if (wait) ebt::wait_for_sigusr1();
   shop::serve_all(requests, throw_every);
+  if (unpaired) {
+    // after the requests (ids that never throw: 0 disables it below): a nest (starts
+    // 1001, 1002, done 1002), a done without a start (2001), a start left open (3001)
+    shop::serve(1001, 1, 0, shop::NEST);
+    shop::serve(2001, 1, 0, shop::DONE_ONLY);
+    shop::serve(3001, 1, 0, shop::START_ONLY);
+  }
 
   struct {
     const char* name;

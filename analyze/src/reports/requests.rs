@@ -392,7 +392,7 @@ impl Boundaries {
         let spec = self.spec.clone().ok_or(NO_REQUEST)?;
         let src = source(l, &spec)?;
         let mut un = Unpaired::default();
-        let mut reqs = pair(&mut self, &src, &mut un);
+        let mut reqs = pair(&mut self, &src, &mut un, l.requests_held);
         un.ids_repeat = drop_repeated_ids(&mut reqs);
         Ok((reqs, un))
     }
@@ -471,7 +471,7 @@ fn source(l: &Loaded, spec: &str) -> Result<Source, String> {
 
 /// Pairs the boundaries: per thread, a start with the next done; a start while one is open
 /// makes the whole nest unpaired.
-fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
+fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired, held: u64) -> Vec<Req> {
     // In time order (the ring buffer's order is the reservations', nearly so).
     b.usdt.sort_by_key(|h| h.3);
     let mut out = Vec::new();
@@ -526,7 +526,8 @@ fn pair(b: &mut Boundaries, src: &Source, un: &mut Unpaired) -> Vec<Req> {
                     }
                 }
             }
-            un.open_at_end += open.values().map(|o| o.2).sum::<u64>();
+            // and the starts the kernel held whose done had not come (none sent)
+            un.open_at_end += open.values().map(|o| o.2).sum::<u64>() + held;
         }
     }
     out

@@ -162,7 +162,25 @@ fn pair_hits(l: &Loaded, hits: &[(u64, u32, u32, u64)]) -> BTreeMap<(u64, u64), 
             tallies.entry(pair).or_default().open_at_end += o.depth;
         }
     }
+    if let Some(pair) = held_pair(l, &tallies) {
+        tallies.entry(pair).or_default().open_at_end += l.requests_held;
+    }
     tallies
+}
+
+/// The pair whose starts the kernel held (`--request usdt:…,…`, `Loaded::requests_held`):
+/// the first whose start probe is the request's.
+fn held_pair(l: &Loaded, tallies: &BTreeMap<(u64, u64), Tally>) -> Option<(u64, u64)> {
+    if l.requests_held == 0 {
+        return None;
+    }
+    let spec = l.header.options.iter().find(|o| o.key == "request")?;
+    let start = spec.value.strip_prefix("usdt:")?.rsplit_once(',')?.0;
+    let start = start.rsplit(':').next()?;
+    tallies
+        .keys()
+        .find(|(s, _)| l.usdt_probes.get(s).map(|p| l.tables.string(p.name)) == Some(start.into()))
+        .copied()
 }
 
 fn row(l: &Loaded, start: u64, done: u64, mut t: Tally) -> UsdtPairRow {

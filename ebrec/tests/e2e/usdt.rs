@@ -668,6 +668,64 @@ fn record_counts_every_hit_with_its_arguments() {
     assert_eq!(by_probe["shop:idle"], 1, "{top}");
 }
 
+/// `--request usdt:` without `--usdt-stack`: the kernel holds each start hit until its done,
+/// whose event carries it (one event a request). The trace reads as if every hit had been
+/// sent: the same requests, start arguments and unpaired boundaries (a nest, a done without
+/// a start, a start never done) as the same run with `--usdt-stack`, where every hit is
+/// sent; the start still held at the end is counted open, not lost.
+#[test]
+fn requests_held_in_the_kernel_read_as_sent() {
+    if !common::root() {
+        return;
+    }
+    let requests = 60u64;
+    let run = |extra: &[&str]| {
+        let mut flags = vec!["--request", "usdt:shop:request__start,request__done"];
+        flags.extend_from_slice(extra);
+        let n = requests.to_string();
+        common::record(
+            "usdt_server",
+            &flags,
+            &["--requests", &n, "--throw-every", "0", "--unpaired"],
+        )
+    };
+    let (held, sent) = (run(&[]), run(&["--usdt-stack"]));
+    let (th, ts) = (usdt_trace(&held.trace), usdt_trace(&sent.trace));
+    // hits: 63 starts (60, the nest's two, the open one) and 62 dones
+    let hits = 2 * requests + 5;
+    assert_eq!(ts.stats, (hits, hits), "every hit sent");
+    assert_eq!(
+        th.stats,
+        (hits - 1, hits),
+        "every hit but the open start written"
+    );
+    let starts = |t: &UsdtTrace| -> BTreeSet<Vec<u64>> {
+        t.of("request__start")
+            .iter()
+            .map(|e| e.args.clone())
+            .collect()
+    };
+    let mut want: BTreeSet<Vec<u64>> = (0..requests).map(|id| vec![id, id % 3]).collect();
+    want.extend([vec![1001, 1], vec![1002, 1]]);
+    assert_eq!(starts(&th), want, "held starts with their arguments");
+    want.insert(vec![3001, 1]);
+    assert_eq!(starts(&ts), want);
+    for rec in [&held, &sent] {
+        let t = rec.trace.to_str().unwrap();
+        let j = common::ebsym_json(&["requests", t]);
+        assert_eq!(j["count"].as_u64(), Some(requests), "{j:#}");
+        for (k, n) in [("nested", 3), ("unmatched_done", 1), ("open_at_end", 1)] {
+            assert_eq!(j[k].as_u64(), Some(n), "{k}: {j:#}");
+        }
+        let lat = common::ebsym_json(&["latency", t, "--kind", "usdt"]);
+        let row = &lat["rows"][0];
+        assert_eq!(row["count"].as_u64(), Some(requests), "{lat}");
+        for (k, n) in [("nested", 4), ("unmatched_done", 0), ("open_at_end", 1)] {
+            assert_eq!(row[k].as_u64(), Some(n), "{k}: {lat}");
+        }
+    }
+}
+
 /// ebrec and bpftrace on one run of usdt_server: both count the guarded probe and the
 /// request's done probe, and agree with the program.
 #[test]

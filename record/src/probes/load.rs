@@ -580,6 +580,7 @@ fn load_profile<'obj>(
     ro.usdt_stack = cfg.usdt_stack;
     ro.usdt_string_bytes = cfg.usdt_string_bytes;
     ro.request_mode = cfg.request_split;
+    ro.req_hold = cfg.request_hold;
     ro.page_size = procfs::page_size() as u64;
     ro.mem_fault_unit = cfg.mem_fault_unit.min(1 << 30);
     ro.offcpu_rseq_mode = cfg.offcpu_rseq;

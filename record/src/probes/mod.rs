@@ -118,6 +118,9 @@ pub struct ProbeConfig {
     /// --request with --offcpu: each request's time split in the kernel (its start and
     /// done probes are set after the attach: `set_request_probes`).
     pub request_split: bool,
+    /// --request usdt: without --usdt-stack or --usdt-string, the kernel holds each start
+    /// hit until its done, whose event carries it (one event a request).
+    pub request_hold: bool,
     /// --request-slow's fixed threshold, ns (0: off, or adaptive: set while recording with
     /// `set_request_slow_ns`).
     pub request_slow_ns: u64,

@@ -462,6 +462,20 @@ impl Session<'_> {
                 },
             )?
         };
+        if e.held_probe != 0 {
+            // --request: the start hit the kernel held for this done, written as its own
+            self.w.usdt(&UsdtEvent {
+                time_ns: e.held_time,
+                generation: g,
+                tid: h.tid,
+                stack: 0,
+                probe: e.held_probe,
+                args: e.held_args[..(e.held_nargs as usize).min(e.held_args.len())].to_vec(),
+                request: None,
+                text: Vec::new(),
+            })?;
+            self.kept[EventFamily::Usdt] += 1;
+        }
         let nargs = (e.nargs as usize).min(e.args.len());
         let request = self.request_done(&e.req);
         self.w.usdt(&UsdtEvent {

@@ -58,6 +58,9 @@ impl Session<'_> {
                 families: families.clone(),
                 bytes_written: self.w.stats().bytes_written,
                 programs,
+                requests_held: c
+                    .total(EventFamily::Usdt as usize, probes::CTR_HELD)
+                    .saturating_sub(c.total(EventFamily::Usdt as usize, probes::CTR_RELEASED)),
             })),
         })?;
         self.last_families = families.clone();
