@@ -225,6 +225,12 @@ struct func_event {
 	__u64 ips[MAX_FRAMES];
 };
 
+/* --request's USDT probes: their role in the top bits of the BPF cookie (the rest is the
+ * probe's id). */
+#define REQ_ROLE_SHIFT 62
+#define REQ_START 1
+#define REQ_DONE 2
+
 /* Most arguments of a USDT probe kept per hit (the most a note can have). */
 #define USDT_MAX_ARGS 12
 

@@ -371,19 +371,25 @@ struct {
  * record/src/reqslow.rs) or at the fixed duration asked for. */
 __u64 req_slow_ns = 0;
 
-/* Whether `task` is inside a request that is slow by `end` (boottime ns): its blocks are
- * kept whole (the probability noted in `b` is 1). */
-static __always_inline bool req_past_slow(struct offcpu_block *b, struct task_struct *task,
-					  __u64 end)
+/* Whether the open request `r` is slow by `end` (boottime ns): its blocks are then kept
+ * whole (the probability noted in `b` is 1). */
+static __always_inline bool req_slow_at(struct req_acct *r, __u64 end, struct offcpu_block *b)
 {
 	__u64 slow = READ_ONCE_U64(req_slow_ns);
-	if (!request_mode || !slow)
-		return false;
-	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
-	if (!r || !r->start || end < r->start || end - r->start < slow)
+	if (!slow || !r->start || end < r->start || end - r->start < slow)
 		return false;
 	b->chosen_d = 0;
 	return true;
+}
+
+/* Whether `task` is inside a request that is slow by `end`: req_slow_at. */
+static __always_inline bool req_past_slow(struct offcpu_block *b, struct task_struct *task,
+					  __u64 end)
+{
+	if (!request_mode || !READ_ONCE_U64(req_slow_ns))
+		return false;
+	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
+	return r && req_slow_at(r, end, b);
 }
 
 /* Inside a request (--request with --offcpu), a block shorter than the threshold is kept with
@@ -404,12 +410,7 @@ static __always_inline bool req_short_sample(struct offcpu_block *b, struct task
 	struct req_acct *r = bpf_task_storage_get(&req_acct, task, 0, 0);
 	if (!r || !r->start)
 		return false;
-	__u64 slow = READ_ONCE_U64(req_slow_ns);
-	if (slow && end >= r->start && end - r->start >= slow) {
-		b->chosen_d = 0;
-		return true;
-	}
-	return weighted_draw(b, d, unit);
+	return req_slow_at(r, end, b) || weighted_draw(b, d, unit);
 }
 
 /* The end of a block of `task` that started at `start` and lasted `d` ns: a hit, and past
@@ -499,10 +500,8 @@ static __always_inline struct offcpu_event *offcpu_ended(struct offcpu_block *b,
 }
 
 
-/* USDT probe id (its cookie) -> REQ_START or REQ_DONE: --request's pair, in each binary
- * that has it (set by user space as the probes are attached). */
-#define REQ_START 1
-#define REQ_DONE 2
+/* --request func:: function id | REQ_FUNC_KEY -> REQ_START (set by user space as the
+ * probes are attached). (A USDT probe's role is in its cookie: REQ_ROLE_SHIFT.) */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
@@ -572,13 +571,11 @@ static __always_inline void req_begin(__u64 now)
 	r->blocks = 0;
 }
 
-/* The current thread's request ends at `now`: its sums into `o` (none open: o->ns 0). */
-static __always_inline void req_end(struct req_out *o, __u64 now)
+/* The current thread's request `r` ends at `now`: its sums into `o` (none open: o->ns 0). */
+static __always_inline void req_end_of(struct req_out *o, struct req_acct *r, __u64 now)
 {
 	o->ns = 0;
 	o->blocks = 0;
-	struct task_struct *t = bpf_get_current_task_btf();
-	struct req_acct *r = bpf_task_storage_get(&req_acct, t, 0, 0);
 	if (!r || !r->start || now < r->start)
 		return;
 	if (r->epoch != req_epoch) {
@@ -593,6 +590,11 @@ static __always_inline void req_end(struct req_out *o, __u64 now)
 	o->split[3] = r->ns[3];
 	o->blocks = r->blocks;
 	r->start = 0;
+}
+
+static __always_inline void req_end(struct req_out *o, __u64 now)
+{
+	req_end_of(o, bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0, 0), now);
 }
 
 /* --request func:: the function's id as a key of req_probes (REQ_START: it is the request). */
@@ -1086,14 +1088,20 @@ static __always_inline bool req_hold_start(struct pt_regs *ctx, __u64 probe, __u
 	return true;
 }
 
-/* The held start the current thread's done closes, into `e` (none: held_probe 0), or
- * dropped with a lost done (`e` NULL). */
-static __always_inline void req_release(struct usdt_event *e)
+/* The current thread's done at `now`, its request `r`: the split into `e` (request_mode)
+ * and the held start it closes (none: held_probe 0); or, `e` NULL, both dropped with the
+ * lost done (so the next start finds none). */
+static __always_inline void req_done(struct usdt_event *e, __u64 now)
 {
-	if (e)
-		e->held_probe = 0;
 	struct req_acct *r = bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0, 0);
-	if (!r || !r->held)
+	if (e) {
+		e->held_probe = 0;
+		if (request_mode)
+			req_end_of(&e->req, r, now);
+	} else if (r) {
+		r->start = 0;
+	}
+	if (!req_hold || !r || !r->held)
 		return;
 	r->held = 0;
 	count(FAM_USDT, CTR_RELEASED);
@@ -1118,13 +1126,12 @@ int usdt_hit(struct pt_regs *ctx)
 	if (!is_target(pid))
 		return 0;
 	__u64 cookie = bpf_usdt_cookie(ctx);
-	__u32 req = 0;
+	/* --request's role, set only with it */
+	__u32 req = cookie >> REQ_ROLE_SHIFT;
+	cookie &= (1ULL << REQ_ROLE_SHIFT) - 1;
 	__u64 now = 0;
-	if (request_mode || req_hold) {
-		__u32 *k = bpf_map_lookup_elem(&req_probes, &cookie);
-		req = k ? *k : 0;
-		if (req)
-			now = bpf_ktime_get_boot_ns();
+	if (req) {
+		now = bpf_ktime_get_boot_ns();
 		if (req == REQ_START && request_mode)
 			req_begin(now);
 		if (req == REQ_START && req_hold && req_hold_start(ctx, cookie, now)) {
@@ -1134,33 +1141,30 @@ int usdt_hit(struct pt_regs *ctx)
 	}
 	count(FAM_USDT, CTR_HITS);
 	if (!admit(FAM_USDT)) {
-		if (req == REQ_DONE) {
-			/* its sums go with the lost event: end it so the next start finds none */
-			struct req_acct *r =
-				bpf_task_storage_get(&req_acct, bpf_get_current_task_btf(), 0, 0);
-			if (r)
-				r->start = 0;
-			if (req_hold)
-				req_release(NULL);
-		}
+		if (req == REQ_DONE)
+			req_done(NULL, now);
 		return 0;
 	}
 	__u32 z = 0;
 	struct usdt_event *e = bpf_map_lookup_elem(&usdt_scratch, &z);
 	if (!e)
 		return 0;
-	fill_header(&e->h, FAM_USDT);
-	e->probe = cookie;
-	e->req.ns = 0;
 	if (req) {
 		/* one clock for the start, the done and the split */
+		__u64 pt = bpf_get_current_pid_tgid();
+		e->h.type = FAM_USDT;
+		e->h.pid = pt >> 32;
+		e->h.tid = (__u32)pt;
+		e->h.cpu = bpf_get_smp_processor_id();
 		e->h.time_ns = now;
-		if (req == REQ_DONE)
-			req_end(&e->req, now);
+	} else {
+		fill_header(&e->h, FAM_USDT);
 	}
+	e->probe = cookie;
+	e->req.ns = 0;
 	e->held_probe = 0;
-	if (req == REQ_DONE && req_hold)
-		req_release(e);
+	if (req == REQ_DONE)
+		req_done(e, now);
 	int n = bpf_usdt_arg_cnt(ctx);
 	if (n < 0)
 		n = 0;

@@ -242,6 +242,9 @@ pub struct RecordConfig {
     /// off CPU (interruptible, uninterruptible), carried by the done's event; the
     /// time-weighted sample of the blocks (--offcpu-sample, 1 ms by default with --request,
     /// and inside a request the blocks under the threshold too) names that time's causes.
+    /// A USDT start hit sends no event of its own: the kernel holds it (time, arguments)
+    /// until the thread's done, whose event carries it (one event a request; not with
+    /// --usdt-stack or --usdt-string, which need the start's own event).
     #[cfg_attr(
         feature = "cli",
         arg(long, value_name = "usdt:PROVIDER:START,DONE|func:SPEC")

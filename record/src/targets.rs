@@ -343,7 +343,7 @@ fn attach_usdt(
             .filter(|p| all.iter().any(|d| d.id == p.done && d.name == done))
             .map(|p| (p.id, p.done))
             .collect();
-        probes.set_request_probes(&pairs)?;
+        probes.set_request_probes(&pairs);
     }
     if !a.quiet {
         for p in all.iter().skip(probes.usdt.len()) {

@@ -428,7 +428,8 @@ impl<'obj> Probes<'obj> {
                     &p.provider,
                     &p.name,
                     libbpf_rs::UsdtOpts {
-                        cookie: p.id,
+                        cookie: p.id
+                            | self.req_roles.get(&p.id).copied().unwrap_or(0) << REQ_ROLE_SHIFT,
                         ..Default::default()
                     },
                 )
@@ -440,21 +441,15 @@ impl<'obj> Probes<'obj> {
         Ok(())
     }
 
-    /// `--request`'s USDT pair, in each binary that has it: (start probe id, done probe id).
-    /// The kernel then splits each request's time on its thread (`request_split`).
-    pub fn set_request_probes(&mut self, pairs: &[(u64, u64)]) -> Result<()> {
-        let Some(pr) = &self.profile else {
-            return Ok(());
-        };
+    /// `--request`'s USDT pair, in each binary that has it: (start probe id, done probe id),
+    /// before they are attached: their cookies carry the role (REQ_START, REQ_DONE in the
+    /// top bits, so the program needs no lookup). The kernel then holds each start for its
+    /// done (`request_hold`) and splits each request's time on its thread (`request_split`).
+    pub fn set_request_probes(&mut self, pairs: &[(u64, u64)]) {
         for &(start, done) in pairs {
-            for (id, kind) in [(start, 1u32), (done, 2u32)] {
-                pr.maps
-                    .req_probes
-                    .update(&id.to_ne_bytes(), &kind.to_ne_bytes(), MapFlags::ANY)
-                    .context("--request: the probe map")?;
-            }
+            self.req_roles.insert(start, REQ_START as u64);
+            self.req_roles.insert(done, REQ_DONE as u64);
         }
-        Ok(())
     }
 
     /// `--usdt-string`: (probe id, the index of its string argument).

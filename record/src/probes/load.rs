@@ -306,6 +306,7 @@ impl<'obj> Probes<'obj> {
             trace_probes: Vec::new(),
             attached: Vec::new(),
             usdt: Vec::new(),
+            req_roles: Default::default(),
             stats_ok: stats_fd.is_some(),
             hub_shares: Default::default(),
             hub_every: Default::default(),

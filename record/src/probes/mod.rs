@@ -179,6 +179,9 @@ pub struct Probes<'obj> {
     pub attached: Vec<String>,
     /// The --usdt probes attached (see `attach_usdt`), in id order.
     pub usdt: Vec<crate::funcs::usdt::UsdtProbe>,
+    /// --request's USDT probes by id: REQ_START or REQ_DONE, carried in the top bits of
+    /// the probe's BPF cookie (`set_request_probes`, `attach_usdt`).
+    req_roles: std::collections::HashMap<u64, u64>,
     /// The kernel's BPF stats, on while this fd is open (`set_stats`).
     stats_fd: std::cell::RefCell<Option<OwnedFd>>,
     /// They could be turned on (--bpf-stats or --max-cpu, and the kernel let us).
