@@ -55,6 +55,9 @@
 #                      default set)
 #   bt-request         bpftrace pairing the same probes: @s[tid] = nsecs at query__start, at
 #                      query__done the delta into hist() (not in the default set)
+#   bt-request-floor   bpftrace on the same probes doing nothing but a count at the done: the
+#                      uprobe traps and the programs' dispatch, the floor of any USDT tracer
+#                      (not in the default set)
 #   bt-offcpu          bpftrace on sched_switch: at the switch-out of a server thread that blocks,
 #                      @start[tid] = nsecs; at its switch-in the delta into hist() (no stacks)
 #   bt-syscalls        bpftrace on raw_syscalls: at the entry of a server thread's call @start[tid]
@@ -178,7 +181,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS ebrec-agent-wakers ebrec-request ebrec-request-split ebrec-request-split-off bt-request bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS ebrec-agent-wakers ebrec-request ebrec-request-split ebrec-request-split-off bt-request bt-request-floor bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 # ebrec record and agent rows with --sched POLICY (ebrec's own threads; default batch)
 for p in normal idle batch; do
@@ -632,6 +635,11 @@ tool_argv() {
           local exe
           exe=$(readlink -f "/proc/$(server_main)/exe")
           TOOL_ARGV=("${BT[@]}" "$(bt_request_prog "$exe")") EVFN=ev_bt_hist ;;
+        bt-request-floor)
+          [ "$SERVER" = postgres ] || { WHY[$1]="PostgreSQL's query probes: SERVER=postgres only"; return 1; }
+          local exe
+          exe=$(readlink -f "/proc/$(server_main)/exe")
+          TOOL_ARGV=("${BT[@]}" "usdt:$exe:postgresql:query__start {} usdt:$exe:postgresql:query__done { @kept = count(); }") EVFN=ev_bt_kept ;;
       esac ;;
     bcc-*)
       [ "$BCC_OK" = 1 ] || { WHY[$1]="bcc: $BCC_WHY"; return 1; }
