@@ -106,6 +106,7 @@ fn sample_trace(n: usize, chunk_bytes: usize) -> (Vec<u8>, Written) {
                 run_count: 1,
                 recursion_misses: 0,
             }],
+            requests_held: 2,
         }),
         Kind::ProbedFunction(pb::ProbedFunction {
             id: 1,
