@@ -1051,7 +1051,7 @@ struct {
 } usdt_string_args SEC(".maps");
 
 /* --request usdt without --usdt-stack or --usdt-string: a start hit sends no event; the
- * kernel holds its time, probe and first argument in the thread's req_acct and the done's
+ * kernel holds its time, probe and arguments in the thread's req_acct and the done's
  * event carries them (one event a request; the recorder writes both hits). A start while
  * one is held (a nest, rare) is sent as usual, as is a done with none held. Held starts
  * are counted (CTR_HELD, CTR_RELEASED): those without their done are the requests open. */
