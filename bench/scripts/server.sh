@@ -39,6 +39,8 @@
 #                      budget; the reports it makes with ebsym after the recording are not timed)
 #   ebrec-agent        ebrec agent --bpf-stats --cpu --offcpu --comm '^postgres$' -o DIR/a.pb.zst
 #                      (the agent's default: no wake hook)
+#   ebrec-agent-cpu    the same with --cpu alone (99 Hz CPU samples, no off-CPU hooks) (not in
+#                      the default set)
 #   ebrec-agent-wakers the same with --offcpu-wakers on (the wake hook, as record has it) (not
 #                      in the default set)
 #   NAME-sched-POLICY  ebrec-cpu, ebrec-offcpu, ebrec-diagset or ebrec-agent with --sched POLICY
@@ -181,7 +183,7 @@ ALL_CONFIGS="untraced ebrec-cpu ebrec-offcpu ebrec-lock ebrec-memgrowth ebrec-sy
 ALL_CONFIGS+=" ebrec-runq ebrec-tcp ebrec-alloc4096 ebrec-diagset ebrec-diagnose ebrec-agent"
 ALL_CONFIGS+=" bt-offcpu bt-syscalls bt-malloc bt-profile"
 ALL_CONFIGS+=" bcc-offcputime bcc-profile bcc-runqlat bcc-syscount bcc-biolatency"
-KNOWN_CONFIGS="$ALL_CONFIGS ebrec-agent-wakers ebrec-request ebrec-request-split ebrec-request-split-off bt-request bt-request-floor bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
+KNOWN_CONFIGS="$ALL_CONFIGS ebrec-agent-wakers ebrec-agent-cpu ebrec-request ebrec-request-split ebrec-request-split-off bt-request bt-request-floor bt-sysfloor bt-malloc-leak ebrec-alloc4096-nofree ebrec-sysfloor ebrec-offcpu-sysexit ebrec-lock-hub ebrec-memgrowth-hub ebrec-tcp-hub"
 KNOWN_CONFIGS+=" ebrec-diagnose-hub"
 # ebrec record and agent rows with --sched POLICY (ebrec's own threads; default batch)
 for p in normal idle batch; do
@@ -600,12 +602,13 @@ tool_argv() {
           [ ! -x "$EBSYM" ] || TOOL_ARGV+=(--ebsym "$EBSYM")
           EVFN=ev_diagnose
           return 0 ;;
-        ebrec-agent | ebrec-agent-wakers)
+        ebrec-agent | ebrec-agent-wakers | ebrec-agent-cpu)
           rm -rf "$TMP/agent"
           mkdir -p "$TMP/agent"
-          local wk=()
-          [ "$c" = ebrec-agent ] || wk=(--offcpu-wakers on)
-          TOOL_ARGV=(env --default-signal=INT "$ebrec" agent -q "${sched[@]}" "${STATS_FLAG[@]}" --cpu --offcpu "${wk[@]}" --comm "^$COMM\$" -o "$TMP/agent/a.pb.zst")
+          local wk=(--offcpu)
+          [ "$c" != ebrec-agent-wakers ] || wk+=(--offcpu-wakers on)
+          [ "$c" != ebrec-agent-cpu ] || wk=()
+          TOOL_ARGV=(env --default-signal=INT "$ebrec" agent -q "${sched[@]}" "${STATS_FLAG[@]}" --cpu "${wk[@]}" --comm "^$COMM\$" -o "$TMP/agent/a.pb.zst")
           READY='^ebrec'
           EVFN=ev_agent
           return 0 ;;
