@@ -975,7 +975,7 @@ mod tests {
                 &[
                     "shop::slow_request(long, int)",
                     "shop::handle(long, int, long)",
-                    "shop::serve(long, int, long)",
+                    "shop::serve(long, int, long, shop::Bounds)",
                     "shop::serve_one(long, long)",
                     "shop::serve_all(long, long)",
                 ],
