@@ -1050,6 +1050,29 @@ struct {
 	__type(value, __u32);
 } usdt_string_args SEC(".maps");
 
+/* The hit's arguments into `args` (at most USDT_MAX_ARGS; one that cannot be read is 0, its
+ * bit set in `errors`); returns how many. */
+static __always_inline int usdt_args(struct pt_regs *ctx, __u64 *args, __u32 *errors)
+{
+	int n = bpf_usdt_arg_cnt(ctx);
+	if (n < 0)
+		n = 0;
+	if (n > USDT_MAX_ARGS)
+		n = USDT_MAX_ARGS;
+	*errors = 0;
+	for (int i = 0; i < USDT_MAX_ARGS; i++) {
+		if (i >= n)
+			break;
+		long v = 0;
+		if (bpf_usdt_arg(ctx, i, &v)) {
+			*errors |= 1u << i;
+			v = 0;
+		}
+		args[i] = v;
+	}
+	return n;
+}
+
 /* --request usdt without --usdt-stack or --usdt-string: a start hit sends no event; the
  * kernel holds its time, probe and arguments in the thread's req_acct and the done's
  * event carries them (one event a request; the recorder writes both hits). A start while
@@ -1064,22 +1087,7 @@ static __always_inline bool req_hold_start(struct pt_regs *ctx, __u64 probe, __u
 						  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!r || r->held)
 		return false;
-	int n = bpf_usdt_arg_cnt(ctx);
-	if (n < 0)
-		n = 0;
-	if (n > USDT_MAX_ARGS)
-		n = USDT_MAX_ARGS;
-	r->held_arg_errors = 0;
-	for (int i = 0; i < USDT_MAX_ARGS; i++) {
-		if (i >= n)
-			break;
-		long v = 0;
-		if (bpf_usdt_arg(ctx, i, &v)) {
-			r->held_arg_errors |= 1u << i;
-			v = 0;
-		}
-		r->held_args[i] = v;
-	}
+	int n = usdt_args(ctx, r->held_args, &r->held_arg_errors);
 	r->held = 1;
 	r->held_time = now;
 	r->held_probe = probe;
@@ -1165,23 +1173,8 @@ int usdt_hit(struct pt_regs *ctx)
 	e->held_probe = 0;
 	if (req == REQ_DONE)
 		req_done(e, now);
-	int n = bpf_usdt_arg_cnt(ctx);
-	if (n < 0)
-		n = 0;
-	if (n > USDT_MAX_ARGS)
-		n = USDT_MAX_ARGS;
+	int n = usdt_args(ctx, e->args, &e->arg_errors);
 	e->nargs = n;
-	e->arg_errors = 0;
-	for (int i = 0; i < USDT_MAX_ARGS; i++) {
-		if (i >= n)
-			break;
-		long v = 0;
-		if (bpf_usdt_arg(ctx, i, &v)) {
-			e->arg_errors |= 1u << i;
-			v = 0;
-		}
-		e->args[i] = v;
-	}
 	e->flags = 0;
 	e->nframes = 0;
 	e->copy_id = 0;
