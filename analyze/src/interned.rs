@@ -42,6 +42,29 @@ impl Frame {
     }
 }
 
+/// Frames made once each and shared ([`SharedFrames`]): a report that holds every stack
+/// (a pprof profile, a diff) holds a pointer per frame, not the frame's strings again for
+/// every stack that shows it (2.6 GB against a few hundred MB on a compiler's trace).
+pub type SharedFrame = Arc<Frame>;
+
+/// The [`SharedFrame`] of each interned frame, made on first use.
+#[derive(Debug, Default)]
+pub struct SharedFrames(FastMap<IFrame, SharedFrame>);
+
+impl SharedFrames {
+    /// The shared frames of `fs`, named with `names`.
+    pub fn frames(&mut self, names: &Names, fs: &[IFrame]) -> Vec<SharedFrame> {
+        fs.iter()
+            .map(|f| {
+                self.0
+                    .entry(*f)
+                    .or_insert_with(|| Arc::new(names.frame(f)))
+                    .clone()
+            })
+            .collect()
+    }
+}
+
 /// A frame whose names are ids in [`Names`]: what [`Frame`] holds, a few words long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IFrame {

@@ -20,9 +20,11 @@
 //! [`profile_of_parts`] is the same profile made of several parts (say one per process,
 //! their samples labelled `pid`, `comm`), with [`Options`] for a backend that symbolizes
 //! by build-id (user frames as addresses in their mappings): what `ebrec push` sends.
+use crate::hash::FastMap;
 use crate::model::{Frame, MappingInfo};
 use crate::reports::{EventKind, HeapMeasure, Measure, StackValues, Stacks};
 use ebtrace_proto::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 /// Sample types (type, unit) of `kind`, in the order of each sample's values.
@@ -88,13 +90,14 @@ type LocationKey = (u64, u64, Vec<(u64, i64)>);
 #[derive(Default)]
 struct Builder {
     strings: Vec<String>,
-    string_ids: HashMap<String, i64>,
+    string_ids: FastMap<String, i64>,
     mappings: Vec<Mapping>,
-    mapping_ids: HashMap<MappingInfo, u64>,
+    mapping_ids: FastMap<MappingInfo, u64>,
     functions: Vec<Function>,
-    function_ids: HashMap<(String, String), u64>,
+    /// By the ids of its name and file.
+    function_ids: FastMap<(i64, i64), u64>,
     locations: Vec<Location>,
-    location_ids: HashMap<LocationKey, u64>,
+    location_ids: FastMap<LocationKey, u64>,
 }
 
 impl Builder {
@@ -129,13 +132,12 @@ impl Builder {
     }
 
     fn function(&mut self, f: &Frame) -> u64 {
-        let key = (f.function.clone(), f.file.clone().unwrap_or_default());
-        if let Some(&id) = self.function_ids.get(&key) {
+        let name = self.string(&f.function);
+        let filename = self.string(f.file.as_deref().unwrap_or_default());
+        if let Some(&id) = self.function_ids.get(&(name, filename)) {
             return id;
         }
         let id = self.functions.len() as u64 + 1;
-        let name = self.string(&key.0);
-        let filename = self.string(&key.1);
         self.functions.push(Function {
             id,
             name,
@@ -143,37 +145,38 @@ impl Builder {
             filename,
             start_line: 0,
         });
-        self.function_ids.insert(key, id);
+        self.function_ids.insert((name, filename), id);
         id
     }
 
     /// The location of one inline chain (innermost first, the containing function last).
     /// With [`Options::addresses_only`] (or an unresolved frame and
     /// [`Options::unresolved_as_addresses`]), a chain in a mapping is its address alone.
-    fn location(
+    fn location<F: Borrow<Frame>>(
         &mut self,
-        chain: &[Frame],
+        chain: &[F],
         mapping: Option<&MappingInfo>,
         options: &Options,
     ) -> u64 {
+        let chain: Vec<&Frame> = chain.iter().map(Borrow::borrow).collect();
         let mapping_id = mapping.map_or(0, |m| self.mapping(m));
         let address = chain
             .first()
             .and_then(|f| u64::from_str_radix(f.address.trim_start_matches("0x"), 16).ok())
             .unwrap_or(0);
         let addresses_only = options.addresses_only
-            || (options.unresolved_as_addresses && chain.len() == 1 && unresolved(&chain[0]));
+            || (options.unresolved_as_addresses && chain.len() == 1 && unresolved(chain[0]));
         let lines: Vec<(u64, i64)> = if addresses_only && mapping_id != 0 {
             Vec::new()
         } else {
             chain
                 .iter()
-                .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
+                .map(|&f| (self.function(f), i64::from(f.line.unwrap_or(0))))
                 .collect()
         };
         // Named from DWARF: functions, files, lines and inline frames; from a symbol table
         // only (the agent's Pyroscope pushes): functions.
-        let named = !(lines.is_empty() || (chain.len() == 1 && unresolved(&chain[0])));
+        let named = !(lines.is_empty() || (chain.len() == 1 && unresolved(chain[0])));
         let symbolized = !lines.is_empty() && chain.iter().any(|f| f.file.is_some());
         if named && mapping_id != 0 {
             let m = &mut self.mappings[mapping_id as usize - 1];
@@ -207,11 +210,11 @@ impl Builder {
 
 /// Splits leaf-first `frames` into inline chains: each ends at the first frame that is not
 /// inlined (the function the preceding ones were inlined into).
-fn chains(frames: &[Frame]) -> Vec<std::ops::Range<usize>> {
+fn chains<F: Borrow<Frame>>(frames: &[F]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     for (i, f) in frames.iter().enumerate() {
-        if !f.inlined {
+        if !f.borrow().inlined {
             out.push(start..i + 1);
             start = i + 1;
         }
@@ -311,7 +314,7 @@ pub fn profile_of_parts(parts: &[Part<'_>], by: Measure, options: &Options) -> P
         let location_id = chains(&s.frames)
             .into_iter()
             .map(|r| {
-                let mapping = s.mappings.get(r.start).and_then(|m| m.as_ref());
+                let mapping = s.mappings.get(r.start).and_then(|m| m.as_deref());
                 b.location(&s.frames[r], mapping, options)
             })
             .collect();

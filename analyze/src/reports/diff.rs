@@ -3,6 +3,7 @@ use super::folded::folded_key;
 use super::kind::{EventKind, Measure};
 use super::stacks::{stacks_from, Stacks};
 use super::text::losses_text;
+use crate::interned::SharedFrame;
 use crate::model::{Filter, Frame, Losses, Trace};
 use ebtrace_format::TraceReader;
 use serde::Serialize;
@@ -26,11 +27,10 @@ pub struct DiffReport {
     /// Why a side has no rows (no events of the kind, lost events).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
-    /// The folded stacks of both sides, for [`super::diff_flamegraph`].
+    /// Every folded stack of either side, sorted, with its value before and after: what
+    /// [`DiffReport::folded_before`] and `folded_after` print.
     #[serde(skip)]
-    pub folded_before: Vec<String>,
-    #[serde(skip)]
-    pub folded_after: Vec<String>,
+    pub folded: Vec<(String, u64, u64)>,
 }
 
 #[derive(Debug, Serialize, Clone)]
@@ -77,11 +77,12 @@ pub fn diff_from(
 }
 
 /// Compares two sets of stacks of one kind (of `before`'s kind) by `by`; keeps the `n`
-/// rows that changed most.
+/// rows that changed most. Every stack is held as its folded key and shared frames; only
+/// the rows kept get frames of their own.
 pub fn diff_stacks(b: Stacks, a: Stacks, by: Measure, n: usize) -> DiffReport {
     let kind = b.kind;
     // folded key -> (before, after, frames)
-    let mut by_key: BTreeMap<String, (u64, u64, Vec<Frame>)> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, (u64, u64, Vec<SharedFrame>)> = BTreeMap::new();
     for (side, st) in [(0, &b), (1, &a)] {
         for s in &st.stacks {
             let v = s.value(kind, by);
@@ -101,39 +102,36 @@ pub fn diff_stacks(b: Stacks, a: Stacks, by: Measure, n: usize) -> DiffReport {
             }
         }
     }
-    let fold = |i: usize| -> Vec<String> {
-        by_key
-            .iter()
-            .map(|(k, v)| (k, if i == 0 { v.0 } else { v.1 }))
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect()
-    };
-    let (folded_before, folded_after) = (fold(0), fold(1));
     let (mut tb, mut ta) = (0u64, 0u64);
-    let mut rows: Vec<(String, DiffRow)> = by_key
+    let mut folded = Vec::with_capacity(by_key.len());
+    let mut frames = Vec::with_capacity(by_key.len());
+    for (k, (before, after, f)) in by_key {
+        tb += before;
+        ta += after;
+        folded.push((k, before, after));
+        frames.push(f);
+    }
+    // By how much each changed, grown first among equals, then by the folded key (the
+    // order of `folded`).
+    let delta = |i: usize| folded[i].2 as i64 - folded[i].1 as i64;
+    let mut order: Vec<usize> = (0..folded.len()).collect();
+    order.sort_by(|&x, &y| {
+        delta(y)
+            .unsigned_abs()
+            .cmp(&delta(x).unsigned_abs())
+            .then_with(|| delta(y).cmp(&delta(x)))
+            .then_with(|| x.cmp(&y))
+    });
+    let rows = order
         .into_iter()
-        .map(|(k, (before, after, frames))| {
-            tb += before;
-            ta += after;
-            (
-                k,
-                DiffRow {
-                    before,
-                    after,
-                    delta: after as i64 - before as i64,
-                    frames: Some(frames),
-                },
-            )
+        .take(n)
+        .map(|i| DiffRow {
+            before: folded[i].1,
+            after: folded[i].2,
+            delta: delta(i),
+            frames: Some(frames[i].iter().map(|f| Frame::clone(f)).collect()),
         })
         .collect();
-    rows.sort_by(|x, y| {
-        y.1.delta
-            .unsigned_abs()
-            .cmp(&x.1.delta.unsigned_abs())
-            .then_with(|| y.1.delta.cmp(&x.1.delta))
-            .then_with(|| x.0.cmp(&y.0))
-    });
     let notes = [("before", b.note), ("after", a.note)]
         .into_iter()
         .filter_map(|(side, note)| note.map(|n| format!("{side}: {n}")))
@@ -147,16 +145,34 @@ pub fn diff_stacks(b: Stacks, a: Stacks, by: Measure, n: usize) -> DiffReport {
             delta: ta as i64 - tb as i64,
             frames: None,
         },
-        rows: rows.into_iter().take(n).map(|r| r.1).collect(),
+        rows,
         losses_before: b.losses,
         losses_after: a.losses,
         notes,
-        folded_before,
-        folded_after,
+        folded,
     }
 }
 
 impl DiffReport {
+    /// `root;…;leaf value` of the stacks with a value before, sorted (for
+    /// [`super::diff_flamegraph`]).
+    pub fn folded_before(&self) -> Vec<String> {
+        self.folded_side(|f| f.1)
+    }
+
+    /// [`DiffReport::folded_before`] of the after side.
+    pub fn folded_after(&self) -> Vec<String> {
+        self.folded_side(|f| f.2)
+    }
+
+    fn folded_side(&self, value: impl Fn(&(String, u64, u64)) -> u64) -> Vec<String> {
+        self.folded
+            .iter()
+            .filter(|f| value(f) > 0)
+            .map(|f| format!("{} {}", f.0, value(f)))
+            .collect()
+    }
+
     /// The diff for people.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;

@@ -83,16 +83,16 @@ pub fn diff_flamegraph(
     out: impl std::io::Write,
 ) -> std::io::Result<()> {
     use inferno::flamegraph::Options;
-    if d.folded_before.is_empty() && d.folded_after.is_empty() {
+    if d.folded.is_empty() {
         return Err(std::io::Error::other(format!(
             "no {} events to draw in either trace",
             kind.name()
         )));
     }
     let (first, second) = if negate {
-        (&d.folded_after, &d.folded_before)
+        (d.folded_after(), d.folded_before())
     } else {
-        (&d.folded_before, &d.folded_after)
+        (d.folded_before(), d.folded_after())
     };
     let mut two = Vec::new();
     inferno::differential::from_readers(

@@ -21,8 +21,8 @@ pub struct Folded {
 }
 
 /// The folded key of `frames` (leaf first): function names root to leaf, `;`-separated.
-pub fn folded_key(frames: &[Frame]) -> String {
-    folded_key_of(frames.iter().map(|f| f.function.as_str()))
+pub fn folded_key<F: std::borrow::Borrow<Frame>>(frames: &[F]) -> String {
+    folded_key_of(frames.iter().map(|f| f.borrow().function.as_str()))
 }
 
 /// [`folded_key`] of the frames' function names (leaf first).

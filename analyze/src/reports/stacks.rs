@@ -8,8 +8,8 @@ use super::text::empty_note;
 use crate::event::Fields;
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
-use crate::interned::{FrameIds, IFrame, Names};
-use crate::model::{Estimator, Event, Filter, Frame, Loaded, Losses, MappingInfo, Sink, Trace};
+use crate::interned::{FrameIds, IFrame, Names, SharedFrame, SharedFrames};
+use crate::model::{Estimator, Event, Filter, Loaded, Losses, MappingInfo, Sink, Trace};
 use ebtrace_format::events::AggregateRow;
 use ebtrace_format::TraceReader;
 use std::collections::HashMap;
@@ -492,10 +492,11 @@ impl Agg {
 /// One merged stack and its values, for pprof, folded stacks and diffs.
 #[derive(Debug, Clone)]
 pub struct StackValues {
-    /// Leaf first, inlined frames expanded (innermost first).
-    pub frames: Vec<Frame>,
+    /// Leaf first, inlined frames expanded (innermost first); shared with the other
+    /// stacks that show them.
+    pub frames: Vec<SharedFrame>,
     /// The mapping of each frame (None for kernel frames and frames outside any mapping).
-    pub mappings: Vec<Option<MappingInfo>>,
+    pub mappings: Vec<Option<Arc<MappingInfo>>>,
     /// lock: the mutex; func: the probed function id; else 0.
     pub sub: u64,
     /// The threads whose events these are: one name, a group (`worker-*`) or a list
@@ -594,6 +595,7 @@ pub(crate) fn stacks_of(
         .map(|g| l.tables.string(g.process.exe).to_string())
         .filter(|p| !p.is_empty())
         .collect();
+    let mut shared = SharedFrames::default();
     Stacks {
         kind,
         executables,
@@ -601,14 +603,11 @@ pub(crate) fn stacks_of(
             .into_iter()
             .map(|m| {
                 let (frames, mappings) = m.frames_and_mappings(l);
-                (m, l.names.frames(&frames), mappings)
+                (m, shared.frames(&l.names, &frames), mappings)
             })
             .map(|(m, frames, mappings)| StackValues {
                 frames,
-                mappings: mappings
-                    .into_iter()
-                    .map(|m| m.as_deref().cloned())
-                    .collect(),
+                mappings,
                 sub: m.sub,
                 thread: m.thread,
                 count: m.agg.count,

@@ -519,7 +519,10 @@ impl Row {
 
 /// Frames in a row serialize with their fields in alphabetical order (a row's JSON has
 /// always been sorted that way), unlike [`Frame`]'s own order (used by `diff`).
-pub(crate) fn sorted_frames<S: Serializer>(frames: &[Frame], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn sorted_frames<S: Serializer, F: std::borrow::Borrow<Frame>>(
+    frames: &[F],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Sorted<'a> {
         address: &'a str,
@@ -529,14 +532,19 @@ pub(crate) fn sorted_frames<S: Serializer>(frames: &[Frame], s: S) -> Result<S::
         line: Option<u32>,
         module: &'a str,
     }
-    s.collect_seq(frames.iter().map(|f| Sorted {
-        address: &f.address,
-        file: &f.file,
-        function: &f.function,
-        inlined: f.inlined,
-        line: f.line,
-        module: &f.module,
-    }))
+    s.collect_seq(
+        frames
+            .iter()
+            .map(std::borrow::Borrow::borrow)
+            .map(|f: &Frame| Sorted {
+                address: &f.address,
+                file: &f.file,
+                function: &f.function,
+                inlined: f.inlined,
+                line: f.line,
+                module: &f.module,
+            }),
+    )
 }
 
 /// The waker stack seen most often in `agg` (ties: the lowest id).

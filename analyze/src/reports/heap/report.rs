@@ -1,7 +1,7 @@
 //! What `ebsym heap` prints as JSON: the report, its totals, allocators, processes and
 //! rows, and the measures rows are sorted by.
 use crate::histogram::Log2Bin;
-use crate::model::{Frame, Losses};
+use crate::model::Losses;
 use serde::Serialize;
 
 /// The allocation measures `ebsym heap --by` sorts rows by.
@@ -118,8 +118,9 @@ pub struct HeapRow {
     pub allocator: String,
     pub allocations: u64,
     pub bytes: u64,
+    /// Shared with the rows that show the same frames (a profile holds every row).
     #[serde(serialize_with = "crate::reports::top::sorted_frames")]
-    pub frames: Vec<Frame>,
+    pub frames: Vec<crate::interned::SharedFrame>,
     /// Bytes never freed that the runtime (or a --suppress rule) holds by design.
     pub held_bytes: u64,
     /// What holds them, as `leaks` says.

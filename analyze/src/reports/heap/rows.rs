@@ -72,10 +72,11 @@ impl HeapSink {
                 (row, a.first)
             })
             .collect();
+        let mut shared = crate::interned::SharedFrames::default();
         let rows = sort_rows(rows, q.by, q.n, l)
             .into_iter()
             .map(|(mut r, f)| {
-                r.frames = l.names.frames(&f);
+                r.frames = shared.frames(&l.names, &f);
                 r
             })
             .collect();

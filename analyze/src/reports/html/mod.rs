@@ -312,10 +312,11 @@ impl Interner {
         id
     }
 
-    fn stack(&mut self, frames: &[Frame]) -> u32 {
+    fn stack<F: std::borrow::Borrow<Frame>>(&mut self, frames: &[F]) -> u32 {
         let ids: Vec<u32> = frames
             .iter()
             .map(|f| {
+                let f: &Frame = f.borrow();
                 let key = (
                     f.function.clone(),
                     f.file.clone(),
