@@ -276,40 +276,34 @@ impl LeakSink {
     /// (`Group::Thread`) and allocator.
     fn merged(&self, l: &mut Loaded, by: Sums, opts: &LeakOptions) -> BTreeMap<RowKey, Acc> {
         let mut merged: BTreeMap<RowKey, Acc> = BTreeMap::new();
-        // Each (stack, generation)'s frames, resolved once (as the losses count them).
-        let mut frames_of: HashMap<(u64, u32), Vec<IFrame>> = HashMap::new();
         let mut by: Vec<_> = by.into_iter().collect();
         by.sort_unstable_by_key(|&(key, _)| key);
+        // Each (stack, generation)'s frames, resolved once (as the losses count them): the
+        // keys are sorted, so only the last one is kept.
+        let mut resolved: Option<((u64, u32), Vec<IFrame>, FrameIds)> = None;
         for ((stack, generation, tid), (count, bytes, oldest)) in by {
             let alive = l
                 .tables
                 .generations
                 .get(&generation)
                 .is_some_and(|g| g.exit.is_none());
-            let frames = match frames_of.get(&(stack, generation)) {
-                Some(f) => f.clone(),
-                None => {
-                    let f = l.interned_frames(stack);
-                    frames_of.insert((stack, generation), f.clone());
-                    f
-                }
-            };
+            if resolved.as_ref().is_none_or(|r| r.0 != (stack, generation)) {
+                let f = l.interned_frames(stack);
+                let ids = Names::ids(&f);
+                resolved = Some(((stack, generation), f, ids));
+            }
+            let (_, frames, ids) = resolved.as_ref().unwrap();
             let thread = if opts.group == Group::Thread && tid != 0 {
                 fold_digits(&l.thread_name(generation, tid))
             } else {
                 String::new()
             };
             let e = merged
-                .entry((
-                    Names::ids(&frames),
-                    alive,
-                    thread,
-                    self.live.allocator_of(stack),
-                ))
+                .entry((ids.clone(), alive, thread, self.live.allocator_of(stack)))
                 .or_insert_with(|| Acc {
                     allocator: self.live.allocator_of(stack),
-                    held: opts.rules.held_by(&l.names.view(&frames)),
-                    frames,
+                    held: opts.rules.held_by(&l.names.view(frames)),
+                    frames: frames.clone(),
                     count: 0,
                     bytes: 0,
                     oldest: u64::MAX,
