@@ -10,9 +10,14 @@
 #
 # Then a real program, when heaptrack is installed: heaptrack_print beside ebsym on the same
 # program's runs. HEAP_KEEP=DIR takes heap.sh's kept files (KEEP=DIR bench/scripts/heap.sh:
-# ht.* and t.sym.pb.zst); otherwise, as root with EBREC set, testdata/cpp/shop.cpp (SECONDS=2)
-# is recorded here with heaptrack and with `ebrec record --alloc --alloc-sampler preload
-# --sample-bytes 1`, and symbolized with ebsym.
+# ht.* and t.sym.pb.zst); otherwise, as root with EBREC set, REAL=shop (the default)
+# records testdata/cpp/shop.cpp (SECONDS=2) here with heaptrack and with `ebrec record
+# --alloc --alloc-sampler preload --sample-bytes 1`; REAL=compiler records Debian's C++
+# compiler (cc1plus -O2) on bench/cpp/templates.cpp with heaptrack and with `ebrec record
+# --alloc` (3.3 M allocations, ~125,000 distinct stacks; heaptrack's run of it may not
+# finish: its counts are then those of an aborted compile). The trace is symbolized with
+# ebsym. Each command: heap, leaks, top --kind alloc, report, pprof --kind alloc, diff
+# (the trace against itself).
 #
 # Usage: bench/scripts/scaling.sh
 #   SCALES="1 4 16"
@@ -20,6 +25,7 @@
 #                    (cargo build --release -p ebtrace-ebsym -p ebtrace-bench --bin scaling)
 #   EBREC=target/release/ebrec   for the real program's recording (optional)
 #   HEAP_KEEP=DIR                heap.sh's kept files instead of recording shop here
+#   REAL=shop|compiler|none      the real program recorded here (default shop)
 #   KEEP=DIR                     keep the traces, outputs and logs there
 #   RESULTS_DIR=target/ebtrace-artifacts/bench   where the table is written (scaling-DATE.txt)
 #   WAIT_IDLE_S=0                before each row, wait up to this long for an idle machine
@@ -40,7 +46,8 @@ HEAP_KEEP=${HEAP_KEEP:-}
 SECONDS_RUN=${SECONDS_RUN:-2}
 KEEP=${KEEP:-}
 RESULTS_DIR=${RESULTS_DIR:-$repo/target/ebtrace-artifacts/bench}
-COMMANDS=(heap leaks top report)
+REAL=${REAL:-shop}
+COMMANDS=(heap leaks top report pprof diff)
 
 for b in "$EBSYM" "$GEN"; do
   [ -x "$b" ] || die "$b is missing: cargo build --release -p ebtrace-ebsym -p ebtrace-bench --bin scaling"
@@ -77,6 +84,8 @@ run_commands() {
   timed "$tag-leaks" "$EBSYM" leaks "$trace"
   timed "$tag-top" "$EBSYM" top "$trace" --kind alloc
   timed "$tag-report" "$EBSYM" report "$trace" -o "$TMP/$tag.html"
+  timed "$tag-pprof" "$EBSYM" pprof "$trace" --kind alloc -o "$TMP/$tag.pb.gz"
+  timed "$tag-diff" "$EBSYM" diff "$trace" "$trace" --kind alloc
 }
 
 busy_check
@@ -101,7 +110,7 @@ if command -v heaptrack_print >/dev/null; then
     real_trace=$HEAP_KEEP/t.sym.pb.zst
     [ -n "$ht_file" ] && [ -f "$real_trace" ] || die "HEAP_KEEP=$HEAP_KEEP has no ht.* and t.sym.pb.zst"
     real="heap.sh's program (HEAP_KEEP=$HEAP_KEEP)"
-  elif ebrec_available && [ "$(id -u)" -eq 0 ]; then
+  elif [ "$REAL" = shop ] && ebrec_available && [ "$(id -u)" -eq 0 ]; then
     g++ -O2 -g -fno-omit-frame-pointer -pthread -std=c++17 -Wl,--build-id \
       -o "$TMP/shop" "$repo/testdata/cpp/shop.cpp"
     timed rec-heaptrack heaptrack -o "$TMP/ht" "$TMP/shop" --seconds "$SECONDS_RUN"
@@ -111,6 +120,20 @@ if command -v heaptrack_print >/dev/null; then
     timed symbolize "$EBSYM" "$TMP/shop.pb.zst" -o "$TMP/shop.sym.pb.zst"
     real_trace=$TMP/shop.sym.pb.zst
     real="testdata/cpp/shop.cpp --seconds $SECONDS_RUN (every allocation)"
+  elif [ "$REAL" = compiler ] && ebrec_available && [ "$(id -u)" -eq 0 ]; then
+    cc1plus=$(g++ -print-prog-name=cc1plus)
+    [ -x "$cc1plus" ] || die "no cc1plus ($cc1plus)"
+    g++ -std=c++17 -O2 -E "$repo/bench/cpp/templates.cpp" -o "$TMP/templates.ii"
+    compile=("$cc1plus" -quiet -O2 -std=c++17 "$TMP/templates.ii" -o /dev/null)
+    # heaptrack's run may abort (a std::bad_alloc here): its file is read all the same.
+    /usr/bin/time -f '%e %M' -o "$TMP/rec-heaptrack.time" heaptrack -o "$TMP/ht" \
+      "${compile[@]}" >"$TMP/rec-heaptrack.out" 2>"$TMP/rec-heaptrack.log" || true
+    ht_file=$(ls "$TMP"/ht.* 2>/dev/null | head -n1)
+    [ -n "$ht_file" ] || die "heaptrack wrote no file (log kept with KEEP=DIR)"
+    timed rec-ebrec "$EBREC" record --alloc -o "$TMP/cc.pb.zst" -- "${compile[@]}"
+    timed symbolize "$EBSYM" "$TMP/cc.pb.zst" -o "$TMP/cc.sym.pb.zst"
+    real_trace=$TMP/cc.sym.pb.zst
+    real="$cc1plus -O2 on bench/cpp/templates.cpp (every allocation)"
   fi
   if [ -n "$real" ]; then
     timed heaptrack_print heaptrack_print -f "$ht_file"
