@@ -345,7 +345,18 @@ impl StackSink {
     /// The stacks of the trace `l` was read into, merged (stack ids that symbolize alike,
     /// across processes), in a fixed order; the notes of the kind (pauses, --max-cpu's
     /// changes) added to `l`'s losses, and its unresolved frames counted there.
-    pub(crate) fn merge(mut self, l: &mut Loaded) -> Vec<Merged> {
+    pub(crate) fn merge(self, l: &mut Loaded) -> Vec<Merged> {
+        self.merge_seeing(l, &mut |_, _| {})
+    }
+
+    /// [`StackSink::merge`], `see` shown the frames of each merged stack as it is made
+    /// (with the trace's names): what learns from every merged stack without resolving
+    /// them all again.
+    pub(crate) fn merge_seeing(
+        mut self,
+        l: &mut Loaded,
+        see: &mut dyn FnMut(&Names, &[IFrame]),
+    ) -> Vec<Merged> {
         let kind = self.kind;
         if let Some(o) = self.outstanding.take() {
             self.add_inuse(l, o);
@@ -360,30 +371,36 @@ impl StackSink {
         // Each stack key's merged index, for the links of lock waits.
         let mut merged_at: HashMap<StackKey, usize> = HashMap::new();
         // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
-        let mut resolved: Option<(u64, FrameIds)> = None;
+        let mut resolved: Option<(u64, Vec<IFrame>, FrameIds)> = None;
         for key in keys {
             let agg = self.by_stack.remove(&key).unwrap();
             if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
                 let f = l.interned_frames(key.0);
-                resolved = Some((key.0, Names::ids(&f)));
+                let ids = Names::ids(&f);
+                resolved = Some((key.0, f, ids));
             }
-            let (_, ids) = resolved.as_ref().unwrap();
+            let (_, frames, ids) = resolved.as_ref().unwrap();
             let thread = self.thread_of(l, key);
             let mk = (key.1, thread, ids.clone());
-            let i = *index.entry(mk).or_insert_with_key(|mk| {
-                merged.push((
-                    mk.clone(),
-                    Merged {
-                        sub: key.1,
-                        thread: None,
-                        site: None,
-                        stack: key.0,
-                        skip: 0,
-                        agg: Agg::default(),
-                    },
-                ));
-                merged.len() - 1
-            });
+            let i = match index.get(&mk) {
+                Some(&i) => i,
+                None => {
+                    see(&l.names, frames);
+                    merged.push((
+                        mk.clone(),
+                        Merged {
+                            sub: key.1,
+                            thread: None,
+                            site: None,
+                            stack: key.0,
+                            skip: 0,
+                            agg: Agg::default(),
+                        },
+                    ));
+                    index.insert(mk, merged.len() - 1);
+                    merged.len() - 1
+                }
+            };
             if !self.links.is_empty() {
                 merged_at.insert(key, i);
             }
