@@ -158,26 +158,26 @@ impl Builder {
         mapping: Option<&MappingInfo>,
         options: &Options,
     ) -> u64 {
-        let chain: Vec<&Frame> = chain.iter().map(Borrow::borrow).collect();
+        let frames = || chain.iter().map(Borrow::borrow);
         let mapping_id = mapping.map_or(0, |m| self.mapping(m));
-        let address = chain
-            .first()
+        let address = frames()
+            .next()
             .and_then(|f| u64::from_str_radix(f.address.trim_start_matches("0x"), 16).ok())
             .unwrap_or(0);
-        let addresses_only = options.addresses_only
-            || (options.unresolved_as_addresses && chain.len() == 1 && unresolved(chain[0]));
+        let lone_unresolved = chain.len() == 1 && unresolved(chain[0].borrow());
+        let addresses_only =
+            options.addresses_only || (options.unresolved_as_addresses && lone_unresolved);
         let lines: Vec<(u64, i64)> = if addresses_only && mapping_id != 0 {
             Vec::new()
         } else {
-            chain
-                .iter()
-                .map(|&f| (self.function(f), i64::from(f.line.unwrap_or(0))))
+            frames()
+                .map(|f| (self.function(f), i64::from(f.line.unwrap_or(0))))
                 .collect()
         };
         // Named from DWARF: functions, files, lines and inline frames; from a symbol table
         // only (the agent's Pyroscope pushes): functions.
-        let named = !(lines.is_empty() || (chain.len() == 1 && unresolved(chain[0])));
-        let symbolized = !lines.is_empty() && chain.iter().any(|f| f.file.is_some());
+        let named = !(lines.is_empty() || lone_unresolved);
+        let symbolized = !lines.is_empty() && frames().any(|f| f.file.is_some());
         if named && mapping_id != 0 {
             let m = &mut self.mappings[mapping_id as usize - 1];
             m.has_functions = true;

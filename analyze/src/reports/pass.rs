@@ -200,15 +200,27 @@ impl Passed {
     /// Merges the stacks of `kind` once: the merged stacks and the losses after merging
     /// them, in `self.merged`.
     fn merge_once(&mut self, kind: EventKind) {
-        if !self.merged.contains_key(&kind) {
-            let sink = self
-                .stacks
-                .remove(&kind)
-                .expect("the pass kept the stacks of the kind");
-            let merged = sink.merge(self.fresh());
-            let losses = self.loaded.losses.clone();
-            self.merged.insert(kind, (merged, losses));
+        self.merge_once_seeing(kind, &mut |_, _| {});
+    }
+
+    /// [`Passed::merge_once`], `see` shown each merged stack's frames if it merges now
+    /// ([`StackSink::merge_seeing`]); false when `kind` was merged before.
+    fn merge_once_seeing(
+        &mut self,
+        kind: EventKind,
+        see: &mut dyn FnMut(&crate::interned::Names, &[crate::interned::IFrame]),
+    ) -> bool {
+        if self.merged.contains_key(&kind) {
+            return false;
         }
+        let sink = self
+            .stacks
+            .remove(&kind)
+            .expect("the pass kept the stacks of the kind");
+        let merged = sink.merge_seeing(self.fresh(), see);
+        let losses = self.loaded.losses.clone();
+        self.merged.insert(kind, (merged, losses));
+        true
     }
 
     /// The merged stacks of `kind`, and the losses after merging them.
@@ -257,26 +269,18 @@ impl Passed {
     /// `w` learns the program's own allocator wrappers from every merged stack of `kind`
     /// ([`WrapperRules::learn`]).
     pub(crate) fn learn_wrappers(&mut self, kind: EventKind, w: &mut WrapperRules) {
-        if self.merged.contains_key(&kind) {
-            learn_merged(&mut self.loaded, &self.merged[&kind].0, w);
-            return;
-        }
         // Learnt while merging, from each merged stack's frames in hand (resolving every
-        // merged stack again was a tenth of a page's time on a compiler's trace).
-        let sink = self
-            .stacks
-            .remove(&kind)
-            .expect("the pass kept the stacks of the kind");
+        // merged stack again was a tenth of a page's time on a compiler's trace); from the
+        // merged stacks when they were merged before.
         let mut seen = Learner::default();
-        let merged = {
-            let rules = &*w;
-            sink.merge_seeing(self.fresh(), &mut |names, frames| {
-                rules.learn_one(&mut seen, &names.view(frames))
-            })
-        };
-        let losses = self.loaded.losses.clone();
-        self.merged.insert(kind, (merged, losses));
-        w.learn_from(seen);
+        let rules = &*w;
+        if self.merge_once_seeing(kind, &mut |names, frames| {
+            rules.learn_one(&mut seen, &names.view(frames))
+        }) {
+            w.learn_from(seen);
+        } else {
+            learn_merged(&mut self.loaded, &self.merged[&kind].0, w);
+        }
     }
 
     /// `stacks_from` of the trace: the merged stacks of `kind` with their values.
