@@ -23,6 +23,7 @@
 //! `ebsym … --json` prints a report wrapped in [`Versioned`]: its fields after
 //! `"schema_version": JSON_SCHEMA_VERSION`.
 
+pub mod classes;
 pub mod error;
 pub mod event;
 pub mod glob;

@@ -10,6 +10,7 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::classes::StackClasses;
 pub use crate::event::Event;
 pub use crate::interned::Frame;
 use crate::interned::{IFrame, Names, NO_FILE};
@@ -199,6 +200,8 @@ pub struct Loaded {
     /// thousands of stacks, their outer frames); emptied when a record comes after.
     resolved: crate::hash::FastMap<(u32, u64, u64), Resolved>,
     resolved_frames: Vec<IFrame>,
+    /// Each stack id's merge class ([`Loaded::stack_class`]).
+    classes: StackClasses,
 }
 
 /// A user address resolved ([`Loaded::user_frames`]).
@@ -542,6 +545,9 @@ impl Loaded {
             self.resolved.clear();
             self.resolved_frames.clear();
         }
+        if !self.classes.is_empty() {
+            self.classes.forget_stacks();
+        }
         if let Some(Kind::Process(p)) = &record.kind {
             match p.event() {
                 ProcessEvent::Exit => sink.generation_end(p.generation, p.time_ns),
@@ -768,6 +774,64 @@ impl Loaded {
         id: u64,
     ) -> (Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>) {
         self.again(|l| l.interned_frames_and_mappings(id))
+    }
+
+    /// The merge class of stack `id` (stack ids with the same class symbolize alike:
+    /// [`StackClasses`]), its unresolved frames and cut counted in `losses` as
+    /// [`Loaded::interned_frames`] counts them (once per call: call it once per stack).
+    /// Resolved the first time only.
+    pub fn stack_class(&mut self, id: u64) -> u32 {
+        self.stack_class_frames(id).0
+    }
+
+    /// [`Loaded::stack_class`], and the stack's frames when it was resolved now (a caller
+    /// that wants the frames of a class new to it need not resolve them again).
+    pub fn stack_class_frames(&mut self, id: u64) -> (u32, Option<Vec<IFrame>>) {
+        if let Some((class, counts)) = self.classes.of(id) {
+            self.count_again(counts);
+            return (class, None);
+        }
+        let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
+        let cut = std::mem::take(&mut self.losses.stacks_cut);
+        let frames = self.interned_frames(id);
+        let new_unresolved = std::mem::replace(&mut self.losses.unresolved_frames, unresolved);
+        let new_cut = std::mem::replace(&mut self.losses.stacks_cut, cut);
+        let (class, counts) = self.classes.insert(
+            id,
+            Names::ids(&frames),
+            (
+                new_unresolved.into_iter().collect(),
+                new_cut.into_iter().collect(),
+            ),
+        );
+        self.count_again(counts);
+        (class, Some(frames))
+    }
+
+    /// The classes handed out so far ([`Loaded::stack_class`]).
+    pub fn classes(&self) -> &StackClasses {
+        &self.classes
+    }
+
+    /// Counts again what a stack's resolution counted (counts index `counts`).
+    fn count_again(&mut self, counts: u32) {
+        if counts == 0 {
+            return;
+        }
+        let (unresolved, cut) = self.classes.counted(counts);
+        for (into, from) in [
+            (&mut self.losses.unresolved_frames, unresolved),
+            (&mut self.losses.stacks_cut, cut),
+        ] {
+            for (reason, n) in from {
+                match into.get_mut(reason) {
+                    Some(v) => *v += n,
+                    None => {
+                        into.insert(reason.clone(), *n);
+                    }
+                }
+            }
+        }
     }
 
     /// `f` with what resolving counts (unresolved frames, stacks cut) left as it was.

@@ -2,7 +2,7 @@
 //! `live.rs` while the trace streams by).
 use super::kind::Measure;
 use super::live::Outstanding;
-use super::suppress::Suppressions;
+use super::suppress::{FrameMasks, Suppressions};
 use super::text::empty_note;
 use super::threads::{fold_digits, label_of};
 use super::top::{Group, LeakRow, Report, Row};
@@ -103,16 +103,19 @@ pub fn leaks_grouped(trace: impl Trace, opts: &LeakOptions) -> Report {
 /// The blocks never freed per (stack, generation, tid or 0): (count, bytes, oldest time).
 type Sums = FastMap<(u64, u32, u32), (u64, u64, u64)>;
 
-/// What [`LeakSink::report_seeing`] calls with each row: its frames, bytes and what holds
-/// it.
-pub(crate) type RowSeen<'a> = dyn FnMut(&[IFrame], u64, Option<&String>) + 'a;
+/// What [`LeakSink::report_seeing`] calls with each row: its stack's class
+/// ([`Loaded::stack_class`]; by site, the class of the row's first stack), bytes and what
+/// holds it.
+pub(crate) type RowSeen<'a> = dyn FnMut(u32, u64, Option<&String>) + 'a;
 
-/// A row's key before sites are merged: (frames, alive, thread group, allocator).
-type RowKey = (FrameIds, bool, String, u32);
+/// A row's key before sites are merged: (frames' class, alive, thread group, allocator).
+type RowKey = (u32, bool, String, u32);
 
 /// A row so far: its frames (interned: a `Frame` is made only for a row shown), count,
 /// bytes, oldest time, blocks per thread.
 struct Acc {
+    /// The class of its frames (of the first stack merged in).
+    class: u32,
     frames: Vec<IFrame>,
     count: u64,
     bytes: u64,
@@ -126,7 +129,7 @@ struct Acc {
 }
 
 /// A row as sorted before it is shown: (held by, alive, frames, count, bytes, oldest
-/// time, site, thread label, allocator).
+/// time, site, thread label, allocator, class).
 type Shown = (
     Option<String>,
     bool,
@@ -136,6 +139,7 @@ type Shown = (
     u64,
     Option<Site>,
     Option<String>,
+    u32,
     u32,
 );
 
@@ -188,7 +192,10 @@ impl LeakSink {
         let mut learnt = None;
         let merged: Vec<(bool, Acc)> = if opts.group == Group::Site {
             let mut w = opts.wrappers.clone();
-            let views: Vec<_> = merged.values().map(|a| l.names.view(&a.frames)).collect();
+            let views: Vec<_> = merged
+                .iter()
+                .map(|(_, a)| l.names.view(&a.frames))
+                .collect();
             w.learn(views.iter().map(Vec::as_slice));
             drop(views);
             learnt = Some(w.learnt().map(String::from).collect::<Vec<_>>());
@@ -201,7 +208,7 @@ impl LeakSink {
         };
         let (rows, totals) = shown(l, merged);
         for r in &rows {
-            every(&r.2, r.4, r.0.as_ref());
+            every(r.9, r.4, r.0.as_ref());
         }
         let rows = self.leak_rows(l, rows, opts.n);
         damage(l, uncertain);
@@ -273,42 +280,53 @@ impl LeakSink {
     }
 
     /// The sums merged into rows by frames, whether the process is alive, thread group
-    /// (`Group::Thread`) and allocator.
-    fn merged(&self, l: &mut Loaded, by: Sums, opts: &LeakOptions) -> BTreeMap<RowKey, Acc> {
-        let mut merged: BTreeMap<RowKey, Acc> = BTreeMap::new();
+    /// (`Group::Thread`) and allocator; in the order of their frames' keys.
+    fn merged(&self, l: &mut Loaded, by: Sums, opts: &LeakOptions) -> Vec<(RowKey, Acc)> {
+        let mut merged: FastMap<RowKey, Acc> = FastMap::default();
         let mut by: Vec<_> = by.into_iter().collect();
         by.sort_unstable_by_key(|&(key, _)| key);
-        // Each (stack, generation)'s frames, resolved once (as the losses count them): the
+        // Each (stack, generation)'s class, looked up once (as the losses count them): the
         // keys are sorted, so only the last one is kept.
-        let mut resolved: Option<((u64, u32), Vec<IFrame>, FrameIds)> = None;
+        let mut last: Option<((u64, u32), u32)> = None;
+        let mut masks = FrameMasks::default();
         for ((stack, generation, tid), (count, bytes, oldest)) in by {
             let alive = l
                 .tables
                 .generations
                 .get(&generation)
                 .is_some_and(|g| g.exit.is_none());
-            if resolved.as_ref().is_none_or(|r| r.0 != (stack, generation)) {
-                let f = l.interned_frames(stack);
-                let ids = Names::ids(&f);
-                resolved = Some(((stack, generation), f, ids));
-            }
-            let (_, frames, ids) = resolved.as_ref().unwrap();
+            let (class, mut fresh) = match last {
+                Some((k, class)) if k == (stack, generation) => (class, None),
+                _ => {
+                    let (class, fresh) = l.stack_class_frames(stack);
+                    last = Some(((stack, generation), class));
+                    (class, fresh)
+                }
+            };
             let thread = if opts.group == Group::Thread && tid != 0 {
                 fold_digits(&l.thread_name(generation, tid))
             } else {
                 String::new()
             };
+            let allocator = self.live.allocator_of(stack);
+            // Frames are made for each row once, from its first stack.
             let e = merged
-                .entry((ids.clone(), alive, thread, self.live.allocator_of(stack)))
-                .or_insert_with(|| Acc {
-                    allocator: self.live.allocator_of(stack),
-                    held: opts.rules.held_by(&l.names.view(frames)),
-                    frames: frames.clone(),
-                    count: 0,
-                    bytes: 0,
-                    oldest: u64::MAX,
-                    threads: HashMap::new(),
-                    site: None,
+                .entry((class, alive, thread, allocator))
+                .or_insert_with(|| {
+                    let frames = fresh
+                        .take()
+                        .unwrap_or_else(|| l.interned_frames_again(stack));
+                    Acc {
+                        class,
+                        allocator,
+                        held: opts.rules.held_by_with(&l.names.view(&frames), &mut masks),
+                        frames,
+                        count: 0,
+                        bytes: 0,
+                        oldest: u64::MAX,
+                        threads: HashMap::new(),
+                        site: None,
+                    }
                 });
             e.count += count;
             e.bytes += bytes;
@@ -317,6 +335,16 @@ impl LeakSink {
                 *e.threads.entry((generation, tid)).or_default() += count;
             }
         }
+        // The order of the frames' keys, then the rest of the key (as a B-tree on them had
+        // it: the sites below merge in it).
+        let mut merged: Vec<(RowKey, Acc)> = merged.into_iter().collect();
+        let classes = l.classes();
+        merged.sort_unstable_by(|(a, _), (b, _)| {
+            classes
+                .key(a.0)
+                .cmp(classes.key(b.0))
+                .then_with(|| (a.1, &a.2, a.3).cmp(&(b.1, &b.2, b.3)))
+        });
         merged
     }
 
@@ -326,7 +354,7 @@ impl LeakSink {
         rows.into_iter()
             .take(n)
             .map(
-                |(held_by, alive, frames, count, bytes, oldest, site, thread, allocator)| {
+                |(held_by, alive, frames, count, bytes, oldest, site, thread, allocator, _)| {
                     Row::Leak(LeakRow {
                         allocator: super::live::allocator_name(&names, allocator),
                         alive,
@@ -378,7 +406,7 @@ impl LeakSink {
 /// Rows merged by allocation site (the first frame that is no wrapper of `w`) and whether
 /// the process was alive: each site's row has the sum of its stacks and the heaviest
 /// stack's frames from the site out.
-fn by_site(merged: BTreeMap<RowKey, Acc>, w: &WrapperRules, names: &Names) -> Vec<(bool, Acc)> {
+fn by_site(merged: Vec<(RowKey, Acc)>, w: &WrapperRules, names: &Names) -> Vec<(bool, Acc)> {
     type SiteKey = (FrameIds, bool, Option<String>, u32);
     let mut sites: BTreeMap<SiteKey, (Acc, u64)> = BTreeMap::new();
     for ((_, alive, _, _), mut a) in merged {
@@ -438,6 +466,7 @@ fn shown(l: &Loaded, merged: Vec<(bool, Acc)>) -> (Vec<Shown>, BTreeMap<String, 
         .into_iter()
         .map(|(alive, a)| {
             let Acc {
+                class,
                 frames,
                 count,
                 bytes,
@@ -456,7 +485,7 @@ fn shown(l: &Loaded, merged: Vec<(bool, Acc)>) -> (Vec<Shown>, BTreeMap<String, 
             *totals.entry(c.to_string()).or_default() += count;
             *totals.entry(b.to_string()).or_default() += bytes;
             (
-                held, alive, frames, count, bytes, oldest, site, thread, allocator,
+                held, alive, frames, count, bytes, oldest, site, thread, allocator, class,
             )
         })
         .collect();

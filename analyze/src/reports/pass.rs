@@ -200,7 +200,7 @@ impl Passed {
     /// Merges the stacks of `kind` once: the merged stacks and the losses after merging
     /// them, in `self.merged`.
     fn merge_once(&mut self, kind: EventKind) {
-        self.merge_once_seeing(kind, &mut |_, _| {});
+        self.merge_once_seeing(kind, None);
     }
 
     /// [`Passed::merge_once`], `see` shown each merged stack's frames if it merges now
@@ -208,7 +208,7 @@ impl Passed {
     fn merge_once_seeing(
         &mut self,
         kind: EventKind,
-        see: &mut dyn FnMut(&crate::interned::Names, &[crate::interned::IFrame]),
+        see: Option<&mut dyn FnMut(&crate::interned::Names, &[crate::interned::IFrame])>,
     ) -> bool {
         if self.merged.contains_key(&kind) {
             return false;
@@ -274,9 +274,10 @@ impl Passed {
         // merged stacks when they were merged before.
         let mut seen = Learner::default();
         let rules = &*w;
-        if self.merge_once_seeing(kind, &mut |names, frames| {
-            rules.learn_one(&mut seen, &names.view(frames))
-        }) {
+        if self.merge_once_seeing(
+            kind,
+            Some(&mut |names, frames| rules.learn_one(&mut seen, &names.view(frames))),
+        ) {
             w.learn_from(seen);
         } else {
             learn_merged(&mut self.loaded, &self.merged[&kind].0, w);

@@ -8,7 +8,7 @@ use super::text::empty_note;
 use crate::event::Fields;
 use crate::hash::FastMap;
 use crate::histogram::Histogram;
-use crate::interned::{FrameIds, IFrame, Names, SharedFrame, SharedFrames};
+use crate::interned::{IFrame, Names, SharedFrame, SharedFrames};
 use crate::model::{Estimator, Event, Filter, Loaded, Losses, MappingInfo, Sink, Trace};
 use ebtrace_format::events::AggregateRow;
 use ebtrace_format::TraceReader;
@@ -346,46 +346,54 @@ impl StackSink {
     /// across processes), in a fixed order; the notes of the kind (pauses, --max-cpu's
     /// changes) added to `l`'s losses, and its unresolved frames counted there.
     pub(crate) fn merge(self, l: &mut Loaded) -> Vec<Merged> {
-        self.merge_seeing(l, &mut |_, _| {})
+        self.merge_seeing(l, None)
     }
 
     /// [`StackSink::merge`], `see` shown the frames of each merged stack as it is made
-    /// (with the trace's names): what learns from every merged stack without resolving
-    /// them all again.
+    /// (with the trace's names): what learns from every merged stack without a pass of
+    /// its own.
     pub(crate) fn merge_seeing(
         mut self,
         l: &mut Loaded,
-        see: &mut dyn FnMut(&Names, &[IFrame]),
+        mut see: Option<&mut dyn FnMut(&Names, &[IFrame])>,
     ) -> Vec<Merged> {
         let kind = self.kind;
         if let Some(o) = self.outstanding.take() {
             self.add_inuse(l, o);
         }
         budget_notes(l, kind);
-        // Merged by (sub key, thread, frames' ids): hashed, no name compared.
-        type Key = (u64, String, FrameIds);
+        // Merged by (sub key, thread, frames' class): hashed, no name compared.
+        type Key = (u64, String, u32);
         let mut index: FastMap<Key, usize> = FastMap::default();
         let mut merged: Vec<(Key, Merged)> = Vec::new();
         let mut keys: Vec<StackKey> = self.by_stack.keys().copied().collect();
         keys.sort_unstable();
         // Each stack key's merged index, for the links of lock waits.
         let mut merged_at: HashMap<StackKey, usize> = HashMap::new();
-        // Keys are sorted by stack id: resolve each stack once, keeping only the last one.
-        let mut resolved: Option<(u64, Vec<IFrame>, FrameIds)> = None;
+        // Keys are sorted by stack id: each stack's class looked up once (as the losses
+        // count its frames), keeping only the last one.
+        let mut last: Option<(u64, u32)> = None;
         for key in keys {
             let agg = self.by_stack.remove(&key).unwrap();
-            if resolved.as_ref().is_none_or(|r| r.0 != key.0) {
-                let f = l.interned_frames(key.0);
-                let ids = Names::ids(&f);
-                resolved = Some((key.0, f, ids));
-            }
-            let (_, frames, ids) = resolved.as_ref().unwrap();
+            let (class, mut fresh) = match last {
+                Some((id, class)) if id == key.0 => (class, None),
+                _ => {
+                    let (class, fresh) = l.stack_class_frames(key.0);
+                    last = Some((key.0, class));
+                    (class, fresh)
+                }
+            };
             let thread = self.thread_of(l, key);
-            let mk = (key.1, thread, ids.clone());
+            let mk = (key.1, thread, class);
             let i = match index.get(&mk) {
                 Some(&i) => i,
                 None => {
-                    see(&l.names, frames);
+                    if let Some(see) = see.as_deref_mut() {
+                        let frames = fresh
+                            .take()
+                            .unwrap_or_else(|| l.interned_frames_again(key.0));
+                        see(&l.names, &frames);
+                    }
                     merged.push((
                         mk.clone(),
                         Merged {
@@ -424,8 +432,11 @@ impl StackSink {
         // The fixed order: sub key, thread, then the frames as their names sort (ids
         // compared by their names' ranks).
         let rank = l.names.ranks();
-        let ranked = |ids: &FrameIds| -> Vec<(u32, u32, Option<u32>, bool)> {
-            ids.iter()
+        let classes = l.classes();
+        let ranked = |class: u32| -> Vec<(u32, u32, Option<u32>, bool)> {
+            classes
+                .key(class)
+                .iter()
                 .map(|k| {
                     let (f, file) = (k.function() as usize, k.file() as usize);
                     (rank[f], rank[file], k.line(), k.inlined())
@@ -434,7 +445,7 @@ impl StackSink {
         };
         let mut merged: Vec<_> = merged
             .into_iter()
-            .map(|((sub, thread, ids), m)| ((sub, thread, ranked(&ids)), m))
+            .map(|((sub, thread, class), m)| ((sub, thread, ranked(class)), m))
             .collect();
         merged.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         merged

@@ -48,6 +48,10 @@ pub struct Suppressions {
 /// copied only for a frame not seen before.
 type FrameMatches = std::collections::HashMap<String, Vec<(Option<String>, String, u64)>>;
 
+/// The rules each frame matches by its names' (function, file, module) ids, for frames of
+/// one trace's names ([`Suppressions::held_by_with`]).
+pub type FrameMasks = crate::hash::FastMap<(u32, u32, u32), u64>;
+
 /// (function glob, file glob, what holds the block) of what the runtimes keep by design.
 /// glibc's functions start with `*`: its debug info names many by their internal aliases
 /// (`__GI__IO_doallocbuf`).
@@ -191,32 +195,32 @@ impl Suppressions {
 
     /// What holds a block allocated under `frames` (leaf first), if a rule matches.
     pub fn held_by<F: FrameView>(&self, frames: &[F]) -> Option<String> {
+        self.held_by_with(frames, &mut FrameMasks::default())
+    }
+
+    /// [`Suppressions::held_by`], the rules each frame matches kept in `masks` by its
+    /// names' ids ([`FrameView::ids`]) as well: for frames of one trace's names, looked up
+    /// without hashing a name (a compiler's leak rows, a hundred frames of long C++ names
+    /// each, spent most of `ebsym leaks` hashing them).
+    pub fn held_by_with<F: FrameView>(
+        &self,
+        frames: &[F],
+        masks: &mut FrameMasks,
+    ) -> Option<String> {
         // The user's rules first: their words are the more specific.
         if self.rules.len() <= 64 {
-            let mut cache = self.matched.lock().unwrap();
             let mut mask = 0u64;
             for f in frames {
-                let seen = cache.get(f.function()).and_then(|v| {
-                    v.iter()
-                        .find(|(file, module, _)| {
-                            file.as_deref() == f.file() && module == f.module()
-                        })
-                        .map(|e| e.2)
-                });
-                mask |= seen.unwrap_or_else(|| {
-                    let m = self
-                        .rules
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| r.matches(f))
-                        .fold(0u64, |m, (i, _)| m | 1 << i);
-                    cache.entry(f.function().to_string()).or_default().push((
-                        f.file().map(String::from),
-                        f.module().to_string(),
-                        m,
-                    ));
-                    m
-                });
+                let ids = f.ids();
+                if let Some(m) = ids.and_then(|k| masks.get(&k)) {
+                    mask |= m;
+                    continue;
+                }
+                let m = self.mask_of(f);
+                if let Some(k) = ids {
+                    masks.insert(k, m);
+                }
+                mask |= m;
             }
             if mask != 0 {
                 let last = 63 - mask.leading_zeros() as usize;
@@ -233,6 +237,31 @@ impl Suppressions {
             return Some(format!("runtime: {RUNTIME_INIT}"));
         }
         None
+    }
+
+    /// The rules (up to 64) frame `f` matches, a bit each: matched once per frame, cached by
+    /// its names.
+    fn mask_of<F: FrameView>(&self, f: &F) -> u64 {
+        let mut cache = self.matched.lock().unwrap();
+        let seen = cache.get(f.function()).and_then(|v| {
+            v.iter()
+                .find(|(file, module, _)| file.as_deref() == f.file() && module == f.module())
+                .map(|e| e.2)
+        });
+        seen.unwrap_or_else(|| {
+            let m = self
+                .rules
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.matches(f))
+                .fold(0u64, |m, (i, _)| m | 1 << i);
+            cache.entry(f.function().to_string()).or_default().push((
+                f.file().map(String::from),
+                f.module().to_string(),
+                m,
+            ));
+            m
+        })
     }
 }
 

@@ -4,7 +4,6 @@
 use super::options::HeapOptions;
 use super::sink::HeapSink;
 use crate::hash::{FastMap, IdMap};
-use crate::interned::{FrameIds, Names};
 use crate::model::Loaded;
 use crate::reports::leaks::{LeakOptions, LeakSink};
 use crate::reports::top::{Group, Report};
@@ -18,8 +17,8 @@ pub(super) type LeakedBytes = (u64, u64, Option<String>);
 pub(super) struct Leaked {
     /// The leak report (its first `leak_n` rows).
     pub(super) report: Report,
-    /// Its rows' bytes by their frames' ids.
-    pub(super) by_frames: FastMap<FrameIds, LeakedBytes>,
+    /// Its rows' bytes by their stacks' classes ([`Loaded::stack_class`]).
+    pub(super) by_class: FastMap<u32, LeakedBytes>,
     /// Blocks never freed per stack id.
     pub(super) never_freed: IdMap<u64>,
 }
@@ -48,16 +47,14 @@ impl HeapSink {
             group: Group::Stack,
             wrappers: &WrapperRules::default(),
         };
-        let mut by_frames: FastMap<FrameIds, LeakedBytes> = FastMap::default();
+        let mut by_class: FastMap<u32, LeakedBytes> = FastMap::default();
         let leak = LeakSink::from_parts(
             std::mem::take(&mut self.live),
             self.last_ns,
             self.alloc_events,
         )
-        .report_seeing(l, &opts, &mut |frames, bytes, held_by| {
-            let e = by_frames
-                .entry(Names::ids(frames))
-                .or_insert((0, 0, held_by.cloned()));
+        .report_seeing(l, &opts, &mut |class, bytes, held_by| {
+            let e = by_class.entry(class).or_insert((0, 0, held_by.cloned()));
             if held_by.is_some() {
                 e.1 += bytes;
             } else {
@@ -74,7 +71,7 @@ impl HeapSink {
         l.losses = saved;
         l.losses.damage.extend(leak_damage);
         Leaked {
-            by_frames,
+            by_class,
             report: leak,
             never_freed,
         }

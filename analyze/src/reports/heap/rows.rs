@@ -8,7 +8,7 @@ use super::sink::HeapSink;
 use super::stats::StackStat;
 use crate::hash::{FastMap, IdMap};
 use crate::histogram::Log2Bin;
-use crate::interned::{FrameIds, IFrame, Names};
+use crate::interned::IFrame;
 use crate::model::Loaded;
 use crate::reports::live::{allocator_name, allocator_names};
 
@@ -52,7 +52,7 @@ impl HeapSink {
             .into_iter()
             .map(|(key, a)| {
                 let (leaked_bytes, held_bytes, held_by) =
-                    leaked.by_frames.remove(&key).unwrap_or((0, 0, None));
+                    leaked.by_class.remove(&key).unwrap_or((0, 0, None));
                 share(&mut allocators, &names, &a, leaked_bytes, known.temporary);
                 let row = HeapRow {
                     allocator: allocator_name(&names, a.allocator),
@@ -83,14 +83,13 @@ impl HeapSink {
         (rows, allocators)
     }
 
-    /// Stack ids merged by their frames, with their blocks never freed.
-    fn merged(&self, l: &mut Loaded, never_freed: &IdMap<u64>) -> FastMap<FrameIds, Acc> {
-        let mut merged: FastMap<FrameIds, Acc> = FastMap::default();
+    /// Stack ids merged by their frames (by their classes), with their blocks never freed.
+    fn merged(&self, l: &mut Loaded, never_freed: &IdMap<u64>) -> FastMap<u32, Acc> {
+        let mut merged: FastMap<u32, Acc> = FastMap::default();
         let mut ids: Vec<(u64, &StackStat)> = self.stacks.iter().collect();
         ids.sort_unstable_by_key(|&(id, _)| id);
         for (id, s) in ids {
-            let frames = l.interned_frames(id);
-            let a = merged.entry(Names::ids(&frames)).or_insert_with(|| Acc {
+            let a = merged.entry(l.stack_class(id)).or_insert_with(|| Acc {
                 first: id,
                 ..Default::default()
             });
