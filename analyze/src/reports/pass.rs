@@ -208,7 +208,7 @@ impl Passed {
     fn merge_once_seeing(
         &mut self,
         kind: EventKind,
-        see: Option<&mut dyn FnMut(&crate::interned::Names, &[crate::interned::IFrame])>,
+        see: Option<&mut super::stacks::SeeFrames>,
     ) -> bool {
         if self.merged.contains_key(&kind) {
             return false;

@@ -355,7 +355,7 @@ impl StackSink {
     pub(crate) fn merge_seeing(
         mut self,
         l: &mut Loaded,
-        mut see: Option<&mut dyn FnMut(&Names, &[IFrame])>,
+        mut see: Option<&mut SeeFrames>,
     ) -> Vec<Merged> {
         let kind = self.kind;
         if let Some(o) = self.outstanding.take() {
@@ -458,6 +458,9 @@ impl StackSink {
             .collect()
     }
 }
+
+/// What [`StackSink::merge_seeing`] shows each merged stack's frames to.
+pub(crate) type SeeFrames<'a> = dyn FnMut(&Names, &[IFrame]) + 'a;
 
 /// Whether a frame is a condition variable's wait (glibc's `pthread_cond_*wait`,
 /// libstdc++'s `condition_variable::wait*`): a mutex wait under it is the condvar's mutex
