@@ -446,7 +446,6 @@ fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
     let pyro = common::conformance("pyroscope", "503,503,reset", 60);
     let dead = dead_port();
     let out = dir.path().join("p.pb.zst");
-    let started = std::time::Instant::now();
     let (child, rx) = agent(&[
         "--offcpu=5000",
         "-p",
@@ -468,6 +467,9 @@ fn pushes_every_window_past_503s_and_a_dead_backend_never_holds_it() {
         "-o",
         out.to_str().unwrap(),
     ]);
+    // From the first window on (the agent's start, its BPF programs loaded, is no part of
+    // the claim: a loaded CI host once took most of the bound there).
+    let started = std::time::Instant::now();
     target.go();
     let lines = finish(child, rx);
     // 6 s of recording, then at most the pusher's 10 s to flush: the dead backend costs no
