@@ -557,15 +557,14 @@ impl Loaded {
                 _ => {}
             }
         }
-        if self.tables.observe(&record) {
-            // A raw stack copy is for the symbolizer, which unwinds it: not kept here.
-            if let Some(Kind::Stack(s)) = &record.kind {
-                if let Some(t) = self.tables.stacks.get_mut(&s.id) {
-                    t.copy = None;
-                }
-            }
-            return;
+        let mut record = record;
+        // A raw stack copy is for the symbolizer, which unwinds it: not kept here.
+        if let Some(Kind::Stack(s)) = &mut record.kind {
+            s.copy = None;
         }
+        let Some(record) = self.tables.take(record) else {
+            return;
+        };
         match record.kind {
             Some(Kind::Header(h)) => {
                 sink.header(&h);

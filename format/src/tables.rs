@@ -21,7 +21,8 @@ pub struct GenerationInfo {
 pub struct Tables {
     pub strings: HashMap<u64, Vec<u8>>,
     pub build_ids: HashMap<u64, Vec<u8>>,
-    pub stacks: HashMap<u64, Stack>,
+    /// By id, hashed fast: a compiler's trace defines a hundred thousand stacks.
+    pub stacks: crate::hash::FastMap<u64, Stack>,
     pub generations: HashMap<u32, GenerationInfo>,
     /// Thread names by (generation, tid): (since, string id), in the order written.
     pub threads: HashMap<(u32, u32), Vec<(u64, u64)>>,
@@ -30,6 +31,33 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// [`Tables::observe`] of a record the caller is done with: a stack or a string is
+    /// moved in, not copied (a compiler's trace holds a hundred thousand stacks of a hundred
+    /// addresses). Gives the record back when it defines nothing.
+    pub fn take(&mut self, r: Record) -> Option<Record> {
+        match r.kind {
+            Some(Kind::Stack(mut s)) => {
+                // Decoded into vectors grown by doubling: held at their length.
+                s.user_ips.shrink_to_fit();
+                s.kernel_ips.shrink_to_fit();
+                self.stacks.insert(s.id, s);
+                None
+            }
+            Some(Kind::String(s)) => {
+                self.strings.insert(s.id, s.value);
+                None
+            }
+            kind => {
+                let r = Record { kind };
+                if self.observe(&r) {
+                    None
+                } else {
+                    Some(r)
+                }
+            }
+        }
+    }
+
     /// Remembers the definition in `r`, if it is one. Returns true if it was.
     pub fn observe(&mut self, r: &Record) -> bool {
         match &r.kind {
