@@ -1,39 +1,72 @@
 //! Each stack id's merge class ([`crate::model::Loaded::stack_class`]), made once: the id
-//! of its frames' keys ([`FrameIds`]), under which every report merges the stack ids that
-//! symbolize alike. A trace read for several
+//! of its frames' keys (each frame's (function, file, line, inlined) ids, a [`FrameKey`],
+//! itself held once and named by a u32: a class key is 4 bytes a frame), under which every
+//! report merges the stack ids that symbolize alike. A trace read for several
 //! reports (`ebsym report`: heap rows, leaks, top, summary, flame graph of one kind) used to
 //! resolve every stack and hash its hundred-frame key once per report; now the first one
 //! does, and the others look the class up by stack id (a u32 merge key).
 //!
 //! What resolving counts (frames left unresolved, stacks cut) is counted again at each
 //! lookup, as a report resolving the stack itself would: each stack keeps the counts of its
-//! resolution, interned (most stacks have none).
+//! resolution, reasons by index (most stacks count nothing; a stripped program's, one).
 use crate::hash::{FastHash, IdMap};
-use crate::interned::FrameIds;
-use std::collections::BTreeMap;
+use crate::interned::{FrameKey, IFrame};
+use std::cmp::Ordering;
 
 /// The merge classes of a loaded trace's stacks.
 #[derive(Debug, Default)]
 pub struct StackClasses {
-    /// Class id -> its key, each key held once.
-    keys: indexmap::IndexSet<FrameIds, FastHash>,
-    /// Stack id -> (class, its counts' index in `counts`).
-    of: IdMap<(u32, u32)>,
-    /// What resolving a stack counts: (unresolved frames, stacks cut) by reason; index 0
-    /// counts nothing.
-    counts: Vec<Counts>,
-    counts_index: BTreeMap<Counts, u32>,
+    /// Class id -> its key (its frames' ids in `frames`), each key held once.
+    keys: indexmap::IndexSet<Box<[u32]>, FastHash>,
+    /// Frame key id -> the frame's key, each held once.
+    frames: indexmap::IndexSet<FrameKey, FastHash>,
+    /// Stack id -> (class, what its resolution counted: a range of `counted`).
+    of: IdMap<(u32, Counted)>,
+    /// What resolving a stack counts, stack after stack: (reason's index in `reasons`,
+    /// count); most stacks count nothing.
+    counted: Vec<(u32, u64)>,
+    /// (a stack cut rather than a frame unresolved, reason).
+    reasons: indexmap::IndexSet<(bool, String), FastHash>,
 }
 
-/// The losses one stack's resolution counts.
-pub(crate) type Counts = (Vec<(String, u64)>, Vec<(String, u64)>);
+/// What one stack's resolution counted: (start, end) in [`StackClasses`]' counts.
+pub(crate) type Counted = (u32, u32);
+
+/// The losses one stack's resolution counts: (unresolved frames, stacks cut) by reason.
+pub(crate) type Counts = (
+    std::collections::BTreeMap<String, u64>,
+    std::collections::BTreeMap<String, u64>,
+);
 
 impl StackClasses {
-    /// The key of class `class`: its frames' (function, file, line, inlined) ids.
-    pub fn key(&self, class: u32) -> &FrameIds {
+    /// The key of class `class`: its frames' (function, file, line, inlined) ids, leaf
+    /// first.
+    pub fn key(&self, class: u32) -> impl ExactSizeIterator<Item = FrameKey> + '_ {
         self.keys
             .get_index(class as usize)
             .expect("a class handed out")
+            .iter()
+            .map(|&f| {
+                *self
+                    .frames
+                    .get_index(f as usize)
+                    .expect("a frame id handed out")
+            })
+    }
+
+    /// Classes `a` and `b` in the order of their keys (as [`crate::interned::FrameIds`]
+    /// sort).
+    pub fn cmp(&self, a: u32, b: u32) -> Ordering {
+        if a == b {
+            return Ordering::Equal;
+        }
+        self.key(a).cmp(self.key(b))
+    }
+
+    /// The id of frame `f`'s key (its function, file, line and inlined flag).
+    pub fn frame_id(&mut self, f: &IFrame) -> u32 {
+        let k = FrameKey::new(f.function, f.file, f.line, f.inlined);
+        self.frames.insert_full(k).0 as u32
     }
 
     /// How many classes there are.
@@ -54,39 +87,43 @@ impl StackClasses {
         }
     }
 
-    /// Stack `id`'s (class, counts) if it has one.
-    pub(crate) fn of(&self, id: u64) -> Option<(u32, u32)> {
+    /// Forgets every class (the frames' ids stay: resolved addresses keep theirs), for a
+    /// caller done merging that wants the memory back.
+    pub(crate) fn forget(&mut self) {
+        self.keys = Default::default();
+        self.of = IdMap::default();
+        self.counted = Vec::new();
+    }
+
+    /// Stack `id`'s class and what its resolution counted, if it has a class.
+    pub(crate) fn of(&self, id: u64) -> Option<(u32, Counted)> {
         self.of.get(id).copied()
     }
 
-    /// Gives stack `id` the class of `key`, with what its resolution `counted`; returns
-    /// (class, counts' index).
-    pub(crate) fn insert(&mut self, id: u64, key: FrameIds, counted: Counts) -> (u32, u32) {
-        let counts = self.counts_id(counted);
+    /// Gives stack `id` the class of `key`, with what its resolution `counts`; returns
+    /// (class, what was counted).
+    pub(crate) fn insert(&mut self, id: u64, key: Box<[u32]>, counts: Counts) -> (u32, Counted) {
+        let start = self.counted.len() as u32;
+        for (cut, m) in [(false, counts.0), (true, counts.1)] {
+            for (reason, n) in m {
+                let (r, _) = self.reasons.insert_full((cut, reason));
+                self.counted.push((r as u32, n));
+            }
+        }
         let (class, _) = self.keys.insert_full(key);
-        let v = (class as u32, counts);
+        let v = (class as u32, (start, self.counted.len() as u32));
         self.of.get_or_insert_with(id, || v);
         v
     }
 
-    /// What counts index `i` counts: (unresolved frames, stacks cut) by reason.
-    pub(crate) fn counted(&self, i: u32) -> &Counts {
-        &self.counts[i as usize]
-    }
-
-    fn counts_id(&mut self, c: Counts) -> u32 {
-        if c.0.is_empty() && c.1.is_empty() {
-            return 0;
-        }
-        if self.counts.is_empty() {
-            self.counts.push(Default::default());
-        }
-        if let Some(&i) = self.counts_index.get(&c) {
-            return i;
-        }
-        let i = self.counts.len() as u32;
-        self.counts.push(c.clone());
-        self.counts_index.insert(c, i);
-        i
+    /// What a stack's resolution counted: (a stack cut rather than a frame unresolved,
+    /// reason, count).
+    pub(crate) fn counted(&self, c: Counted) -> impl Iterator<Item = (bool, &str, u64)> + '_ {
+        self.counted[c.0 as usize..c.1 as usize]
+            .iter()
+            .map(|&(r, n)| {
+                let (cut, reason) = self.reasons.get_index(r as usize).expect("a reason kept");
+                (*cut, reason.as_str(), n)
+            })
     }
 }

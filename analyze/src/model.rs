@@ -200,6 +200,8 @@ pub struct Loaded {
     /// thousands of stacks, their outer frames); emptied when a record comes after.
     resolved: crate::hash::FastMap<(u32, u64, u64), Resolved>,
     resolved_frames: Vec<IFrame>,
+    /// The key id of each of `resolved_frames` ([`StackClasses::frame_id`]).
+    resolved_keys: Vec<u32>,
     /// Each stack id's merge class ([`Loaded::stack_class`]).
     classes: StackClasses,
 }
@@ -544,6 +546,7 @@ impl Loaded {
         if !self.resolved.is_empty() {
             self.resolved.clear();
             self.resolved_frames.clear();
+            self.resolved_keys.clear();
         }
         if !self.classes.is_empty() {
             self.classes.forget_stacks();
@@ -750,20 +753,20 @@ impl Loaded {
     /// The frames of stack `id`, leaf first, inlined frames expanded (innermost first).
     /// Counts unresolved frames in `losses` (once per call: call it once per stack).
     pub fn frames(&mut self, id: u64) -> Vec<Frame> {
-        let f = self.resolve(id, None);
+        let f = self.resolve(id, None, None);
         self.names.frames(&f)
     }
 
     /// [`Loaded::frames`] with their names interned in [`Loaded::names`]: what reports
     /// group and compare stacks by, making [`Frame`]s only for the rows they print.
     pub fn interned_frames(&mut self, id: u64) -> Vec<IFrame> {
-        self.resolve(id, None)
+        self.resolve(id, None, None)
     }
 
     /// [`Loaded::interned_frames`] of a stack resolved before: what stays unresolved is
     /// not counted again. A report that keeps a stack's id rather than its frames.
     pub fn interned_frames_again(&mut self, id: u64) -> Vec<IFrame> {
-        self.again(|l| l.resolve(id, None))
+        self.again(|l| l.resolve(id, None, None))
     }
 
     /// [`Loaded::interned_frames_and_mappings`] of a stack resolved before (nothing counted
@@ -792,19 +795,21 @@ impl Loaded {
         }
         let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
         let cut = std::mem::take(&mut self.losses.stacks_cut);
-        let frames = self.interned_frames(id);
+        let mut key = Vec::new();
+        let frames = self.resolve(id, None, Some(&mut key));
         let new_unresolved = std::mem::replace(&mut self.losses.unresolved_frames, unresolved);
         let new_cut = std::mem::replace(&mut self.losses.stacks_cut, cut);
-        let (class, counts) = self.classes.insert(
-            id,
-            Names::ids(&frames),
-            (
-                new_unresolved.into_iter().collect(),
-                new_cut.into_iter().collect(),
-            ),
-        );
+        let (class, counts) =
+            self.classes
+                .insert(id, key.into_boxed_slice(), (new_unresolved, new_cut));
         self.count_again(counts);
         (class, Some(frames))
+    }
+
+    /// Forgets the classes handed out (their memory back to a report done merging: the
+    /// stacks get new ones if asked again).
+    pub fn forget_classes(&mut self) {
+        self.classes.forget();
     }
 
     /// The classes handed out so far ([`Loaded::stack_class`]).
@@ -812,22 +817,21 @@ impl Loaded {
         &self.classes
     }
 
-    /// Counts again what a stack's resolution counted (counts index `counts`).
-    fn count_again(&mut self, counts: u32) {
-        if counts == 0 {
+    /// Counts again what a stack's resolution counted.
+    fn count_again(&mut self, counted: crate::classes::Counted) {
+        if counted.0 == counted.1 {
             return;
         }
-        let (unresolved, cut) = self.classes.counted(counts);
-        for (into, from) in [
-            (&mut self.losses.unresolved_frames, unresolved),
-            (&mut self.losses.stacks_cut, cut),
-        ] {
-            for (reason, n) in from {
-                match into.get_mut(reason) {
-                    Some(v) => *v += n,
-                    None => {
-                        into.insert(reason.clone(), *n);
-                    }
+        for (cut, reason, n) in self.classes.counted(counted) {
+            let into = if cut {
+                &mut self.losses.stacks_cut
+            } else {
+                &mut self.losses.unresolved_frames
+            };
+            match into.get_mut(reason) {
+                Some(v) => *v += n,
+                None => {
+                    into.insert(reason.to_string(), n);
                 }
             }
         }
@@ -849,15 +853,17 @@ impl Loaded {
         id: u64,
     ) -> (Vec<IFrame>, Vec<Option<Arc<MappingInfo>>>) {
         let mut maps = Vec::new();
-        let f = self.resolve(id, Some(&mut maps));
+        let f = self.resolve(id, Some(&mut maps), None);
         (f, maps)
     }
 
-    /// The interned frames of stack `id`, and with `maps` each frame's mapping.
+    /// The interned frames of stack `id`; with `maps` each frame's mapping, with `keys`
+    /// each frame's key id ([`StackClasses::frame_id`]).
     fn resolve(
         &mut self,
         id: u64,
         mut maps: Option<&mut Vec<Option<Arc<MappingInfo>>>>,
+        mut keys: Option<&mut Vec<u32>>,
     ) -> Vec<IFrame> {
         let Some(StackIps {
             generation,
@@ -883,11 +889,15 @@ impl Loaded {
             // after a call came back) stays a different location in pprof.
             let lookup = if leaf { ip } else { ip.wrapping_sub(1) };
             if i < n_kernel {
-                out.push(self.kernel_frame(lookup));
+                let f = self.kernel_frame(lookup);
+                if let Some(k) = keys.as_deref_mut() {
+                    k.push(self.classes.frame_id(&f));
+                }
+                out.push(f);
                 continue;
             }
             let first = out.len();
-            let map = self.user_frames(generation, ip, lookup, &mut out);
+            let map = self.user_frames(generation, ip, lookup, &mut out, keys.as_deref_mut());
             if let Some(maps) = maps.as_deref_mut() {
                 maps.resize(first, None);
                 maps.resize(out.len(), map);
@@ -900,18 +910,23 @@ impl Loaded {
     }
 
     /// The frames of user address `ip` of `generation` (looked up at `lookup`) pushed on
-    /// `out`, and the mapping they are in. Each address is resolved once
-    /// ([`Loaded::resolved`]); a frame left unresolved is counted each time.
+    /// `out` (and their key ids on `keys`), and the mapping they are in. Each address is
+    /// resolved once ([`Loaded::resolved`]); a frame left unresolved is counted each time.
     fn user_frames(
         &mut self,
         generation: u32,
         ip: u64,
         lookup: u64,
         out: &mut Vec<IFrame>,
+        keys: Option<&mut Vec<u32>>,
     ) -> Option<Arc<MappingInfo>> {
         let key = (generation, ip, lookup);
         if let Some(r) = self.resolved.get(&key) {
-            out.extend_from_slice(&self.resolved_frames[r.start as usize..r.end as usize]);
+            let range = r.start as usize..r.end as usize;
+            out.extend_from_slice(&self.resolved_frames[range.clone()]);
+            if let Some(k) = keys {
+                k.extend_from_slice(&self.resolved_keys[range]);
+            }
             if let Some(reason) = &r.unresolved {
                 match self.losses.unresolved_frames.get_mut(reason.as_ref()) {
                     Some(n) => *n += 1,
@@ -935,6 +950,13 @@ impl Loaded {
         };
         let start = self.resolved_frames.len() as u32;
         self.resolved_frames.extend_from_slice(&out[first..]);
+        for f in &out[first..] {
+            let id = self.classes.frame_id(f);
+            self.resolved_keys.push(id);
+        }
+        if let Some(k) = keys {
+            k.extend_from_slice(&self.resolved_keys[start as usize..]);
+        }
         self.resolved.insert(
             key,
             Resolved {

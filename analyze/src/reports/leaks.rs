@@ -341,8 +341,7 @@ impl LeakSink {
         let classes = l.classes();
         merged.sort_unstable_by(|(a, _), (b, _)| {
             classes
-                .key(a.0)
-                .cmp(classes.key(b.0))
+                .cmp(a.0, b.0)
                 .then_with(|| (a.1, &a.2, a.3).cmp(&(b.1, &b.2, b.3)))
         });
         merged

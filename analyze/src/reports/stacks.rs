@@ -436,7 +436,6 @@ impl StackSink {
         let ranked = |class: u32| -> Vec<(u32, u32, Option<u32>, bool)> {
             classes
                 .key(class)
-                .iter()
                 .map(|k| {
                     let (f, file) = (k.function() as usize, k.file() as usize);
                     (rank[f], rank[file], k.line(), k.inlined())
@@ -600,11 +599,13 @@ pub fn stacks_with_inuse_from(trace: impl Trace, kind: EventKind, filter: &Filte
 /// thread name, its `thread` that name (what pprof labels its samples with).
 pub fn stacks_by_thread_from(trace: impl Trace, kind: EventKind, filter: &Filter) -> Stacks {
     let (mut l, merged) = merge_split(trace, kind, filter, true, ThreadSplit::Name);
+    l.forget_classes();
     stacks_of(&mut l, kind, filter, merged)
 }
 
 fn stacks_with(trace: impl Trace, kind: EventKind, filter: &Filter, inuse: bool) -> Stacks {
     let (mut l, merged) = merge(trace, kind, filter, inuse);
+    l.forget_classes();
     stacks_of(&mut l, kind, filter, merged)
 }
 
