@@ -266,6 +266,27 @@ impl Passed {
         top_rows(&mut self.loaded, merged, &opts, ordered, each)
     }
 
+    /// Each merged stack of `kind` (as [`Passed::top_each`] has them, in no particular
+    /// order) with its interned frames, the trace's names and its sums: for a caller that
+    /// reads a few names of each, with no row of strings a stack.
+    pub(crate) fn each_merged(
+        &mut self,
+        kind: EventKind,
+        each: &mut dyn FnMut(
+            &crate::interned::Names,
+            &[crate::interned::IFrame],
+            &super::stacks::Agg,
+        ),
+    ) {
+        self.merge_once(kind);
+        let (merged, losses) = &self.merged[&kind];
+        self.loaded.losses = losses.clone();
+        for m in merged {
+            let frames = m.frames(&mut self.loaded);
+            each(&self.loaded.names, &frames, &m.agg);
+        }
+    }
+
     /// `w` learns the program's own allocator wrappers from every merged stack of `kind`
     /// ([`WrapperRules::learn`]).
     pub(crate) fn learn_wrappers(&mut self, kind: EventKind, w: &mut WrapperRules) {
