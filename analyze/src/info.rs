@@ -302,11 +302,11 @@ fn widen(span: &mut Option<(u64, u64)>, t0: u64, t1: u64) {
 impl Tally {
     /// One record: the tables', an event batch (its events counted, their times in the
     /// span), or another record the summary counts.
-    fn record(&mut self, record: Record) {
-        if self.tables.observe(&record) {
-            self.stack_copy(&record);
+    fn record(&mut self, mut record: Record) {
+        self.stack_copy(&mut record);
+        let Some(record) = self.tables.take(record) else {
             return;
-        }
+        };
         let Some(kind) = record.kind else { return };
         let ev = &mut self.events;
         let counted = match &kind {
@@ -338,14 +338,11 @@ impl Tally {
 
     /// A stack's copy of the target's stack memory: counted as it streams by, and not
     /// kept (a dwarf trace's copies can be gigabytes).
-    fn stack_copy(&mut self, record: &Record) {
-        if let Some(Kind::Stack(s)) = &record.kind {
-            if let Some(c) = &s.copy {
+    fn stack_copy(&mut self, record: &mut Record) {
+        if let Some(Kind::Stack(s)) = &mut record.kind {
+            if let Some(c) = s.copy.take() {
                 self.stack_copies += 1;
                 self.stack_copy_bytes += c.data.len() as u64;
-                if let Some(t) = self.tables.stacks.get_mut(&s.id) {
-                    t.copy = None;
-                }
             }
         }
     }
