@@ -184,6 +184,11 @@ impl<V> IdMap<V> {
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> + '_ {
         self.values.iter_mut().map(|(_, v)| v)
     }
+
+    /// Every (id, value), in insertion order, the map consumed.
+    pub fn into_values(self) -> impl Iterator<Item = (u64, V)> {
+        self.values.into_iter()
+    }
 }
 
 impl<V> std::ops::Index<u64> for IdMap<V> {

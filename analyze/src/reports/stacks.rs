@@ -6,7 +6,7 @@ use super::live::Outstanding;
 use super::places::{condvar_op, mutex_op};
 use super::text::empty_note;
 use crate::event::Fields;
-use crate::hash::FastMap;
+use crate::hash::{FastMap, IdMap};
 use crate::histogram::Histogram;
 use crate::interned::{IFrame, Names, SharedFrame, SharedFrames};
 use crate::model::{Estimator, Event, Filter, Loaded, Losses, MappingInfo, Sink, Trace};
@@ -69,7 +69,7 @@ pub enum ThreadSplit {
 pub(crate) struct StackSink {
     kind: EventKind,
     split: ThreadSplit,
-    by_stack: FastMap<StackKey, Agg>,
+    by_stack: Aggs,
     estimate: Estimator,
     /// alloc: the blocks not freed yet.
     outstanding: Option<Outstanding>,
@@ -85,6 +85,47 @@ pub(crate) struct StackSink {
 /// A stack id, sub-key (lock: the futex address) and, when split by thread, the thread
 /// (generation << 32 | tid; else 0): what [`StackSink`] aggregates under.
 type StackKey = (u64, u64, u64);
+
+/// The sums per stack key: those of a stack alone (no sub key, no thread: every
+/// allocation's) by stack id in an [`IdMap`] (an index, not a hash: a compiler's trace
+/// looks one up at each of its millions of allocations, among a hundred thousand stacks),
+/// the rest hashed.
+#[derive(Default)]
+struct Aggs {
+    by_id: IdMap<Agg>,
+    other: FastMap<StackKey, Agg>,
+}
+
+impl Aggs {
+    #[inline]
+    fn entry(&mut self, key: StackKey) -> &mut Agg {
+        if key.1 == 0 && key.2 == 0 {
+            self.by_id.entry_or_default(key.0)
+        } else {
+            self.other.entry(key).or_default()
+        }
+    }
+
+    fn get_mut(&mut self, key: StackKey) -> Option<&mut Agg> {
+        if key.1 == 0 && key.2 == 0 {
+            self.by_id.get_mut(key.0)
+        } else {
+            self.other.get_mut(&key)
+        }
+    }
+
+    /// Every (key, sums), sorted by key.
+    fn into_sorted(self) -> Vec<(StackKey, Agg)> {
+        let mut all: Vec<(StackKey, Agg)> = self
+            .by_id
+            .into_values()
+            .map(|(id, a)| ((id, 0, 0), a))
+            .chain(self.other)
+            .collect();
+        all.sort_unstable_by_key(|&(k, _)| k);
+        all
+    }
+}
 
 /// How soon after a condvar wait ends a mutex wait of the same thread must begin to be
 /// its mutex reacquired: glibc's `pthread_cond_wait` locks the mutex right after the
@@ -104,7 +145,7 @@ impl StackSink {
         StackSink {
             kind,
             split,
-            by_stack: FastMap::default(),
+            by_stack: Aggs::default(),
             estimate: Estimator::default(),
             outstanding: (inuse && kind == EventKind::Alloc).then(Default::default),
             last_lock: FastMap::default(),
@@ -117,7 +158,7 @@ impl StackSink {
         if r.count == 0 && r.sum == 0 && r.sum2 == 0 {
             return; // a row for its live gauges only
         }
-        let g = self.by_stack.entry((r.stack, r.mutex, 0)).or_default();
+        let g = self.by_stack.entry((r.stack, r.mutex, 0));
         g.aggregated = true;
         g.count += r.count;
         g.a += if self.kind == EventKind::Cpu {
@@ -177,10 +218,7 @@ impl Sink for StackSink {
             ThreadSplit::None => 0,
             _ => (u64::from(v.generation) << 32) | u64::from(v.tid),
         };
-        let g = self
-            .by_stack
-            .entry((v.stack, v.sub_key(), thread))
-            .or_default();
+        let g = self.by_stack.entry((v.stack, v.sub_key(), thread));
         if v.tid != 0 {
             *g.threads.entry((v.generation, v.tid)).or_default() += n;
         }
@@ -318,7 +356,7 @@ impl StackSink {
                 _ => thread,
             };
             // Only stacks the filter let through have allocations here.
-            if let Some(g) = self.by_stack.get_mut(&(stack, 0, thread)) {
+            if let Some(g) = self.by_stack.get_mut((stack, 0, thread)) {
                 g.inuse.0 += inuse.0;
                 g.inuse.1 += inuse.1;
             }
@@ -366,15 +404,13 @@ impl StackSink {
         type Key = (u64, String, u32);
         let mut index: FastMap<Key, usize> = FastMap::default();
         let mut merged: Vec<(Key, Merged)> = Vec::new();
-        let mut keys: Vec<StackKey> = self.by_stack.keys().copied().collect();
-        keys.sort_unstable();
+        let aggs = std::mem::take(&mut self.by_stack).into_sorted();
         // Each stack key's merged index, for the links of lock waits.
         let mut merged_at: HashMap<StackKey, usize> = HashMap::new();
         // Keys are sorted by stack id: each stack's class looked up once (as the losses
         // count its frames), keeping only the last one.
         let mut last: Option<(u64, u32)> = None;
-        for key in keys {
-            let agg = self.by_stack.remove(&key).unwrap();
+        for (key, agg) in aggs {
             let (class, mut fresh) = match last {
                 Some((id, class)) if id == key.0 => (class, None),
                 _ => {
