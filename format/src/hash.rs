@@ -185,9 +185,9 @@ impl<V> IdMap<V> {
         self.values.iter_mut().map(|(_, v)| v)
     }
 
-    /// Every (id, value), in insertion order, the map consumed.
-    pub fn into_values(self) -> impl Iterator<Item = (u64, V)> {
-        self.values.into_iter()
+    /// Every (id, value), in insertion order, the map consumed (its vector, not a copy).
+    pub fn into_vec(self) -> Vec<(u64, V)> {
+        self.values
     }
 }
 
