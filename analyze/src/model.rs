@@ -783,12 +783,17 @@ impl Loaded {
     /// [`Loaded::interned_frames`] counts them (once per call: call it once per stack).
     /// Resolved the first time only.
     pub fn stack_class(&mut self, id: u64) -> u32 {
-        self.stack_class_frames(id).0
+        self.classify(id, false).0
     }
 
     /// [`Loaded::stack_class`], and the stack's frames when it was resolved now (a caller
     /// that wants the frames of a class new to it need not resolve them again).
     pub fn stack_class_frames(&mut self, id: u64) -> (u32, Option<Vec<IFrame>>) {
+        self.classify(id, true)
+    }
+
+    /// [`Loaded::stack_class`], with the frames (`frames`) of a stack resolved now.
+    fn classify(&mut self, id: u64, frames: bool) -> (u32, Option<Vec<IFrame>>) {
         if let Some((class, counts)) = self.classes.of(id) {
             self.count_again(counts);
             return (class, None);
@@ -796,14 +801,19 @@ impl Loaded {
         let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
         let cut = std::mem::take(&mut self.losses.stacks_cut);
         let mut key = Vec::new();
-        let frames = self.resolve(id, None, Some(&mut key));
+        let frames = if frames {
+            Some(self.resolve(id, None, Some(&mut key)))
+        } else {
+            key = self.resolve_keys(id);
+            None
+        };
         let new_unresolved = std::mem::replace(&mut self.losses.unresolved_frames, unresolved);
         let new_cut = std::mem::replace(&mut self.losses.stacks_cut, cut);
         let (class, counts) =
             self.classes
                 .insert(id, key.into_boxed_slice(), (new_unresolved, new_cut));
         self.count_again(counts);
-        (class, Some(frames))
+        (class, frames)
     }
 
     /// Forgets the classes handed out (their memory back to a report done merging: the
@@ -879,15 +889,7 @@ impl Loaded {
             if let Some(m) = maps.as_deref_mut() {
                 m.resize(out.len(), None);
             }
-            // The leaf, and the instruction a signal interrupted, are exact addresses.
-            let leaf = i == 0
-                || i == n_kernel
-                || (i > n_kernel && exact.contains(&((i - n_kernel) as u32)));
-            // The address looked up and shown: a caller's is its call instruction (the
-            // return address - 1, as Go's runtime.Frame.PC and llvm-symbolizer take it), so
-            // a leaf at an address that is also a return address elsewhere (a sample just
-            // after a call came back) stays a different location in pprof.
-            let lookup = if leaf { ip } else { ip.wrapping_sub(1) };
+            let lookup = lookup_address(i, ip, n_kernel, &exact);
             if i < n_kernel {
                 let f = self.kernel_frame(lookup);
                 if let Some(k) = keys.as_deref_mut() {
@@ -909,6 +911,41 @@ impl Loaded {
         out
     }
 
+    /// The key ids of stack `id`'s frames ([`StackClasses::frame_id`]), counted as
+    /// [`Loaded::resolve`] counts them: an address resolved before gives its ids alone
+    /// (no frame copied, no mapping), one new to the cache is resolved as `resolve` does.
+    fn resolve_keys(&mut self, id: u64) -> Vec<u32> {
+        let Some(StackIps {
+            generation,
+            n_kernel,
+            ips,
+            exact,
+        }) = self.stack_ips(id)
+        else {
+            return Vec::new();
+        };
+        let mut keys = Vec::with_capacity(ips.len());
+        let mut scratch = Vec::new();
+        for (i, &ip) in ips.iter().enumerate() {
+            let lookup = lookup_address(i, ip, n_kernel, &exact);
+            if i < n_kernel {
+                let f = self.kernel_frame(lookup);
+                keys.push(self.classes.frame_id(&f));
+                continue;
+            }
+            if let Some(r) = self.resolved.get(&(generation, ip, lookup)) {
+                keys.extend_from_slice(&self.resolved_keys[r.start as usize..r.end as usize]);
+                if let Some(reason) = &r.unresolved {
+                    count_one(&mut self.losses.unresolved_frames, reason);
+                }
+                continue;
+            }
+            scratch.clear();
+            self.user_frames(generation, ip, lookup, &mut scratch, Some(&mut keys));
+        }
+        keys
+    }
+
     /// The frames of user address `ip` of `generation` (looked up at `lookup`) pushed on
     /// `out` (and their key ids on `keys`), and the mapping they are in. Each address is
     /// resolved once ([`Loaded::resolved`]); a frame left unresolved is counted each time.
@@ -928,12 +965,7 @@ impl Loaded {
                 k.extend_from_slice(&self.resolved_keys[range]);
             }
             if let Some(reason) = &r.unresolved {
-                match self.losses.unresolved_frames.get_mut(reason.as_ref()) {
-                    Some(n) => *n += 1,
-                    None => {
-                        self.losses.unresolved_frames.insert(reason.to_string(), 1);
-                    }
-                }
+                count_one(&mut self.losses.unresolved_frames, reason);
             }
             return r.map.clone();
         }
@@ -1168,6 +1200,32 @@ impl Loaded {
             inlined: false,
             module: self.names.intern(&module),
             address: lookup,
+        }
+    }
+}
+
+/// The address a stack's `i`th address `ip` is looked up and shown at (`n_kernel` of them
+/// the kernel's; `exact`: the user ips, by index among them, that are exact). The leaf,
+/// and the instruction a signal interrupted, are exact addresses; a caller's is its call
+/// instruction (the return address - 1, as Go's runtime.Frame.PC and llvm-symbolizer take
+/// it), so a leaf at an address that is also a return address elsewhere (a sample just
+/// after a call came back) stays a different location in pprof.
+fn lookup_address(i: usize, ip: u64, n_kernel: usize, exact: &[u32]) -> u64 {
+    let leaf =
+        i == 0 || i == n_kernel || (i > n_kernel && exact.contains(&((i - n_kernel) as u32)));
+    if leaf {
+        ip
+    } else {
+        ip.wrapping_sub(1)
+    }
+}
+
+/// One more of `reason` in `counts`.
+fn count_one(counts: &mut BTreeMap<String, u64>, reason: &str) {
+    match counts.get_mut(reason) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(reason.to_string(), 1);
         }
     }
 }
