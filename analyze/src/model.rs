@@ -915,19 +915,14 @@ impl Loaded {
     /// [`Loaded::resolve`] counts them: an address resolved before gives its ids alone
     /// (no frame copied, no mapping), one new to the cache is resolved as `resolve` does.
     fn resolve_keys(&mut self, id: u64) -> Vec<u32> {
-        let Some(StackIps {
-            generation,
-            n_kernel,
-            ips,
-            exact,
-        }) = self.stack_ips(id)
-        else {
+        let Some(st) = self.stack_ips(id) else {
             return Vec::new();
         };
-        let mut keys = Vec::with_capacity(ips.len());
+        let (generation, n_kernel) = (st.generation, st.n_kernel);
+        let mut keys = Vec::with_capacity(st.ips.len());
         let mut scratch = Vec::new();
-        for (i, &ip) in ips.iter().enumerate() {
-            let lookup = lookup_address(i, ip, n_kernel, &exact);
+        for (i, &ip) in st.ips.iter().enumerate() {
+            let lookup = lookup_address(i, ip, n_kernel, &st.exact);
             if i < n_kernel {
                 let f = self.kernel_frame(lookup);
                 keys.push(self.classes.frame_id(&f));
