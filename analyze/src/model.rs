@@ -798,20 +798,16 @@ impl Loaded {
             self.count_again(counts);
             return (class, None);
         }
-        let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
-        let cut = std::mem::take(&mut self.losses.stacks_cut);
-        let mut key = Vec::new();
-        let frames = if frames {
-            Some(self.resolve(id, None, Some(&mut key)))
-        } else {
-            key = self.resolve_keys(id);
-            None
-        };
-        let new_unresolved = std::mem::replace(&mut self.losses.unresolved_frames, unresolved);
-        let new_cut = std::mem::replace(&mut self.losses.stacks_cut, cut);
-        let (class, counts) =
-            self.classes
-                .insert(id, key.into_boxed_slice(), (new_unresolved, new_cut));
+        let ((key, frames), counted) = self.counted(|l| {
+            if frames {
+                let mut key = Vec::new();
+                let f = l.resolve(id, None, Some(&mut key));
+                (key, Some(f))
+            } else {
+                (l.resolve_keys(id), None)
+            }
+        });
+        let (class, counts) = self.classes.insert(id, key.into_boxed_slice(), counted);
         self.count_again(counts);
         (class, frames)
     }
@@ -849,12 +845,18 @@ impl Loaded {
 
     /// `f` with what resolving counts (unresolved frames, stacks cut) left as it was.
     fn again<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        self.counted(f).0
+    }
+
+    /// `f`, and what resolving counted while it ran (unresolved frames, stacks cut), taken
+    /// out: `losses` left as it was.
+    fn counted<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> (T, crate::classes::Counts) {
         let unresolved = std::mem::take(&mut self.losses.unresolved_frames);
         let cut = std::mem::take(&mut self.losses.stacks_cut);
         let r = f(self);
-        self.losses.unresolved_frames = unresolved;
-        self.losses.stacks_cut = cut;
-        r
+        let new_unresolved = std::mem::replace(&mut self.losses.unresolved_frames, unresolved);
+        let new_cut = std::mem::replace(&mut self.losses.stacks_cut, cut);
+        (r, (new_unresolved, new_cut))
     }
 
     /// [`Loaded::interned_frames`], with the mapping of each frame.
