@@ -146,14 +146,14 @@ pub(crate) fn describe(
         } => {
             let (title, mut fields, woken_by) = offcpu(frames, waker_frames, waker, state);
             waker_thread = woken_by;
-            if runnable_ns > 0 {
-                // the end of the block after its wake: waiting for a CPU
-                fields.push(Field::both(
-                    "runnable_ns",
-                    "Runnable after the wake",
-                    Ns(runnable_ns),
-                ));
-            }
+            // The end of the block after its wake, waiting for a CPU: a marker field of
+            // every block (the kind's schema), a Perfetto arg when measured.
+            fields.push(Field::marker_and_arg_if(
+                "runnable_ns",
+                "Runnable after the wake",
+                Ns(runnable_ns),
+                runnable_ns > 0,
+            ));
             (title, fields)
         }
         Fields::Lock { .. } => lock(&v.fields, frames, waker),
@@ -386,6 +386,11 @@ mod tests {
             duration_ns: 10,
             ..Default::default()
         };
+        // A block whose wait for a CPU after the wake was measured.
+        let runnable = OffCpuEvent {
+            runnable_ns: 4,
+            ..offcpu(7, 3)
+        };
         let lock = |hold, wtid, result| LockEvent {
             hold_ns: hold,
             waker_tid: wtid,
@@ -403,6 +408,10 @@ mod tests {
             (
                 Event::OffCpu(&offcpu(0, 0)).view().unwrap(),
                 vec![(&stack, &[])],
+            ),
+            (
+                Event::OffCpu(&runnable).view().unwrap(),
+                vec![(&stack, &thread), (&[], &[])],
             ),
             (
                 Event::Lock(&lock(5, 7, -4)).view().unwrap(),
