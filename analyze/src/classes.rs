@@ -63,6 +63,31 @@ impl StackClasses {
         self.key(a).cmp(self.key(b))
     }
 
+    /// An order of classes by their frames' names, frame after frame from the leaf: the
+    /// function's rank in `rank` (the names' ranks, [`crate::interned::Names::ranks`]), the
+    /// file's, the line, the inlined flag. Each frame key's place in that order is found
+    /// once, so comparing two classes reads two lists of u32s (a sort made a copy of every
+    /// class's ranked frames, 16 bytes a frame, before).
+    pub fn name_order<'a>(&'a self, rank: &[u32]) -> impl Fn(u32, u32) -> Ordering + 'a {
+        let ranked = |k: &FrameKey| {
+            let (f, file) = (k.function() as usize, k.file() as usize);
+            (rank[f], rank[file], k.line(), k.inlined())
+        };
+        let mut ids: Vec<u32> = (0..self.frames.len() as u32).collect();
+        ids.sort_unstable_by_key(|&i| ranked(&self.frames[i as usize]));
+        let mut place = vec![0u32; ids.len()];
+        for (p, &i) in ids.iter().enumerate() {
+            place[i as usize] = p as u32;
+        }
+        move |a, b| {
+            if a == b {
+                return Ordering::Equal;
+            }
+            let key = |c: u32| self.keys[c as usize].iter().map(|&f| place[f as usize]);
+            key(a).cmp(key(b))
+        }
+    }
+
     /// The id of frame `f`'s key (its function, file, line and inlined flag).
     pub fn frame_id(&mut self, f: &IFrame) -> u32 {
         let k = FrameKey::new(f.function, f.file, f.line, f.inlined);

@@ -472,21 +472,11 @@ impl StackSink {
         // The fixed order: sub key, thread, then the frames as their names sort (ids
         // compared by their names' ranks).
         let rank = l.names.ranks();
-        let classes = l.classes();
-        let ranked = |class: u32| -> Vec<(u32, u32, Option<u32>, bool)> {
-            classes
-                .key(class)
-                .map(|k| {
-                    let (f, file) = (k.function() as usize, k.file() as usize);
-                    (rank[f], rank[file], k.line(), k.inlined())
-                })
-                .collect()
-        };
-        let mut merged: Vec<_> = merged
-            .into_iter()
-            .map(|((sub, thread, class), m)| ((sub, thread, ranked(class)), m))
-            .collect();
-        merged.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let by_names = l.classes().name_order(&rank);
+        merged.sort_unstable_by(|((sa, ta, ca), _), ((sb, tb, cb), _)| {
+            (sa, ta).cmp(&(sb, tb)).then_with(|| by_names(*ca, *cb))
+        });
+        drop(by_names);
         merged
             .into_iter()
             .map(|(_, m)| m)
