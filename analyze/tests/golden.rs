@@ -1117,6 +1117,25 @@ fn dump_every_report() {
             let leaks = reports::leaks(path, filter, 20).unwrap();
             put(format!("{t}.{f}.leaks.txt"), leaks.to_text().as_bytes());
             put(format!("{t}.{f}.leaks.json"), json(&leaks).as_bytes());
+            // The page, alone and against the shop trace (its diffs).
+            let bytes = std::fs::read(path).unwrap();
+            let shop = std::fs::read(&traces[0].1).unwrap();
+            for base in [false, true] {
+                let mut open = || ebtrace_format::TraceReader::new(bytes.as_slice()).ok();
+                let mut open_base = || ebtrace_format::TraceReader::new(shop.as_slice()).ok();
+                let (html, _) = reports::html::report(
+                    &mut open,
+                    base.then_some(&mut open_base as &mut dyn FnMut() -> _),
+                    &reports::html::PageOptions {
+                        filter,
+                        name: t,
+                        base_name: base.then_some("shop"),
+                        n: 20,
+                        rules: &reports::html::PageRules::default(),
+                    },
+                );
+                put(format!("{t}.{f}.page.{base}.html"), html.as_bytes());
+            }
             for kind in [
                 EventKind::Alloc,
                 EventKind::Lock,

@@ -535,6 +535,11 @@ fn data<R: Read + Send, B: Read + Send>(
     let threads = threads_json(&sink, &p.loaded);
     let cpu = cpu_json(&sink);
     let losses = p.loaded.losses.clone();
+    // The summary first: its merge of the allocation stacks resolves each one's frames
+    // (it learns the wrappers from them) and makes the stacks' classes, which the heap and
+    // leak rows then look up (made by the heap rows first, the merge resolved every stack
+    // again for its frames).
+    let summary = summary_of(&mut p);
     let heat = heatmaps_json(&mut p, &present, t0, end_rel);
     let latency = latency_json(&mut p, &present, &mut int);
     let locks = locks_json(&mut p, &present, n, &mut int);
@@ -544,7 +549,6 @@ fn data<R: Read + Send, B: Read + Send>(
         Some(base) => diff_json(base, opts, &mut p, &present, &mut int),
         None => serde_json::Map::new(),
     };
-    let summary = summary_of(&mut p);
     let thread_groups = thread_groups_json(&mut p);
     // A trace recorded with --request: `ebsym requests`' report (two more passes).
     let requests = info
