@@ -204,6 +204,27 @@ impl Event<'_> {
         })
     }
 
+    /// The kind of the event, as its [`Event::view`] says, without making the view (a sink
+    /// of one kind skips the others' events by it): None for a free, a histogram's row, an
+    /// --aggregate row.
+    pub fn kind(&self) -> Option<EventKind> {
+        use EventKind as K;
+        Some(match self {
+            Event::Alloc(_) => K::Alloc,
+            Event::Lock(_) => K::Lock,
+            Event::Func(_) => K::Func,
+            Event::Cpu(_) => K::Cpu,
+            Event::OffCpu(_) => K::OffCpu,
+            Event::MemGrowth(_) => K::MemGrowth,
+            Event::Syscall(_) => K::Syscall,
+            Event::Bio(_) => K::Bio,
+            Event::Runq(_) => K::Runq,
+            Event::Tcp(_) => K::Tcp,
+            Event::Usdt(_) => K::Usdt,
+            Event::Free(_) | Event::Histogram(..) | Event::Aggregated(..) => return None,
+        })
+    }
+
     /// The kind's own values of the event (see [`Event::view`]).
     fn fields(&self) -> Option<Fields> {
         Some(match self {
@@ -405,21 +426,26 @@ mod tests {
         assert_eq!(Event::Free(&free).view(), None);
         assert_eq!(Event::Free(&free).time_generation_tid(), (1, 2, 3));
         // Every kind has a view of its own kind.
-        let kinds = [
-            Event::Alloc(&AllocEvent::default()).view(),
-            Event::Lock(&LockEvent::default()).view(),
-            Event::Func(&FuncEvent::default()).view(),
-            Event::Cpu(&CpuSample::default()).view(),
-            Event::OffCpu(&OffCpuEvent::default()).view(),
-            Event::MemGrowth(&MemGrowthEvent::default()).view(),
-            Event::Syscall(&SyscallEvent::default()).view(),
-            Event::Bio(&BioEvent::default()).view(),
-            Event::Runq(&RunqEvent::default()).view(),
-            Event::Tcp(&TcpEvent::default()).view(),
+        let events = [
+            Event::Alloc(&AllocEvent::default()),
+            Event::Lock(&LockEvent::default()),
+            Event::Func(&FuncEvent::default()),
+            Event::Cpu(&CpuSample::default()),
+            Event::OffCpu(&OffCpuEvent::default()),
+            Event::MemGrowth(&MemGrowthEvent::default()),
+            Event::Syscall(&SyscallEvent::default()),
+            Event::Bio(&BioEvent::default()),
+            Event::Runq(&RunqEvent::default()),
+            Event::Tcp(&TcpEvent::default()),
+            Event::Usdt(&UsdtEvent::default()),
         ];
-        for (v, k) in kinds.iter().zip(EventKind::ALL) {
+        for (e, k) in events.iter().zip(EventKind::ALL) {
+            let v = e.view();
             assert_eq!(v.map(|v| v.kind), Some(k));
+            // The kind without the view is the view's.
+            assert_eq!(e.kind(), Some(k));
             assert_eq!(v.unwrap().duration_ns.is_some(), k.has_latency(), "{k:?}");
         }
+        assert_eq!(Event::Free(&free).kind(), None);
     }
 }

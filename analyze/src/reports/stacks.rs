@@ -180,6 +180,9 @@ impl Sink for StackSink {
         if let Some(o) = &mut self.outstanding {
             o.event(ev);
         }
+        if ev.kind().is_some_and(|k| k != self.kind) {
+            return;
+        }
         let Some(v) = ev.view() else {
             if let Event::Aggregated(family, r) = ev {
                 if self.kind.family() == *family {

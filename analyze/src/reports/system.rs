@@ -686,6 +686,7 @@ impl Sink for PointSink {
                 return;
             }
             // An interval of the kind: its duration (lock: the wait) at its start.
+            _ if ev.kind() != Some(self.kind) => return,
             _ => match ev.view() {
                 Some(v) if v.kind == self.kind => match v.duration_ns {
                     Some(d) => exact(v.time_ns, d),
