@@ -1304,9 +1304,9 @@ fn records_without_a_trailer_are_cut() {
     assert_eq!(r.totals["count"], 5);
 }
 
-/// `ebsym report` reads the trace twice (its info, whose span sets the time buckets, then
-/// every report at once) and a base trace twice (its info, then the stacks of every kind);
-/// `ebsym summary` reads it once.
+/// `ebsym report` reads the trace twice (its info and every report at once, side by side)
+/// and opens it once more for its header alone; a base trace twice (its info, then the
+/// stacks of every kind); `ebsym summary` reads it once.
 #[test]
 fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
     use ebtrace_format::TraceReader;
@@ -1341,7 +1341,7 @@ fn the_page_and_the_summary_read_the_trace_once_for_their_reports() {
     );
     assert!(html.contains("ebtrace report: shop"));
     assert_eq!(stats.kinds, ["alloc", "lock"]);
-    assert_eq!((opened, base_opened), (2, 2));
+    assert_eq!((opened, base_opened), (3, 2));
     let mut opened = 0;
     let summary = reports::summary::summary_from(
         || {

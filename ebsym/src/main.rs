@@ -341,8 +341,8 @@ enum Command {
     /// top stacks); with --base, differential flame graphs. Caps: the timeline draws at
     /// most 50,000 events per kind (the longest; alloc and memgrowth the largest; tcp the
     /// latest; CPU samples as a density), the page says how many more; the flame graphs'
-    /// time filter sums per stack and time bucket (500 buckets, merged past 300,000
-    /// entries per kind); a diff keeps the 20,000 stacks that changed most.
+    /// time filter sums per stack and time bucket (250 to 500 buckets, merged past
+    /// 300,000 entries per kind); a diff keeps the 20,000 stacks that changed most.
     ///
     /// Example: `ebsym report trace.pb.zst -o report.html --base yesterday.pb.zst`
     Report {

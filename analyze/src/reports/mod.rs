@@ -54,6 +54,7 @@ pub mod suppress;
 pub mod system;
 mod text;
 pub mod threads;
+mod time_buckets;
 mod top;
 pub mod usdt;
 pub mod wrappers;

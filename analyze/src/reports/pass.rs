@@ -45,8 +45,8 @@ pub(crate) struct Wants {
     pub heat: Vec<EventKind>,
     /// The live blocks of the allocations ([`Passed::leaks`]).
     pub leaks: bool,
-    /// `ebsym heap`'s sink ([`Passed::heap`]), with the heap over time in buckets of
-    /// (start, bucket ns). Its live blocks also make [`Passed::leaks`] (leave `leaks`
+    /// `ebsym heap`'s sink ([`Passed::heap`]), with the heap over time in at most (from
+    /// start, buckets) that widen as the events come. Its live blocks also make [`Passed::leaks`] (leave `leaks`
     /// false: one store of the live blocks).
     pub heap: Option<(u64, u64)>,
     /// Where each thread group's time goes ([`Passed::threads`]).
@@ -163,9 +163,7 @@ impl Passed {
             tcp: wants.tcp.then(TcpSink::default),
             points: wants.heat.iter().map(|&k| (k, PointSink::new(k))).collect(),
             leaks: wants.leaks.then(LeakSink::default),
-            heap: wants
-                .heap
-                .map(|(t0, bucket_ns)| HeapSink::with_timeline(t0, bucket_ns)),
+            heap: wants.heap.map(|(t0, max)| HeapSink::with_timeline(t0, max)),
             threads: wants.threads.then(ThreadsSink::default),
             also,
         };

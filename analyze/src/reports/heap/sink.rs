@@ -255,10 +255,10 @@ impl HeapSink {
         }
     }
 
-    /// A sink that also keeps the heap over time in buckets of `bucket_ns` from `t0`.
-    pub(crate) fn with_timeline(t0: u64, bucket_ns: u64) -> Self {
+    /// A sink that also keeps the heap over time in at most `max` buckets from `t0`.
+    pub(crate) fn with_timeline(t0: u64, max: u64) -> Self {
         HeapSink {
-            timeline: Some(HeapTimeline::new(t0, bucket_ns)),
+            timeline: Some(HeapTimeline::new(t0, max)),
             ..Default::default()
         }
     }

@@ -25,6 +25,7 @@ use super::names::{bio_name, function_name, syscall_name};
 use super::pass::{Passed, Wants};
 use super::summary::summary_of;
 use super::suppress::Suppressions;
+use super::time_buckets::TimeBuckets;
 use super::top::Row;
 use super::wrappers::WrapperRules;
 use crate::event::{EventView, Fields, Waker};
@@ -128,8 +129,8 @@ impl KindAcc {
 }
 
 struct ReportSink {
-    start_ns: u64,
-    bucket_ns: u64,
+    /// Widened as the events come: the sums of the narrower buckets merged two by two.
+    buckets: TimeBuckets,
     kinds: Vec<KindAcc>,
     /// (tid, generation) -> events, all kinds.
     threads: FastMap<(u32, u32), u64>,
@@ -142,19 +143,38 @@ fn kind_index(k: EventKind) -> usize {
 }
 
 impl ReportSink {
-    /// Time buckets of `bucket_ns` from `start_ns`.
-    fn new(start_ns: u64, bucket_ns: u64) -> Self {
+    /// At most [`TIME_BUCKETS`] time buckets from `start_ns`.
+    fn new(start_ns: u64) -> Self {
         ReportSink {
-            start_ns,
-            bucket_ns,
+            buckets: TimeBuckets::new(start_ns, TIME_BUCKETS),
             kinds: EventKind::ALL.iter().map(|_| KindAcc::default()).collect(),
             threads: FastMap::default(),
             cpu: FastMap::default(),
         }
     }
 
-    fn bucket(&self, t: u64) -> u32 {
-        (t.saturating_sub(self.start_ns) / self.bucket_ns).min(u32::MAX as u64) as u32
+    /// The bucket of time `t`, the sums widened first when it is past the last.
+    fn bucket(&mut self, t: u64) -> u32 {
+        let (b, doublings) = self.buckets.place(t);
+        if doublings > 0 {
+            for acc in &mut self.kinds {
+                let mut agg = FastMap::default();
+                agg.reserve(acc.agg.len());
+                for ((s, b), v) in acc.agg.drain() {
+                    let e: &mut [u64; 3] = agg.entry((s, b >> doublings)).or_default();
+                    for j in 0..3 {
+                        e[j] += v[j];
+                    }
+                }
+                acc.agg = agg;
+            }
+            let mut cpu = FastMap::default();
+            for ((tid, g, b), n) in self.cpu.drain() {
+                *cpu.entry((tid, g, b >> doublings)).or_default() += n;
+            }
+            self.cpu = cpu;
+        }
+        b
     }
 }
 
@@ -421,8 +441,8 @@ pub struct PageOptions<'a> {
     pub rules: &'a PageRules,
 }
 
-/// Builds the page. `open` opens the (symbolized) trace, twice: for its info, then for
-/// every report at once (`pass.rs`); `base`, when given, opens the trace to compare against
+/// Builds the page. `open` opens the (symbolized) trace three times: for its header's start,
+/// then for its info and every report at once (`pass.rs`), read side by side; `base`, when given, opens the trace to compare against
 /// (the differential flame graphs), twice as well.
 pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
@@ -439,7 +459,7 @@ pub fn report<R: Read + Send, B: Read + Send>(
 /// latency and lock tables, the diffs), the kernel histograms and the connections (the
 /// summary, the latency table), the heat maps' points, the live blocks (leaks), the
 /// per-thread sums (the Threads section and the summary's thread groups).
-fn wants(t0: u64, bucket_ns: u64) -> Wants {
+fn wants(t0: u64) -> Wants {
     let latency = [EventKind::Syscall, EventKind::Bio, EventKind::Runq];
     Wants {
         stacks: EventKind::ALL.to_vec(),
@@ -451,14 +471,25 @@ fn wants(t0: u64, bucket_ns: u64) -> Wants {
             .collect(),
         // The heap's sink keeps the live blocks for the leaks table too.
         leaks: false,
-        heap: Some((t0, bucket_ns)),
+        heap: Some((t0, TIME_BUCKETS)),
         threads: true,
     }
 }
 
-/// The page's data. The trace is read twice: once for `info` (whose span sets the time
-/// buckets before the first event), once for everything else ([`Passed`]); a base trace
-/// twice too (its info says which kinds it has, then their stacks).
+/// The start of the recording (the header's `start_time_ns`, boottime) from the trace's
+/// first record: None when it is not a header, or says no start.
+fn header_start<R: Read>(open: &mut dyn FnMut() -> Option<TraceReader<R>>) -> Option<u64> {
+    match open()?.next()?.kind? {
+        ebtrace_proto::v1::record::Kind::Header(h) => Some(h.start_time_ns).filter(|&t| t > 0),
+        _ => None,
+    }
+}
+
+/// The page's data. The trace is read twice at once: for `info`, on a thread of its own,
+/// and for everything else ([`Passed`]), its time buckets widening as the events come
+/// ([`TimeBuckets`]; the page read the info first for the span that set them); and once
+/// more for the header's start alone (the first record). A base trace is read twice (its
+/// info says which kinds it has, then their stacks).
 fn data<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
@@ -471,28 +502,34 @@ fn data<R: Read + Send, B: Read + Send>(
         n,
         rules,
     } = *opts;
-    let (info, header_start) = match open() {
-        Some(r) => {
-            let (info, start) = crate::info::summarize_with_start(r, name);
-            (Some(info), start)
+    // The start is the header's (what --from/--to count from); a trace without one starts
+    // at its first event, which its info, read first then, says.
+    let (t0, info_first) = match header_start(open) {
+        Some(t0) => (t0, None),
+        None => {
+            let info = open().map(|r| crate::info::summarize_from(r, name));
+            let first = info.as_ref().and_then(|i| i.span.as_ref());
+            (first.map_or(0, |s| s.first_event_ns), Some(info))
         }
-        None => (None, None),
     };
+    let info_reader = if info_first.is_none() { open() } else { None };
     let Some(trace) = open() else {
         return json!({"error": format!("cannot read {name}")});
     };
-    let (first, last) = info
+    let mut sink = ReportSink::new(t0);
+    let (mut p, info) = std::thread::scope(|s| {
+        let job = info_reader.map(|r| s.spawn(move || crate::info::summarize_from(r, name)));
+        let p = Passed::read(trace, filter, &wants(t0), Some(&mut sink));
+        let info = match job {
+            Some(job) => Some(job.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            None => info_first.flatten(),
+        };
+        (p, info)
+    });
+    let last = info
         .as_ref()
         .and_then(|i| i.span.as_ref())
-        .map_or((0, 0), |s| (s.first_event_ns, s.last_event_ns));
-    // The start is the header's (what --from/--to count from): the sink needs it and the
-    // span before the first event, from info's pass.
-    let header_start = header_start.unwrap_or(first);
-    let t0 = header_start.min(if first == 0 { header_start } else { first });
-    let span = last.saturating_sub(t0).max(1);
-    let bucket_ns = span.div_ceil(TIME_BUCKETS).max(1);
-    let mut sink = ReportSink::new(t0, bucket_ns);
-    let mut p = Passed::read(trace, filter, &wants(t0, bucket_ns), Some(&mut sink));
+        .map_or(0, |s| s.last_event_ns);
     p.idle = rules.idle.clone();
     p.wrappers = rules.wrappers.clone();
     let end_rel = p
@@ -514,7 +551,7 @@ fn data<R: Read + Send, B: Read + Send>(
             present.push(kind);
             let buckets = Buckets {
                 t0,
-                ns: sink.bucket_ns,
+                ns: sink.buckets.ns(),
             };
             let v = kind_json(kind, acc, buckets, l, &mut int);
             kinds.insert(kind.name().to_string(), v);
@@ -1050,13 +1087,13 @@ fn heap_json(p: &mut Passed, present: &[EventKind], n: usize, int: &mut Interner
     // The page's times are from its start; the report's peak time from the header's start.
     let header_start = l.header.start_time_ns;
     json!({
-        "bucket_ns": tl.bucket_ns,
+        "bucket_ns": tl.bucket_ns(),
         "total": total,
         "max": max,
         "series": series.iter().zip(values).map(|((s, _), v)| json!({"stack": s, "values": v})).collect::<Vec<_>>(),
         "holders": holders,
         "peak_bytes": t.peak_bytes,
-        "peak_ns": t.peak_time_ns.map(|ns| (header_start + ns).saturating_sub(tl.t0)),
+        "peak_ns": t.peak_time_ns.map(|ns| (header_start + ns).saturating_sub(tl.buckets.t0)),
         "peak_holders": peak_holders,
         "calls": t.calls,
         "temporary": t.temporary,
