@@ -63,12 +63,17 @@ impl StackClasses {
         self.key(a).cmp(self.key(b))
     }
 
-    /// An order of classes by their frames' names, frame after frame from the leaf: the
-    /// function's rank in `rank` (the names' ranks, [`crate::interned::Names::ranks`]), the
-    /// file's, the line, the inlined flag. Each frame key's place in that order is found
-    /// once, so comparing two classes reads two lists of u32s (a sort made a copy of every
-    /// class's ranked frames, 16 bytes a frame, before).
-    pub fn name_order<'a>(&'a self, rank: &[u32]) -> impl Fn(u32, u32) -> Ordering + 'a {
+    /// The places of `classes` in an order by their frames' names, frame after frame from
+    /// the leaf: the function's rank in `rank` (the names' ranks,
+    /// [`crate::interned::Names::ranks`]), the file's, the line, the inlined flag; a key
+    /// that is the start of another first. Indexed by class id (classes not asked for:
+    /// `u32::MAX`).
+    ///
+    /// Each frame key's place in that order is found once, then the classes are sorted by
+    /// their lists of places with a multikey quicksort (three-way partitions on one frame at
+    /// a time): stacks share long runs of frames from the leaf (the allocator's, then its
+    /// wrappers'), which a sort comparing whole keys read again at every comparison.
+    pub fn name_places(&self, rank: &[u32], classes: &[u32]) -> Vec<u32> {
         let ranked = |k: &FrameKey| {
             let (f, file) = (k.function() as usize, k.file() as usize);
             (rank[f], rank[file], k.line(), k.inlined())
@@ -79,13 +84,19 @@ impl StackClasses {
         for (p, &i) in ids.iter().enumerate() {
             place[i as usize] = p as u32;
         }
-        move |a, b| {
-            if a == b {
-                return Ordering::Equal;
-            }
-            let key = |c: u32| self.keys[c as usize].iter().map(|&f| place[f as usize]);
-            key(a).cmp(key(b))
+        // A class's frame at `depth` as its place + 1, 0 past its end.
+        let at = |c: u32, depth: usize| -> u32 {
+            self.keys[c as usize]
+                .get(depth)
+                .map_or(0, |&f| place[f as usize] + 1)
+        };
+        let mut order = classes.to_vec();
+        multikey_sort(&mut order, 0, &at);
+        let mut out = vec![u32::MAX; self.keys.len()];
+        for (p, &c) in order.iter().enumerate() {
+            out[c as usize] = p as u32;
         }
+        out
     }
 
     /// The id of frame `f`'s key (its function, file, line and inlined flag).
@@ -150,5 +161,95 @@ impl StackClasses {
                 let (cut, reason) = self.reasons.get_index(r as usize).expect("a reason kept");
                 (*cut, reason.as_str(), n)
             })
+    }
+}
+
+/// Sorts `ids` by their sequences `at(id, depth)`, `at(id, depth + 1)`, … (0 ends a
+/// sequence; ids with equal sequences end up side by side): Bentley and Sedgewick's
+/// multikey quicksort, each element's sequence read one position per partition.
+fn multikey_sort(ids: &mut [u32], mut depth: usize, at: &impl Fn(u32, usize) -> u32) {
+    let mut ids = ids;
+    loop {
+        if ids.len() <= 12 {
+            ids.sort_unstable_by(|&a, &b| {
+                (depth..)
+                    .map(|d| (at(a, d), at(b, d)))
+                    .find(|(x, y)| x != y || *x == 0)
+                    .map_or(Ordering::Equal, |(x, y)| x.cmp(&y))
+            });
+            return;
+        }
+        let n = ids.len();
+        let mut three = [
+            at(ids[0], depth),
+            at(ids[n / 2], depth),
+            at(ids[n - 1], depth),
+        ];
+        three.sort_unstable();
+        let pivot = three[1];
+        // Three-way partition: [0, lt) below, [lt, gt) equal, [gt, n) above.
+        let (mut lt, mut i, mut gt) = (0, 0, n);
+        while i < gt {
+            let k = at(ids[i], depth);
+            match k.cmp(&pivot) {
+                Ordering::Less => {
+                    ids.swap(lt, i);
+                    lt += 1;
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    gt -= 1;
+                    ids.swap(i, gt);
+                }
+                Ordering::Equal => i += 1,
+            }
+        }
+        let (below, rest) = ids.split_at_mut(lt);
+        let (equal, above) = rest.split_at_mut(gt - lt);
+        multikey_sort(below, depth, at);
+        multikey_sort(above, depth, at);
+        if pivot == 0 {
+            // Sequences that ended here: equal.
+            return;
+        }
+        ids = equal;
+        depth += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The multikey quicksort orders sequences as comparing them whole does: shared
+    /// prefixes, a sequence that is the start of another, equal sequences.
+    #[test]
+    fn multikey_sort_is_the_sequences_order() {
+        let mut seqs: Vec<Vec<u32>> = Vec::new();
+        let mut x = 12345u64;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        for _ in 0..3000 {
+            // A shared run from the "leaf" (an allocator's frames), then a few of its own.
+            let shared = next(30) as usize;
+            let mut s: Vec<u32> = (0..shared).map(|i| 1 + (i as u32 % 3)).collect();
+            for _ in 0..next(6) {
+                s.push(1 + next(5) as u32);
+            }
+            seqs.push(s);
+        }
+        seqs.push(Vec::new());
+        seqs.push(seqs[7].clone());
+        let at = |i: u32, d: usize| seqs[i as usize].get(d).copied().unwrap_or(0);
+        let mut ids: Vec<u32> = (0..seqs.len() as u32).collect();
+        multikey_sort(&mut ids, 0, &at);
+        let got: Vec<&Vec<u32>> = ids.iter().map(|&i| &seqs[i as usize]).collect();
+        let mut want: Vec<&Vec<u32>> = seqs.iter().collect();
+        want.sort();
+        assert_eq!(got, want);
     }
 }
