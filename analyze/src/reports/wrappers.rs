@@ -196,6 +196,9 @@ pub(crate) struct Learner {
     seen: FastMap<Box<str>, Seen>,
     /// Each interned frame's skip ([`FrameView::ids`]): the names' rules matched once.
     skips: FastMap<(u32, u32, u32), Skip>,
+    /// The function ids seen elsewhere than directly above an allocator: another such
+    /// frame of one changes nothing (its name is not looked up again).
+    elsewhere: crate::hash::FastSet<u32>,
 }
 
 #[derive(Default)]
@@ -331,10 +334,18 @@ impl WrapperRules {
                 .find(|f| !kernel(*f))
                 .is_some_and(|f| self.named(f.function()))
         });
+        let elsewhere = &mut seen.elsewhere;
         let seen = &mut seen.seen;
         for (i, f) in frames.iter().enumerate() {
             if !user(i) || skips[i] != Skip::No {
                 continue;
+            }
+            if Some(i) != direct {
+                if let Some((function, ..)) = f.ids() {
+                    if !elsewhere.insert(function) {
+                        continue;
+                    }
+                }
             }
             // Looked up by the name first: a String is made once per function.
             let s = match seen.get_mut(f.function()) {
