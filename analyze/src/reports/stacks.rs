@@ -435,7 +435,7 @@ impl StackSink {
                         let frames = fresh
                             .take()
                             .unwrap_or_else(|| l.interned_frames_again(key.0));
-                        see(&l.names, &frames);
+                        see(&l.names, key.0, &frames);
                     }
                     merged.push((
                         mk.clone(),
@@ -508,8 +508,9 @@ impl StackSink {
     }
 }
 
-/// What [`StackSink::merge_seeing`] shows each merged stack's frames to.
-pub(crate) type SeeFrames<'a> = dyn FnMut(&Names, &[IFrame]) + 'a;
+/// What [`StackSink::merge_seeing`] shows each merged stack's frames to, with its stack id
+/// (the merged stack's [`Merged::stack`]).
+pub(crate) type SeeFrames<'a> = dyn FnMut(&Names, u64, &[IFrame]) + 'a;
 
 /// Whether a frame is a condition variable's wait (glibc's `pthread_cond_*wait`,
 /// libstdc++'s `condition_variable::wait*`): a mutex wait under it is the condvar's mutex

@@ -166,9 +166,9 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
         if kind == EventKind::Alloc {
             // The site is the frames' alone: read from the interned frames (a row of strings
             // a stack was a tenth of a page's time on a compiler's trace, 125,000 stacks).
-            p.each_merged(kind, &mut |names, frames, agg| {
+            p.each_merged_site(kind, &wrappers, &mut |site, agg| {
                 rows.push(Brief {
-                    place: site_place(&wrappers, &names.view(frames)),
+                    place: site,
                     value: agg.a,
                     idle: None,
                     mutex: false,

@@ -304,16 +304,17 @@ impl WrapperRules {
     pub fn learn<'a, F: FrameView + 'a>(&mut self, stacks: impl IntoIterator<Item = &'a [F]>) {
         let mut seen = Learner::default();
         for frames in stacks {
-            self.learn_one(&mut seen, frames);
+            let _ = self.learn_one(&mut seen, frames);
         }
         self.learn_from(seen);
     }
 
     /// What [`WrapperRules::learn`] takes of one stack, into `seen`: stacks given one at a
-    /// time (a report that holds stack ids, not frames).
-    pub(crate) fn learn_one<F: FrameView>(&self, seen: &mut Learner, frames: &[F]) {
+    /// time (a report that holds stack ids, not frames). Returns the stack's
+    /// [`SiteParts`] when its frames are interned.
+    pub(crate) fn learn_one<F: FrameView>(&self, seen: &mut Learner, frames: &[F]) -> SiteParts {
         if !self.defaults {
-            return;
+            return None;
         }
         // Each frame's skip, decided once per distinct interned frame.
         let skips: Vec<Skip> = frames
@@ -326,6 +327,11 @@ impl WrapperRules {
         let user = |i: usize| !kernel(&frames[i]);
         // The site the other rules give ([`WrapperRules::site_with`] without the learnt).
         let site = (0..frames.len()).find(|&i| user(i) && skips[i] == Skip::No);
+        let parts = site.and_then(|i| {
+            let second = (i + 1..frames.len()).find(|&j| user(j) && skips[j] == Skip::No);
+            let function = |i: usize| frames[i].ids().map(|(f, ..)| f);
+            Some((function(i)?, second.and_then(function)))
+        });
         // Directly above an allocator by name: the user frame below the site.
         let direct = site.filter(|&i| {
             frames[..i]
@@ -369,6 +375,7 @@ impl WrapperRules {
                 s.elsewhere = true;
             }
         }
+        parts
     }
 
     /// The wrappers learnt from what `seen` took of every stack.
@@ -396,6 +403,29 @@ impl WrapperRules {
         }
         Some((i, wrappers))
     }
+}
+
+/// What the site of a stack needs from its frames once the wrappers are learnt: the
+/// function ids of its first two user frames that are no wrapper nor the runtime's by the
+/// rules before learning. With the learnt, its site is the first unless that one was
+/// learnt, else the second: a function learnt was the first of every stack it is in, so it
+/// is never a second ([`WrapperRules::learn`]). None: the frames were not interned, or no
+/// such frame (the site is then the fallbacks' of [`WrapperRules::site_index`]).
+pub(crate) type SiteParts = Option<(u32, Option<u32>)>;
+
+/// [`site_place`] from a stack's [`SiteParts`] with `rules` (learnt from the same stacks),
+/// None when its frames are needed.
+pub(crate) fn site_place_of_parts(
+    rules: &WrapperRules,
+    names: &crate::interned::Names,
+    (first, second): (u32, Option<u32>),
+) -> Option<String> {
+    let function = if rules.learnt.contains(names.get(first)) {
+        second?
+    } else {
+        first
+    };
+    Some(super::places::short(names.get(function)).to_string())
 }
 
 /// The site's function without its parameters, for a summary's sentence ("(no stack)"
