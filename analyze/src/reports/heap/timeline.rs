@@ -160,20 +160,19 @@ mod tests {
             events.push((1_000 + i * i * 13 % 4_000_000 + i * 1000, stack as u64, d));
         }
         events.sort_by_key(|e| e.0);
-        let mut tl = HeapTimeline::new(1_000, 500);
+        let mut timeline = Some(HeapTimeline::new(1_000, 500));
         let mut stacks: IdMap<StackStat> = IdMap::default();
         let mut total = 0u64;
-        let mut tl_opt = None;
         for &(t, id, d) in &events {
+            let tl = timeline.as_mut().unwrap();
             tl.enter(t, &mut stacks, total);
             let s = stacks.entry_or_default(id);
             s.live = (s.live as i64 + d) as u64;
             total = (total as i64 + d) as u64;
             tl.max_in = tl.max_in.max(total);
-            tl_opt = Some(tl);
-            touched(&mut tl_opt, s, id);
-            tl = tl_opt.take().unwrap();
+            touched(&mut timeline, s, id);
         }
+        let mut tl = timeline.unwrap();
         tl.flush(&mut stacks, total);
         // The same at the final width, from the start.
         let w = tl.bucket_ns();
