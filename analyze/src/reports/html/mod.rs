@@ -441,9 +441,10 @@ pub struct PageOptions<'a> {
     pub rules: &'a PageRules,
 }
 
-/// Builds the page. `open` opens the (symbolized) trace three times: for its header's start,
-/// then for its info and every report at once (`pass.rs`), read side by side; `base`, when given, opens the trace to compare against
-/// (the differential flame graphs), twice as well.
+/// Builds the page. `open` opens the (symbolized) trace three times: for its header's
+/// start, then for its info and for every report at once (`pass.rs`), read side by side;
+/// `base`, when given, opens the trace to compare against (the differential flame graphs)
+/// twice.
 pub fn report<R: Read + Send, B: Read + Send>(
     open: &mut dyn FnMut() -> Option<TraceReader<R>>,
     base: Option<&mut dyn FnMut() -> Option<TraceReader<B>>>,
