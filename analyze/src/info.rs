@@ -245,22 +245,12 @@ pub fn summarize(path: &Path) -> Result<Info, ebtrace_format::Error> {
 
 /// Reads an open trace to its end and summarizes it; `name` is what `file.path` says
 /// (the reader does not know), `file.bytes` the bytes the reader consumed.
-pub fn summarize_from<R: Read>(reader: TraceReader<R>, name: &str) -> Info {
-    summarize_with_start(reader, name).0
-}
-
-/// [`summarize_from`], with the start of the recording (the first header's
-/// `start_time_ns`, boottime; None without a header), what reports count time from.
-pub(crate) fn summarize_with_start<R: Read>(
-    mut reader: TraceReader<R>,
-    name: &str,
-) -> (Info, Option<u64>) {
+pub fn summarize_from<R: Read>(mut reader: TraceReader<R>, name: &str) -> Info {
     let mut tally = Tally::default();
     for record in reader.by_ref() {
         tally.record(record);
     }
-    let start = tally.header.as_ref().map(|h| h.start_time_ns);
-    (tally.info(&reader, name), start)
+    tally.info(&reader, name)
 }
 
 /// What the summary counts as the trace streams by.

@@ -46,9 +46,9 @@ pub(crate) struct Wants {
     pub heat: Vec<EventKind>,
     /// The live blocks of the allocations ([`Passed::leaks`]).
     pub leaks: bool,
-    /// `ebsym heap`'s sink ([`Passed::heap`]), with the heap over time in at most (from
-    /// start, buckets) that widen as the events come. Its live blocks also make [`Passed::leaks`] (leave `leaks`
-    /// false: one store of the live blocks).
+    /// `ebsym heap`'s sink ([`Passed::heap`]), with the heap over time: (from start, at
+    /// most buckets), buckets that widen as the events come. Its live blocks also make
+    /// [`Passed::leaks`] (leave `leaks` false: one store of the live blocks).
     pub heap: Option<(u64, u64)>,
     /// Where each thread group's time goes ([`Passed::threads`]).
     pub threads: bool,
@@ -134,8 +134,8 @@ pub(crate) struct Passed {
     threads_report: Option<ThreadsReport>,
     /// The leak report the heap report made (every row), for [`Passed::leaks`].
     heap_leaks: Option<Report>,
-    /// The merged stacks' [`super::wrappers::SiteParts`] kept when the wrappers were learnt from `kind`'s, by
-    /// merged stack id, for [`Passed::each_merged_site`].
+    /// The merged stacks' [`super::wrappers::SiteParts`], kept by merged stack id when the
+    /// wrappers were learnt from `kind`'s, for [`Passed::each_merged_site`].
     site_parts: Option<(EventKind, FastMap<u64, (u32, Option<u32>)>)>,
     /// Which offcpu and lock waits [`Passed::top`] calls idle.
     pub idle: IdleRules,
@@ -269,14 +269,12 @@ impl Passed {
         top_rows(&mut self.loaded, merged, &opts, ordered, each)
     }
 
-    /// Each merged stack of `kind` (as [`Passed::top_each`] has them, in no particular
-    /// order) with its interned frames, the trace's names and its sums: for a caller that
-    /// reads a few names of each, with no row of strings a stack.
-    /// Each merged stack of `kind`'s allocation site (as [`site_place`] names it) by
-    /// `wrappers`, with its sums: from what learning `wrappers` kept of it
-    /// ([`Passed::learn_wrappers`], [`super::wrappers::SiteParts`]), else from its frames, resolved again
-    /// (on a compiler's trace, resolving its 125,000 merged stacks again was a twentieth
-    /// of a page's time).
+    /// Each merged stack of `kind` (in no particular order): its allocation site (as
+    /// [`site_place`] names it) by `wrappers`, and its sums. The site comes from what
+    /// learning `wrappers` kept of the stack ([`Passed::learn_wrappers`],
+    /// [`super::wrappers::SiteParts`]), else from its frames resolved again (on a
+    /// compiler's trace, resolving its 125,000 merged stacks again was a twentieth of a
+    /// page's time).
     pub(crate) fn each_merged_site(
         &mut self,
         kind: EventKind,

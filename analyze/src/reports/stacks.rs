@@ -472,22 +472,19 @@ impl StackSink {
             merged[mi].1.agg.after_condvar += n;
             merged[ci].1.agg.contended_reacquires += n;
         }
-        // The fixed order: sub key, thread, then the frames as their names sort (ids
-        // compared by their names' ranks).
-        // Sorted as small keys (the threads by their names' order too), then the merged
-        // stacks put in that order: moving them in the sort was a tenth of the merge.
+        // The fixed order: sub key, thread, then the frames as their names sort. Sorted as
+        // small keys (each class's and each thread's place in that order), then the merged
+        // stacks put in it: moving them in the sort was a tenth of the merge.
         let rank = l.names.ranks();
         let classes: Vec<u32> = merged.iter().map(|((_, _, c), _)| *c).collect();
         let place = l.classes().name_places(&rank, &classes);
-        let threads: std::collections::BTreeMap<&str, u32> = merged
+        let mut thread_place: std::collections::BTreeMap<&str, u32> = merged
             .iter()
             .map(|((_, t, _), _)| (t.as_str(), 0))
             .collect();
-        let thread_place: HashMap<&str, u32> = threads
-            .keys()
-            .enumerate()
-            .map(|(i, t)| (*t, i as u32))
-            .collect();
+        for (i, p) in thread_place.values_mut().enumerate() {
+            *p = i as u32;
+        }
         let mut order: Vec<(u64, u32, u32, u32)> = merged
             .iter()
             .enumerate()

@@ -164,8 +164,9 @@ pub(crate) fn summary_of(p: &mut Passed) -> Summary {
         };
         let mut rows = Vec::new();
         if kind == EventKind::Alloc {
-            // The site is the frames' alone: read from the interned frames (a row of strings
-            // a stack was a tenth of a page's time on a compiler's trace, 125,000 stacks).
+            // The site is the frames' alone: named from what learning the wrappers kept of
+            // each stack (a row of strings a stack was a tenth of a page's time on a
+            // compiler's trace, 125,000 stacks).
             p.each_merged_site(kind, &wrappers, &mut |site, agg| {
                 rows.push(Brief {
                     place: site,
